@@ -1,0 +1,27 @@
+# The two commands of the README: `make demo` and `make test`. Both install what they need.
+SHELL := /bin/bash
+CARGO := PATH="$$HOME/.cargo/bin:$$PATH" cargo
+
+.PHONY: setup build demo test lint fuzz
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	$(CARGO) build --release --workspace
+
+demo: build
+	bash scripts/demo.sh
+
+# Every test; the system ISA-L comparison must run, not skip.
+test: setup
+	ECKPT_REQUIRE_SYSTEM_ISAL=1 $(CARGO) test --release --workspace
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+# Coverage-guided fuzzing of the untrusted-input parsers (needs nightly and cargo-fuzz).
+FUZZ_SECONDS ?= 60
+fuzz:
+	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	cd fuzz && for t in $$($(CARGO) +nightly fuzz list); do \
+	  $(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done

@@ -1,0 +1,7 @@
+//! One module per subcommand: its arguments and what it runs.
+
+pub mod bench;
+pub mod bench_codec;
+pub mod decode;
+pub mod encode;
+pub mod verify;

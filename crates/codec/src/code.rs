@@ -1,0 +1,173 @@
+//! A systematic `k + m` erasure code: shards `0..k` are data, `k..k+m` parity.
+
+use crate::matrix::{self, CodeKind};
+use crate::{CodecError, LinearMap};
+
+/// Largest shard count a GF(2^8) code supports.
+pub const MAX_SHARDS: usize = 256;
+
+/// An erasure code ready to encode: the generator matrix and the parity map `X` (the bottom
+/// `m × k` of the generator) expanded for the kernel.
+#[derive(Debug, Clone)]
+pub struct Code {
+    kind: CodeKind,
+    k: usize,
+    m: usize,
+    generator: Vec<u8>,
+    parity: LinearMap,
+}
+
+impl Code {
+    /// A `k + m` code of the given kind. Refuses shapes the field cannot hold.
+    pub fn new(kind: CodeKind, k: usize, m: usize) -> Result<Code, CodecError> {
+        if k == 0 || m == 0 || k + m > MAX_SHARDS {
+            return Err(CodecError::Shape(format!(
+                "k={k}, m={m}: need k ≥ 1, m ≥ 1 and k + m ≤ {MAX_SHARDS}"
+            )));
+        }
+        let generator = matrix::generator(kind, k, m);
+        let parity = LinearMap::new(m, k, generator[k * k..].to_vec());
+        Ok(Code {
+            kind,
+            k,
+            m,
+            generator,
+            parity,
+        })
+    }
+
+    /// The generator matrix family.
+    pub fn kind(&self) -> CodeKind {
+        self.kind
+    }
+
+    /// Data shards per stripe.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Parity shards per stripe (erasures tolerated).
+    pub fn m(&self) -> usize {
+        self.m
+    }
+
+    /// The `(k + m) × k` generator, row-major (what ISA-L's `gf_gen_*_matrix` fills).
+    pub fn generator(&self) -> &[u8] {
+        &self.generator
+    }
+
+    /// The parity map `X` (`m × k`): parity `i` = `Σ_j X_ij · D_j`.
+    pub fn parity_map(&self) -> &LinearMap {
+        &self.parity
+    }
+
+    /// Full-stripe encode: fills the `m` parity buffers from the `k` data buffers.
+    pub fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodecError> {
+        self.parity.apply(data, parity)
+    }
+
+    /// Adds data shard `j`'s contribution to the `m` parity (or partial parity) buffers:
+    /// `P_i ^= X_ij · D_j`. Called with `D_j` it is one hop of the encode pipeline; called with
+    /// `old ⊕ new` it updates existing parity for a changed data shard.
+    pub fn add_data_contribution(
+        &self,
+        j: usize,
+        data_j: &[u8],
+        parity: &mut [&mut [u8]],
+    ) -> Result<(), CodecError> {
+        self.parity.accumulate(j, data_j, parity)
+    }
+
+    /// A decoder rebuilding the shards in `erased` (indices in `0..k+m`) from `k` survivors.
+    /// Fails if more than `m` are erased or, for codes that are not MDS, the survivors'
+    /// matrix is singular.
+    pub fn decoder(&self, erased: &[usize]) -> Result<Decoder, CodecError> {
+        let n = self.k + self.m;
+        let mut erased: Vec<usize> = erased.to_vec();
+        erased.sort_unstable();
+        erased.dedup();
+        if let Some(&bad) = erased.iter().find(|&&e| e >= n) {
+            return Err(CodecError::Shape(format!("shard {bad} outside 0..{n}")));
+        }
+        if erased.len() > self.m {
+            return Err(CodecError::TooManyErasures {
+                erased: erased.len(),
+                m: self.m,
+            });
+        }
+        if erased.is_empty() {
+            return Err(CodecError::Shape("nothing to decode: no shard is erased".into()));
+        }
+        let survivors: Vec<usize> = (0..n).filter(|i| !erased.contains(i)).take(self.k).collect();
+        let k = self.k;
+        let mut b = Vec::with_capacity(k * k);
+        for &s in &survivors {
+            b.extend_from_slice(&self.generator[s * k..(s + 1) * k]);
+        }
+        let b_inv = matrix::invert(&b, k)?;
+        // Row for each erased shard: a data shard's row of B⁻¹, or for a parity shard its
+        // generator row times B⁻¹ (re-encode from the rebuilt data, in one step).
+        let mut rows = Vec::with_capacity(erased.len() * k);
+        for &e in &erased {
+            if e < k {
+                rows.extend_from_slice(&b_inv[e * k..(e + 1) * k]);
+            } else {
+                rows.extend(matrix::multiply(
+                    &self.generator[e * k..(e + 1) * k],
+                    &b_inv,
+                    1,
+                    k,
+                    k,
+                ));
+            }
+        }
+        Ok(Decoder {
+            erased,
+            survivors,
+            map: LinearMap::new(rows.len() / k, k, rows),
+        })
+    }
+}
+
+/// Rebuilds a fixed set of erased shards from a fixed set of `k` survivors:
+/// `lost = Y · survivors`.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    erased: Vec<usize>,
+    survivors: Vec<usize>,
+    map: LinearMap,
+}
+
+impl Decoder {
+    /// The erased shard indices, ascending; outputs come in this order.
+    pub fn erased(&self) -> &[usize] {
+        &self.erased
+    }
+
+    /// The `k` shard indices the decoder reads, ascending; inputs go in this order.
+    pub fn survivors(&self) -> &[usize] {
+        &self.survivors
+    }
+
+    /// The decode map `Y` (`erased × k`).
+    pub fn map(&self) -> &LinearMap {
+        &self.map
+    }
+
+    /// Rebuilds every erased shard from the survivors (in [`Decoder::survivors`] order).
+    pub fn decode(&self, survivors: &[&[u8]], erased: &mut [&mut [u8]]) -> Result<(), CodecError> {
+        self.map.apply(survivors, erased)
+    }
+
+    /// Adds survivor number `s` (position in [`Decoder::survivors`]) to partial results: the
+    /// step of a parallel decode where each survivor computes `Y_ls · B_s` and the sum is
+    /// reduced toward the node that rebuilds.
+    pub fn add_survivor_contribution(
+        &self,
+        s: usize,
+        survivor: &[u8],
+        erased: &mut [&mut [u8]],
+    ) -> Result<(), CodecError> {
+        self.map.accumulate(s, survivor, erased)
+    }
+}

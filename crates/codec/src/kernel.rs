@@ -1,0 +1,115 @@
+//! The GF(2^8) multiply-accumulate kernels behind [`crate::LinearMap`]: ISA-L's (GFNI, AVX-512,
+//! AVX2 … chosen by ISA-L at run time) when built with the `isal` feature, else the portable
+//! reference kernels of [`crate::reference`].
+
+/// Expanded coefficient tables in the form the active kernel wants.
+pub(crate) type Tables = Vec<u8>;
+
+/// ISA-L takes `int` lengths: longer buffers are processed in pieces of this size.
+#[cfg(feature = "isal")]
+const MAX_CALL_LEN: usize = 1 << 30;
+
+/// Name of the kernel in use, for benchmarks and the fallback warning.
+pub fn kernel_name() -> &'static str {
+    if cfg!(feature = "isal") {
+        "isa-l 2.32 (native, runtime-dispatched: GFNI/AVX-512/AVX2)"
+    } else {
+        "portable reference (native ISA-L not built: slow)"
+    }
+}
+
+/// True when the native ISA-L kernels are compiled in.
+pub fn is_native() -> bool {
+    cfg!(feature = "isal")
+}
+
+#[cfg(feature = "isal")]
+mod native {
+    use super::{Tables, MAX_CALL_LEN};
+    use erasure_isa_l_sys as isal;
+
+    pub(crate) fn init_tables(cols: usize, rows: usize, coefficients: &[u8]) -> Tables {
+        let mut tables = vec![0u8; 32 * cols * rows];
+        let mut coefficients = coefficients.to_vec();
+        // SAFETY: `coefficients` holds rows × cols bytes and `tables` 32 × rows × cols, as
+        // ec_init_tables requires.
+        unsafe {
+            isal::ec_init_tables(
+                cols as i32,
+                rows as i32,
+                coefficients.as_mut_ptr(),
+                tables.as_mut_ptr(),
+            )
+        };
+        tables
+    }
+
+    pub(crate) fn apply(tables: &Tables, cols: usize, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
+        let len = outputs[0].len();
+        let mut start = 0;
+        while start < len {
+            let end = (start + MAX_CALL_LEN).min(len);
+            let mut ins: Vec<*mut u8> = inputs.iter().map(|s| s[start..].as_ptr() as *mut u8).collect();
+            let mut outs: Vec<*mut u8> = outputs.iter_mut().map(|s| s[start..].as_mut_ptr()).collect();
+            // SAFETY: every input and output holds at least `end - start` bytes from `start`,
+            // ISA-L only reads the inputs, and `tables` was built for cols × outputs.len().
+            unsafe {
+                isal::ec_encode_data(
+                    (end - start) as i32,
+                    cols as i32,
+                    outs.len() as i32,
+                    tables.as_ptr() as *mut u8,
+                    ins.as_mut_ptr(),
+                    outs.as_mut_ptr(),
+                )
+            };
+            start = end;
+        }
+    }
+
+    pub(crate) fn accumulate(
+        tables: &Tables,
+        cols: usize,
+        col: usize,
+        input: &[u8],
+        outputs: &mut [&mut [u8]],
+    ) {
+        let len = input.len();
+        let mut start = 0;
+        while start < len {
+            let end = (start + MAX_CALL_LEN).min(len);
+            let mut outs: Vec<*mut u8> = outputs.iter_mut().map(|s| s[start..].as_mut_ptr()).collect();
+            // SAFETY: as in `apply`; ec_encode_data_update only reads `input`.
+            unsafe {
+                isal::ec_encode_data_update(
+                    (end - start) as i32,
+                    cols as i32,
+                    outs.len() as i32,
+                    col as i32,
+                    tables.as_ptr() as *mut u8,
+                    input[start..].as_ptr() as *mut u8,
+                    outs.as_mut_ptr(),
+                )
+            };
+            start = end;
+        }
+    }
+}
+
+#[cfg(feature = "isal")]
+pub(crate) use native::{accumulate, apply, init_tables};
+
+#[cfg(not(feature = "isal"))]
+pub(crate) fn init_tables(_cols: usize, _rows: usize, coefficients: &[u8]) -> Tables {
+    coefficients.to_vec()
+}
+
+#[cfg(not(feature = "isal"))]
+pub(crate) fn apply(tables: &Tables, cols: usize, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
+    crate::reference::apply(tables, cols, inputs, outputs)
+}
+
+#[cfg(not(feature = "isal"))]
+pub(crate) fn accumulate(tables: &Tables, cols: usize, col: usize, input: &[u8], outputs: &mut [&mut [u8]]) {
+    crate::reference::accumulate(tables, cols, col, input, outputs)
+}

@@ -1,0 +1,191 @@
+//! A GF(2^8)-linear map from `cols` equal-length byte vectors to `rows` of them. Encoding
+//! (parity = X·D), decoding (lost = Y·survivors), pipeline steps and parity updates are all
+//! instances of it, so they share one kernel path.
+
+use crate::kernel::{self, Tables};
+use crate::CodecError;
+
+/// Bytes per kernel call when a full map is applied to long buffers: every input streams
+/// past once per chunk while the outputs being accumulated stay in cache.
+const CHUNK: usize = 64 * 1024;
+
+/// `rows × cols` coefficients plus the kernel's expanded tables for them.
+#[derive(Clone)]
+pub struct LinearMap {
+    rows: usize,
+    cols: usize,
+    coefficients: Vec<u8>,
+    tables: Tables,
+}
+
+impl std::fmt::Debug for LinearMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinearMap")
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .field("coefficients", &self.coefficients)
+            .finish()
+    }
+}
+
+impl LinearMap {
+    /// Builds the map from row-major coefficients.
+    pub fn new(rows: usize, cols: usize, coefficients: Vec<u8>) -> LinearMap {
+        assert_eq!(
+            coefficients.len(),
+            rows * cols,
+            "coefficients are not {rows}×{cols}"
+        );
+        assert!(rows > 0 && cols > 0, "empty linear map");
+        let tables = kernel::init_tables(cols, rows, &coefficients);
+        LinearMap {
+            rows,
+            cols,
+            coefficients,
+            tables,
+        }
+    }
+
+    /// Number of output vectors.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Number of input vectors.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The coefficient applied to input `col` in output `row`.
+    pub fn coefficient(&self, row: usize, col: usize) -> u8 {
+        self.coefficients[row * self.cols + col]
+    }
+
+    /// Row-major coefficients.
+    pub fn coefficients(&self) -> &[u8] {
+        &self.coefficients
+    }
+
+    /// `outputs[r] = Σ_c X[r][c] · inputs[c]` (outputs are overwritten).
+    pub fn apply(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), CodecError> {
+        self.apply_threaded(inputs, outputs, 1)
+    }
+
+    /// [`LinearMap::apply`] with the byte range split over `threads` threads.
+    pub fn apply_threaded(
+        &self,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+        threads: usize,
+    ) -> Result<(), CodecError> {
+        let lens: Vec<usize> = inputs.iter().map(|s| s.len()).collect();
+        let len = self.check_shapes(&lens, self.cols, outputs)?;
+        for_each_range(len, threads, outputs, |start, end, outs| {
+            let mut offset = start;
+            while offset < end {
+                let stop = (offset + CHUNK).min(end);
+                let ins: Vec<&[u8]> = inputs.iter().map(|s| &s[offset..stop]).collect();
+                let mut chunk: Vec<&mut [u8]> = outs
+                    .iter_mut()
+                    .map(|o| &mut o[offset - start..stop - start])
+                    .collect();
+                kernel::apply(&self.tables, self.cols, &ins, &mut chunk);
+                offset = stop;
+            }
+        });
+        Ok(())
+    }
+
+    /// `outputs[r] ^= X[r][col] · input`: adds one input's contribution. This is the pipeline
+    /// step of a reduction (`P_i ^= X_ij · D_j`) and, with `input = old ⊕ new`, the
+    /// incremental parity update (`C_i ^= X_ij · Δ_j`).
+    pub fn accumulate(&self, col: usize, input: &[u8], outputs: &mut [&mut [u8]]) -> Result<(), CodecError> {
+        self.accumulate_threaded(col, input, outputs, 1)
+    }
+
+    /// [`LinearMap::accumulate`] with the byte range split over `threads` threads.
+    pub fn accumulate_threaded(
+        &self,
+        col: usize,
+        input: &[u8],
+        outputs: &mut [&mut [u8]],
+        threads: usize,
+    ) -> Result<(), CodecError> {
+        if col >= self.cols {
+            return Err(CodecError::Shape(format!(
+                "input column {col} outside 0..{}",
+                self.cols
+            )));
+        }
+        let len = self.check_shapes(&[input.len()], 1, outputs)?;
+        // One call per thread: a single input streams through, so cutting it up buys nothing.
+        for_each_range(len, threads, outputs, |start, end, outs| {
+            kernel::accumulate(&self.tables, self.cols, col, &input[start..end], outs);
+        });
+        Ok(())
+    }
+
+    /// Checks that there are `rows` outputs, `expected_inputs` inputs, and that all have one
+    /// length, which is returned.
+    fn check_shapes(
+        &self,
+        input_lens: &[usize],
+        expected_inputs: usize,
+        outputs: &[&mut [u8]],
+    ) -> Result<usize, CodecError> {
+        if input_lens.len() != expected_inputs {
+            return Err(CodecError::Shape(format!(
+                "{} inputs given, {expected_inputs} expected",
+                input_lens.len()
+            )));
+        }
+        if outputs.len() != self.rows {
+            return Err(CodecError::Shape(format!(
+                "{} outputs given, {} expected",
+                outputs.len(),
+                self.rows
+            )));
+        }
+        let len = outputs[0].len();
+        if outputs.iter().any(|o| o.len() != len) || input_lens.iter().any(|&l| l != len) {
+            return Err(CodecError::Shape("inputs and outputs differ in length".into()));
+        }
+        Ok(len)
+    }
+}
+
+/// Splits `[0, len)` into `threads` 64-byte-aligned ranges and runs `work(start, end,
+/// outputs_restricted_to_range)` on each, in scoped threads when more than one.
+fn for_each_range<F>(len: usize, threads: usize, outputs: &mut [&mut [u8]], work: F)
+where
+    F: Fn(usize, usize, &mut [&mut [u8]]) + Sync,
+{
+    let threads = threads.max(1).min(len.div_ceil(CHUNK).max(1));
+    if threads == 1 {
+        work(0, len, outputs);
+        return;
+    }
+    let per = len.div_ceil(threads).div_ceil(64) * 64;
+    // Transpose: for each thread, its slice of every output.
+    let mut parts: Vec<Vec<&mut [u8]>> = (0..threads).map(|_| Vec::with_capacity(outputs.len())).collect();
+    for out in outputs.iter_mut() {
+        let mut rest: &mut [u8] = out;
+        for part in parts.iter_mut() {
+            let take = per.min(rest.len());
+            let (head, tail) = rest.split_at_mut(take);
+            part.push(head);
+            rest = tail;
+        }
+    }
+    std::thread::scope(|scope| {
+        for (t, mut part) in parts.into_iter().enumerate() {
+            let start = (t * per).min(len);
+            let end = ((t + 1) * per).min(len);
+            if start == end {
+                continue;
+            }
+            let work = &work;
+            scope.spawn(move || work(start, end, &mut part));
+        }
+    });
+}
