@@ -79,8 +79,8 @@ impl Code {
     }
 
     /// A decoder rebuilding the shards in `erased` (indices in `0..k+m`) from `k` survivors.
-    /// Fails if more than `m` are erased or, for codes that are not MDS, the survivors'
-    /// matrix is singular.
+    /// Fails if more than `m` are erased or, for codes that are not MDS, no `k` of the
+    /// remaining shards have an invertible matrix.
     pub fn decoder(&self, erased: &[usize]) -> Result<Decoder, CodecError> {
         let n = self.k + self.m;
         let mut erased: Vec<usize> = erased.to_vec();
@@ -98,13 +98,9 @@ impl Code {
         if erased.is_empty() {
             return Err(CodecError::Shape("nothing to decode: no shard is erased".into()));
         }
-        let survivors: Vec<usize> = (0..n).filter(|i| !erased.contains(i)).take(self.k).collect();
+        let available: Vec<usize> = (0..n).filter(|i| !erased.contains(i)).collect();
+        let (survivors, b_inv) = self.invertible_survivors(&available)?;
         let k = self.k;
-        let mut b = Vec::with_capacity(k * k);
-        for &s in &survivors {
-            b.extend_from_slice(&self.generator[s * k..(s + 1) * k]);
-        }
-        let b_inv = matrix::invert(&b, k)?;
         // Row for each erased shard: a data shard's row of B⁻¹, or for a parity shard its
         // generator row times B⁻¹ (re-encode from the rebuilt data, in one step).
         let mut rows = Vec::with_capacity(erased.len() * k);
@@ -126,6 +122,36 @@ impl Code {
             survivors,
             map: LinearMap::new(rows.len() / k, k, rows),
         })
+    }
+
+    /// Picks `k` of the `available` shards whose generator rows are invertible and returns
+    /// them with the inverse. The first `k` always work for Cauchy codes; for `rs` codes,
+    /// which are not MDS, other subsets are tried (in lexicographic order, a bounded number)
+    /// so that a decodable pattern is not refused just because the first choice is singular.
+    fn invertible_survivors(&self, available: &[usize]) -> Result<(Vec<usize>, Vec<u8>), CodecError> {
+        const MAX_ATTEMPTS: usize = 4096;
+        let k = self.k;
+        let mut pick: Vec<usize> = (0..k).collect(); // positions in `available`
+        for _ in 0..MAX_ATTEMPTS {
+            let survivors: Vec<usize> = pick.iter().map(|&p| available[p]).collect();
+            let rows: Vec<u8> = survivors
+                .iter()
+                .flat_map(|&s| &self.generator[s * k..(s + 1) * k])
+                .copied()
+                .collect();
+            if let Ok(inverse) = matrix::invert(&rows, k) {
+                return Ok((survivors, inverse));
+            }
+            // Next k-combination of 0..available.len().
+            let Some(i) = (0..k).rev().find(|&i| pick[i] < available.len() - k + i) else {
+                break;
+            };
+            pick[i] += 1;
+            for j in i + 1..k {
+                pick[j] = pick[j - 1] + 1;
+            }
+        }
+        Err(CodecError::SingularMatrix)
     }
 }
 

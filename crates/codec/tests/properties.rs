@@ -18,6 +18,25 @@ fn case() -> impl Strategy<Value = (CodeKind, usize, usize, usize, Vec<u8>, Vec<
     })
 }
 
+/// All `k`-element subsets of `items`, in lexicographic order.
+fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
+    if k == 0 {
+        return vec![vec![]];
+    }
+    if items.len() < k {
+        return vec![];
+    }
+    let mut with_first: Vec<Vec<usize>> = combinations(&items[1..], k - 1)
+        .into_iter()
+        .map(|mut rest| {
+            rest.insert(0, items[0]);
+            rest
+        })
+        .collect();
+    with_first.extend(combinations(&items[1..], k));
+    with_first
+}
+
 fn encode(code: &Code, data: &[u8], len: usize) -> Vec<Vec<u8>> {
     let shards: Vec<&[u8]> = data.chunks(len).collect();
     let mut parity = vec![vec![0u8; len]; code.m()];
@@ -56,9 +75,12 @@ proptest! {
             }
             Err(CodecError::SingularMatrix) => {
                 prop_assert_eq!(kind, CodeKind::Rs, "a Cauchy code must decode every pattern");
-                let survivors: Vec<usize> = (0..k + m).filter(|i| !erased.contains(i)).take(k).collect();
-                let rows: Vec<u8> = survivors.iter().flat_map(|&s| code.generator()[s * k..(s + 1) * k].to_vec()).collect();
-                prop_assert!(matrix::invert(&rows, k).is_err());
+                // Refusal is right only if no k of the remaining shards are invertible.
+                let available: Vec<usize> = (0..k + m).filter(|i| !erased.contains(i)).collect();
+                for subset in combinations(&available, k).into_iter().take(4096) {
+                    let rows: Vec<u8> = subset.iter().flat_map(|&s| code.generator()[s * k..(s + 1) * k].to_vec()).collect();
+                    prop_assert!(matrix::invert(&rows, k).is_err(), "survivors {:?} were decodable", subset);
+                }
             }
             Err(e) => prop_assert!(false, "unexpected error {e}"),
         }
@@ -135,4 +157,35 @@ fn threaded_encode_equals_single_threaded() {
     let mut outs: Vec<&mut [u8]> = threaded.iter_mut().map(|p| p.as_mut_slice()).collect();
     code.parity_map().apply_threaded(&shards, &mut outs, 3).unwrap();
     assert_eq!(&single[k..], &threaded[..]);
+}
+
+#[test]
+fn rs_decoder_looks_past_a_singular_first_choice_of_survivors() {
+    // ISA-L's rs matrix for k=8, m=8 with these 7 shards lost: the first 8 survivors are
+    // linearly dependent, yet another 8 of the 9 are not, so the data is recoverable.
+    let (k, m, len) = (8, 8, 256);
+    let lost = [1, 4, 5, 8, 10, 12, 13];
+    let code = Code::new(CodeKind::Rs, k, m).unwrap();
+    let first: Vec<usize> = (0..k + m).filter(|i| !lost.contains(i)).take(k).collect();
+    let rows: Vec<u8> = first
+        .iter()
+        .flat_map(|&s| code.generator()[s * k..(s + 1) * k].to_vec())
+        .collect();
+    assert!(
+        matrix::invert(&rows, k).is_err(),
+        "the first choice must be singular for this test to mean anything"
+    );
+
+    let data: Vec<u8> = (0..k * len).map(|i| (i * 7 + 3) as u8).collect();
+    let all = encode(&code, &data, len);
+    let decoder = code
+        .decoder(&lost)
+        .expect("another subset of survivors is invertible");
+    assert_ne!(decoder.survivors(), first.as_slice());
+    let inputs: Vec<&[u8]> = decoder.survivors().iter().map(|&s| all[s].as_slice()).collect();
+    let mut out = vec![vec![0u8; len]; lost.len()];
+    let mut outs: Vec<&mut [u8]> = out.iter_mut().map(|o| o.as_mut_slice()).collect();
+    decoder.decode(&inputs, &mut outs).unwrap();
+    let expected: Vec<Vec<u8>> = lost.iter().map(|&l| all[l].clone()).collect();
+    assert_eq!(out, expected);
 }
