@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential pkg-config      # C toolchain for ISA-L, the C API examples
+  gfortran                        # the Fortran interface example
   nasm autoconf automake libtool  # ISA-L >= 2.32 is built from source (GFNI kernels)
   libclang-dev clang              # bindgen for the ISA-L bindings
   libisal2 libisal-dev            # Debian's ISA-L 2.30: the independent reference in tests/benches

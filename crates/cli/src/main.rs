@@ -26,6 +26,10 @@ enum Command {
     Decode(commands::decode::Args),
     /// Check every shard block against the manifest; writes nothing.
     Verify(commands::verify::Args),
+    /// Write the block delta between two checkpoint images (any checkpointer's files).
+    Delta(commands::delta::DeltaArgs),
+    /// Rebuild a new image from its base and an `eckpt delta`.
+    Patch(commands::delta::PatchArgs),
     /// Measure throughput next to references measured in the same run.
     #[command(subcommand)]
     Bench(commands::bench::Bench),
@@ -37,6 +41,8 @@ fn main() {
         Command::Encode(args) => commands::encode::run(args),
         Command::Decode(args) => commands::decode::run(args),
         Command::Verify(args) => commands::verify::run(args),
+        Command::Delta(args) => commands::delta::run_delta(args),
+        Command::Patch(args) => commands::delta::run_patch(args),
         Command::Bench(bench) => commands::bench::run(bench),
     };
     match result {

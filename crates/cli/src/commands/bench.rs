@@ -2,17 +2,20 @@
 
 use anyhow::Result;
 
-use super::bench_codec;
+use super::{bench_capture, bench_codec};
 
 #[derive(clap::Subcommand)]
 pub enum Bench {
     /// GF kernels: encode, one-shard parity update and decode, vs memcpy and the system ISA-L.
     Codec(bench_codec::Args),
+    /// Incremental capture: dirty tracking + copy vs xdelta3 and `eckpt delta`, same images.
+    Capture(bench_capture::Args),
 }
 
 pub fn run(bench: Bench) -> Result<i32> {
     match bench {
         Bench::Codec(args) => bench_codec::run(args),
+        Bench::Capture(args) => bench_capture::run(args),
     }
 }
 

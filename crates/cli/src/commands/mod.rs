@@ -1,7 +1,9 @@
 //! One module per subcommand: its arguments and what it runs.
 
 pub mod bench;
+pub mod bench_capture;
 pub mod bench_codec;
 pub mod decode;
+pub mod delta;
 pub mod encode;
 pub mod verify;

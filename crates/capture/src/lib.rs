@@ -1,0 +1,24 @@
+//! Incremental capture for eckpt: find what changed in a rank's memory since the last
+//! checkpoint, and encode it compactly.
+//!
+//! - [`Tracker`]: dirty-block tracking over registered regions, by kernel write tracking
+//!   (userfaultfd async write-protect + `PAGEMAP_SCAN`) or by xxh3 block hashing.
+//! - [`delta`]: a strict, checksummed block-delta format (encode, decode, apply); [`decode`]
+//!   takes `&[u8]` and is the fuzzing entry point.
+//! - [`delta_files`] / [`patch_file`]: streaming file deltas for images written by external
+//!   checkpointers, the fast replacement for the seed's xdelta step.
+//! - [`bench::run_capture_bench`]: the measurements behind `eckpt bench capture`.
+
+mod align;
+pub mod bench;
+pub mod delta;
+mod error;
+mod filedelta;
+mod tracker;
+mod uffd;
+
+pub use align::{page_size, AlignedBuf};
+pub use delta::{decode, encode, encode_blocks, Delta, DeltaError, DeltaHeader, DeltaWriter};
+pub use error::CaptureError;
+pub use filedelta::{delta_files, patch_file, DeltaStats, PatchStats};
+pub use tracker::{uffd_available, Backend, DirtyRegion, TrackMode, Tracker};

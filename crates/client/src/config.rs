@@ -1,0 +1,137 @@
+//! Where and how a rank checkpoints: from the environment (`ECKPT_DIR`, `ECKPT_RANK`, …) and
+//! from a `key=value;key=value` string (what `eckpt_init` takes), the string winning.
+
+use std::path::PathBuf;
+
+use eckpt_capture::TrackMode;
+use eckpt_store::RetentionPolicy;
+
+use crate::Error;
+
+/// A rank's checkpoint configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Store root (node-local: tmpfs when present).
+    pub dir: PathBuf,
+    /// This process's rank.
+    pub rank: u32,
+    /// Dirty tracking: kernel write-protect when possible (`Auto`), or hashing.
+    pub track: TrackMode,
+    /// Block size of hash-tracked regions.
+    pub hash_block_size: usize,
+    /// Delta chains and retention.
+    pub retention: RetentionPolicy,
+}
+
+/// Environment variables that name a rank when `ECKPT_RANK` is absent (MPI launchers).
+const RANK_VARIABLES: [&str; 4] = ["ECKPT_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"];
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            dir: eckpt_store::default_root(),
+            rank: 0,
+            track: TrackMode::Auto,
+            hash_block_size: 64 << 10,
+            retention: RetentionPolicy::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Defaults overridden by `ECKPT_DIR`, `ECKPT_RANK` (or the MPI launcher's rank),
+    /// `ECKPT_TRACK`, `ECKPT_BLOCK_SIZE`, `ECKPT_KEEP`, `ECKPT_MAX_CHAIN`.
+    pub fn from_env() -> Result<Config, Error> {
+        let mut config = Config::default();
+        if let Some(rank) = RANK_VARIABLES.iter().find_map(|v| std::env::var(v).ok()) {
+            config.set("rank", &rank)?;
+        }
+        for key in ["dir", "track", "block_size", "keep", "max_chain"] {
+            if let Ok(value) = std::env::var(format!("ECKPT_{}", key.to_ascii_uppercase())) {
+                config.set(key, &value)?;
+            }
+        }
+        Ok(config)
+    }
+
+    /// The environment's configuration overridden by `text`: `key=value` pairs separated by
+    /// `;`, `,` or newlines, keys as in [`Config::from_env`] without the prefix
+    /// (`dir=/scratch/ck;rank=3;track=hash`).
+    pub fn from_env_and(text: &str) -> Result<Config, Error> {
+        let mut config = Config::from_env()?;
+        for pair in text
+            .split([';', ',', '\n'])
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| Error::Invalid(format!("config entry {pair:?} is not key=value")))?;
+            config.set(key.trim(), value.trim())?;
+        }
+        Ok(config)
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<(), Error> {
+        let number = |what: &str| -> Result<u64, Error> {
+            value
+                .parse()
+                .map_err(|_| Error::Invalid(format!("{what} {value:?} is not a number")))
+        };
+        match key {
+            "dir" => self.dir = PathBuf::from(value),
+            "rank" => {
+                self.rank =
+                    u32::try_from(number("rank")?).map_err(|_| Error::Invalid("rank too large".into()))?
+            }
+            "track" => {
+                self.track = match value {
+                    "auto" => TrackMode::Auto,
+                    "uffd" => TrackMode::Uffd,
+                    "hash" => TrackMode::Hash,
+                    _ => {
+                        return Err(Error::Invalid(format!(
+                            "track {value:?} (expected auto, uffd or hash)"
+                        )))
+                    }
+                }
+            }
+            "block_size" => self.hash_block_size = number("block_size")? as usize,
+            "keep" => self.retention.keep_committed = number("keep")? as usize,
+            "max_chain" => self.retention.max_chain = number("max_chain")? as u32,
+            _ => return Err(Error::Invalid(format!("unknown config key {key:?}"))),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_overrides_defaults() {
+        let c =
+            Config::from_env_and("dir=/x/y; rank=7,track=hash\nblock_size=4096;keep=3;max_chain=2").unwrap();
+        assert_eq!(c.dir, PathBuf::from("/x/y"));
+        assert_eq!(c.rank, 7);
+        assert_eq!(c.track, TrackMode::Hash);
+        assert_eq!(c.hash_block_size, 4096);
+        assert_eq!(c.retention.keep_committed, 3);
+        assert_eq!(c.retention.max_chain, 2);
+    }
+
+    #[test]
+    fn bad_entries_are_refused() {
+        assert!(Config::from_env_and("rank=x")
+            .unwrap_err()
+            .to_string()
+            .contains("rank"));
+        assert!(Config::from_env_and("colour=blue")
+            .unwrap_err()
+            .to_string()
+            .contains("colour"));
+        assert!(Config::from_env_and("rank").is_err());
+        assert!(Config::from_env_and("track=soft-dirty").is_err());
+    }
+}

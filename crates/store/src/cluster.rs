@@ -1,0 +1,226 @@
+//! What the cluster layer needs from a rank's store: parity-update input, padded deltas
+//! for stripe coding, and rebuilding an epoch from a decoded delta.
+
+use crate::delta::{delta_len_of, parse_delta, Delta, DeltaItem};
+use crate::error::{Result, StoreError};
+use crate::layout::scan_rank;
+use crate::read::{locate, Chain};
+use crate::write::Plan;
+use crate::Store;
+
+/// One changed block of an epoch relative to its parent: `bytes = old ⊕ new`, where both
+/// sides are zero past their item's length. This is what `update` mode multiplies into
+/// the parity (`C += X · (D_new ⊕ D_old)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XorBlock {
+    /// Item the block belongs to.
+    pub item: String,
+    /// Block size the index refers to (the epoch's block size for the item; the parent's
+    /// for an item the epoch removed).
+    pub block_size: u32,
+    /// Block index: the block covers `index * block_size ..`.
+    pub index: u64,
+    /// `old ⊕ new`, as long as the block is within the longer of the two item lengths.
+    pub bytes: Vec<u8>,
+}
+
+/// Appends the non-zero `old ⊕ new` of each candidate block of `name`.
+fn xor_blocks(
+    old: &Chain,
+    new: &Chain,
+    name: &str,
+    block_size: u32,
+    span: u64,
+    candidates: impl Iterator<Item = u64>,
+    out: &mut Vec<XorBlock>,
+) -> Result<()> {
+    let bs = u64::from(block_size);
+    let mut old_buf = Vec::new();
+    for index in candidates {
+        let start = index * bs;
+        let n = bs.min(span - start) as usize;
+        let mut bytes = vec![0u8; n];
+        old_buf.resize(n, 0);
+        new.read_padded(name, start, &mut bytes)?;
+        old.read_padded(name, start, &mut old_buf)?;
+        for (b, o) in bytes.iter_mut().zip(&old_buf) {
+            *b ^= o;
+        }
+        if bytes.iter().any(|&b| b != 0) {
+            out.push(XorBlock {
+                item: name.to_string(),
+                block_size,
+                index,
+                bytes,
+            });
+        }
+    }
+    Ok(())
+}
+
+impl Store {
+    /// For epoch `epoch` (committed or prepared) with parent `P`: every block whose content
+    /// differs between `P`'s image and `epoch`'s, as `old ⊕ new`. Covers grown items
+    /// (old side zero), shrunk items (new side zero past the new end), new and removed
+    /// items. Blocks whose XOR is zero are left out. Needs `P` to still be stored, which
+    /// retention guarantees while `epoch` is prepared.
+    pub fn dirty_xor(&self, rank: u32, epoch: u64) -> Result<Vec<XorBlock>> {
+        let dir = self.rank_dir(rank);
+        let new = Chain::open(&dir, rank, epoch, true)?;
+        let m = &new.target().manifest;
+        let parent = m
+            .parent
+            .ok_or_else(|| StoreError::Invalid(format!("rank {rank} epoch {epoch} has no parent to diff")))?;
+        let old = Chain::open(&dir, rank, parent, false)?;
+        let om = &old.target().manifest;
+        let mut out = Vec::new();
+        for item in &m.items {
+            let old_len = om.item_index(&item.name).map_or(0, |i| om.items[i].len);
+            let bs = u64::from(item.block_size);
+            let span = item.len.max(old_len);
+            let span_blocks = span.div_ceil(bs);
+            if m.full {
+                xor_blocks(
+                    &old,
+                    &new,
+                    &item.name,
+                    item.block_size,
+                    span,
+                    0..span_blocks,
+                    &mut out,
+                )?;
+            } else {
+                // Stored blocks, then every block the item lost by shrinking.
+                let tail = if old_len > item.len {
+                    item.len / bs
+                } else {
+                    span_blocks
+                };
+                let stored = item.blocks.iter().map(|b| b.index).filter(|&i| i < tail);
+                let candidates = stored.chain(tail..span_blocks);
+                xor_blocks(
+                    &old,
+                    &new,
+                    &item.name,
+                    item.block_size,
+                    span,
+                    candidates,
+                    &mut out,
+                )?;
+            }
+        }
+        for item in om.items.iter().filter(|i| m.item_index(&i.name).is_none()) {
+            let candidates = 0..item.block_count();
+            xor_blocks(
+                &old,
+                &new,
+                &item.name,
+                item.block_size,
+                item.len,
+                candidates,
+                &mut out,
+            )?;
+        }
+        Ok(out)
+    }
+
+    /// Serialized length of `epoch`'s delta (see [`Store::padded_delta`]), from its
+    /// manifest alone, so the group can agree on the largest before encoding.
+    pub fn delta_len(&self, rank: u32, epoch: u64) -> Result<u64> {
+        let dir = self.rank_dir(rank);
+        let scan = scan_rank(&dir)?;
+        Ok(delta_len_of(&locate(&dir, &scan, rank, epoch, true)?.manifest))
+    }
+
+    /// The delta of `epoch` (committed or prepared): the blocks it stores, every block
+    /// verified. A delta epoch yields a delta against its parent; a full epoch (first one,
+    /// or coalesced) yields a complete image without parent, so the cluster's stripe chain
+    /// restarts where the local chain does.
+    pub fn delta(&self, rank: u32, epoch: u64) -> Result<Delta> {
+        let dir = self.rank_dir(rank);
+        let scan = scan_rank(&dir)?;
+        let data = locate(&dir, &scan, rank, epoch, true)?;
+        let m = &data.manifest;
+        let mut items = Vec::with_capacity(m.items.len());
+        for (i, item) in m.items.iter().enumerate() {
+            let mut blocks = Vec::with_capacity(item.blocks.len());
+            for (k, b) in item.blocks.iter().enumerate() {
+                let mut buf = Vec::new();
+                data.read_block(epoch, i, k, &mut buf)?;
+                blocks.push((b.index, buf));
+            }
+            items.push(DeltaItem {
+                name: item.name.clone(),
+                len: item.len,
+                block_size: item.block_size,
+                blocks,
+            });
+        }
+        Ok(Delta {
+            rank,
+            epoch,
+            parent: if m.full { None } else { m.parent },
+            items,
+        })
+    }
+
+    /// [`Store::delta`] serialized and zero-padded to exactly `len` bytes (the group's
+    /// largest [`Store::delta_len`]); [`StoreError::DeltaTooLarge`] if it does not fit.
+    pub fn padded_delta(&self, rank: u32, epoch: u64, len: u64) -> Result<Vec<u8>> {
+        let needed = self.delta_len(rank, epoch)?;
+        if needed > len {
+            return Err(StoreError::DeltaTooLarge {
+                rank,
+                epoch,
+                needed,
+                len,
+            });
+        }
+        self.delta(rank, epoch)?.encode_padded(len)
+    }
+
+    /// Rebuilds and commits an epoch from a (padded) serialized delta, e.g. one recovered
+    /// by erasure decoding: the delta's parent must be committed here (or the delta be a
+    /// complete image), and its epoch newer than the latest committed one. Returns the
+    /// epoch. Prepared epochs of the rank are discarded.
+    pub fn apply_delta(&self, rank: u32, bytes: &[u8]) -> Result<u64> {
+        let delta = parse_delta(bytes)?;
+        if delta.rank != rank {
+            return Err(StoreError::Invalid(format!(
+                "delta of rank {} applied to rank {rank}",
+                delta.rank
+            )));
+        }
+        let lock = self.lock_rank(rank, true)?;
+        let scan = scan_rank(&self.rank_dir(rank))?;
+        if let Some(l) = scan.latest().filter(|&l| l >= delta.epoch) {
+            return Err(StoreError::Invalid(format!(
+                "rank {rank} epoch {} is not newer than committed epoch {l}",
+                delta.epoch
+            )));
+        }
+        if let Some(p) = delta.parent {
+            if scan.committed_gen(p).is_none() {
+                return Err(StoreError::NoEpoch { rank, epoch: p });
+            }
+        }
+        let plan: Plan = self.plan_after(rank, delta.epoch, delta.parent)?;
+        let carried: Vec<String> = plan
+            .source
+            .as_ref()
+            .map(|c| c.target().manifest.items.iter().map(|i| i.name.clone()).collect())
+            .unwrap_or_default();
+        let mut writer = self.begin(lock, plan)?;
+        for item in &delta.items {
+            let blocks: Vec<(u64, &[u8])> = item.blocks.iter().map(|(i, d)| (*i, d.as_slice())).collect();
+            writer.put_dirty(&item.name, item.block_size, item.len, &blocks)?;
+        }
+        for name in carried {
+            if !delta.items.iter().any(|i| i.name == name) {
+                writer.remove(&name)?;
+            }
+        }
+        writer.commit()?;
+        Ok(delta.epoch)
+    }
+}

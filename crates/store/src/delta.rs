@@ -1,0 +1,384 @@
+//! Self-contained serialized deltas: the unit the cluster erasure-codes in `stripe` mode.
+//!
+//! A delta carries everything needed to rebuild epoch `E` of a rank from its parent epoch
+//! `P` (or, when it has no parent, the whole image of `E`): every item of `E` with its
+//! length, block size and the blocks `E` stores. Items of `P` that `E` does not list are
+//! gone in `E`. Bytes of an item beyond the parent's length that no block covers are zero.
+//!
+//! Binary layout (all integers little-endian):
+//!
+//! ```text
+//! header (44 bytes)
+//!   magic      8  b"ECKPTDLT"
+//!   version    u16 = DELTA_FORMAT
+//!   flags      u16 bit 0: has parent; other bits zero
+//!   rank       u32
+//!   epoch      u64
+//!   parent     u64 (0 when there is none)
+//!   body_len   u64 length of header + items + trailer
+//!   item_count u32
+//! item × item_count
+//!   name_len u16, name (UTF-8), len u64, block_size u32, block_count u64,
+//!   block × block_count: index u64, bytes (length implied by index, block_size, len)
+//! trailer
+//!   crc32c     u32 of everything before it
+//! zero padding up to the length the group agreed on
+//! ```
+//!
+//! Deltas are padded to the largest in an erasure group, coded, and — after a failure —
+//! decoded from other nodes' shards. [`parse_delta`] therefore treats its input as hostile:
+//! every length is checked against the bytes actually present before anything is
+//! allocated, padding must be zero, the checksum must match, and every structural rule of
+//! [`Delta::validate`] holds on success.
+
+use std::collections::HashSet;
+
+use crate::error::{Result, StoreError};
+use crate::manifest::{block_len, Manifest, MAX_BLOCK_SIZE, MAX_ITEM_NAME};
+
+/// Serialized delta format version written and read by this crate.
+pub const DELTA_FORMAT: u16 = 1;
+
+const MAGIC: &[u8; 8] = b"ECKPTDLT";
+const HEADER_LEN: u64 = 44;
+const TRAILER_LEN: u64 = 4;
+const FLAG_PARENT: u16 = 1;
+/// Smallest possible encoded item (1-byte name, no blocks).
+const MIN_ITEM_LEN: usize = 2 + 1 + 8 + 4 + 8;
+/// Smallest possible encoded block (index plus at least one byte).
+const MIN_BLOCK_LEN: usize = 8 + 1;
+
+/// One item of a [`Delta`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeltaItem {
+    /// Item name.
+    pub name: String,
+    /// Item length in the delta's epoch.
+    pub len: u64,
+    /// Block size of `blocks`.
+    pub block_size: u32,
+    /// `(block index, block bytes)`, strictly ascending by index.
+    pub blocks: Vec<(u64, Vec<u8>)>,
+}
+
+/// A decoded delta: how to turn the parent epoch's image into the epoch's image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delta {
+    /// Rank the delta belongs to.
+    pub rank: u32,
+    /// Epoch the delta produces.
+    pub epoch: u64,
+    /// Epoch the delta applies to; `None` means the delta is a complete image.
+    pub parent: Option<u64>,
+    /// Every item of the resulting epoch.
+    pub items: Vec<DeltaItem>,
+}
+
+impl Delta {
+    /// Checks the rules [`parse_delta`] enforces, so that encode and parse agree.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(StoreError::Delta(m));
+        if self.epoch == 0 {
+            return bad("epoch 0".into());
+        }
+        if let Some(p) = self.parent {
+            if p == 0 || p >= self.epoch {
+                return bad(format!("parent {p} of epoch {}", self.epoch));
+            }
+        }
+        let mut names = HashSet::new();
+        for item in &self.items {
+            if item.name.is_empty() || item.name.len() > MAX_ITEM_NAME {
+                return bad(format!("item name of {} bytes", item.name.len()));
+            }
+            if !names.insert(item.name.as_str()) {
+                return bad(format!("duplicate item {:?}", item.name));
+            }
+            if item.block_size == 0 || item.block_size > MAX_BLOCK_SIZE {
+                return bad(format!("item {:?} block size {}", item.name, item.block_size));
+            }
+            let count = item.len.div_ceil(u64::from(item.block_size));
+            let mut prev = None;
+            for (index, data) in &item.blocks {
+                if prev.is_some_and(|p| p >= *index) {
+                    return bad(format!("item {:?} blocks not ascending", item.name));
+                }
+                prev = Some(*index);
+                if *index >= count {
+                    return bad(format!("item {:?} block {index} past end", item.name));
+                }
+                if data.len() as u64 != block_len(item.len, item.block_size, *index) {
+                    return bad(format!("item {:?} block {index} has wrong length", item.name));
+                }
+            }
+            if self.parent.is_none() && item.blocks.len() as u64 != count {
+                return bad(format!("full delta misses blocks of item {:?}", item.name));
+            }
+        }
+        Ok(())
+    }
+
+    /// Length of the unpadded encoding.
+    pub fn encoded_len(&self) -> u64 {
+        let items = self.items.iter().map(|i| {
+            let blocks = i.blocks.iter().map(|(_, d)| 8 + d.len() as u64).sum::<u64>();
+            (MIN_ITEM_LEN as u64 - 1) + i.name.len() as u64 + blocks
+        });
+        HEADER_LEN + items.sum::<u64>() + TRAILER_LEN
+    }
+
+    /// Encodes the delta without padding.
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let len = self.encoded_len();
+        self.encode_padded(len)
+    }
+
+    /// Encodes the delta zero-padded to exactly `len` bytes; errors if it does not fit.
+    pub fn encode_padded(&self, len: u64) -> Result<Vec<u8>> {
+        self.validate()?;
+        let body_len = self.encoded_len();
+        if body_len > len {
+            return Err(StoreError::DeltaTooLarge {
+                rank: self.rank,
+                epoch: self.epoch,
+                needed: body_len,
+                len,
+            });
+        }
+        let cap = usize::try_from(len)
+            .map_err(|_| StoreError::Invalid(format!("padded length {len} too large")))?;
+        let mut out = Vec::with_capacity(cap);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&DELTA_FORMAT.to_le_bytes());
+        let flags = if self.parent.is_some() { FLAG_PARENT } else { 0 };
+        out.extend_from_slice(&flags.to_le_bytes());
+        out.extend_from_slice(&self.rank.to_le_bytes());
+        out.extend_from_slice(&self.epoch.to_le_bytes());
+        out.extend_from_slice(&self.parent.unwrap_or(0).to_le_bytes());
+        out.extend_from_slice(&body_len.to_le_bytes());
+        let count =
+            u32::try_from(self.items.len()).map_err(|_| StoreError::Invalid("too many items".into()))?;
+        out.extend_from_slice(&count.to_le_bytes());
+        for item in &self.items {
+            // validate() bounded the name to MAX_ITEM_NAME, which fits a u16.
+            out.extend_from_slice(&(item.name.len() as u16).to_le_bytes());
+            out.extend_from_slice(item.name.as_bytes());
+            out.extend_from_slice(&item.len.to_le_bytes());
+            out.extend_from_slice(&item.block_size.to_le_bytes());
+            out.extend_from_slice(&(item.blocks.len() as u64).to_le_bytes());
+            for (index, data) in &item.blocks {
+                out.extend_from_slice(&index.to_le_bytes());
+                out.extend_from_slice(data);
+            }
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        debug_assert_eq!(out.len() as u64, body_len);
+        out.resize(cap, 0);
+        Ok(out)
+    }
+}
+
+/// Length the delta of the epoch `manifest` describes encodes to (its stored blocks are
+/// exactly the delta's blocks).
+pub(crate) fn delta_len_of(manifest: &Manifest) -> u64 {
+    let items = manifest
+        .items
+        .iter()
+        .map(|i| (MIN_ITEM_LEN as u64 - 1) + i.name.len() as u64 + 8 * i.blocks.len() as u64);
+    HEADER_LEN + items.sum::<u64>() + manifest.data_len + TRAILER_LEN
+}
+
+/// Bounds-checked reader over the delta body.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if n > self.remaining() {
+            return Err(StoreError::Delta(format!(
+                "truncated: need {n} bytes at offset {}",
+                self.pos
+            )));
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+
+    fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+}
+
+/// Parses a (possibly zero-padded) serialized delta. Never panics; allocates at most a
+/// small multiple of `bytes.len()`.
+pub fn parse_delta(bytes: &[u8]) -> Result<Delta> {
+    let bad = |m: &str| StoreError::Delta(m.to_string());
+    if (bytes.len() as u64) < HEADER_LEN + TRAILER_LEN {
+        return Err(bad("shorter than a header"));
+    }
+    let mut head = Cursor { buf: bytes, pos: 0 };
+    if head.take(8)? != MAGIC {
+        return Err(bad("bad magic"));
+    }
+    let version = head.u16()?;
+    if version != DELTA_FORMAT {
+        return Err(StoreError::Delta(format!("unsupported version {version}")));
+    }
+    let flags = head.u16()?;
+    if flags & !FLAG_PARENT != 0 {
+        return Err(bad("unknown flags"));
+    }
+    let rank = head.u32()?;
+    let epoch = head.u64()?;
+    let parent_raw = head.u64()?;
+    let body_len = head.u64()?;
+    let item_count = head.u32()?;
+    let parent = if flags & FLAG_PARENT != 0 {
+        Some(parent_raw)
+    } else if parent_raw != 0 {
+        return Err(bad("parent set without flag"));
+    } else {
+        None
+    };
+    if body_len < HEADER_LEN + TRAILER_LEN || body_len > bytes.len() as u64 {
+        return Err(StoreError::Delta(format!(
+            "body length {body_len} outside 48..={}",
+            bytes.len()
+        )));
+    }
+    // body_len <= bytes.len(), so it fits a usize.
+    let body_len = body_len as usize;
+    if bytes[body_len..].iter().any(|&b| b != 0) {
+        return Err(bad("non-zero padding"));
+    }
+    let crc_at = body_len - TRAILER_LEN as usize;
+    let mut stored = [0u8; 4];
+    stored.copy_from_slice(&bytes[crc_at..body_len]);
+    if crc32c::crc32c(&bytes[..crc_at]) != u32::from_le_bytes(stored) {
+        return Err(bad("checksum mismatch"));
+    }
+    let mut cur = Cursor {
+        buf: &bytes[..crc_at],
+        pos: HEADER_LEN as usize,
+    };
+    if item_count as usize > cur.remaining() / MIN_ITEM_LEN {
+        return Err(bad("item count exceeds the data"));
+    }
+    let mut items = Vec::with_capacity(item_count as usize);
+    for _ in 0..item_count {
+        let name_len = cur.u16()? as usize;
+        let name = std::str::from_utf8(cur.take(name_len)?)
+            .map_err(|_| bad("item name not UTF-8"))?
+            .to_string();
+        let len = cur.u64()?;
+        let block_size = cur.u32()?;
+        if block_size == 0 || block_size > MAX_BLOCK_SIZE {
+            return Err(StoreError::Delta(format!("block size {block_size}")));
+        }
+        let block_count = cur.u64()?;
+        if block_count > (cur.remaining() / MIN_BLOCK_LEN) as u64 {
+            return Err(bad("block count exceeds the data"));
+        }
+        let mut blocks = Vec::with_capacity(block_count as usize);
+        for _ in 0..block_count {
+            let index = cur.u64()?;
+            let n = block_len(len, block_size, index);
+            if n == 0 {
+                return Err(StoreError::Delta(format!("item {name:?} block {index} past end")));
+            }
+            // n <= block_size, a u32.
+            blocks.push((index, cur.take(n as usize)?.to_vec()));
+        }
+        items.push(DeltaItem {
+            name,
+            len,
+            block_size,
+            blocks,
+        });
+    }
+    if cur.remaining() != 0 {
+        return Err(bad("trailing bytes after the last item"));
+    }
+    let delta = Delta {
+        rank,
+        epoch,
+        parent,
+        items,
+    };
+    delta.validate()?;
+    Ok(delta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Delta {
+        Delta {
+            rank: 1,
+            epoch: 3,
+            parent: Some(2),
+            items: vec![DeltaItem {
+                name: "a".into(),
+                len: 10,
+                block_size: 4,
+                blocks: vec![(0, vec![1, 2, 3, 4]), (2, vec![9, 9])],
+            }],
+        }
+    }
+
+    #[test]
+    fn padded_roundtrip_and_length() {
+        let d = sample();
+        let enc = d.encode().unwrap();
+        assert_eq!(enc.len() as u64, d.encoded_len());
+        let padded = d.encode_padded(enc.len() as u64 + 100).unwrap();
+        assert_eq!(&padded[..enc.len()], &enc[..]);
+        assert_eq!(parse_delta(&padded).unwrap(), d);
+        assert!(matches!(
+            d.encode_padded(enc.len() as u64 - 1),
+            Err(StoreError::DeltaTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn rejects_nonzero_padding_and_flips() {
+        let enc = sample().encode_padded(200).unwrap();
+        for i in 0..enc.len() {
+            let mut b = enc.clone();
+            b[i] ^= 0x80;
+            assert!(parse_delta(&b).is_err(), "flip at {i} accepted");
+        }
+    }
+
+    #[test]
+    fn full_delta_must_cover_every_block() {
+        let mut d = sample();
+        d.parent = None;
+        assert!(d.validate().is_err());
+        d.items[0].blocks.insert(1, (1, vec![0; 4]));
+        d.validate().unwrap();
+    }
+}

@@ -1,0 +1,182 @@
+//! Directory naming, durability helpers and the per-rank writer lock.
+//!
+//! The names are the store's state machine: a directory's name says whether the epoch in
+//! it is being written (`tmp-…`), durable but undecided (`prepared-E-G`), committed
+//! (`epoch-E-G`) or being deleted (`trash-…`). Every transition is one `rename` followed by
+//! an fsync of the rank directory, so a crash leaves each epoch in exactly one state.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{io_at, Result, StoreError};
+
+/// Manifest file inside an epoch directory.
+pub(crate) const MANIFEST_FILE: &str = "manifest";
+/// Block data file inside an epoch directory.
+pub(crate) const DATA_FILE: &str = "data";
+const LOCK_FILE: &str = "lock";
+const RANK_PREFIX: &str = "rank.";
+const COMMITTED_PREFIX: &str = "epoch-";
+const PREPARED_PREFIX: &str = "prepared-";
+pub(crate) const TMP_PREFIX: &str = "tmp-";
+const TRASH_PREFIX: &str = "trash-";
+
+/// Directory of `rank` under the store root.
+pub(crate) fn rank_dir(root: &Path, rank: u32) -> PathBuf {
+    root.join(format!("{RANK_PREFIX}{rank}"))
+}
+
+/// Rank of a directory named by [`rank_dir`].
+pub(crate) fn parse_rank_dir(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix(RANK_PREFIX)?;
+    let rank: u32 = digits.parse().ok()?;
+    (rank.to_string() == digits).then_some(rank)
+}
+
+/// Name of a committed (`prepared == false`) or prepared epoch directory.
+pub(crate) fn epoch_dir_name(prepared: bool, epoch: u64, generation: u32) -> String {
+    let prefix = if prepared {
+        PREPARED_PREFIX
+    } else {
+        COMMITTED_PREFIX
+    };
+    format!("{prefix}{epoch}-{generation}")
+}
+
+fn parse_epoch_gen(s: &str) -> Option<(u64, u32)> {
+    let (e, g) = s.split_once('-')?;
+    let epoch: u64 = e.parse().ok()?;
+    let generation: u32 = g.parse().ok()?;
+    (epoch.to_string() == e && generation.to_string() == g && epoch > 0).then_some((epoch, generation))
+}
+
+/// What a rank directory holds, by state.
+#[derive(Debug, Default)]
+pub(crate) struct RankScan {
+    /// Committed epochs → their generations, ascending.
+    pub committed: BTreeMap<u64, Vec<u32>>,
+    /// Prepared epochs → their generations, ascending.
+    pub prepared: BTreeMap<u64, Vec<u32>>,
+    /// Leftovers of interrupted writes and deletions.
+    pub garbage: Vec<String>,
+}
+
+impl RankScan {
+    /// Latest committed epoch.
+    pub fn latest(&self) -> Option<u64> {
+        self.committed.keys().next_back().copied()
+    }
+
+    /// Highest committed generation of `epoch`.
+    pub fn committed_gen(&self, epoch: u64) -> Option<u32> {
+        self.committed.get(&epoch).and_then(|g| g.last().copied())
+    }
+
+    /// Highest prepared generation of `epoch`.
+    pub fn prepared_gen(&self, epoch: u64) -> Option<u32> {
+        self.prepared.get(&epoch).and_then(|g| g.last().copied())
+    }
+}
+
+/// Lists a rank directory; a missing directory is an empty rank.
+pub(crate) fn scan_rank(dir: &Path) -> Result<RankScan> {
+    let mut scan = RankScan::default();
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(scan),
+        Err(e) => return Err(io_at(dir)(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io_at(dir))?;
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if let Some(rest) = name.strip_prefix(COMMITTED_PREFIX) {
+            if let Some((e, g)) = parse_epoch_gen(rest) {
+                scan.committed.entry(e).or_default().push(g);
+            }
+        } else if let Some(rest) = name.strip_prefix(PREPARED_PREFIX) {
+            if let Some((e, g)) = parse_epoch_gen(rest) {
+                scan.prepared.entry(e).or_default().push(g);
+            }
+        } else if name.starts_with(TMP_PREFIX) || name.starts_with(TRASH_PREFIX) {
+            scan.garbage.push(name);
+        }
+    }
+    for gens in scan.committed.values_mut().chain(scan.prepared.values_mut()) {
+        gens.sort_unstable();
+    }
+    Ok(scan)
+}
+
+/// Makes the directory's entries (creations, renames, removals) durable.
+pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|f| f.sync_all()).map_err(io_at(dir))
+}
+
+/// A name no other writer, in this process or another, is using.
+pub(crate) fn unique_suffix() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{n}", std::process::id())
+}
+
+/// Deletes an epoch directory so that a crash mid-way never leaves a half-deleted epoch
+/// under a committed or prepared name: rename to `trash-…`, fsync, then remove.
+pub(crate) fn remove_epoch_dir(rank_dir: &Path, name: &str) -> Result<()> {
+    let from = rank_dir.join(name);
+    let to = rank_dir.join(format!("{TRASH_PREFIX}{name}-{}", unique_suffix()));
+    fs::rename(&from, &to).map_err(io_at(&from))?;
+    fsync_dir(rank_dir)?;
+    fs::remove_dir_all(&to).map_err(io_at(&to))
+}
+
+/// Removes a `tmp-…` or `trash-…` leftover (never a committed or prepared epoch).
+pub(crate) fn remove_garbage(rank_dir: &Path, name: &str) -> Result<()> {
+    let path = rank_dir.join(name);
+    match fs::remove_dir_all(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_at(&path)(e)),
+    }
+}
+
+/// Exclusive `flock` on a rank's lock file: one writer (or cleaner) per rank across all
+/// processes. Released when dropped, and by the kernel when the holder dies, so a
+/// SIGKILLed writer never wedges the rank.
+#[derive(Debug)]
+pub(crate) struct RankLock {
+    _file: File,
+}
+
+impl RankLock {
+    /// Takes the lock without waiting; [`StoreError::Busy`] if someone holds it.
+    pub(crate) fn try_acquire(root: &Path, rank: u32) -> Result<RankLock> {
+        let dir = rank_dir(root, rank);
+        if !dir.is_dir() {
+            fs::create_dir_all(&dir).map_err(io_at(&dir))?;
+            fsync_dir(root)?;
+        }
+        let path = dir.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_at(&path))?;
+        // SAFETY: flock on a descriptor we own; no memory is passed.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            return Err(if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                StoreError::Busy { rank }
+            } else {
+                io_at(&path)(err)
+            });
+        }
+        Ok(RankLock { _file: file })
+    }
+}

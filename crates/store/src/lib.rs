@@ -1,0 +1,535 @@
+//! Crash-safe node-local checkpoint store.
+//!
+//! A rank's checkpoint state is a set of named **items** (memory regions, files), each a
+//! byte string. The store keeps, per rank, a sequence of **epochs** (numbered from 1): the
+//! first is a full image, later ones are **block deltas** against the previous committed
+//! epoch, until the retention policy ([`RetentionPolicy`]) says the chain is long enough
+//! and the next epoch (or a [`Store::coalesce`] call) stores a full image again — libckpt's
+//! `maxfiles` coalescing. Every stored block carries a CRC-32C, every epoch a checksummed
+//! [`Manifest`]; reading verifies both and fails naming rank, epoch, item and block rather
+//! than returning wrong bytes.
+//!
+//! # On-disk layout
+//!
+//! ```text
+//! <root>/                      default_root(): /dev/shm/eckpt on tmpfs, else a state dir
+//!   rank.<R>/                  one directory per rank R (decimal)
+//!     lock                     flock(2) target: one writer per rank across processes
+//!     epoch-<E>-<G>/           committed epoch E, generation G
+//!       manifest               checksummed header line + JSON (see `manifest` docs)
+//!       data                   the blocks this epoch stores, item by item, ascending
+//!     prepared-<E>-<G>/        durable, awaiting commit or abort (two-phase commit)
+//!     tmp-<E>-<G>-<pid>-<n>/   being written; removed at the next open or write
+//!     trash-<name>-<pid>-<n>/  being deleted; removed at the next open or write
+//! ```
+//!
+//! The directory name is the epoch's state and every state change is one `rename` plus an
+//! fsync of `rank.<R>/`, after the files inside were fsync'd. Committing is the rename
+//! `prepared-E-G` → `epoch-E-G`. Hence a crash (SIGKILL, power loss) at any instant leaves
+//! every epoch either committed and complete, or not committed; the last committed epoch is
+//! always readable. Generations exist so an epoch can be rewritten in place (coalescing to
+//! a full image, repair by [`Store::import_image`]): the highest committed generation is
+//! the one read, and lower ones are removed only after the higher one is committed.
+//!
+//! # Content semantics
+//!
+//! An item of epoch E is its content in the parent epoch, cut to E's length (bytes past the
+//! parent's length are zero), with E's stored blocks written over it. Items a writer does
+//! not mention are carried over unchanged; removed items are absent from E's manifest.
+//! When the caller hands full content for a delta epoch, the writer compares it with the
+//! previous image block by block and stores only blocks that differ.
+//!
+//! # Cluster hooks
+//!
+//! [`Store::dirty_xor`] gives the parity-update input (old ⊕ new per changed block),
+//! [`Store::padded_delta`] / [`Store::delta_len`] the zero-padded serialized delta the
+//! group erasure-codes, [`parse_delta`] / [`Store::apply_delta`] the inverse after decode,
+//! and [`Store::import_image`] installs a decoded image on a spare node. The first three
+//! accept a prepared epoch, since the cluster encodes before it commits.
+
+#![warn(missing_docs)]
+
+mod cluster;
+mod delta;
+mod error;
+mod layout;
+mod manifest;
+mod read;
+mod write;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+pub use cluster::XorBlock;
+pub use delta::{parse_delta, Delta, DeltaItem, DELTA_FORMAT};
+pub use error::{Result, StoreError};
+pub use manifest::{
+    parse_manifest, BlockEntry, ItemManifest, Manifest, MANIFEST_FORMAT, MAX_BLOCK_SIZE, MAX_ITEM_NAME,
+};
+pub use read::ItemReader;
+pub use write::{EpochWriter, PreparedEpoch};
+
+use error::io_at;
+use layout::{parse_rank_dir, rank_dir, scan_rank, RankLock};
+use read::{locate, Chain};
+use write::{cleanup_rank, Plan};
+
+/// When to start a new full image and which epochs to keep (libckpt's `maxfiles`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetentionPolicy {
+    /// Newest committed epochs kept readable (at least 1); older ones are deleted once no
+    /// kept epoch depends on them.
+    pub keep_committed: usize,
+    /// Longest delta chain: an epoch whose parent already ends `max_chain` deltas is stored
+    /// full. 0 stores every epoch full.
+    pub max_chain: u32,
+    /// An epoch is stored full when the deltas of its parent's chain together store more
+    /// than this fraction of the parent's image size.
+    pub max_chain_ratio: f64,
+}
+
+impl Default for RetentionPolicy {
+    fn default() -> Self {
+        RetentionPolicy {
+            keep_committed: 2,
+            max_chain: 8,
+            max_chain_ratio: 1.0,
+        }
+    }
+}
+
+impl RetentionPolicy {
+    /// Whether an epoch following `parent` must be a full image.
+    fn wants_full(&self, parent: &Manifest) -> bool {
+        parent.chain_len >= self.max_chain
+            || (parent.chain_len > 0
+                && parent.chain_bytes as f64 > self.max_chain_ratio * parent.image_len() as f64)
+    }
+}
+
+/// Store configuration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Options {
+    /// Block size for items given as full content ([`EpochWriter::put_full`]).
+    pub block_size: u32,
+    /// Coalescing and retention.
+    pub retention: RetentionPolicy,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            block_size: 4096,
+            retention: RetentionPolicy::default(),
+        }
+    }
+}
+
+/// All items of one epoch, fully reconstructed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Image {
+    /// Item name → content.
+    pub items: BTreeMap<String, Vec<u8>>,
+}
+
+/// Where checkpoints live by default: `/dev/shm/eckpt` when `/dev/shm` is a tmpfs (fastest,
+/// survives the process but not the node), else `$XDG_STATE_HOME/eckpt`, else
+/// `~/.local/state/eckpt`, else `eckpt` under the temporary directory.
+pub fn default_root() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    pick_root(
+        is_tmpfs(shm).then_some(shm),
+        std::env::var_os("XDG_STATE_HOME"),
+        std::env::var_os("HOME"),
+    )
+}
+
+fn pick_root(tmpfs: Option<&Path>, xdg_state: Option<OsString>, home: Option<OsString>) -> PathBuf {
+    if let Some(t) = tmpfs {
+        return t.join("eckpt");
+    }
+    // The XDG spec says relative values are invalid and must be ignored.
+    if let Some(x) = xdg_state.map(PathBuf::from).filter(|p| p.is_absolute()) {
+        return x.join("eckpt");
+    }
+    if let Some(h) = home.map(PathBuf::from).filter(|p| p.is_absolute()) {
+        return h.join(".local/state/eckpt");
+    }
+    std::env::temp_dir().join("eckpt")
+}
+
+fn is_tmpfs(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs writes into the zeroed struct we pass; the path is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    rc == 0 && st.f_type == libc::TMPFS_MAGIC
+}
+
+/// A node-local checkpoint store rooted at one directory. Cheap to clone; any number of
+/// `Store` values (and processes) may read concurrently, while writes to a rank are
+/// serialized by the rank's lock ([`StoreError::Busy`] for a second writer).
+///
+/// Readers take no lock: an epoch deleted by retention while being opened reads as an
+/// error, never as wrong bytes; once opened, an [`ItemReader`] keeps its files.
+#[derive(Debug, Clone)]
+pub struct Store {
+    root: PathBuf,
+    options: Options,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `root` with default [`Options`].
+    pub fn open(root: impl AsRef<Path>) -> Result<Store> {
+        Store::open_with(root, Options::default())
+    }
+
+    /// Opens (creating if needed) the store at `root`, and removes what crashes left behind
+    /// in every rank no writer currently holds: temporary and trash directories, prepared
+    /// epochs that can no longer be committed, superseded generations. Prepared epochs newer
+    /// than the latest committed one are kept for [`Store::resume_prepared`].
+    pub fn open_with(root: impl AsRef<Path>, options: Options) -> Result<Store> {
+        let r = &options.retention;
+        if r.keep_committed == 0 {
+            return Err(StoreError::Invalid("keep_committed must be at least 1".into()));
+        }
+        if !(r.max_chain_ratio.is_finite() && r.max_chain_ratio >= 0.0) {
+            return Err(StoreError::Invalid(format!(
+                "max_chain_ratio {}",
+                r.max_chain_ratio
+            )));
+        }
+        if options.block_size == 0 || options.block_size > MAX_BLOCK_SIZE {
+            return Err(StoreError::Invalid(format!("block size {}", options.block_size)));
+        }
+        let root = root.as_ref().to_path_buf();
+        if !root.is_dir() {
+            fs::create_dir_all(&root).map_err(io_at(&root))?;
+            // Make the new root's own entry durable, or a power loss could take it (and
+            // every epoch committed under it) away.
+            if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+                layout::fsync_dir(parent)?;
+            }
+        }
+        let store = Store { root, options };
+        for rank in store.ranks()? {
+            match RankLock::try_acquire(&store.root, rank) {
+                Ok(_lock) => cleanup_rank(&rank_dir(&store.root, rank), false)?,
+                Err(StoreError::Busy { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(store)
+    }
+
+    /// Root directory of the store.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    fn rank_dir(&self, rank: u32) -> PathBuf {
+        rank_dir(&self.root, rank)
+    }
+
+    /// Ranks that have a directory in the store, ascending.
+    pub fn ranks(&self) -> Result<Vec<u32>> {
+        let mut ranks = Vec::new();
+        for entry in fs::read_dir(&self.root).map_err(io_at(&self.root))? {
+            let entry = entry.map_err(io_at(&self.root))?;
+            if let Some(r) = entry.file_name().to_str().and_then(parse_rank_dir) {
+                ranks.push(r);
+            }
+        }
+        ranks.sort_unstable();
+        Ok(ranks)
+    }
+
+    /// Committed epochs of `rank`, ascending.
+    pub fn list_epochs(&self, rank: u32) -> Result<Vec<u64>> {
+        Ok(scan_rank(&self.rank_dir(rank))?.committed.into_keys().collect())
+    }
+
+    /// The newest committed epoch of `rank`: what a restart uses.
+    pub fn latest_committed(&self, rank: u32) -> Result<Option<u64>> {
+        Ok(scan_rank(&self.rank_dir(rank))?.latest())
+    }
+
+    /// Prepared epochs of `rank` that can still be committed (newer than the latest
+    /// committed one), ascending.
+    pub fn prepared_epochs(&self, rank: u32) -> Result<Vec<u64>> {
+        let scan = scan_rank(&self.rank_dir(rank))?;
+        let latest = scan.latest().unwrap_or(0);
+        Ok(scan.prepared.into_keys().filter(|&e| e > latest).collect())
+    }
+
+    /// The manifest of a committed (or else prepared) epoch.
+    pub fn manifest(&self, rank: u32, epoch: u64) -> Result<Manifest> {
+        let dir = self.rank_dir(rank);
+        let scan = scan_rank(&dir)?;
+        Ok(locate(&dir, &scan, rank, epoch, true)?.manifest)
+    }
+
+    fn chain(&self, rank: u32, epoch: u64) -> Result<Chain> {
+        Chain::open(&self.rank_dir(rank), rank, epoch, false)
+    }
+
+    /// Reconstructs every item of a committed epoch, verifying every block read.
+    pub fn read_image(&self, rank: u32, epoch: u64) -> Result<Image> {
+        let chain = self.chain(rank, epoch)?;
+        let mut image = Image::default();
+        for item in &chain.target().manifest.items {
+            let len = usize::try_from(item.len)
+                .map_err(|_| StoreError::Invalid(format!("item {:?} too large", item.name)))?;
+            let mut buf = vec![0u8; len];
+            chain.read_padded(&item.name, 0, &mut buf)?;
+            image.items.insert(item.name.clone(), buf);
+        }
+        Ok(image)
+    }
+
+    /// Fills `buf`, whose length must equal the item's, with the item's content at a
+    /// committed epoch — in place, so a restart can write straight into user memory.
+    pub fn read_item_into(&self, rank: u32, epoch: u64, name: &str, buf: &mut [u8]) -> Result<()> {
+        let chain = self.chain(rank, epoch)?;
+        let len = chain.item_len(name)?;
+        if buf.len() as u64 != len {
+            return Err(StoreError::Invalid(format!(
+                "buffer of {} bytes for item {name:?} of {len} bytes",
+                buf.len()
+            )));
+        }
+        chain.read_padded(name, 0, buf)
+    }
+
+    /// Fills `buf` with bytes `offset..offset + buf.len()` of an item at a committed epoch;
+    /// the range must lie inside the item.
+    pub fn read_item_range(
+        &self,
+        rank: u32,
+        epoch: u64,
+        name: &str,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        self.chain(rank, epoch)?.read_exact(name, offset, buf)
+    }
+
+    /// Streams an item of a committed epoch.
+    pub fn item_reader(&self, rank: u32, epoch: u64, name: &str) -> Result<ItemReader> {
+        ItemReader::new(self.chain(rank, epoch)?, name)
+    }
+
+    /// Takes the rank's lock and removes crash leftovers, including every prepared epoch
+    /// when `discard_prepared` (a new epoch supersedes undecided ones).
+    fn lock_rank(&self, rank: u32, discard_prepared: bool) -> Result<RankLock> {
+        let lock = RankLock::try_acquire(&self.root, rank)?;
+        cleanup_rank(&self.rank_dir(rank), discard_prepared)?;
+        Ok(lock)
+    }
+
+    fn begin(&self, lock: RankLock, plan: Plan) -> Result<EpochWriter> {
+        EpochWriter::begin(
+            &self.root,
+            lock,
+            plan,
+            self.options.block_size,
+            self.options.retention,
+        )
+    }
+
+    /// Plan for a new epoch following committed epoch `parent` (or none).
+    fn plan_after(&self, rank: u32, epoch: u64, parent: Option<u64>) -> Result<Plan> {
+        let source = parent.map(|p| self.chain(rank, p)).transpose()?;
+        let full = source
+            .as_ref()
+            .is_none_or(|c| self.options.retention.wants_full(&c.target().manifest));
+        Ok(Plan {
+            rank,
+            epoch,
+            generation: 0,
+            parent,
+            source,
+            full,
+        })
+    }
+
+    /// Starts writing `epoch` of `rank`, which must be newer than the latest committed
+    /// epoch. Prepared but uncommitted epochs of the rank are discarded. Fails when the
+    /// latest committed epoch cannot be read (a damaged chain) rather than silently
+    /// dropping carried-over items; [`Store::import_image`] can then write a
+    /// self-contained full epoch.
+    pub fn writer(&self, rank: u32, epoch: u64) -> Result<EpochWriter> {
+        if epoch == 0 {
+            return Err(StoreError::Invalid("epochs start at 1".into()));
+        }
+        let lock = self.lock_rank(rank, true)?;
+        let latest = self.latest_committed(rank)?;
+        if let Some(l) = latest.filter(|&l| l >= epoch) {
+            return Err(StoreError::Invalid(format!(
+                "rank {rank} epoch {epoch} is not newer than committed epoch {l}"
+            )));
+        }
+        let plan = self.plan_after(rank, epoch, latest)?;
+        self.begin(lock, plan)
+    }
+
+    /// Takes up a prepared epoch left by an earlier (possibly crashed) process, to commit
+    /// or abort it as the cluster decided.
+    pub fn resume_prepared(&self, rank: u32, epoch: u64) -> Result<PreparedEpoch> {
+        let lock = self.lock_rank(rank, false)?;
+        let dir = self.rank_dir(rank);
+        let scan = scan_rank(&dir)?;
+        let generation = scan
+            .prepared_gen(epoch)
+            .ok_or(StoreError::NoEpoch { rank, epoch })?;
+        // Everything the epoch depends on must be intact before it may be committed.
+        Chain::open(&dir, rank, epoch, true)?;
+        Ok(PreparedEpoch::resume(
+            &self.root,
+            lock,
+            rank,
+            epoch,
+            generation,
+            self.options.retention,
+        ))
+    }
+
+    /// Rewrites the latest committed epoch of `rank` as a full image (a new generation),
+    /// so the delta chain behind it can be retired. Returns the epoch, or `None` when there
+    /// is nothing to do (no epoch, or already full).
+    pub fn coalesce(&self, rank: u32) -> Result<Option<u64>> {
+        let lock = self.lock_rank(rank, false)?;
+        let dir = self.rank_dir(rank);
+        let scan = scan_rank(&dir)?;
+        let Some(latest) = scan.latest() else {
+            return Ok(None);
+        };
+        let chain = self.chain(rank, latest)?;
+        let m = &chain.target().manifest;
+        if m.full {
+            return Ok(None);
+        }
+        let (generation, parent) = (m.generation + 1, m.parent);
+        let plan = Plan {
+            rank,
+            epoch: latest,
+            generation,
+            parent,
+            source: Some(chain),
+            full: true,
+        };
+        self.begin(lock, plan)?.commit()?;
+        Ok(Some(latest))
+    }
+
+    /// Installs `image` as committed epoch `epoch` of `rank` (a full image), with the same
+    /// crash-safe protocol as any write: recovery uses it to place a decoded image on a
+    /// spare node. If `epoch` is already committed the image replaces it as a new
+    /// generation (repair of a damaged epoch); otherwise `epoch` must be newer than the
+    /// latest committed epoch. Prepared epochs of the rank are discarded.
+    pub fn import_image(&self, rank: u32, epoch: u64, image: &Image) -> Result<()> {
+        if epoch == 0 {
+            return Err(StoreError::Invalid("epochs start at 1".into()));
+        }
+        let lock = self.lock_rank(rank, true)?;
+        let dir = self.rank_dir(rank);
+        let scan = scan_rank(&dir)?;
+        let (generation, parent) = match scan.committed_gen(epoch) {
+            // Keep the recorded parent when the damaged manifest still says it.
+            Some(g) => (
+                g + 1,
+                locate(&dir, &scan, rank, epoch, false)
+                    .ok()
+                    .and_then(|d| d.manifest.parent),
+            ),
+            None => match scan.latest() {
+                Some(l) if l > epoch => {
+                    return Err(StoreError::Invalid(format!(
+                        "rank {rank} epoch {epoch} is older than committed epoch {l}"
+                    )))
+                }
+                _ => (0, None),
+            },
+        };
+        let plan = Plan {
+            rank,
+            epoch,
+            generation,
+            parent,
+            source: None,
+            full: true,
+        };
+        let mut writer = self.begin(lock, plan)?;
+        for (name, content) in &image.items {
+            writer.put_full(name, content)?;
+        }
+        writer.commit()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_choice_prefers_tmpfs_then_xdg_then_home() {
+        let shm = Path::new("/dev/shm");
+        let xdg = Some(OsString::from("/x/state"));
+        let home = Some(OsString::from("/home/u"));
+        assert_eq!(
+            pick_root(Some(shm), xdg.clone(), home.clone()),
+            PathBuf::from("/dev/shm/eckpt")
+        );
+        assert_eq!(
+            pick_root(None, xdg, home.clone()),
+            PathBuf::from("/x/state/eckpt")
+        );
+        assert_eq!(
+            pick_root(None, Some(OsString::from("relative")), home),
+            PathBuf::from("/home/u/.local/state/eckpt")
+        );
+        assert_eq!(pick_root(None, None, None), std::env::temp_dir().join("eckpt"));
+    }
+
+    #[test]
+    fn retention_decides_full_by_chain_length_and_ratio() {
+        let policy = RetentionPolicy {
+            keep_committed: 1,
+            max_chain: 3,
+            max_chain_ratio: 0.5,
+        };
+        let mut m = Manifest {
+            format: MANIFEST_FORMAT,
+            rank: 0,
+            epoch: 4,
+            generation: 0,
+            parent: Some(3),
+            full: false,
+            chain_len: 2,
+            chain_bytes: 40,
+            data_len: 0,
+            items: vec![ItemManifest {
+                name: "a".into(),
+                len: 100,
+                block_size: 10,
+                blocks: vec![],
+            }],
+        };
+        assert!(!policy.wants_full(&m));
+        m.chain_bytes = 51;
+        assert!(policy.wants_full(&m));
+        m.chain_bytes = 10;
+        m.chain_len = 3;
+        assert!(policy.wants_full(&m));
+    }
+}

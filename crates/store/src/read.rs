@@ -1,0 +1,294 @@
+//! Reading epochs: loading manifests, following delta chains, checking every block.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{io_at, Result, StoreError};
+use crate::layout::{epoch_dir_name, scan_rank, RankScan, DATA_FILE, MANIFEST_FILE};
+use crate::manifest::{parse_manifest, Manifest};
+
+/// One stored epoch generation, its manifest checked and its data file open.
+///
+/// Keeping the file open means a reader is unaffected by retention deleting the directory
+/// meanwhile (the inode lives until the last descriptor closes).
+#[derive(Debug)]
+pub(crate) struct EpochData {
+    pub manifest: Manifest,
+    /// Data-file offset of each item's first stored block.
+    offsets: Vec<u64>,
+    file: File,
+    data_path: PathBuf,
+}
+
+impl EpochData {
+    /// Loads the epoch in `dir`, checking that the manifest is intact, is the one the
+    /// directory name promises, and that the data file has the length it describes.
+    pub(crate) fn load(dir: &Path, rank: u32, epoch: u64, generation: u32) -> Result<EpochData> {
+        let corrupt = |detail: String| StoreError::Corrupt { rank, epoch, detail };
+        let mpath = dir.join(MANIFEST_FILE);
+        let bytes = std::fs::read(&mpath).map_err(io_at(&mpath))?;
+        let manifest =
+            parse_manifest(&bytes).map_err(|e| corrupt(format!("manifest {}: {e}", mpath.display())))?;
+        if manifest.rank != rank || manifest.epoch != epoch || manifest.generation != generation {
+            return Err(corrupt(format!(
+                "manifest {} describes rank {} epoch {} generation {}",
+                mpath.display(),
+                manifest.rank,
+                manifest.epoch,
+                manifest.generation
+            )));
+        }
+        let data_path = dir.join(DATA_FILE);
+        let file = File::open(&data_path).map_err(io_at(&data_path))?;
+        let actual = file.metadata().map_err(io_at(&data_path))?.len();
+        if actual != manifest.data_len {
+            return Err(corrupt(format!(
+                "data file {} is {actual} bytes, manifest says {}",
+                data_path.display(),
+                manifest.data_len
+            )));
+        }
+        let mut offsets = Vec::with_capacity(manifest.items.len());
+        let mut at = 0u64;
+        for item in &manifest.items {
+            offsets.push(at);
+            at += item.stored_bytes();
+        }
+        Ok(EpochData {
+            manifest,
+            offsets,
+            file,
+            data_path,
+        })
+    }
+
+    /// Reads the `k`-th stored block of item `item` into `buf` and checks its CRC.
+    /// `target` is the epoch being read, for the error message.
+    pub(crate) fn read_block(&self, target: u64, item: usize, k: usize, buf: &mut Vec<u8>) -> Result<()> {
+        let it = &self.manifest.items[item];
+        let entry = it.blocks[k];
+        // Only an item's last block is short, so the k-th stored block starts k full
+        // blocks into the item's data.
+        let off = self.offsets[item] + k as u64 * u64::from(it.block_size);
+        buf.resize(it.block_len(entry.index) as usize, 0);
+        self.file
+            .read_exact_at(buf, off)
+            .map_err(io_at(&self.data_path))?;
+        if crc32c::crc32c(buf) != entry.crc32c {
+            return Err(StoreError::BlockChecksum {
+                rank: self.manifest.rank,
+                epoch: target,
+                item: it.name.clone(),
+                block: entry.index,
+                stored_in: self.manifest.epoch,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Loads the newest committed generation of `epoch`, or when there is none and
+/// `allow_prepared`, its newest prepared generation.
+pub(crate) fn locate(
+    rank_dir: &Path,
+    scan: &RankScan,
+    rank: u32,
+    epoch: u64,
+    allow_prepared: bool,
+) -> Result<EpochData> {
+    let (prepared, generation) = match scan.committed_gen(epoch) {
+        Some(g) => (false, g),
+        None => match scan.prepared_gen(epoch).filter(|_| allow_prepared) {
+            Some(g) => (true, g),
+            None => return Err(StoreError::NoEpoch { rank, epoch }),
+        },
+    };
+    let dir = rank_dir.join(epoch_dir_name(prepared, epoch, generation));
+    EpochData::load(&dir, rank, epoch, generation)
+}
+
+/// An epoch together with every epoch its content depends on: the last full epoch first,
+/// then each delta up to the epoch itself.
+pub(crate) struct Chain {
+    links: Vec<EpochData>,
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Chain(epoch {})", self.epoch())
+    }
+}
+
+impl Chain {
+    /// Opens the chain of `epoch` of `rank`. The epoch itself may be prepared when
+    /// `allow_prepared` (the cluster diffs and encodes an epoch before committing it); the
+    /// epochs it depends on must be committed.
+    pub(crate) fn open(rank_dir: &Path, rank: u32, epoch: u64, allow_prepared: bool) -> Result<Chain> {
+        let scan = scan_rank(rank_dir)?;
+        let mut links = vec![locate(rank_dir, &scan, rank, epoch, allow_prepared)?];
+        loop {
+            let last = &links[links.len() - 1].manifest;
+            if last.full {
+                break;
+            }
+            // validate() guarantees a delta has a parent smaller than itself, so the walk
+            // ends.
+            let parent = last.parent.unwrap_or(0);
+            let from = last.epoch;
+            let generation = scan.committed_gen(parent).ok_or_else(|| StoreError::Corrupt {
+                rank,
+                epoch,
+                detail: format!("epoch {from} needs epoch {parent}, which is not committed"),
+            })?;
+            let dir = rank_dir.join(epoch_dir_name(false, parent, generation));
+            links.push(EpochData::load(&dir, rank, parent, generation)?);
+        }
+        links.reverse();
+        Ok(Chain { links })
+    }
+
+    /// The epoch the chain was opened for.
+    pub(crate) fn target(&self) -> &EpochData {
+        &self.links[self.links.len() - 1]
+    }
+
+    /// Epoch number of [`Chain::target`].
+    pub(crate) fn epoch(&self) -> u64 {
+        self.target().manifest.epoch
+    }
+
+    /// Length of item `name` in the target epoch, or [`StoreError::NoItem`].
+    pub(crate) fn item_len(&self, name: &str) -> Result<u64> {
+        let m = &self.target().manifest;
+        m.item_index(name)
+            .map(|i| m.items[i].len)
+            .ok_or_else(|| StoreError::NoItem {
+                rank: m.rank,
+                epoch: m.epoch,
+                item: name.to_string(),
+            })
+    }
+
+    /// Fills `buf` with bytes `offset..offset + buf.len()` of item `name` as of the target
+    /// epoch, where bytes past the item's end (or of an absent item) read as zero.
+    ///
+    /// Replays the chain over the window only: each epoch first cuts the item to its
+    /// length at that epoch (bytes beyond become zero), then writes its stored blocks.
+    pub(crate) fn read_padded(&self, name: &str, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let a = offset;
+        let b = offset
+            .checked_add(buf.len() as u64)
+            .ok_or_else(|| StoreError::Invalid("read range overflows".into()))?;
+        buf.fill(0);
+        // Invariant: window bytes at or beyond `nonzero_end` are zero.
+        let mut nonzero_end = a;
+        let mut scratch = Vec::new();
+        let target = self.epoch();
+        for link in &self.links {
+            let index = link.manifest.item_index(name);
+            let len = index.map_or(0, |i| link.manifest.items[i].len);
+            if len < nonzero_end {
+                let from = len.max(a);
+                buf[(from - a) as usize..(nonzero_end - a) as usize].fill(0);
+                nonzero_end = from;
+            }
+            let Some(i) = index else { continue };
+            let item = &link.manifest.items[i];
+            let bs = u64::from(item.block_size);
+            let first = a / bs;
+            let start = item.blocks.partition_point(|blk| blk.index < first);
+            for k in start..item.blocks.len() {
+                // index < block_count, so index * bs < len: no overflow.
+                let bstart = item.blocks[k].index * bs;
+                if bstart >= b {
+                    break;
+                }
+                link.read_block(target, i, k, &mut scratch)?;
+                let lo = bstart.max(a);
+                let hi = (bstart + scratch.len() as u64).min(b);
+                if lo < hi {
+                    buf[(lo - a) as usize..(hi - a) as usize]
+                        .copy_from_slice(&scratch[(lo - bstart) as usize..(hi - bstart) as usize]);
+                    nonzero_end = nonzero_end.max(hi);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Like [`Chain::read_padded`] but the window must lie inside an existing item.
+    pub(crate) fn read_exact(&self, name: &str, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let len = self.item_len(name)?;
+        let end = offset.checked_add(buf.len() as u64);
+        if end.is_none_or(|e| e > len) {
+            return Err(StoreError::Invalid(format!(
+                "range {offset}+{} outside item {name:?} of {len} bytes",
+                buf.len()
+            )));
+        }
+        self.read_padded(name, offset, buf)
+    }
+}
+
+/// Streams one item of one epoch (`std::io::Read` + `Seek`), for items too large to
+/// materialize at once. Every block it returns has been checksum-verified; a damaged block
+/// surfaces as an `io::Error` wrapping the [`StoreError`].
+#[derive(Debug)]
+pub struct ItemReader {
+    chain: Chain,
+    name: String,
+    len: u64,
+    pos: u64,
+}
+
+impl ItemReader {
+    pub(crate) fn new(chain: Chain, name: &str) -> Result<ItemReader> {
+        let len = chain.item_len(name)?;
+        Ok(ItemReader {
+            chain,
+            name: name.to_string(),
+            len,
+            pos: 0,
+        })
+    }
+
+    /// Length of the item.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the item is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Read for ItemReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = (self.len.saturating_sub(self.pos)).min(buf.len() as u64) as usize;
+        if n == 0 {
+            return Ok(0);
+        }
+        self.chain
+            .read_padded(&self.name, self.pos, &mut buf[..n])
+            .map_err(std::io::Error::other)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for ItemReader {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        let target = match pos {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => self.len.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        let target = target
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before start"))?;
+        self.pos = target;
+        Ok(target)
+    }
+}

@@ -1,0 +1,130 @@
+//! Damaged stored state must produce a clear error naming what is damaged, never bytes.
+
+use std::path::{Path, PathBuf};
+
+use eckpt_store::{Options, RetentionPolicy, Store, StoreError};
+
+/// Rank 2: epoch 1 full (item "heap" of 4 blocks of 64 bytes + "tail"), epoch 2 a delta
+/// rewriting heap block 1 only.
+fn two_epochs() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        block_size: 64,
+        retention: RetentionPolicy::default(),
+    };
+    let store = Store::open_with(dir.path(), opts).unwrap();
+    let mut w = store.writer(2, 1).unwrap();
+    w.put_full("heap", &[1u8; 256]).unwrap();
+    w.put_full("tail", b"tail bytes").unwrap();
+    w.commit().unwrap();
+    let mut w = store.writer(2, 2).unwrap();
+    w.put_dirty("heap", 64, 256, &[(1, &[2u8; 64])]).unwrap();
+    w.commit().unwrap();
+    (dir, store)
+}
+
+fn epoch_file(dir: &Path, epoch: u64, file: &str) -> PathBuf {
+    dir.join(format!("rank.2/epoch-{epoch}-0/{file}"))
+}
+
+fn flip(path: &Path, at: usize) {
+    let mut b = std::fs::read(path).unwrap();
+    b[at] ^= 0x10;
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn flipped_base_block_names_rank_epoch_item_block() {
+    let (dir, store) = two_epochs();
+    // Heap block 3 of epoch 1 (bytes 192..256 of its data) is still live in epoch 2.
+    flip(&epoch_file(dir.path(), 1, "data"), 200);
+    let err = store.read_image(2, 2).unwrap_err();
+    match &err {
+        StoreError::BlockChecksum {
+            rank,
+            epoch,
+            item,
+            block,
+            stored_in,
+        } => {
+            assert_eq!(
+                (*rank, *epoch, item.as_str(), *block, *stored_in),
+                (2, 2, "heap", 3, 1)
+            );
+        }
+        other => panic!("unexpected error {other}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.contains("rank 2 epoch 2") && msg.contains("\"heap\" block 3"),
+        "{msg}"
+    );
+    let mut buf = vec![0u8; 256];
+    assert!(store.read_item_into(2, 2, "heap", &mut buf).is_err());
+    // Reads that do not touch the damaged block still work and are exact.
+    let mut first = vec![0u8; 128];
+    store.read_item_range(2, 2, "heap", 0, &mut first).unwrap();
+    assert_eq!(&first[..64], &[1u8; 64]);
+    assert_eq!(&first[64..], &[2u8; 64]);
+    // Streaming reports it too.
+    let mut r = store.item_reader(2, 2, "heap").unwrap();
+    let mut sink = Vec::new();
+    assert!(std::io::Read::read_to_end(&mut r, &mut sink).is_err());
+}
+
+#[test]
+fn flipped_delta_block_is_detected() {
+    let (dir, store) = two_epochs();
+    flip(&epoch_file(dir.path(), 2, "data"), 5);
+    assert!(matches!(
+        store.read_image(2, 2),
+        Err(StoreError::BlockChecksum {
+            block: 1,
+            stored_in: 2,
+            ..
+        })
+    ));
+    assert!(store.dirty_xor(2, 2).is_err());
+    assert!(store.padded_delta(2, 2, 10_000).is_err());
+    // The parent epoch is untouched and still exact.
+    assert_eq!(store.read_image(2, 1).unwrap().items["heap"], vec![1u8; 256]);
+}
+
+#[test]
+fn any_flipped_manifest_byte_is_rejected() {
+    let (dir, store) = two_epochs();
+    let path = epoch_file(dir.path(), 1, "manifest");
+    let good = std::fs::read(&path).unwrap();
+    for at in 0..good.len() {
+        let mut b = good.clone();
+        b[at] ^= 0x04;
+        std::fs::write(&path, &b).unwrap();
+        let err = store.read_image(2, 2).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Corrupt { rank: 2, epoch: 1, detail } if detail.contains("manifest")),
+            "byte {at}: {err}"
+        );
+    }
+    std::fs::write(&path, &good).unwrap();
+    assert_eq!(store.read_image(2, 2).unwrap().items["tail"], b"tail bytes");
+}
+
+#[test]
+fn truncated_data_and_missing_parent_are_reported() {
+    let (dir, store) = two_epochs();
+    let data = epoch_file(dir.path(), 1, "data");
+    let len = std::fs::metadata(&data).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&data)
+        .unwrap()
+        .set_len(len - 1)
+        .unwrap();
+    let err = store.read_image(2, 2).unwrap_err();
+    assert!(err.to_string().contains("data file"), "{err}");
+    std::fs::remove_dir_all(dir.path().join("rank.2/epoch-1-0")).unwrap();
+    let err = store.read_image(2, 2).unwrap_err();
+    assert!(err.to_string().contains("needs epoch 1"), "{err}");
+    // A writer cannot build on a broken chain either.
+    assert!(store.writer(2, 3).is_err());
+}

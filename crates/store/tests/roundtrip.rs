@@ -1,0 +1,599 @@
+//! Many epochs of random changes, checked byte for byte against an in-memory model, plus
+//! retention, coalescing, two-phase commit, cluster hooks and import.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufReader, Read, Seek, SeekFrom};
+
+use eckpt_store::{parse_delta, Image, Options, PreparedEpoch, RetentionPolicy, Store, StoreError, XorBlock};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+type Model = BTreeMap<String, Vec<u8>>;
+
+/// Per-epoch facts the test tracks to predict retention.
+#[derive(Clone, Copy, Debug)]
+struct EpochFacts {
+    full: bool,
+    parent: Option<u64>,
+    chain_len: u32,
+}
+
+fn random_bytes(rng: &mut StdRng, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    rng.fill(&mut v[..]);
+    v
+}
+
+/// Applies dirty blocks to `old` the way the store defines it: cut/zero-extend, overlay.
+fn apply_dirty(old: &[u8], new_len: usize, bs: usize, blocks: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let mut v = old.to_vec();
+    v.resize(new_len, 0);
+    for (i, d) in blocks {
+        let at = *i as usize * bs;
+        v[at..at + d.len()].copy_from_slice(d);
+    }
+    v
+}
+
+/// Writes one random epoch and returns the new model.
+fn write_random_epoch(
+    store: &Store,
+    rank: u32,
+    epoch: u64,
+    model: &Model,
+    rng: &mut StdRng,
+) -> (Model, bool, PreparedEpoch) {
+    let mut w = store.writer(rank, epoch).unwrap();
+    let full = w.is_full();
+    let mut next = model.clone();
+    for (name, old) in model {
+        match rng.random_range(0..10) {
+            0..=2 => {} // carried over unchanged
+            3..=6 => {
+                // Dirty blocks with a per-item block size, sometimes a new length.
+                let bs = 64 + (name.len() % 3) * 100;
+                let new_len = if rng.random_bool(0.3) {
+                    rng.random_range(0..6000)
+                } else {
+                    old.len()
+                };
+                let count = new_len.div_ceil(bs) as u64;
+                let mut blocks = Vec::new();
+                for i in 0..count {
+                    if rng.random_bool(0.2) {
+                        let start = i as usize * bs;
+                        let n = bs.min(new_len - start);
+                        blocks.push((i, random_bytes(rng, n)));
+                    }
+                }
+                // Growth without dirty blocks reads as zeros; make that visible too.
+                let refs: Vec<(u64, &[u8])> = blocks.iter().map(|(i, d)| (*i, d.as_slice())).collect();
+                w.put_dirty(name, bs as u32, new_len as u64, &refs).unwrap();
+                next.insert(name.clone(), apply_dirty(old, new_len, bs, &blocks));
+            }
+            7..=8 => {
+                // Full content with a few random edits: stored as a block diff.
+                let mut v = old.clone();
+                if rng.random_bool(0.3) {
+                    v.resize(rng.random_range(0..6000), 7);
+                }
+                for _ in 0..rng.random_range(0..4) {
+                    if !v.is_empty() {
+                        let at = rng.random_range(0..v.len());
+                        v[at] = v[at].wrapping_add(1);
+                    }
+                }
+                w.put_full(name, &v).unwrap();
+                next.insert(name.clone(), v);
+            }
+            _ => {
+                w.remove(name).unwrap();
+                next.remove(name);
+            }
+        }
+    }
+    if rng.random_bool(0.3) || next.is_empty() {
+        let name = format!("item-{epoch}");
+        let n = rng.random_range(0..5000);
+        let v = random_bytes(rng, n);
+        w.put_full(&name, &v).unwrap();
+        next.insert(name, v);
+    }
+    (next, full, w.prepare().unwrap())
+}
+
+fn check_epoch(store: &Store, rank: u32, epoch: u64, want: &Model, rng: &mut StdRng) {
+    let image = store.read_image(rank, epoch).unwrap();
+    assert_eq!(&image.items, want, "image of epoch {epoch}");
+    for (name, bytes) in want {
+        let mut buf = vec![0xAAu8; bytes.len()];
+        store.read_item_into(rank, epoch, name, &mut buf).unwrap();
+        assert_eq!(&buf, bytes);
+        // Streaming with an odd buffer size.
+        let mut streamed = Vec::new();
+        BufReader::with_capacity(333, store.item_reader(rank, epoch, name).unwrap())
+            .read_to_end(&mut streamed)
+            .unwrap();
+        assert_eq!(&streamed, bytes);
+        if !bytes.is_empty() {
+            let a = rng.random_range(0..bytes.len());
+            let b = rng.random_range(a..=bytes.len());
+            let mut part = vec![0u8; b - a];
+            store
+                .read_item_range(rank, epoch, name, a as u64, &mut part)
+                .unwrap();
+            assert_eq!(&part[..], &bytes[a..b]);
+            let mut r = store.item_reader(rank, epoch, name).unwrap();
+            r.seek(SeekFrom::Start(a as u64)).unwrap();
+            let mut tail = Vec::new();
+            r.read_to_end(&mut tail).unwrap();
+            assert_eq!(&tail[..], &bytes[a..]);
+        }
+    }
+}
+
+/// Epochs that must remain: the newest `keep` committed, plus their chains.
+fn expected_retained(facts: &BTreeMap<u64, EpochFacts>, keep: usize) -> BTreeSet<u64> {
+    let mut needed = BTreeSet::new();
+    for &e in facts.keys().rev().take(keep) {
+        let mut e = e;
+        while needed.insert(e) {
+            let f = facts[&e];
+            if f.full {
+                break;
+            }
+            e = f.parent.unwrap();
+        }
+    }
+    needed
+}
+
+fn dir_entries(store: &Store, rank: u32) -> BTreeSet<String> {
+    std::fs::read_dir(store.root().join(format!("rank.{rank}")))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect()
+}
+
+fn expected_xor(
+    old: &Model,
+    new: &Model,
+    store: &Store,
+    rank: u32,
+    epoch: u64,
+    parent: u64,
+) -> Vec<XorBlock> {
+    let m = store.manifest(rank, epoch).unwrap();
+    let pm = store.manifest(rank, parent).unwrap();
+    let mut out = Vec::new();
+    let mut push = |name: &str, bs: u32, a: &[u8], b: &[u8]| {
+        let span = a.len().max(b.len());
+        let bsz = bs as usize;
+        for idx in 0..span.div_ceil(bsz) {
+            let start = idx * bsz;
+            let end = (start + bsz).min(span);
+            let bytes: Vec<u8> = (start..end)
+                .map(|i| a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0))
+                .collect();
+            if bytes.iter().any(|&x| x != 0) {
+                out.push(XorBlock {
+                    item: name.to_string(),
+                    block_size: bs,
+                    index: idx as u64,
+                    bytes,
+                });
+            }
+        }
+    };
+    for item in &m.items {
+        let o = old.get(&item.name).map(Vec::as_slice).unwrap_or(&[]);
+        push(&item.name, item.block_size, o, &new[&item.name]);
+    }
+    for item in pm.items.iter().filter(|i| !new.contains_key(&i.name)) {
+        push(&item.name, item.block_size, &old[&item.name], &[]);
+    }
+    out
+}
+
+fn sorted(mut v: Vec<XorBlock>) -> Vec<XorBlock> {
+    v.sort_by(|a, b| (&a.item, a.index).cmp(&(&b.item, b.index)));
+    v
+}
+
+fn run_history(seed: u64, policy: RetentionPolicy, epochs: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let replica_dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        block_size: 256,
+        retention: policy,
+    };
+    let store = Store::open_with(dir.path(), opts).unwrap();
+    let replica = Store::open(replica_dir.path()).unwrap();
+    let rank = 3;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut history: BTreeMap<u64, Model> = BTreeMap::new();
+    let mut facts: BTreeMap<u64, EpochFacts> = BTreeMap::new();
+    let mut model = Model::new();
+    let mut epoch = 0;
+    for _ in 0..epochs {
+        // Epoch numbers need not be consecutive.
+        let parent = (epoch > 0).then_some(epoch);
+        epoch += rng.random_range(1..3);
+        let (next, full, prepared) = write_random_epoch(&store, rank, epoch, &model, &mut rng);
+        let chain_len = match parent {
+            None => 0,
+            Some(p) if full => {
+                let _ = p;
+                0
+            }
+            Some(p) => facts[&p].chain_len + 1,
+        };
+        if let Some(p) = parent {
+            if facts[&p].chain_len >= policy.max_chain {
+                assert!(
+                    full,
+                    "epoch {epoch} should be full after a chain of {}",
+                    facts[&p].chain_len
+                );
+            }
+        } else {
+            assert!(full, "first epoch must be full");
+        }
+        assert!(chain_len <= policy.max_chain);
+        let m = store.manifest(rank, epoch).unwrap();
+        assert_eq!((m.full, m.parent, m.chain_len), (full, parent, chain_len));
+        facts.insert(
+            epoch,
+            EpochFacts {
+                full,
+                parent,
+                chain_len,
+            },
+        );
+        history.insert(epoch, next.clone());
+
+        // Cluster hooks on the prepared epoch, as the cluster runs them before commit.
+        if let Some(p) = parent {
+            let got = sorted(store.dirty_xor(rank, epoch).unwrap());
+            assert_eq!(
+                got,
+                sorted(expected_xor(&model, &next, &store, rank, epoch, p)),
+                "xor of {epoch}"
+            );
+        }
+        let dlen = store.delta_len(rank, epoch).unwrap();
+        let padded = store
+            .padded_delta(rank, epoch, dlen + rng.random_range(0..100))
+            .unwrap();
+        assert!(matches!(
+            store.padded_delta(rank, epoch, dlen - 1),
+            Err(StoreError::DeltaTooLarge { .. })
+        ));
+        let parsed = parse_delta(&padded).unwrap();
+        assert_eq!(parsed.encode().unwrap().len() as u64, dlen);
+        assert_eq!(parsed.parent, if full { None } else { parent });
+        assert_eq!(replica.apply_delta(rank, &padded).unwrap(), epoch);
+        assert_eq!(replica.read_image(rank, epoch).unwrap().items, next);
+
+        prepared.commit().unwrap();
+        model = next;
+        if rng.random_bool(0.15) {
+            if let Some(e) = store.coalesce(rank).unwrap() {
+                assert_eq!(e, epoch);
+                let f = facts.get_mut(&e).unwrap();
+                f.full = true;
+                f.chain_len = 0;
+                assert!(store.manifest(rank, e).unwrap().full);
+            }
+        }
+        let want = expected_retained(&facts, policy.keep_committed);
+        let listed: BTreeSet<u64> = store.list_epochs(rank).unwrap().into_iter().collect();
+        assert_eq!(listed, want, "retained epochs after {epoch}");
+        // Nothing but the lock and one directory per retained epoch remains.
+        let entries = dir_entries(&store, rank);
+        assert_eq!(entries.len(), want.len() + 1, "{entries:?}");
+        facts.retain(|e, _| want.contains(e));
+        assert_eq!(store.latest_committed(rank).unwrap(), Some(epoch));
+        for &e in &want {
+            check_epoch(&store, rank, e, &history[&e], &mut rng);
+        }
+    }
+    // A fresh open sees the same.
+    let reopened = Store::open_with(dir.path(), opts).unwrap();
+    check_epoch(&reopened, rank, epoch, &history[&epoch], &mut rng);
+}
+
+#[test]
+fn long_history_default_policy() {
+    run_history(1, RetentionPolicy::default(), 40);
+}
+
+#[test]
+fn short_chains_keep_three() {
+    run_history(
+        2,
+        RetentionPolicy {
+            keep_committed: 3,
+            max_chain: 2,
+            max_chain_ratio: 10.0,
+        },
+        40,
+    );
+}
+
+#[test]
+fn every_epoch_full_keep_one() {
+    run_history(
+        3,
+        RetentionPolicy {
+            keep_committed: 1,
+            max_chain: 0,
+            max_chain_ratio: 1.0,
+        },
+        15,
+    );
+}
+
+#[test]
+fn ratio_forces_full_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = RetentionPolicy {
+        keep_committed: 1,
+        max_chain: 100,
+        max_chain_ratio: 0.5,
+    };
+    let store = Store::open_with(
+        dir.path(),
+        Options {
+            block_size: 100,
+            retention: policy,
+        },
+    )
+    .unwrap();
+    let mut w = store.writer(0, 1).unwrap();
+    w.put_full("a", &[1u8; 1000]).unwrap();
+    w.commit().unwrap();
+    // Each delta rewrites 3 of 10 blocks: 300 bytes, then 600 > 0.5 × 1000.
+    let mut fulls = Vec::new();
+    for e in 2..=5u64 {
+        let mut w = store.writer(0, e).unwrap();
+        fulls.push(w.is_full());
+        let blocks: Vec<(u64, Vec<u8>)> = (0..3).map(|i| (i, vec![e as u8; 100])).collect();
+        let refs: Vec<(u64, &[u8])> = blocks.iter().map(|(i, d)| (*i, d.as_slice())).collect();
+        w.put_dirty("a", 100, 1000, &refs).unwrap();
+        w.commit().unwrap();
+    }
+    assert_eq!(fulls, [false, false, true, false]);
+    // Epoch 4 is full and keep_committed is 1: after epoch 5, only 4 and 5 remain.
+    assert_eq!(store.list_epochs(0).unwrap(), [4, 5]);
+    let img = store.read_image(0, 5).unwrap();
+    let mut want = vec![5u8; 300];
+    want.extend_from_slice(&[1u8; 700]);
+    assert_eq!(img.items["a"], want);
+}
+
+#[test]
+fn two_phase_prepare_resume_abort() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut w = store.writer(1, 1).unwrap();
+    w.put_full("x", b"first").unwrap();
+    w.commit().unwrap();
+
+    let mut w = store.writer(1, 2).unwrap();
+    w.put_full("x", b"second").unwrap();
+    let prepared = w.prepare().unwrap();
+    assert_eq!(prepared.epoch(), 2);
+    // While prepared: locked, not committed, but the cluster can already diff it.
+    assert!(matches!(store.writer(1, 3), Err(StoreError::Busy { rank: 1 })));
+    assert_eq!(store.latest_committed(1).unwrap(), Some(1));
+    let xor = store.dirty_xor(1, 2).unwrap();
+    assert_eq!(xor.len(), 1);
+    let want: Vec<u8> = b"first\0".iter().zip(b"second").map(|(a, b)| a ^ b).collect();
+    assert_eq!(xor[0].bytes, want);
+    drop(prepared); // as if the process died between prepare and commit
+
+    let reopened = Store::open(dir.path()).unwrap();
+    assert_eq!(reopened.prepared_epochs(1).unwrap(), [2]);
+    assert_eq!(reopened.ranks().unwrap(), [1]);
+    assert_eq!(reopened.latest_committed(1).unwrap(), Some(1));
+    assert!(
+        reopened.read_image(1, 2).is_err(),
+        "prepared epochs are not readable as committed"
+    );
+    reopened.resume_prepared(1, 2).unwrap().commit().unwrap();
+    assert_eq!(reopened.latest_committed(1).unwrap(), Some(2));
+    assert_eq!(reopened.read_image(1, 2).unwrap().items["x"], b"second");
+
+    let mut w = reopened.writer(1, 3).unwrap();
+    w.put_full("x", b"third").unwrap();
+    w.prepare().unwrap().abort().unwrap();
+    assert!(reopened.prepared_epochs(1).unwrap().is_empty());
+    assert_eq!(reopened.latest_committed(1).unwrap(), Some(2));
+
+    // A new writer discards an undecided prepared epoch.
+    let mut w = reopened.writer(1, 3).unwrap();
+    w.put_full("x", b"third").unwrap();
+    drop(w.prepare().unwrap());
+    let w = reopened.writer(1, 4).unwrap();
+    assert!(reopened.prepared_epochs(1).unwrap().is_empty());
+    drop(w); // abandoned: leaves nothing behind
+    assert_eq!(dir_entries(&reopened, 1).len(), 3, "lock + epochs 1 and 2");
+}
+
+#[test]
+fn writer_rejects_bad_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    assert!(store.writer(0, 0).is_err());
+    let mut w = store.writer(0, 5).unwrap();
+    w.put_full("a", b"abc").unwrap();
+    assert!(w.put_full("a", b"abc").is_err(), "duplicate item");
+    assert!(
+        w.put_dirty("b", 4, 10, &[(1, b"1234"), (0, b"1234")]).is_err(),
+        "unordered"
+    );
+    assert!(
+        w.put_dirty("b", 4, 10, &[(2, b"1234")]).is_err(),
+        "short last block is 2 bytes"
+    );
+    assert!(w.put_dirty("b", 4, 10, &[(3, b"12")]).is_err(), "past the end");
+    assert!(w.put_dirty("b", 0, 10, &[]).is_err(), "zero block size");
+    w.commit().unwrap();
+    assert!(store.writer(0, 5).is_err(), "not newer than committed");
+    assert!(store.writer(0, 4).is_err(), "older than committed");
+    assert!(matches!(
+        store.read_image(0, 4),
+        Err(StoreError::NoEpoch { rank: 0, epoch: 4 })
+    ));
+    assert!(matches!(
+        store.read_item_into(0, 5, "zzz", &mut []),
+        Err(StoreError::NoItem { .. })
+    ));
+    let mut small = [0u8; 2];
+    assert!(
+        store.read_item_into(0, 5, "a", &mut small).is_err(),
+        "wrong buffer size"
+    );
+    let mut two = [0u8; 2];
+    assert!(
+        store.read_item_range(0, 5, "a", 2, &mut two).is_err(),
+        "range past end"
+    );
+    assert!(Store::open_with(
+        dir.path(),
+        Options {
+            block_size: 4096,
+            retention: RetentionPolicy {
+                keep_committed: 0,
+                ..Default::default()
+            }
+        }
+    )
+    .is_err());
+}
+
+#[test]
+fn import_installs_and_repairs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut image = Image::default();
+    image
+        .items
+        .insert("mem".into(), (0..10_000u32).map(|i| (i % 251) as u8).collect());
+    image.items.insert("file".into(), b"hello".to_vec());
+    // A spare node receives epoch 7 straight away.
+    store.import_image(4, 7, &image).unwrap();
+    assert_eq!(store.read_image(4, 7).unwrap(), image);
+    assert!(store.manifest(4, 7).unwrap().parent.is_none());
+    // And continues with deltas on top.
+    let mut w = store.writer(4, 8).unwrap();
+    assert!(!w.is_full());
+    w.put_dirty("mem", 4096, 10_000, &[(1, &[9u8; 4096])]).unwrap();
+    w.commit().unwrap();
+    let mut want8 = image.clone();
+    want8.items.get_mut("mem").unwrap()[4096..8192].fill(9);
+    assert_eq!(store.read_image(4, 8).unwrap(), want8);
+
+    // Damage epoch 7's data, then repair it by importing the same epoch again.
+    let d7 = dir.path().join("rank.4/epoch-7-0/data");
+    let mut bytes = std::fs::read(&d7).unwrap();
+    bytes[100] ^= 1;
+    std::fs::write(&d7, bytes).unwrap();
+    assert!(matches!(
+        store.read_image(4, 8),
+        Err(StoreError::BlockChecksum { .. })
+    ));
+    store.import_image(4, 7, &image).unwrap();
+    assert_eq!(store.manifest(4, 7).unwrap().generation, 1);
+    assert!(
+        !dir.path().join("rank.4/epoch-7-0").exists(),
+        "superseded generation removed"
+    );
+    assert_eq!(store.read_image(4, 8).unwrap(), want8);
+    assert!(
+        store.import_image(4, 6, &image).is_err(),
+        "older than latest, not present"
+    );
+}
+
+/// Items larger than the writer's 4 MiB working window, with a block size that does not
+/// divide it: full writes, sparse deltas, a policy-forced full image built from dirty
+/// blocks over the parent, and full content diffed against the parent, all window-crossing.
+#[test]
+fn large_items_cross_write_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = RetentionPolicy {
+        keep_committed: 4,
+        max_chain: 1,
+        max_chain_ratio: 100.0,
+    };
+    let store = Store::open_with(
+        dir.path(),
+        Options {
+            block_size: 3000,
+            retention: policy,
+        },
+    )
+    .unwrap();
+    let mut rng = StdRng::seed_from_u64(9);
+    let len = 10_000_000usize;
+    let bs = 3000usize;
+    let mut v = random_bytes(&mut rng, len);
+    let mut w = store.writer(0, 1).unwrap();
+    w.put_full("big", &v).unwrap();
+    w.commit().unwrap();
+
+    // Epoch 2: delta of scattered blocks on both sides of the window boundaries, growing.
+    let grown = len + 5001; // last block of 1 byte
+    let picks = [
+        0u64,
+        1397,
+        1398,
+        1399,
+        2796,
+        2797,
+        3333,
+        (grown.div_ceil(bs) - 1) as u64,
+    ];
+    let blocks: Vec<(u64, Vec<u8>)> = picks
+        .iter()
+        .map(|&i| (i, random_bytes(&mut rng, bs.min(grown - i as usize * bs))))
+        .collect();
+    let refs: Vec<(u64, &[u8])> = blocks.iter().map(|(i, d)| (*i, d.as_slice())).collect();
+    let mut w = store.writer(0, 2).unwrap();
+    assert!(!w.is_full());
+    w.put_dirty("big", bs as u32, grown as u64, &refs).unwrap();
+    w.commit().unwrap();
+    v = apply_dirty(&v, grown, bs, &blocks);
+    assert_eq!(store.read_image(0, 2).unwrap().items["big"], v);
+    assert_eq!(
+        store.manifest(0, 2).unwrap().data_len,
+        7 * 3000 + (grown % bs) as u64
+    );
+
+    // Epoch 3: chain limit reached, so the dirty blocks are merged into a full image.
+    let blocks = vec![(1400u64, random_bytes(&mut rng, bs))];
+    let refs: Vec<(u64, &[u8])> = blocks.iter().map(|(i, d)| (*i, d.as_slice())).collect();
+    let mut w = store.writer(0, 3).unwrap();
+    assert!(w.is_full());
+    w.put_dirty("big", bs as u32, grown as u64, &refs).unwrap();
+    w.commit().unwrap();
+    v = apply_dirty(&v, grown, bs, &blocks);
+    assert_eq!(store.manifest(0, 3).unwrap().data_len, grown as u64);
+
+    // Epoch 4: full content with edits in two windows: only those blocks are stored.
+    v[5] ^= 1;
+    v[9_000_000] ^= 1;
+    let mut w = store.writer(0, 4).unwrap();
+    w.put_full("big", &v).unwrap();
+    w.commit().unwrap();
+    let m = store.manifest(0, 4).unwrap();
+    let stored: Vec<u64> = m.items[0].blocks.iter().map(|b| b.index).collect();
+    assert_eq!(stored, [0, 3000]);
+    let mut streamed = Vec::new();
+    BufReader::with_capacity(1 << 20, store.item_reader(0, 4, "big").unwrap())
+        .read_to_end(&mut streamed)
+        .unwrap();
+    assert_eq!(streamed, v);
+}
