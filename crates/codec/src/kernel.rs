@@ -2,8 +2,15 @@
 //! AVX2 … chosen by ISA-L at run time) when built with the `isal` feature, else the portable
 //! reference kernels of [`crate::reference`].
 
-/// Expanded coefficient tables in the form the active kernel wants.
-pub(crate) type Tables = Vec<u8>;
+/// Expanded coefficient tables in the form the active kernels want.
+#[derive(Clone)]
+pub(crate) struct Tables {
+    /// ISA-L's `ec_init_tables` output, or the plain coefficients for the reference kernels.
+    expanded: Vec<u8>,
+    /// GF2P8AFFINEQB matrices for the AVX-512 GFNI kernel, when the CPU has it.
+    #[cfg(all(feature = "isal", target_arch = "x86_64"))]
+    affine: Option<Vec<u64>>,
+}
 
 /// ISA-L takes `int` lengths: longer buffers are processed in pieces of this size.
 #[cfg(feature = "isal")]
@@ -29,22 +36,43 @@ mod native {
     use erasure_isa_l_sys as isal;
 
     pub(crate) fn init_tables(cols: usize, rows: usize, coefficients: &[u8]) -> Tables {
-        let mut tables = vec![0u8; 32 * cols * rows];
-        let mut coefficients = coefficients.to_vec();
-        // SAFETY: `coefficients` holds rows × cols bytes and `tables` 32 × rows × cols, as
+        let mut expanded = vec![0u8; 32 * cols * rows];
+        let mut coefficients_copy = coefficients.to_vec();
+        // SAFETY: `coefficients` holds rows × cols bytes and `expanded` 32 × rows × cols, as
         // ec_init_tables requires.
         unsafe {
             isal::ec_init_tables(
                 cols as i32,
                 rows as i32,
-                coefficients.as_mut_ptr(),
-                tables.as_mut_ptr(),
+                coefficients_copy.as_mut_ptr(),
+                expanded.as_mut_ptr(),
             )
         };
-        tables
+        #[cfg(target_arch = "x86_64")]
+        let affine = crate::gfni::available().then(|| crate::gfni::matrices(coefficients));
+        Tables {
+            expanded,
+            #[cfg(target_arch = "x86_64")]
+            affine,
+        }
     }
 
     pub(crate) fn apply(tables: &Tables, cols: usize, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(affine) = &tables.affine {
+            // SAFETY: the matrices exist only when the CPU has the instructions; shapes are
+            // checked by LinearMap.
+            let done = unsafe { crate::gfni::apply(affine, inputs, outputs) };
+            if done > 0 {
+                let ins: Vec<&[u8]> = inputs.iter().map(|s| &s[done..]).collect();
+                let mut outs: Vec<&mut [u8]> = outputs.iter_mut().map(|s| &mut s[done..]).collect();
+                return isal_apply(tables, cols, &ins, &mut outs);
+            }
+        }
+        isal_apply(tables, cols, inputs, outputs)
+    }
+
+    fn isal_apply(tables: &Tables, cols: usize, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
         let len = outputs[0].len();
         let mut start = 0;
         while start < len {
@@ -52,13 +80,13 @@ mod native {
             let mut ins: Vec<*mut u8> = inputs.iter().map(|s| s[start..].as_ptr() as *mut u8).collect();
             let mut outs: Vec<*mut u8> = outputs.iter_mut().map(|s| s[start..].as_mut_ptr()).collect();
             // SAFETY: every input and output holds at least `end - start` bytes from `start`,
-            // ISA-L only reads the inputs, and `tables` was built for cols × outputs.len().
+            // ISA-L only reads the inputs, and the tables were built for cols × outputs.len().
             unsafe {
                 isal::ec_encode_data(
                     (end - start) as i32,
                     cols as i32,
                     outs.len() as i32,
-                    tables.as_ptr() as *mut u8,
+                    tables.expanded.as_ptr() as *mut u8,
                     ins.as_mut_ptr(),
                     outs.as_mut_ptr(),
                 )
@@ -86,7 +114,7 @@ mod native {
                     cols as i32,
                     outs.len() as i32,
                     col as i32,
-                    tables.as_ptr() as *mut u8,
+                    tables.expanded.as_ptr() as *mut u8,
                     input[start..].as_ptr() as *mut u8,
                     outs.as_mut_ptr(),
                 )
@@ -101,15 +129,17 @@ pub(crate) use native::{accumulate, apply, init_tables};
 
 #[cfg(not(feature = "isal"))]
 pub(crate) fn init_tables(_cols: usize, _rows: usize, coefficients: &[u8]) -> Tables {
-    coefficients.to_vec()
+    Tables {
+        expanded: coefficients.to_vec(),
+    }
 }
 
 #[cfg(not(feature = "isal"))]
 pub(crate) fn apply(tables: &Tables, cols: usize, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
-    crate::reference::apply(tables, cols, inputs, outputs)
+    crate::reference::apply(&tables.expanded, cols, inputs, outputs)
 }
 
 #[cfg(not(feature = "isal"))]
 pub(crate) fn accumulate(tables: &Tables, cols: usize, col: usize, input: &[u8], outputs: &mut [&mut [u8]]) {
-    crate::reference::accumulate(tables, cols, col, input, outputs)
+    crate::reference::accumulate(&tables.expanded, cols, col, input, outputs)
 }

@@ -9,6 +9,8 @@
 
 mod code;
 pub mod gf;
+#[cfg(all(feature = "isal", target_arch = "x86_64"))]
+mod gfni;
 mod kernel;
 mod linear;
 pub mod matrix;

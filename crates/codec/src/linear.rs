@@ -5,9 +5,8 @@
 use crate::kernel::{self, Tables};
 use crate::CodecError;
 
-/// Bytes per kernel call when a full map is applied to long buffers: every input streams
-/// past once per chunk while the outputs being accumulated stay in cache.
-const CHUNK: usize = 64 * 1024;
+/// Smallest byte range worth a thread of its own.
+const MIN_BYTES_PER_THREAD: usize = 64 * 1024;
 
 /// `rows × cols` coefficients plus the kernel's expanded tables for them.
 #[derive(Clone)]
@@ -81,17 +80,8 @@ impl LinearMap {
         let lens: Vec<usize> = inputs.iter().map(|s| s.len()).collect();
         let len = self.check_shapes(&lens, self.cols, outputs)?;
         for_each_range(len, threads, outputs, |start, end, outs| {
-            let mut offset = start;
-            while offset < end {
-                let stop = (offset + CHUNK).min(end);
-                let ins: Vec<&[u8]> = inputs.iter().map(|s| &s[offset..stop]).collect();
-                let mut chunk: Vec<&mut [u8]> = outs
-                    .iter_mut()
-                    .map(|o| &mut o[offset - start..stop - start])
-                    .collect();
-                kernel::apply(&self.tables, self.cols, &ins, &mut chunk);
-                offset = stop;
-            }
+            let ins: Vec<&[u8]> = inputs.iter().map(|s| &s[start..end]).collect();
+            kernel::apply(&self.tables, self.cols, &ins, outs);
         });
         Ok(())
     }
@@ -160,7 +150,7 @@ fn for_each_range<F>(len: usize, threads: usize, outputs: &mut [&mut [u8]], work
 where
     F: Fn(usize, usize, &mut [&mut [u8]]) + Sync,
 {
-    let threads = threads.max(1).min(len.div_ceil(CHUNK).max(1));
+    let threads = threads.max(1).min(len.div_ceil(MIN_BYTES_PER_THREAD).max(1));
     if threads == 1 {
         work(0, len, outputs);
         return;

@@ -54,6 +54,8 @@ fn parity_and_update_equal_isal() {
         (32, 4, 4096),
         (3, 1, 77),
         (17, 3, 65_537),
+        (20, 8, 100_000),
+        (5, 6, 4096),
     ] {
         for kind in [CodeKind::Cauchy, CodeKind::Rs] {
             let code = Code::new(kind, k, m).unwrap();

@@ -19,21 +19,37 @@ pub fn run(bench: Bench) -> Result<i32> {
     }
 }
 
-/// Median seconds per call of `op` over `reps` repetitions, each repetition timing enough
-/// calls to last at least `min_seconds` (the machine is noisy: medians, not means).
-pub fn median_seconds(reps: usize, min_seconds: f64, mut op: impl FnMut()) -> f64 {
-    op(); // warm caches and page in buffers
-    let mut samples: Vec<f64> = (0..reps.max(1))
-        .map(|_| {
+/// Seconds per call of each operation, sampled round-robin: every repetition times each
+/// operation once in turn (enough calls to last `min_seconds`), so a noisy neighbour slows
+/// all of them alike and per-repetition ratios stay meaningful. Returns `samples[op][rep]`.
+pub fn interleaved_samples(reps: usize, min_seconds: f64, ops: &mut [&mut dyn FnMut()]) -> Vec<Vec<f64>> {
+    for op in ops.iter_mut() {
+        op(); // warm caches and page in buffers
+    }
+    let mut samples = vec![Vec::with_capacity(reps); ops.len()];
+    for _ in 0..reps.max(1) {
+        for (op, out) in ops.iter_mut().zip(samples.iter_mut()) {
             let start = std::time::Instant::now();
             let mut calls = 0u32;
             while calls == 0 || start.elapsed().as_secs_f64() < min_seconds {
                 op();
                 calls += 1;
             }
-            start.elapsed().as_secs_f64() / f64::from(calls)
-        })
-        .collect();
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
+            out.push(start.elapsed().as_secs_f64() / f64::from(calls));
+        }
+    }
+    samples
+}
+
+/// The median of `values` (the machine is noisy: medians, not means).
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
+}
+
+/// The median over repetitions of `slow[i] / fast[i]`.
+pub fn median_ratio(slow: &[f64], fast: &[f64]) -> f64 {
+    let ratios: Vec<f64> = slow.iter().zip(fast).map(|(s, f)| s / f).collect();
+    median(&ratios)
 }

@@ -7,7 +7,7 @@ use eckpt_codec::system_isal::SystemIsal;
 use eckpt_codec::{Code, CodeKind};
 use serde::Serialize;
 
-use super::bench::median_seconds;
+use super::bench::{interleaved_samples, median, median_ratio};
 use crate::output::print_json;
 use crate::size::parse_size;
 
@@ -45,7 +45,8 @@ struct Report {
     update_gbps: f64,
     decode_gbps: f64,
     memcpy_gbps: f64,
-    /// Debian's libisal (2.30), single call per operation, single thread.
+    /// Debian's libisal (2.30), single call per operation, single thread. Ratios are the
+    /// median over repetitions of (its time / eckpt's time), both timed in each repetition.
     system_isal: Option<SystemIsalReport>,
 }
 
@@ -87,79 +88,100 @@ pub fn run(args: Args) -> Result<i32> {
 
     let stripe_bytes = (k * len) as f64;
     let gbps = |bytes: f64, seconds: f64| bytes / seconds / 1e9;
-    let reps = args.reps;
-    let min = 0.05;
 
-    let memcpy = median_seconds(reps, min, || {
-        for (i, d) in data.iter().enumerate() {
-            copy[i * len..(i + 1) * len].copy_from_slice(std::hint::black_box(d));
-        }
+    let isal = SystemIsal::load()
+        .map_err(|e| eprintln!("eckpt: note: no system ISA-L to compare with: {e}"))
+        .ok();
+    let isal_tables = isal.as_ref().map(|isal| {
+        (
+            isal.init_tables(k, m, &code.generator()[k * k..]),
+            isal.init_tables(k, erased.len(), decoder.map().coefficients()),
+        )
     });
-    let encode = median_seconds(reps, min, || {
-        let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
-        code.parity_map()
-            .apply_threaded(&inputs, &mut outs, threads)
-            .expect("shapes fit");
-    });
-    let update = median_seconds(reps, min, || {
-        let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
-        code.parity_map()
-            .accumulate_threaded(k / 2, &delta, &mut outs, threads)
-            .expect("shapes fit");
-    });
-    let decode = median_seconds(reps, min, || {
-        let mut outs: Vec<&mut [u8]> = rebuilt.iter_mut().map(|p| p.as_mut_slice()).collect();
-        decoder
-            .map()
-            .apply_threaded(&survivors, &mut outs, threads)
-            .expect("shapes fit");
-    });
+
+    let mut updated = parity.clone();
+    let mut ops: Vec<Box<dyn FnMut() + '_>> = vec![
+        Box::new(|| {
+            for (i, d) in data.iter().enumerate() {
+                copy[i * len..(i + 1) * len].copy_from_slice(std::hint::black_box(d));
+            }
+        }),
+        Box::new(|| {
+            let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
+            code.parity_map()
+                .apply_threaded(&inputs, &mut outs, threads)
+                .expect("shapes fit");
+        }),
+        Box::new(|| {
+            let mut outs: Vec<&mut [u8]> = updated.iter_mut().map(|p| p.as_mut_slice()).collect();
+            code.parity_map()
+                .accumulate_threaded(k / 2, &delta, &mut outs, threads)
+                .expect("shapes fit");
+        }),
+        Box::new(|| {
+            let mut outs: Vec<&mut [u8]> = rebuilt.iter_mut().map(|p| p.as_mut_slice()).collect();
+            decoder
+                .map()
+                .apply_threaded(&survivors, &mut outs, threads)
+                .expect("shapes fit");
+        }),
+    ];
+    if let (Some(isal), Some((tables, decode_tables))) = (&isal, &isal_tables) {
+        let mut isal_parity = vec![vec![0u8; len]; m];
+        let mut isal_rebuilt = vec![vec![0u8; len]; erased.len()];
+        let (inputs, survivors, delta) = (&inputs, &survivors, &delta);
+        ops.push(Box::new(move || {
+            isal.encode(
+                tables,
+                inputs,
+                &mut isal_parity
+                    .iter_mut()
+                    .map(|p| p.as_mut_slice())
+                    .collect::<Vec<_>>(),
+            )
+        }));
+        let mut update_parity = vec![vec![0u8; len]; m];
+        ops.push(Box::new(move || {
+            isal.update(
+                tables,
+                k,
+                k / 2,
+                delta,
+                &mut update_parity
+                    .iter_mut()
+                    .map(|p| p.as_mut_slice())
+                    .collect::<Vec<_>>(),
+            )
+        }));
+        ops.push(Box::new(move || {
+            isal.encode(
+                decode_tables,
+                survivors,
+                &mut isal_rebuilt
+                    .iter_mut()
+                    .map(|p| p.as_mut_slice())
+                    .collect::<Vec<_>>(),
+            )
+        }));
+    }
+    let mut op_refs: Vec<&mut dyn FnMut()> =
+        ops.iter_mut().map(|op| op.as_mut() as &mut dyn FnMut()).collect();
+    let samples = interleaved_samples(args.reps, 0.05, &mut op_refs);
+    drop(op_refs);
+    drop(ops);
     anyhow::ensure!(
         erased.iter().zip(&rebuilt).all(|(&e, r)| *r == shards[e]),
         "decode produced wrong bytes"
     );
-
-    let system_isal = match SystemIsal::load() {
-        Ok(isal) => {
-            let tables = isal.init_tables(k, m, &code.generator()[k * k..]);
-            let decode_tables = isal.init_tables(k, erased.len(), decoder.map().coefficients());
-            let s_encode = median_seconds(reps, min, || {
-                isal.encode(
-                    &tables,
-                    &inputs,
-                    &mut parity.iter_mut().map(|p| p.as_mut_slice()).collect::<Vec<_>>(),
-                )
-            });
-            let s_update = median_seconds(reps, min, || {
-                isal.update(
-                    &tables,
-                    k,
-                    k / 2,
-                    &delta,
-                    &mut parity.iter_mut().map(|p| p.as_mut_slice()).collect::<Vec<_>>(),
-                )
-            });
-            let s_decode = median_seconds(reps, min, || {
-                isal.encode(
-                    &decode_tables,
-                    &survivors,
-                    &mut rebuilt.iter_mut().map(|p| p.as_mut_slice()).collect::<Vec<_>>(),
-                )
-            });
-            Some(SystemIsalReport {
-                encode_gbps: gbps(stripe_bytes, s_encode),
-                update_gbps: gbps(len as f64, s_update),
-                decode_gbps: gbps(stripe_bytes, s_decode),
-                encode_ratio: s_encode / encode,
-                update_ratio: s_update / update,
-                decode_ratio: s_decode / decode,
-            })
-        }
-        Err(e) => {
-            eprintln!("eckpt: note: no system ISA-L to compare with: {e}");
-            None
-        }
-    };
+    let [memcpy, encode, update, decode] = [0, 1, 2, 3].map(|i| median(&samples[i]));
+    let system_isal = (samples.len() == 7).then(|| SystemIsalReport {
+        encode_gbps: gbps(stripe_bytes, median(&samples[4])),
+        update_gbps: gbps(len as f64, median(&samples[5])),
+        decode_gbps: gbps(stripe_bytes, median(&samples[6])),
+        encode_ratio: median_ratio(&samples[4], &samples[1]),
+        update_ratio: median_ratio(&samples[5], &samples[2]),
+        decode_ratio: median_ratio(&samples[6], &samples[3]),
+    });
 
     let report = Report {
         k,
