@@ -207,7 +207,7 @@ impl Layout {
         if len == 0 {
             return Err(bad("empty run"));
         }
-        if offset % bs != 0 {
+        if !offset.is_multiple_of(bs) {
             return Err(bad("offset not on a block boundary"));
         }
         if offset < self.next_min {
@@ -217,7 +217,7 @@ impl Layout {
             .checked_add(len)
             .filter(|&e| e <= self.header.new_len)
             .ok_or_else(|| bad("run extends past the new image"))?;
-        if len % bs != 0 && end != self.header.new_len {
+        if !len.is_multiple_of(bs) && end != self.header.new_len {
             return Err(bad("partial block not at the end of the image"));
         }
         if offset <= self.tail_next && end > self.tail_next {

@@ -180,7 +180,7 @@ impl Tracker {
             return Err(bad(format!("overlaps region {other}")));
         }
         let page = page_size();
-        let aligned = start % page == 0 && len % page == 0;
+        let aligned = start.is_multiple_of(page) && len.is_multiple_of(page);
         let kind = match &self.uffd {
             None => Kind::Hash(Vec::new()),
             Some(u) => {
