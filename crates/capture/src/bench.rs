@@ -17,6 +17,9 @@ use serde::Serialize;
 use crate::align::{page_size, AlignedBuf};
 use crate::delta::encode_blocks;
 use crate::error::CaptureError;
+use rand::rngs::StdRng;
+use rand::{Rng, RngCore, SeedableRng};
+
 use crate::filedelta::delta_files;
 use crate::tracker::{uffd_available, Backend, TrackMode, Tracker};
 
@@ -161,24 +164,8 @@ pub struct CaptureBenchReport {
     pub xxh3_ms_per_gib: Option<f64>,
 }
 
-/// splitmix64: deterministic data and positions without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
-
 fn fill(buf: &mut [u8], seed: u64) {
-    let mut r = Rng(seed);
-    for c in buf.chunks_mut(8) {
-        let v = r.next().to_le_bytes();
-        c.copy_from_slice(&v[..c.len()]);
-    }
+    StdRng::seed_from_u64(seed).fill_bytes(buf);
 }
 
 /// The pages the pattern changes, ascending.
@@ -186,11 +173,11 @@ fn changed_pages(pattern: Pattern, pages: usize, seed: u64) -> Vec<usize> {
     match pattern {
         Pattern::Mat => {
             let want = (pages / 1000).max(1);
-            let mut r = Rng(seed ^ 0x4d41_5400);
+            let mut r = StdRng::seed_from_u64(seed ^ 0x4d41_5400);
             let mut hit = vec![false; pages];
             let mut n = 0;
             while n < want {
-                let p = (r.next() % pages as u64) as usize;
+                let p = r.random_range(0..pages);
                 if !hit[p] {
                     hit[p] = true;
                     n += 1;
@@ -206,18 +193,18 @@ fn changed_pages(pattern: Pattern, pages: usize, seed: u64) -> Vec<usize> {
 /// values), so the exact dirty set is known.
 fn mutate(buf: &mut [u8], pattern: Pattern, pages: &[usize], seed: u64) {
     let ps = page_size();
-    let mut r = Rng(seed ^ 0x4c55_0000_0000_0001);
+    let mut r = StdRng::seed_from_u64(seed ^ 0x4c55_0000_0000_0001);
     for &p in pages {
         let page = &mut buf[p * ps..(p + 1) * ps];
         match pattern {
             Pattern::Mat => {
-                let w = (r.next() as usize % (ps / 8)) * 8;
-                let v = u64::from_le_bytes(page[w..w + 8].try_into().expect("8")) ^ (r.next() | 1);
+                let w = (r.random::<u64>() as usize % (ps / 8)) * 8;
+                let v = u64::from_le_bytes(page[w..w + 8].try_into().expect("8")) ^ (r.random::<u64>() | 1);
                 page[w..w + 8].copy_from_slice(&v.to_le_bytes());
             }
             Pattern::Lu => {
                 for c in page.chunks_exact_mut(8) {
-                    let v = u64::from_le_bytes(c.try_into().expect("8")) ^ (r.next() | 1);
+                    let v = u64::from_le_bytes(c.try_into().expect("8")) ^ (r.random::<u64>() | 1);
                     c.copy_from_slice(&v.to_le_bytes());
                 }
             }

@@ -4,19 +4,13 @@ use std::fs;
 use std::path::Path;
 
 use eckpt_capture::{delta_files, patch_file, CaptureError, DeltaError};
+use rand::rngs::StdRng;
+use rand::{Rng, RngCore, SeedableRng};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
+fn random_bytes(rng: &mut StdRng, n: usize) -> Vec<u8> {
+    let mut out = vec![0u8; n];
+    rng.fill_bytes(&mut out);
+    out
 }
 
 /// Bytes of 4 KiB blocks of `new` that differ from `old` (independent of the library).
@@ -69,7 +63,7 @@ fn roundtrip(dir: &Path, old: &[u8], new: &[u8]) {
 #[test]
 fn roundtrip_random_changes_and_lengths() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng(11);
+    let mut rng = StdRng::seed_from_u64(11);
     // Sizes straddle the 4 MiB read chunk; lengths grow, shrink, stay, hit zero.
     let cases: [(usize, i64); 9] = [
         (0, 0),
@@ -83,15 +77,15 @@ fn roundtrip_random_changes_and_lengths() {
         ((9 << 20) + 1, -(5 << 20)),
     ];
     for (len, grow) in cases {
-        let old = rng.bytes(len);
+        let old = random_bytes(&mut rng, len);
         let mut new = old.clone();
-        let edits = (rng.next() % 40) as usize;
+        let edits = (rng.random::<u64>() % 40) as usize;
         for _ in 0..edits {
             if new.is_empty() {
                 break;
             }
-            let at = (rng.next() % new.len() as u64) as usize;
-            let run = ((rng.next() % 9000) as usize).min(new.len() - at);
+            let at = (rng.random::<u64>() % new.len() as u64) as usize;
+            let run = ((rng.random::<u64>() % 9000) as usize).min(new.len() - at);
             for x in &mut new[at..at + run] {
                 *x = x.wrapping_add(1);
             }
@@ -102,7 +96,7 @@ fn roundtrip_random_changes_and_lengths() {
             new[(4 << 20) + 10] ^= 1;
         }
         let target = (len as i64 + grow) as usize;
-        let tail = rng.bytes(target.saturating_sub(new.len()));
+        let tail = random_bytes(&mut rng, target.saturating_sub(new.len()));
         new.truncate(target);
         new.extend_from_slice(&tail);
         roundtrip(dir.path(), &old, &new);
@@ -112,7 +106,7 @@ fn roundtrip_random_changes_and_lengths() {
 #[test]
 fn identical_files_give_a_tiny_delta() {
     let dir = tempfile::tempdir().unwrap();
-    let data = Rng(5).bytes(1 << 20);
+    let data = random_bytes(&mut StdRng::seed_from_u64(5), 1 << 20);
     fs::write(dir.path().join("a"), &data).unwrap();
     let s = delta_files(
         &dir.path().join("a"),
@@ -129,8 +123,8 @@ fn identical_files_give_a_tiny_delta() {
 fn corrupt_delta_or_wrong_base_leaves_output_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let p = |n: &str| dir.path().join(n);
-    let mut rng = Rng(9);
-    let old = rng.bytes(100_000);
+    let mut rng = StdRng::seed_from_u64(9);
+    let old = random_bytes(&mut rng, 100_000);
     let mut new = old.clone();
     new[50_000] ^= 0xff;
     fs::write(p("base"), &old).unwrap();

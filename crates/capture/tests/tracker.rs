@@ -2,24 +2,12 @@
 
 use std::collections::BTreeSet;
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
 use eckpt_capture::{
     page_size, uffd_available, AlignedBuf, Backend, CaptureError, DirtyRegion, TrackMode, Tracker,
 };
-
-/// splitmix64 for reproducible random page sets.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 /// True when uffd tests can run; otherwise prints why they are skipped.
 fn uffd_or_skip(test: &str) -> bool {
@@ -34,12 +22,12 @@ fn uffd_or_skip(test: &str) -> bool {
 
 /// Changes one byte in each given block (XOR with a non-zero value so the content really
 /// changes, which the hash backend needs).
-fn touch(buf: &mut [u8], block: usize, blocks: &BTreeSet<usize>, rng: &mut Rng) {
+fn touch(buf: &mut [u8], block: usize, blocks: &BTreeSet<usize>, rng: &mut StdRng) {
     for &b in blocks {
         let start = b * block;
         let end = (start + block).min(buf.len());
-        let at = start + rng.below(end - start);
-        buf[at] ^= (rng.next() as u8) | 1;
+        let at = start + rng.random_range(0..end - start);
+        buf[at] ^= (rng.random::<u64>() as u8) | 1;
     }
 }
 
@@ -67,13 +55,13 @@ fn exact_over_epochs(mode: TrackMode, block: usize, len: usize, seed: u64) {
     assert_eq!(first.backend, backend);
     assert_eq!(first.block_size as usize, bs);
     assert_eq!(first.blocks, (0..nblocks as u64).collect::<Vec<_>>());
-    let mut rng = Rng(seed);
+    let mut rng = StdRng::seed_from_u64(seed);
     for epoch in 0..12 {
         let want: BTreeSet<usize> = match epoch {
             0 => BTreeSet::new(),
             1 => (0..nblocks).collect(),
-            _ => (0..rng.below(nblocks / 3 + 1))
-                .map(|_| rng.below(nblocks))
+            _ => (0..rng.random_range(0..nblocks / 3 + 1))
+                .map(|_| rng.random_range(0..nblocks))
                 .collect(),
         };
         touch(&mut buf, bs, &want, &mut rng);

@@ -34,7 +34,7 @@
 use std::collections::HashSet;
 
 use crate::error::{Result, StoreError};
-use crate::manifest::{block_len, Manifest, MAX_BLOCK_SIZE, MAX_ITEM_NAME};
+use crate::manifest::{block_len, check_item, Manifest, MAX_BLOCK_SIZE};
 
 /// Serialized delta format version written and read by this crate.
 pub const DELTA_FORMAT: u16 = 1;
@@ -88,14 +88,8 @@ impl Delta {
         }
         let mut names = HashSet::new();
         for item in &self.items {
-            if item.name.is_empty() || item.name.len() > MAX_ITEM_NAME {
-                return bad(format!("item name of {} bytes", item.name.len()));
-            }
-            if !names.insert(item.name.as_str()) {
-                return bad(format!("duplicate item {:?}", item.name));
-            }
-            if item.block_size == 0 || item.block_size > MAX_BLOCK_SIZE {
-                return bad(format!("item {:?} block size {}", item.name, item.block_size));
+            if let Err(why) = check_item(&mut names, &item.name, item.block_size) {
+                return bad(why);
             }
             let count = item.len.div_ceil(u64::from(item.block_size));
             let mut prev = None;

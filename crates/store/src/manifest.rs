@@ -175,14 +175,8 @@ impl Manifest {
         let mut names = HashSet::new();
         let mut total = 0u64;
         for item in &self.items {
-            if item.name.is_empty() || item.name.len() > MAX_ITEM_NAME {
-                return bad(format!("item name of {} bytes", item.name.len()));
-            }
-            if !names.insert(item.name.as_str()) {
-                return bad(format!("duplicate item {:?}", item.name));
-            }
-            if item.block_size == 0 || item.block_size > MAX_BLOCK_SIZE {
-                return bad(format!("item {:?} block size {}", item.name, item.block_size));
+            if let Err(why) = check_item(&mut names, &item.name, item.block_size) {
+                return bad(why);
             }
             if item.blocks.windows(2).any(|w| w[0].index >= w[1].index) {
                 return bad(format!("item {:?} blocks not ascending", item.name));
@@ -265,6 +259,26 @@ pub fn parse_manifest(bytes: &[u8]) -> Result<Manifest> {
         serde_json::from_slice(body).map_err(|e| StoreError::Manifest(format!("JSON: {e}")))?;
     manifest.validate()?;
     Ok(manifest)
+}
+
+/// The rules every item header obeys, in manifests and serialized deltas alike: a name of
+/// 1..=[`MAX_ITEM_NAME`] bytes not seen before in the same epoch, and a block size in
+/// 1..=[`MAX_BLOCK_SIZE`]. Returns why not, for the caller's error variant.
+pub(crate) fn check_item<'a>(
+    names: &mut HashSet<&'a str>,
+    name: &'a str,
+    block_size: u32,
+) -> std::result::Result<(), String> {
+    if name.is_empty() || name.len() > MAX_ITEM_NAME {
+        return Err(format!("item name of {} bytes", name.len()));
+    }
+    if !names.insert(name) {
+        return Err(format!("duplicate item {name:?}"));
+    }
+    if block_size == 0 || block_size > MAX_BLOCK_SIZE {
+        return Err(format!("item {name:?} block size {block_size}"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
