@@ -13,12 +13,7 @@ fn eckpt(args: &[&str]) -> Output {
 #[test]
 fn delta_then_patch_rebuilds_the_new_image() {
     let tmp = tempfile::tempdir().unwrap();
-    let (base, new, delta, out) = (
-        tmp.path().join("base"),
-        tmp.path().join("new"),
-        tmp.path().join("d"),
-        tmp.path().join("out"),
-    );
+    let [base, new, delta, out] = ["base", "new", "d", "out"].map(|name| tmp.path().join(name));
     let mut image: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
     fs::write(&base, &image).unwrap();
     for page in [0usize, 100, 101, 700] {
@@ -55,12 +50,7 @@ fn delta_then_patch_rebuilds_the_new_image() {
 #[test]
 fn a_corrupt_delta_is_refused_and_writes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
-    let (base, new, delta, out) = (
-        tmp.path().join("base"),
-        tmp.path().join("new"),
-        tmp.path().join("d"),
-        tmp.path().join("out"),
-    );
+    let [base, new, delta, out] = ["base", "new", "d", "out"].map(|name| tmp.path().join(name));
     fs::write(&base, vec![1u8; 50_000]).unwrap();
     fs::write(&new, vec![2u8; 50_000]).unwrap();
     assert!(eckpt(&[
