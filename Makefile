@@ -16,6 +16,7 @@ demo: build
 # Every test; the system ISA-L comparison must run, not skip.
 test: setup
 	ECKPT_REQUIRE_SYSTEM_ISAL=1 $(CARGO) test --release --workspace
+	bash scripts/python-test.sh
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
