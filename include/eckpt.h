@@ -94,7 +94,7 @@ int eckpt_init(const char *config);
  # Safety
  The memory must stay valid until `eckpt_finalize`.
  */
-int eckpt_protect(int id, void *ptr, uintptr_t len);
+int eckpt_protect(int id, void *ptr, size_t len);
 
 /*
  Protects a file: `ECKPT_FILE_APPEND`, `ECKPT_FILE_SNAPSHOT` or `ECKPT_FILE_INPUT`.
@@ -121,7 +121,10 @@ int eckpt_checkpoint(void);
 
 /*
  Restores the latest checkpoint into the protected regions and files. Returns the epoch
- restored, 0 when there is nothing to restore, or a negative error (nothing changed).
+ restored, 0 when there is nothing to restore, or a negative error. A checkpoint that does
+ not fit (`ECKPT_EMISMATCH`) is refused before anything is changed; stored data failing its
+ checksum (`ECKPT_ECORRUPT`) is never copied, but regions read before it was found are
+ already restored.
  */
 int eckpt_restart(void);
 
