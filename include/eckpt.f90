@@ -1,0 +1,133 @@
+! eckpt for Fortran: bind(C) interfaces to libeckpt (include/eckpt.h) and its constants.
+!
+!   use eckpt
+!   real(c_double), allocatable, target :: grid(:)
+!   rc = eckpt_init()                                  ! ECKPT_DIR, ECKPT_RANK from the environment
+!   rc = eckpt_protect(0, c_loc(grid), int(8 * size(grid), c_size_t))
+!   rc = eckpt_protect_file("out.log" // c_null_char, ECKPT_FILE_APPEND)
+!   if (eckpt_restart() > 0) ...                       ! grid filled in place
+!   rc = eckpt_checkpoint()
+!   if (rc < 0) print *, eckpt_error_message(rc)
+!   rc = eckpt_finalize()
+!
+! Compile this file with the program (gfortran include/eckpt.f90 prog.f90 -leckpt). Strings
+! passed to the library must end with c_null_char. Memory must be `target` and must not move
+! while protected (no reallocation until eckpt_finalize). Page-aligned memory is tracked by
+! the kernel; an ordinary allocatable array usually is not page aligned and is tracked by
+! hashing its blocks instead, which is correct but reads the whole array at each checkpoint.
+module eckpt
+  use, intrinsic :: iso_c_binding, only: c_int, c_char, c_ptr, c_size_t, c_null_char, c_associated, c_f_pointer
+  implicit none
+  private
+
+  ! eckpt_protect_file modes.
+  integer(c_int), parameter, public :: ECKPT_FILE_APPEND = 1
+  integer(c_int), parameter, public :: ECKPT_FILE_SNAPSHOT = 2
+  integer(c_int), parameter, public :: ECKPT_FILE_INPUT = 3
+
+  ! Return codes (eckpt_strerror describes them).
+  integer(c_int), parameter, public :: ECKPT_OK = 0
+  integer(c_int), parameter, public :: ECKPT_EINVAL = -1
+  integer(c_int), parameter, public :: ECKPT_ESTATE = -2
+  integer(c_int), parameter, public :: ECKPT_EIO = -3
+  integer(c_int), parameter, public :: ECKPT_ECORRUPT = -4
+  integer(c_int), parameter, public :: ECKPT_EMISMATCH = -5
+  integer(c_int), parameter, public :: ECKPT_ECAPTURE = -6
+  integer(c_int), parameter, public :: ECKPT_EINTERNAL = -7
+
+  public :: eckpt_init, eckpt_protect, eckpt_protect_file, eckpt_protect_dir, eckpt_checkpoint, &
+            eckpt_restart, eckpt_finalize, eckpt_strerror, eckpt_last_error, eckpt_error_message
+
+  interface
+    ! `config` is optional: absent passes NULL (configuration from the environment), else a
+    ! null-terminated "key=value;..." string.
+    function eckpt_init(config) bind(C, name="eckpt_init") result(rc)
+      import :: c_int, c_char
+      character(kind=c_char), dimension(*), intent(in), optional :: config
+      integer(c_int) :: rc
+    end function eckpt_init
+
+    function eckpt_protect(id, ptr, len) bind(C, name="eckpt_protect") result(rc)
+      import :: c_int, c_ptr, c_size_t
+      integer(c_int), value :: id
+      type(c_ptr), value :: ptr
+      integer(c_size_t), value :: len
+      integer(c_int) :: rc
+    end function eckpt_protect
+
+    function eckpt_protect_file(path, mode) bind(C, name="eckpt_protect_file") result(rc)
+      import :: c_int, c_char
+      character(kind=c_char), dimension(*), intent(in) :: path
+      integer(c_int), value :: mode
+      integer(c_int) :: rc
+    end function eckpt_protect_file
+
+    function eckpt_protect_dir(path) bind(C, name="eckpt_protect_dir") result(rc)
+      import :: c_int, c_char
+      character(kind=c_char), dimension(*), intent(in) :: path
+      integer(c_int) :: rc
+    end function eckpt_protect_dir
+
+    function eckpt_checkpoint() bind(C, name="eckpt_checkpoint") result(rc)
+      import :: c_int
+      integer(c_int) :: rc
+    end function eckpt_checkpoint
+
+    function eckpt_restart() bind(C, name="eckpt_restart") result(rc)
+      import :: c_int
+      integer(c_int) :: rc
+    end function eckpt_restart
+
+    function eckpt_finalize() bind(C, name="eckpt_finalize") result(rc)
+      import :: c_int
+      integer(c_int) :: rc
+    end function eckpt_finalize
+
+    ! Returns a C string (const char *): see eckpt_error_message for a Fortran one.
+    function eckpt_strerror(code) bind(C, name="eckpt_strerror") result(text)
+      import :: c_int, c_ptr
+      integer(c_int), value :: code
+      type(c_ptr) :: text
+    end function eckpt_strerror
+
+    function eckpt_last_error() bind(C, name="eckpt_last_error") result(text)
+      import :: c_ptr
+      type(c_ptr) :: text
+    end function eckpt_last_error
+  end interface
+
+contains
+
+  ! "<what the code means>: <the library's full message of the last failure>", as a Fortran
+  ! string, for error reports.
+  function eckpt_error_message(code) result(message)
+    integer(c_int), intent(in) :: code
+    character(len=:), allocatable :: message
+    message = from_c(eckpt_strerror(code)) // ": " // from_c(eckpt_last_error())
+  end function eckpt_error_message
+
+  ! Copies a NUL-terminated C string into a Fortran string.
+  function from_c(text) result(s)
+    type(c_ptr), intent(in) :: text
+    character(len=:), allocatable :: s
+    character(kind=c_char), pointer :: chars(:)
+    integer :: n, i
+    ! Longer than any message eckpt writes; the loop stops at the terminating NUL.
+    integer, parameter :: max_len = 65536
+    if (.not. c_associated(text)) then
+      s = ""
+      return
+    end if
+    call c_f_pointer(text, chars, [max_len])
+    n = 0
+    do while (n < max_len)
+      if (chars(n + 1) == c_null_char) exit
+      n = n + 1
+    end do
+    allocate(character(len=n) :: s)
+    do i = 1, n
+      s(i:i) = chars(i)
+    end do
+  end function from_c
+
+end module eckpt
