@@ -134,6 +134,25 @@ pub struct Image {
     pub items: BTreeMap<String, Vec<u8>>,
 }
 
+/// One epoch of one rank opened for random reads ([`Store::view`]).
+#[derive(Debug)]
+pub struct EpochView {
+    chain: Chain,
+}
+
+impl EpochView {
+    /// The epoch's manifest: its items and their lengths.
+    pub fn manifest(&self) -> &Manifest {
+        &self.chain.target().manifest
+    }
+
+    /// Fills `buf` with bytes `offset..offset + buf.len()` of item `name`; bytes past the
+    /// item's end (or of an absent item) read as zero. Every block read is verified.
+    pub fn read_padded(&self, name: &str, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.chain.read_padded(name, offset, buf)
+    }
+}
+
 /// Where checkpoints live by default: `/dev/shm/eckpt` when `/dev/shm` is a tmpfs (fastest,
 /// survives the process but not the node), else `$XDG_STATE_HOME/eckpt`, else
 /// `~/.local/state/eckpt`, else `eckpt` under the temporary directory.
@@ -322,6 +341,15 @@ impl Store {
         buf: &mut [u8],
     ) -> Result<()> {
         self.chain(rank, epoch)?.read_exact(name, offset, buf)
+    }
+
+    /// Opens an epoch for random reads — committed or, failing that, prepared (the cluster
+    /// encodes an epoch before it commits). The view keeps the epoch's files open, so it
+    /// stays readable while retention removes the directories.
+    pub fn view(&self, rank: u32, epoch: u64) -> Result<EpochView> {
+        Ok(EpochView {
+            chain: Chain::open(&self.rank_dir(rank), rank, epoch, true)?,
+        })
     }
 
     /// Streams an item of a committed epoch.
