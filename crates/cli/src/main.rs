@@ -33,6 +33,31 @@ enum Command {
     /// Measure throughput next to references measured in the same run.
     #[command(subcommand)]
     Bench(commands::bench::Bench),
+    /// Start a local cluster: a coordinator and N agents (optionally in network namespaces).
+    Up(commands::cluster::UpArgs),
+    /// Stop a cluster (its checkpoints stay unless --purge).
+    Down(commands::cluster::DownArgs),
+    /// Show nodes, groups, ranks and the committed epoch.
+    Status(commands::cluster::StatusArgs),
+    /// Start an agent and add it to a running cluster (a spare, or a node coming back).
+    Join(commands::cluster::JoinArgs),
+    /// Stop a node on purpose; the next `recover` rebuilds its ranks elsewhere.
+    Leave(commands::cluster::LeaveArgs),
+    /// Fault injection: SIGKILL a node's agent (--wipe: and delete its local data).
+    KillNode(commands::cluster::KillArgs),
+    /// Checkpoint a file as a rank's image for the open epoch.
+    Checkpoint(commands::ckpt::CheckpointArgs),
+    /// Rebuild lost or damaged nodes' data from the survivors and restore redundancy.
+    Recover(commands::ckpt::RecoverArgs),
+    /// Export a rank's committed image (decoded from the survivors if its node is gone).
+    Restore(commands::ckpt::RestoreArgs),
+    /// A node agent (started by `eckpt up` or `eckpt join`).
+    Agent(commands::daemons::AgentArgs),
+    /// The cluster coordinator (started by `eckpt up`).
+    Coordinator(commands::daemons::CoordinatorArgs),
+    /// Fault-injection pause points for tests and demos.
+    #[command(subcommand)]
+    Debug(commands::cluster::Debug),
 }
 
 fn main() {
@@ -44,6 +69,18 @@ fn main() {
         Command::Delta(args) => commands::delta::run_delta(args),
         Command::Patch(args) => commands::delta::run_patch(args),
         Command::Bench(bench) => commands::bench::run(bench),
+        Command::Up(args) => commands::cluster::run_up(args),
+        Command::Down(args) => commands::cluster::run_down(args),
+        Command::Status(args) => commands::cluster::run_status(args),
+        Command::Join(args) => commands::cluster::run_join(args),
+        Command::Leave(args) => commands::cluster::run_leave(args),
+        Command::KillNode(args) => commands::cluster::run_kill(args),
+        Command::Checkpoint(args) => commands::ckpt::run_checkpoint(args),
+        Command::Recover(args) => commands::ckpt::run_recover(args),
+        Command::Restore(args) => commands::ckpt::run_restore(args),
+        Command::Agent(args) => commands::daemons::run_agent(args),
+        Command::Coordinator(args) => commands::daemons::run_coordinator(args),
+        Command::Debug(debug) => commands::cluster::run_debug(debug),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -3,6 +3,9 @@
 pub mod bench;
 pub mod bench_capture;
 pub mod bench_codec;
+pub mod ckpt;
+pub mod cluster;
+pub mod daemons;
 pub mod decode;
 pub mod delta;
 pub mod encode;

@@ -1,0 +1,358 @@
+//! Managing a local cluster: `up`, `down`, `status`, `join`, `leave`, `kill-node`, and the
+//! fault-injection pause points of `debug`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use eckpt_cluster::debug::PHASES;
+use eckpt_cluster::dirs::ClusterDir;
+use eckpt_cluster::launch::{self, UpOptions};
+use eckpt_cluster::msg::{CoordRequest, CoordResponse, StatusReport};
+use eckpt_cluster::{client, CodingConfig, Layout, Mode, Topology};
+use eckpt_codec::CodeKind;
+
+use crate::output::print_json;
+use crate::size::parse_size;
+
+/// Runs an async cluster call to completion.
+pub fn block_on<T>(future: impl std::future::Future<Output = T>) -> Result<T> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(future))
+}
+
+/// The running `eckpt` executable (agents and the coordinator are started from it).
+pub fn this_exe() -> Result<PathBuf> {
+    std::env::current_exe().context("locating the eckpt executable")
+}
+
+/// How a cluster codes its checkpoints (shared by `up` and `bench cluster`).
+#[derive(clap::Args, Clone)]
+pub struct CodingArgs {
+    /// Data shards per group.
+    #[arg(long, default_value_t = 4)]
+    k: usize,
+    /// Parity shards per group: any m lost members of a group are survivable.
+    #[arg(long, default_value_t = 2)]
+    m: usize,
+    /// Generator matrix.
+    #[arg(long, default_value = "cauchy", value_parser = ["cauchy", "rs"])]
+    code: String,
+    /// Incremental mode: full, stripe (the seed's delta stripes) or update (parity updated in place).
+    #[arg(long, default_value = "full")]
+    pub mode: Mode,
+    /// Parity layout: dedicated parity nodes, or rotated (every node holds data and parity).
+    #[arg(long, default_value = "dedicated")]
+    layout: Layout,
+    /// Encode/decode topology: pipeline, fanin, broadcast or ring.
+    #[arg(long, default_value = "pipeline")]
+    topology: Topology,
+    /// Transfer unit (chunk) of the coding pipeline.
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    block_size: u64,
+    /// Stripe mode: delta stripes before a full stripe replaces the chain.
+    #[arg(long, default_value_t = 8)]
+    max_stripes: u32,
+}
+
+impl CodingArgs {
+    /// The validated configuration.
+    pub fn coding(&self) -> Result<CodingConfig> {
+        let coding = CodingConfig {
+            k: self.k,
+            m: self.m,
+            code: CodeKind::from_name(&self.code).context("unknown code")?,
+            mode: self.mode,
+            layout: self.layout,
+            topology: self.topology,
+            chunk: u32::try_from(self.block_size).context("block size too large")?,
+            max_stripes: self.max_stripes,
+        };
+        coding.validate()?;
+        Ok(coding)
+    }
+}
+
+#[derive(clap::Args)]
+pub struct UpArgs {
+    /// Cluster directory (created).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Nodes (agents n0 … n{N-1}), formed into groups of k+m.
+    #[arg(long)]
+    nodes: usize,
+    /// Spare nodes (s0 …) that replace lost ones.
+    #[arg(long, default_value_t = 0)]
+    spares: usize,
+    #[command(flatten)]
+    coding: CodingArgs,
+    /// Run each agent in its own network namespace (needs root and iproute2).
+    #[arg(long)]
+    netns: bool,
+    /// Shape every namespace's link with tc tbf (e.g. 1gbit, 100mbit).
+    #[arg(long)]
+    link_rate: Option<String>,
+    /// Return once the cluster is up (it keeps running; `eckpt down` stops it). Without it,
+    /// `up` waits and brings the cluster down on Ctrl-C.
+    #[arg(long)]
+    detach: bool,
+    /// Print a JSON summary.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run_up(args: UpArgs) -> Result<i32> {
+    let coding = args.coding.coding()?;
+    let summary = launch::up(&UpOptions {
+        dir: args.dir.clone(),
+        nodes: args.nodes,
+        spares: args.spares,
+        coding,
+        netns: args.netns,
+        link_rate: args.link_rate.clone(),
+        exe: this_exe()?,
+    })?;
+    if args.json {
+        print_json(&summary);
+    } else {
+        println!(
+            "cluster up in {}: {} nodes{} (k={} m={}, {} mode, {} layout, {} topology{})",
+            summary.dir.display(),
+            summary.nodes.len(),
+            if summary.spares.is_empty() {
+                String::new()
+            } else {
+                format!(" + {} spares", summary.spares.len())
+            },
+            coding.k,
+            coding.m,
+            coding.mode,
+            coding.layout,
+            coding.topology,
+            summary
+                .link_rate
+                .as_ref()
+                .map(|r| format!(", {r} links"))
+                .unwrap_or_default()
+        );
+    }
+    if !args.detach {
+        eprintln!("running; Ctrl-C brings the cluster down");
+        block_on(async { tokio::signal::ctrl_c().await })??;
+        launch::down(&args.dir, false)?;
+    }
+    Ok(0)
+}
+
+#[derive(clap::Args)]
+pub struct DownArgs {
+    /// Cluster directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Also delete the directory and every checkpoint in it.
+    #[arg(long)]
+    purge: bool,
+}
+
+pub fn run_down(args: DownArgs) -> Result<i32> {
+    launch::down(&args.dir, args.purge)?;
+    Ok(0)
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// Cluster directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn status(dir: &std::path::Path) -> Result<StatusReport> {
+    let dir = ClusterDir::new(dir)?;
+    match block_on(client::coordinator_call(&dir, &CoordRequest::Status, |_| {}))?? {
+        CoordResponse::Status(s) => Ok(*s),
+        other => bail!("unexpected answer {other:?}"),
+    }
+}
+
+pub fn run_status(args: StatusArgs) -> Result<i32> {
+    let s = status(&args.dir)?;
+    if args.json {
+        print_json(&s);
+        return Ok(0);
+    }
+    println!(
+        "committed epoch {} (open {}, {} of {} ranks in); k={} m={} {} mode, {} layout, {} topology",
+        s.committed_epoch,
+        s.open_epoch,
+        s.ranks_ready.len(),
+        s.world.map_or("?".into(), |w| w.to_string()),
+        s.coding.k,
+        s.coding.m,
+        s.coding.mode,
+        s.coding.layout,
+        s.coding.topology
+    );
+    for g in &s.groups {
+        println!(
+            "group {}: k={} m={} [{}] protects epoch {}{}",
+            g.id,
+            g.k,
+            g.m,
+            g.members.join(" "),
+            g.protected_epoch,
+            if g.lost.is_empty() {
+                String::new()
+            } else {
+                format!(", LOST: {}", g.lost.join(" "))
+            }
+        );
+    }
+    for n in &s.nodes {
+        println!(
+            "  {:<6} {:<5} {:<22} ranks {:?}{}{}",
+            n.name,
+            if n.alive { "up" } else { "DOWN" },
+            n.addr,
+            n.ranks,
+            if n.spare { " (spare)" } else { "" },
+            if n.removed { " (removed)" } else { "" }
+        );
+    }
+    Ok(0)
+}
+
+#[derive(clap::Args)]
+pub struct JoinArgs {
+    /// Cluster directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Node name (a new one joins as a spare; a known one comes back with its data).
+    #[arg(long)]
+    name: String,
+    /// Join as a spare.
+    #[arg(long)]
+    spare: bool,
+}
+
+pub fn run_join(args: JoinArgs) -> Result<i32> {
+    launch::join(&args.dir, &args.name, args.spare, &this_exe()?)?;
+    println!("{} joined", args.name);
+    Ok(0)
+}
+
+#[derive(clap::Args)]
+pub struct LeaveArgs {
+    /// Cluster directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Node to stop (its ranks are rebuilt elsewhere by the next `eckpt recover`).
+    node: String,
+}
+
+pub fn run_leave(args: LeaveArgs) -> Result<i32> {
+    let dir = ClusterDir::new(&args.dir)?;
+    block_on(client::coordinator_call(
+        &dir,
+        &CoordRequest::Leave {
+            node: args.node.clone(),
+        },
+        |_| {},
+    ))??;
+    println!("{} left", args.node);
+    Ok(0)
+}
+
+#[derive(clap::Args)]
+pub struct KillArgs {
+    /// Cluster directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Node whose agent to SIGKILL.
+    node: String,
+    /// Also delete the node's local data (a permanent loss).
+    #[arg(long)]
+    wipe: bool,
+}
+
+pub fn run_kill(args: KillArgs) -> Result<i32> {
+    let pid = launch::kill_node(&args.dir, &args.node, args.wipe)?;
+    println!(
+        "{}: {}{}",
+        args.node,
+        pid.map_or("agent was not running".into(), |p| format!("killed pid {p}")),
+        if args.wipe { ", local data wiped" } else { "" }
+    );
+    Ok(0)
+}
+
+#[derive(clap::Subcommand)]
+pub enum Debug {
+    /// Make the cluster stop at PHASE until `resume` (fault injection for tests and demos).
+    Pause {
+        /// Cluster directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// One of before-encode, mid-encode, before-commit, after-commit, mid-recovery.
+        #[arg(long)]
+        at: String,
+    },
+    /// Wait until some process reached the pause point.
+    Wait {
+        /// Cluster directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Seconds to wait at most.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// Lift the pause.
+    Resume {
+        /// Cluster directory.
+        #[arg(long)]
+        dir: PathBuf,
+    },
+}
+
+pub fn run_debug(debug: Debug) -> Result<i32> {
+    match debug {
+        Debug::Pause { dir, at } => {
+            if !PHASES.contains(&at.as_str()) {
+                bail!("phase {at:?}: expected one of {}", PHASES.join(", "));
+            }
+            let dir = ClusterDir::new(&dir)?;
+            std::fs::create_dir_all(dir.debug())?;
+            std::fs::write(dir.debug().join("pause"), &at)?;
+        }
+        Debug::Wait { dir, timeout } => {
+            let dir = ClusterDir::new(&dir)?;
+            let deadline = Instant::now() + Duration::from_secs(timeout);
+            loop {
+                let reached: Vec<String> = std::fs::read_dir(dir.debug())?
+                    .flatten()
+                    .filter_map(|e| e.file_name().to_str()?.strip_prefix("reached-").map(String::from))
+                    .collect();
+                if !reached.is_empty() {
+                    println!("paused: {}", reached.join(" "));
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("no process reached the pause point within {timeout} s");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Debug::Resume { dir } => {
+            let dir = ClusterDir::new(&dir)?;
+            match std::fs::remove_file(dir.debug().join("pause")) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,71 @@
+//! `eckpt agent` and `eckpt coordinator`: the long-running processes `eckpt up` starts
+//! (they can also be started by hand, e.g. one agent per real host).
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use eckpt_cluster::{agent, coordinator};
+
+/// Logs go to stderr (the log file when started by `eckpt up`); `RUST_LOG` filters.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
+
+#[derive(clap::Args)]
+pub struct AgentArgs {
+    /// Cluster directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Node name (letters, digits, '-', '_').
+    #[arg(long)]
+    name: String,
+    /// Join as a spare: holds nothing until it replaces a lost node.
+    #[arg(long)]
+    spare: bool,
+    /// Address for the TCP listener.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: String,
+    /// Cores offered to ranks (placement balances ranks per core; default: all).
+    #[arg(long)]
+    cores: Option<u32>,
+}
+
+pub fn run_agent(args: AgentArgs) -> Result<i32> {
+    init_logging();
+    runtime()?.block_on(agent::run(agent::AgentOptions {
+        dir: args.dir,
+        name: args.name,
+        spare: args.spare,
+        bind: args.bind,
+        cores: args.cores,
+    }))?;
+    Ok(0)
+}
+
+#[derive(clap::Args)]
+pub struct CoordinatorArgs {
+    /// Cluster directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Address for the TCP listener agents in other namespaces or hosts use.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: String,
+}
+
+pub fn run_coordinator(args: CoordinatorArgs) -> Result<i32> {
+    init_logging();
+    runtime()?.block_on(coordinator::run(coordinator::CoordinatorOptions {
+        dir: args.dir,
+        bind: args.bind,
+    }))?;
+    Ok(0)
+}

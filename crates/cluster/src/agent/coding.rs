@@ -1,0 +1,279 @@
+//! An agent's part in an encode or decode ([`CodingTask`]): its local chunks (data shard,
+//! parity, rebuilt shards) behind [`Chunks`], its peers behind [`TaskLinks`], and the
+//! executor in a blocking thread between them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use eckpt_codec::Code;
+
+use super::links::TaskLinks;
+use super::Agent;
+use crate::coded::{ParityReader, ParityWriter};
+use crate::error::io_at;
+use crate::exec::{run_participant, Chunks};
+use crate::geometry::Geometry;
+use crate::msg::{CodingTask, ObjectKind, TaskReport};
+use crate::plan::{actions, Action, CodingPlan, Input, Output, Work};
+use crate::shard::{BlobShard, ImageShard};
+use crate::ClusterError;
+
+/// Where a participant's data shard comes from.
+enum DataSource {
+    Image(ImageShard),
+    Blob(BlobShard),
+}
+
+/// One participant's local side of a coding task.
+struct LocalChunks {
+    chunk: usize,
+    data: Option<DataSource>,
+    parity: Option<ParityReader>,
+    parity_out: Option<ParityWriter>,
+    /// Rebuilt shards written here, by member.
+    rebuilt: BTreeMap<usize, (File, PathBuf)>,
+    /// CRC of each data chunk read (the coordinator records them for later verification).
+    crcs: Vec<(u64, u32)>,
+}
+
+impl Chunks for LocalChunks {
+    fn read(&mut self, input: Input, buf: &mut [u8]) -> Result<(), ClusterError> {
+        match input {
+            Input::Data(q) => {
+                let offset = q * self.chunk as u64;
+                match &self.data {
+                    Some(DataSource::Image(s)) => s.read(offset, buf)?,
+                    Some(DataSource::Blob(s)) => s.read(offset, buf)?,
+                    None => return Err(ClusterError::Invalid("no data shard here".into())),
+                }
+                self.crcs.push((q, crc32c::crc32c(buf)));
+                Ok(())
+            }
+            Input::Parity(q) => self
+                .parity
+                .as_ref()
+                .ok_or_else(|| ClusterError::Invalid("no parity here".into()))?
+                .read(q, buf),
+        }
+    }
+
+    fn write(&mut self, output: &Output, data: &[u8]) -> Result<(), ClusterError> {
+        if let Some((file, path)) = self.rebuilt.get(&output.stream) {
+            return file
+                .write_all_at(data, output.chunk * self.chunk as u64)
+                .map_err(io_at(path));
+        }
+        self.parity_out
+            .as_mut()
+            .ok_or_else(|| {
+                ClusterError::Invalid(format!("output stream {} is not kept here", output.stream))
+            })?
+            .write(output.chunk, data)
+    }
+}
+
+/// Path of the shard of `member` rebuilt by `task`.
+pub fn rebuilt_path(agent: &Agent, task: u64, member: usize) -> PathBuf {
+    agent
+        .coded_dir()
+        .join(format!("rebuild-t{task}"))
+        .join(format!("m{member}"))
+}
+
+/// Runs this agent's part of `task`.
+pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, ClusterError> {
+    let started = Instant::now();
+    let me = task
+        .participants
+        .iter()
+        .position(|p| p.as_ref().is_some_and(|n| n.name == agent.info.name))
+        .ok_or_else(|| {
+            ClusterError::Invalid(format!(
+                "{} is not a participant of task {}",
+                agent.info.name, task.task
+            ))
+        })?;
+    let group = &task.group;
+    let n = group.k + group.m;
+    let geometry = Geometry::new(task.coding.layout, group.k, group.m, task.object.data_chunks);
+    let code = Code::new(task.coding.code, group.k, group.m)?;
+    let members: Vec<Option<usize>> = (0..n).map(|i| task.participants[i].as_ref().map(|_| i)).collect();
+    let work = match &task.decode {
+        Some(spec) => Work::Decode {
+            unavailable: spec.unavailable.clone(),
+            rebuild: spec.rebuild.clone(),
+        },
+        None => Work::Encode,
+    };
+    let mut plan = CodingPlan::new(geometry.clone(), code, members, work.clone())?;
+
+    // Peers: everyone this participant sends to or receives from in some row.
+    let (mut send_to, mut recv_from) = (BTreeSet::new(), BTreeSet::new());
+    let mut reads_data = false;
+    let mut reads_parity = false;
+    for row in 0..geometry.rows() {
+        let Some(rp) = plan.row(row)? else { continue };
+        for a in actions(&rp, task.coding.topology) {
+            match a {
+                Action::Send { from, to, .. } if from == me => {
+                    send_to.insert(to);
+                }
+                Action::Send { from, to, .. } if to == me => {
+                    recv_from.insert(from);
+                }
+                _ => {}
+            }
+        }
+        for s in rp.sources.iter().filter(|s| s.node == me) {
+            match s.input {
+                Input::Data(_) => reads_data = true,
+                Input::Parity(_) => reads_parity = true,
+            }
+        }
+    }
+
+    let chunk = task.object.chunk as usize;
+    let local = open_local(&agent, &task, me, &geometry, &work, reads_data, reads_parity)?;
+    let links = TaskLinks::open(
+        task.task,
+        0,
+        me,
+        &task.participants,
+        &send_to,
+        &recv_from,
+        &agent.host,
+        &agent.secret,
+        &agent.inbox,
+    );
+    let debug = agent.dir.debug();
+    let who = agent.info.name.clone();
+    let pause = task.pause_after_rows;
+    let topology = task.coding.topology;
+    let (result, links, local) = tokio::task::spawn_blocking(move || {
+        let mut links = links;
+        let mut local = local;
+        let mut progress = |done: u64, _total: u64| {
+            if pause == Some(done) {
+                crate::debug::pause_point(&debug, "mid-encode", &who);
+            }
+        };
+        let result = run_participant(
+            me,
+            &mut plan,
+            topology,
+            chunk,
+            &mut links,
+            &mut local,
+            &mut progress,
+        );
+        (result, links, local)
+    })
+    .await
+    .map_err(|e| ClusterError::Invalid(format!("coding thread: {e}")))?;
+    let stats = result?;
+    links.finish().await?;
+    let report = TaskReport {
+        bytes_sent: stats.bytes_sent,
+        bytes_received: stats.bytes_received,
+        crcs: local.crcs.clone(),
+        seconds: 0.0,
+    };
+    tokio::task::spawn_blocking(move || finish_local(local))
+        .await
+        .map_err(|e| ClusterError::Invalid(format!("coding thread: {e}")))??;
+    Ok(TaskReport {
+        seconds: started.elapsed().as_secs_f64(),
+        ..report
+    })
+}
+
+fn open_local(
+    agent: &Agent,
+    task: &CodingTask,
+    me: usize,
+    geometry: &Geometry,
+    work: &Work,
+    reads_data: bool,
+    reads_parity: bool,
+) -> Result<LocalChunks, ClusterError> {
+    let object = &task.object;
+    let chunk = object.chunk as usize;
+    let n = task.group.k + task.group.m;
+    let data = if reads_data {
+        Some(match object.kind {
+            ObjectKind::Image => DataSource::Image(ImageShard::open(
+                &agent.store,
+                object.shards[me].layout.clone(),
+                object.version,
+            )?),
+            ObjectKind::Stripe { .. } => {
+                DataSource::Blob(BlobShard::open(&agent.coded.blob_path(object.id)?)?)
+            }
+        })
+    } else {
+        None
+    };
+    let parity = if reads_parity {
+        Some(agent.coded.parity_reader(object.id)?)
+    } else {
+        None
+    };
+    let mut parity_out = None;
+    let mut rebuilt = BTreeMap::new();
+    match work {
+        Work::Encode if me < n && geometry.parity_chunks(me) > 0 => {
+            parity_out = Some(agent.coded.parity_writer(
+                object.id,
+                geometry.parity_chunks(me),
+                object.chunk,
+                object.version,
+            )?);
+        }
+        Work::Decode { rebuild, .. } => {
+            let mine: Vec<usize> = rebuild
+                .iter()
+                .filter(|(_, t)| *t == me)
+                .map(|(m, _)| *m)
+                .collect();
+            if !mine.is_empty() {
+                agent.coded.scratch(&format!("t{}", task.task))?;
+            }
+            for member in mine {
+                let path = rebuilt_path(agent, task.task, member);
+                let file = OpenOptions::new()
+                    .create(true)
+                    .truncate(true)
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .map_err(io_at(&path))?;
+                file.set_len(geometry.data_chunks(member) * chunk as u64)
+                    .map_err(io_at(&path))?;
+                rebuilt.insert(member, (file, path));
+            }
+        }
+        Work::Encode => {}
+    }
+    Ok(LocalChunks {
+        chunk,
+        data,
+        parity,
+        parity_out,
+        rebuilt,
+        crcs: Vec::new(),
+    })
+}
+
+fn finish_local(local: LocalChunks) -> Result<(), ClusterError> {
+    if let Some(w) = local.parity_out {
+        w.finish()?;
+    }
+    for (file, path) in local.rebuilt.values() {
+        file.sync_all().map_err(io_at(path))?;
+    }
+    Ok(())
+}

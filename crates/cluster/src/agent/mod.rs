@@ -1,0 +1,385 @@
+//! `eckpt agent`: one per node. Keeps the node-local store of the ranks placed on the node,
+//! takes part in its group's encodes and decodes, commits or aborts as the coordinator
+//! decides, and heartbeats to the coordinator over a session it re-establishes if the
+//! coordinator restarts.
+
+mod coding;
+mod links;
+mod ranks;
+mod update;
+
+pub use ranks::{expect_ok, DATA_FRAME, FILE_ITEM};
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint, Listener, ProtoError};
+use eckpt_store::{Image, Options, Store};
+
+use crate::coded::Coded;
+use crate::dirs::{check_node_name, ClusterDir, ClusterFile};
+use crate::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello, NodeInfo};
+use crate::net::{call, host_identity, open, Inbox};
+use crate::ClusterError;
+
+/// How often an agent tells the coordinator it is alive.
+pub const HEARTBEAT: Duration = Duration::from_millis(500);
+
+/// How an agent is started.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// The cluster directory.
+    pub dir: PathBuf,
+    /// Node name.
+    pub name: String,
+    /// Join as a spare.
+    pub spare: bool,
+    /// Address to bind the TCP listener to.
+    pub bind: String,
+    /// Cores offered to ranks (default: the machine's).
+    pub cores: Option<u32>,
+}
+
+/// A running agent's shared state.
+pub struct Agent {
+    dir: ClusterDir,
+    info: NodeInfo,
+    host: String,
+    secret: ClusterSecret,
+    store: Store,
+    coded: Coded,
+    inbox: Inbox,
+    cluster: ClusterFile,
+}
+
+impl Agent {
+    fn coded_dir(&self) -> PathBuf {
+        self.dir.coded(&self.info.name)
+    }
+
+    fn coordinator(&self) -> &Endpoint {
+        match &self.cluster.coordinator_tcp {
+            Some(tcp) if self.cluster.netns.is_some() => tcp,
+            _ => &self.cluster.coordinator_unix,
+        }
+    }
+}
+
+/// Runs an agent until it is told to shut down.
+pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
+    check_node_name(&options.name)?;
+    let dir = ClusterDir::new(&options.dir)?;
+    let cluster = dir.load()?;
+    let secret = dir.load_secret()?;
+    let node_dir = dir.node(&options.name);
+    std::fs::create_dir_all(&node_dir).map_err(crate::io_at(&node_dir))?;
+    let store = Store::open_with(dir.store(&options.name), Options::default())?;
+    let coded = Coded::open(&dir.coded(&options.name))?;
+    let tcp = listen(
+        &Endpoint::Tcp {
+            host: options.bind.clone(),
+            port: 0,
+        },
+        &secret,
+    )
+    .await?;
+    let unix = listen(&Endpoint::Unix(dir.agent_socket(&options.name)), &secret).await?;
+    let cores = options.cores.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1)
+    });
+    let info = NodeInfo {
+        name: options.name.clone(),
+        spare: options.spare,
+        tcp: tcp.local_endpoint().clone(),
+        unix: unix.local_endpoint().clone(),
+        host: host_identity(),
+        cores,
+        store: store.root().to_path_buf(),
+        pid: std::process::id(),
+    };
+    let agent = Arc::new(Agent {
+        host: info.host.clone(),
+        dir,
+        info,
+        secret,
+        store,
+        coded,
+        inbox: Inbox::default(),
+        cluster,
+    });
+    crate::dirs::write_atomic(
+        &ClusterDir::pid_file(&node_dir),
+        std::process::id().to_string().as_bytes(),
+    )?;
+    let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
+    for listener in [tcp, unix] {
+        tokio::spawn(accept_loop(agent.clone(), listener, stop_tx.clone()));
+    }
+    tokio::spawn(session_loop(agent.clone()));
+    tracing::info!(node = %agent.info.name, tcp = %agent.info.tcp, "agent started");
+    tokio::select! {
+        _ = stop_rx.recv() => tracing::info!("shutting down on request"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("shutting down on signal"),
+    }
+    Ok(())
+}
+
+/// Registers with the coordinator, resolves what was left undecided, and heartbeats; on a
+/// broken session, tries again every second.
+async fn session_loop(agent: Arc<Agent>) {
+    loop {
+        match session(&agent).await {
+            Ok(()) => {}
+            Err(e) => tracing::warn!(error = %e, "coordinator session ended"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn session(agent: &Arc<Agent>) -> Result<(), ClusterError> {
+    let mut conn = open(
+        agent.coordinator(),
+        &agent.secret,
+        &Hello::Session(agent.info.clone()),
+    )
+    .await?;
+    match conn.recv_control().await? {
+        CoordResponse::Registered {
+            committed,
+            keep,
+            versions,
+        } => {
+            let a = agent.clone();
+            tokio::task::spawn_blocking(move || a.resolve(committed, &keep, &versions))
+                .await
+                .map_err(|e| ClusterError::Invalid(e.to_string()))??;
+        }
+        CoordResponse::Error(e) => {
+            tracing::error!(error = %e, "the coordinator refused this agent");
+            std::process::exit(2);
+        }
+        other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
+    }
+    loop {
+        tokio::time::sleep(HEARTBEAT).await;
+        match call(&mut conn, &CoordRequest::Heartbeat).await? {
+            CoordResponse::Alive => {}
+            other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
+        }
+    }
+}
+
+async fn accept_loop(agent: Arc<Agent>, listener: Listener, stop: tokio::sync::mpsc::Sender<()>) {
+    loop {
+        match listener.accept().await {
+            Ok(incoming) => {
+                let (agent, stop) = (agent.clone(), stop.clone());
+                tokio::spawn(async move {
+                    match incoming.authenticate().await {
+                        Ok(conn) => {
+                            if let Err(e) = serve(agent, conn, stop).await {
+                                tracing::debug!(error = %e, "connection ended");
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "refused a connection"),
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn serve(
+    agent: Arc<Agent>,
+    mut conn: Connection,
+    stop: tokio::sync::mpsc::Sender<()>,
+) -> Result<(), ClusterError> {
+    match conn.recv_control::<Hello>().await? {
+        Hello::Peer { task, from, phase } => {
+            let (reader, _writer) = conn.into_split();
+            agent.inbox.put(task, phase, from, reader);
+            Ok(())
+        }
+        Hello::Control => loop {
+            let request: AgentRequest = match conn.recv_control().await {
+                Ok(r) => r,
+                Err(ProtoError::Closed) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            };
+            let shutdown = matches!(request, AgentRequest::Shutdown);
+            let response = match handle(&agent, &mut conn, request).await {
+                Ok(r) => r,
+                Err(e) => Some(AgentResponse::Error(e.to_string())),
+            };
+            if let Some(r) = response {
+                conn.send_control(&r).await?;
+            }
+            if shutdown {
+                let _ = stop.send(()).await;
+                return Ok(());
+            }
+        },
+        Hello::Session(_) => Err(ClusterError::Protocol("agents do not take sessions".into())),
+    }
+}
+
+/// Receives `len` bytes of data frames.
+async fn recv_bytes(conn: &mut Connection, len: u64) -> Result<Vec<u8>, ClusterError> {
+    let mut out = Vec::with_capacity(len as usize);
+    let mut buf = Vec::new();
+    while (out.len() as u64) < len {
+        conn.recv_data(&mut buf).await?;
+        if out.len() as u64 + buf.len() as u64 > len {
+            return Err(ClusterError::Protocol(format!(
+                "more than the announced {len} bytes"
+            )));
+        }
+        out.extend_from_slice(&buf);
+    }
+    Ok(out)
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ClusterError> + Send + 'static,
+) -> Result<T, ClusterError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ClusterError::Invalid(format!("worker thread: {e}")))?
+}
+
+/// Handles one request; `None` when the handler answered itself.
+async fn handle(
+    agent: &Arc<Agent>,
+    conn: &mut Connection,
+    request: AgentRequest,
+) -> Result<Option<AgentResponse>, ClusterError> {
+    let a = agent.clone();
+    Ok(Some(match request {
+        AgentRequest::PutRank {
+            rank,
+            epoch,
+            item,
+            len,
+        } => {
+            let content = recv_bytes(conn, len).await?;
+            blocking(move || a.put_rank(rank, epoch, &item, &content)).await?;
+            let mut coord = open(agent.coordinator(), &agent.secret, &Hello::Control).await?;
+            match call(
+                &mut coord,
+                &CoordRequest::RankReady {
+                    rank,
+                    epoch,
+                    node: agent.info.name.clone(),
+                },
+            )
+            .await?
+            {
+                CoordResponse::Ok => AgentResponse::Ok,
+                CoordResponse::Error(e) => AgentResponse::Error(e),
+                other => AgentResponse::Error(format!("unexpected answer {other:?}")),
+            }
+        }
+        AgentRequest::ImportRank { rank, epoch, items } => {
+            let mut image = Image::default();
+            for (name, len) in items {
+                image.items.insert(name, recv_bytes(conn, len).await?);
+            }
+            blocking(move || Ok(a.store.import_image(rank, epoch, &image)?)).await?;
+            AgentResponse::Ok
+        }
+        AgentRequest::Describe(req) => AgentResponse::Shard(blocking(move || a.describe(&req)).await?),
+        AgentRequest::Code(task) => AgentResponse::Task(coding::run(a, task).await?),
+        AgentRequest::Update(task) => AgentResponse::Task(update::run(a, task).await?),
+        AgentRequest::Install {
+            parts,
+            member,
+            epoch,
+            deliver,
+        } => {
+            agent.install(&parts, member, epoch, &deliver).await?;
+            AgentResponse::Ok
+        }
+        AgentRequest::Commit {
+            epoch,
+            ranks,
+            objects,
+            keep,
+        } => {
+            blocking(move || a.commit(epoch, &ranks, &objects, &keep)).await?;
+            AgentResponse::Ok
+        }
+        AgentRequest::Abort { epoch } => {
+            blocking(move || a.abort(epoch)).await?;
+            AgentResponse::Ok
+        }
+        AgentRequest::Scrub {
+            ranks,
+            epoch,
+            objects,
+        } => blocking(move || Ok(a.scrub(&ranks, epoch, &objects))).await?,
+        AgentRequest::Export { rank, epoch, scratch } => {
+            let (store, items) = blocking(move || {
+                let store = a.export_store(scratch)?;
+                let view = store.view(rank, epoch)?;
+                let items: Vec<(String, u64)> = view
+                    .manifest()
+                    .items
+                    .iter()
+                    .map(|i| (i.name.clone(), i.len))
+                    .collect();
+                Ok((store, items))
+            })
+            .await?;
+            conn.send_control(&AgentResponse::Items(items.clone())).await?;
+            for (name, len) in items {
+                let mut offset = 0u64;
+                while offset < len {
+                    let n = (len - offset).min(DATA_FRAME as u64) as usize;
+                    let (s, item) = (store.clone(), name.clone());
+                    let piece = blocking(move || {
+                        let mut buf = vec![0u8; n];
+                        s.read_item_range(rank, epoch, &item, offset, &mut buf)?;
+                        Ok(buf)
+                    })
+                    .await?;
+                    conn.send_data(&piece).await?;
+                    offset += n as u64;
+                }
+            }
+            return Ok(None);
+        }
+        AgentRequest::LinkTest { peer, bytes } => {
+            let mut peer_conn = crate::net::open_node(&peer, &agent.host, &agent.secret).await?;
+            peer_conn.send_control(&AgentRequest::LinkSink).await?;
+            let block = vec![0x5Au8; 1 << 20];
+            let started = Instant::now();
+            let mut sent = 0u64;
+            while sent < bytes {
+                let n = (bytes - sent).min(block.len() as u64) as usize;
+                peer_conn.send_data(&block[..n]).await?;
+                sent += n as u64;
+            }
+            peer_conn.send_data(&[]).await?;
+            let _: AgentResponse = peer_conn.recv_control().await?;
+            AgentResponse::Link(started.elapsed().as_secs_f64())
+        }
+        AgentRequest::LinkSink => {
+            let mut buf = Vec::new();
+            loop {
+                conn.recv_data(&mut buf).await?;
+                if buf.is_empty() {
+                    break;
+                }
+            }
+            AgentResponse::Ok
+        }
+        AgentRequest::Shutdown => AgentResponse::Ok,
+    }))
+}

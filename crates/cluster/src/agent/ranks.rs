@@ -1,0 +1,315 @@
+//! What an agent does with ranks' epochs and coded objects on request: take checkpoints
+//! in, describe its shard, commit or abort as decided, verify, rebuild, export.
+
+use std::collections::BTreeMap;
+
+use eckpt_store::{Image, Store};
+
+use super::coding::rebuilt_path;
+use super::Agent;
+use crate::coded::ObjectId;
+use crate::config::Mode;
+use crate::msg::{
+    AgentRequest, AgentResponse, Deliver, DescribeRequest, ObjectKind, ObjectRecord, ShardInfo,
+};
+use crate::net::{call, open_node};
+use crate::shard::{build_stripe_blob, node_items, ShardLayout};
+use crate::ClusterError;
+
+/// The item name `eckpt checkpoint FILE` stores a file under.
+pub const FILE_ITEM: &str = "file";
+
+/// Frames of bulk data are at most this long.
+pub const DATA_FRAME: usize = 4 << 20;
+
+impl Agent {
+    /// Writes `content` as the prepared epoch of `rank` (a delta against its last committed
+    /// epoch where blocks match).
+    pub fn put_rank(&self, rank: u32, epoch: u64, item: &str, content: &[u8]) -> Result<(), ClusterError> {
+        let mut writer = self.store.writer(rank, epoch)?;
+        writer.put_full(item, content)?;
+        // Dropping the prepared epoch releases the rank's lock; the epoch stays prepared
+        // on disk until the coordinator's decision arrives.
+        drop(writer.prepare()?);
+        Ok(())
+    }
+
+    /// Answers a [`DescribeRequest`]: the shard's layout and length (image modes), or the
+    /// stripe blob written under the new object (stripe mode).
+    pub fn describe(&self, req: &DescribeRequest) -> Result<ShardInfo, ClusterError> {
+        match req.mode {
+            Mode::Stripe => {
+                let blob = build_stripe_blob(&self.store, &req.ranks, req.epoch, req.complete)?;
+                self.coded.put_blob(req.object, &blob)?;
+                Ok(ShardInfo {
+                    len: blob.len() as u64,
+                    layout: ShardLayout::default(),
+                    updatable: false,
+                })
+            }
+            Mode::Full | Mode::Update => {
+                let items = node_items(&self.store, &req.ranks, req.epoch)?;
+                if let Some((layout, version)) = &req.update_from {
+                    let parents_match = req.ranks.iter().all(|&r| {
+                        self.store
+                            .view(r, req.epoch)
+                            .is_ok_and(|v| v.manifest().parent == Some(*version))
+                    });
+                    if let Some(refit) = layout.refit(&items).filter(|_| parents_match) {
+                        return Ok(ShardInfo {
+                            len: refit.len(),
+                            layout: refit,
+                            updatable: true,
+                        });
+                    }
+                }
+                let layout = ShardLayout::pack(&items);
+                Ok(ShardInfo {
+                    len: layout.len(),
+                    layout,
+                    updatable: false,
+                })
+            }
+        }
+    }
+
+    /// Applies the coordinator's commit decision; idempotent.
+    pub fn commit(
+        &self,
+        epoch: u64,
+        ranks: &[u32],
+        objects: &[(ObjectId, Option<u64>)],
+        keep: &[ObjectId],
+    ) -> Result<(), ClusterError> {
+        for &rank in ranks {
+            if self.store.prepared_epochs(rank)?.contains(&epoch) {
+                self.store.resume_prepared(rank, epoch)?.commit()?;
+            } else if self.store.latest_committed(rank)? < Some(epoch) {
+                return Err(ClusterError::Invalid(format!(
+                    "rank {rank} has no epoch {epoch} to commit"
+                )));
+            }
+        }
+        for &(id, version) in objects {
+            self.coded.commit(id)?;
+            if let Some(v) = version {
+                if self.coded.staged_versions(id).contains(&v) {
+                    self.coded.apply_update(id, v)?;
+                }
+            }
+        }
+        self.coded.retain(keep)
+    }
+
+    /// Applies the coordinator's abort decision: prepared rank epochs, prepared objects and
+    /// staged updates of `epoch` go.
+    pub fn abort(&self, epoch: u64) -> Result<(), ClusterError> {
+        for rank in self.store.ranks()? {
+            if self.store.prepared_epochs(rank)?.contains(&epoch) {
+                self.store.resume_prepared(rank, epoch)?.abort()?;
+            }
+        }
+        for (id, _) in self.coded.objects()? {
+            if id.epoch == epoch {
+                self.coded.abort(id)?;
+            }
+            self.coded.drop_update(id, epoch)?;
+        }
+        Ok(())
+    }
+
+    /// Brings local state in line with the coordinator after a restart: prepared rank
+    /// epochs up to `committed` are committed, later ones aborted; staged updates up to each
+    /// object's committed version applied, others dropped; objects not kept removed.
+    pub fn resolve(
+        &self,
+        committed: u64,
+        keep: &[ObjectId],
+        versions: &[(ObjectId, u64)],
+    ) -> Result<(), ClusterError> {
+        for rank in self.store.ranks()? {
+            for epoch in self.store.prepared_epochs(rank)? {
+                let prepared = self.store.resume_prepared(rank, epoch)?;
+                if epoch <= committed {
+                    prepared.commit()?;
+                } else {
+                    prepared.abort()?;
+                }
+            }
+        }
+        for &id in keep {
+            self.coded.commit(id)?;
+        }
+        for (id, _) in self.coded.objects()? {
+            let version = versions.iter().find(|(v, _)| *v == id).map(|(_, v)| *v);
+            for staged in self.coded.staged_versions(id) {
+                if version.is_some_and(|v| staged <= v) {
+                    self.coded.apply_update(id, staged)?;
+                } else {
+                    self.coded.drop_update(id, staged)?;
+                }
+            }
+        }
+        self.coded.retain(keep)
+    }
+
+    /// Verifies committed `epoch` of each rank (every block) and each object's parity.
+    pub fn scrub(&self, ranks: &[u32], epoch: u64, objects: &[ObjectId]) -> AgentResponse {
+        let mut bad_ranks = Vec::new();
+        for &rank in ranks {
+            if let Err(e) = self.store.read_image(rank, epoch) {
+                bad_ranks.push((rank, e.to_string()));
+            }
+        }
+        let mut bad_objects = Vec::new();
+        for &id in objects {
+            let problem = match self.coded.scrub(id) {
+                Ok(p) => p,
+                Err(e) => Some(e.to_string()),
+            };
+            let blob_problem = self
+                .coded
+                .blob_path(id)
+                .ok()
+                .and_then(|path| match std::fs::read(&path) {
+                    Ok(bytes) => crate::shard::parse_stripe_blob(&bytes)
+                        .err()
+                        .map(|e| e.to_string()),
+                    Err(e) => Some(e.to_string()),
+                });
+            if let Some(p) = problem.or(blob_problem) {
+                bad_objects.push((id, p));
+            }
+        }
+        AgentResponse::Damage {
+            ranks: bad_ranks,
+            objects: bad_objects,
+        }
+    }
+
+    /// Verifies the shards of `member` rebuilt by each part's task against the recorded
+    /// checksums, turns them into rank images at `epoch`, and delivers them.
+    pub async fn install(
+        &self,
+        parts: &[(u64, ObjectRecord)],
+        member: usize,
+        epoch: u64,
+        deliver: &Deliver,
+    ) -> Result<(), ClusterError> {
+        let mut images: BTreeMap<u32, Image> = BTreeMap::new();
+        let scratch = self
+            .coded
+            .scratch(&format!("install-{}-{member}", parts.first().map_or(0, |p| p.0)))?;
+        let chain = Store::open(&scratch)?;
+        for (task, record) in parts {
+            let path = rebuilt_path(self, *task, member);
+            let bytes = std::fs::read(&path).map_err(crate::io_at(&path))?;
+            let shard = &record.shards[member];
+            let chunk = record.chunk as usize;
+            for (q, expected) in shard.crcs.iter().enumerate() {
+                let piece = bytes.get(q * chunk..(q + 1) * chunk).ok_or_else(|| {
+                    ClusterError::Corrupt(format!("rebuilt shard {} is short", path.display()))
+                })?;
+                if crc32c::crc32c(piece) != *expected {
+                    return Err(ClusterError::Corrupt(format!(
+                        "rebuilt chunk {q} of member {member} of object {} fails its recorded checksum",
+                        record.id
+                    )));
+                }
+            }
+            match record.kind {
+                ObjectKind::Image => images = shard.layout.images(&bytes[..shard.len as usize])?,
+                ObjectKind::Stripe { .. } => {
+                    for delta in crate::shard::parse_stripe_blob(&bytes[..shard.len as usize])? {
+                        chain.apply_delta(delta.rank, &delta.encode()?)?;
+                    }
+                }
+            }
+        }
+        if matches!(parts.first().map(|p| p.1.kind), Some(ObjectKind::Stripe { .. })) {
+            for rank in chain.ranks()? {
+                if chain.latest_committed(rank)? != Some(epoch) {
+                    return Err(ClusterError::Corrupt(format!(
+                        "the stripe chain of rank {rank} does not reach epoch {epoch}"
+                    )));
+                }
+                images.insert(rank, chain.read_image(rank, epoch)?);
+            }
+        }
+        match deliver {
+            Deliver::Import { placement } => {
+                for (rank, image) in images {
+                    let node = placement.get(&rank).ok_or_else(|| {
+                        ClusterError::Invalid(format!("no placement for rebuilt rank {rank}"))
+                    })?;
+                    if node.name == self.info.name {
+                        self.store.import_image(rank, epoch, &image)?;
+                    } else {
+                        self.ship(node, rank, epoch, &image).await?;
+                    }
+                }
+            }
+            Deliver::Export { rank } => {
+                let image = images.remove(rank).ok_or_else(|| {
+                    ClusterError::Invalid(format!("rank {rank} is not in the rebuilt shard"))
+                })?;
+                let task = parts.first().map_or(0, |p| p.0);
+                let dir = self.coded.scratch(&format!("export-t{task}"))?;
+                Store::open(&dir)?.import_image(*rank, epoch, &image)?;
+            }
+        }
+        let _ = std::fs::remove_dir_all(&scratch);
+        Ok(())
+    }
+
+    /// Sends a rank image to the agent that now hosts the rank.
+    async fn ship(
+        &self,
+        node: &crate::msg::NodeInfo,
+        rank: u32,
+        epoch: u64,
+        image: &Image,
+    ) -> Result<(), ClusterError> {
+        let mut conn = open_node(node, &self.host, &self.secret).await?;
+        let items: Vec<(String, u64)> = image
+            .items
+            .iter()
+            .map(|(n, b)| (n.clone(), b.len() as u64))
+            .collect();
+        conn.send_control(&AgentRequest::ImportRank { rank, epoch, items })
+            .await?;
+        for bytes in image.items.values() {
+            for piece in bytes.chunks(DATA_FRAME) {
+                conn.send_data(piece).await?;
+            }
+        }
+        match conn.recv_control().await? {
+            AgentResponse::Ok => Ok(()),
+            AgentResponse::Error(e) => Err(crate::net::node_error(&node.name, e)),
+            other => Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// Where `Export` reads from: the agent's store, or the scratch store of a decode.
+    pub fn export_store(&self, scratch: Option<u64>) -> Result<Store, ClusterError> {
+        match scratch {
+            None => Ok(self.store.clone()),
+            Some(task) => Ok(Store::open(
+                self.coded_dir().join(format!("rebuild-export-t{task}")),
+            )?),
+        }
+    }
+}
+
+/// Asks an agent and expects `Ok`.
+pub async fn expect_ok(
+    conn: &mut eckpt_proto::Connection,
+    node: &str,
+    request: &AgentRequest,
+) -> Result<(), ClusterError> {
+    match call(conn, request).await? {
+        AgentResponse::Ok => Ok(()),
+        AgentResponse::Error(e) => Err(crate::net::node_error(node, e)),
+        other => Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
+    }
+}

@@ -1,0 +1,222 @@
+//! What commands do against a running cluster: ask the coordinator, checkpoint a file as a
+//! rank, export a rank's committed image.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use eckpt_proto::Connection;
+use serde::Serialize;
+
+use crate::agent::{DATA_FRAME, FILE_ITEM};
+use crate::dirs::ClusterDir;
+use crate::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, EpochOutcome, Hello};
+use crate::net::{host_identity, node_error, open, open_node};
+use crate::ClusterError;
+
+/// Opens a control connection to the coordinator of the cluster in `dir`.
+pub async fn coordinator(dir: &ClusterDir) -> Result<Connection, ClusterError> {
+    let file = dir.load()?;
+    let secret = dir.load_secret()?;
+    open(&file.coordinator_unix, &secret, &Hello::Control)
+        .await
+        .map_err(|e| {
+            ClusterError::Invalid(format!(
+                "the coordinator of {} is not reachable: {e}",
+                dir.root().display()
+            ))
+        })
+}
+
+/// Sends one request to the coordinator; progress reports go to `on_progress`; an error
+/// answer becomes an error.
+pub async fn coordinator_call(
+    dir: &ClusterDir,
+    request: &CoordRequest,
+    mut on_progress: impl FnMut(&CoordResponse),
+) -> Result<CoordResponse, ClusterError> {
+    let mut conn = coordinator(dir).await?;
+    conn.send_control(request).await?;
+    loop {
+        match conn.recv_control().await? {
+            p @ CoordResponse::Progress { .. } => on_progress(&p),
+            CoordResponse::Error(e) => return Err(ClusterError::Invalid(e)),
+            other => return Ok(other),
+        }
+    }
+}
+
+/// What `eckpt checkpoint` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointReport {
+    /// Rank.
+    pub rank: u32,
+    /// Epoch written.
+    pub epoch: u64,
+    /// Node holding the rank.
+    pub node: String,
+    /// Bytes of the file.
+    pub bytes: u64,
+    /// The epoch's outcome, when waited for.
+    pub outcome: Option<EpochOutcome>,
+}
+
+/// Checkpoints `file` as rank `rank` of a job of `world` ranks: the file becomes the rank's
+/// image for the open epoch on its node; with `wait`, returns once the epoch is decided.
+#[allow(clippy::too_many_arguments)]
+pub async fn checkpoint_file(
+    dir: &ClusterDir,
+    world: u32,
+    rank: u32,
+    epoch: Option<u64>,
+    node: Option<String>,
+    file: &Path,
+    wait: bool,
+    on_bytes: &mut dyn FnMut(u64, u64),
+) -> Result<CheckpointReport, ClusterError> {
+    let mut input = std::fs::File::open(file).map_err(crate::io_at(file))?;
+    let len = input.metadata().map_err(crate::io_at(file))?.len();
+    let opened = coordinator_call(
+        dir,
+        &CoordRequest::OpenEpoch {
+            rank,
+            world,
+            node,
+            epoch,
+        },
+        |_| {},
+    )
+    .await?;
+    let CoordResponse::Opened { epoch, node } = opened else {
+        return Err(ClusterError::Protocol(format!("unexpected answer {opened:?}")));
+    };
+    let secret = dir.load_secret()?;
+    let mut conn = open_node(&node, &host_identity(), &secret).await?;
+    conn.send_control(&AgentRequest::PutRank {
+        rank,
+        epoch,
+        item: FILE_ITEM.into(),
+        len,
+    })
+    .await?;
+    let mut buf = vec![0u8; DATA_FRAME];
+    let mut sent = 0u64;
+    while sent < len {
+        let n = ((len - sent) as usize).min(buf.len());
+        input.read_exact(&mut buf[..n]).map_err(crate::io_at(file))?;
+        conn.send_data(&buf[..n]).await?;
+        sent += n as u64;
+        on_bytes(sent, len);
+    }
+    match conn.recv_control().await? {
+        AgentResponse::Ok => {}
+        AgentResponse::Error(e) => return Err(node_error(&node.name, e)),
+        other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
+    }
+    let outcome = if wait {
+        match coordinator_call(dir, &CoordRequest::WaitEpoch { epoch }, |_| {}).await? {
+            CoordResponse::Outcome(o) => Some(o),
+            other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
+        }
+    } else {
+        None
+    };
+    Ok(CheckpointReport {
+        rank,
+        epoch,
+        node: node.name,
+        bytes: len,
+        outcome,
+    })
+}
+
+/// What `eckpt restore` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreReport {
+    /// Rank.
+    pub rank: u32,
+    /// Epoch restored.
+    pub epoch: u64,
+    /// Item written.
+    pub item: String,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Agent it was read from.
+    pub from: String,
+    /// Whether it had to be decoded (its node is gone).
+    pub decoded: bool,
+}
+
+/// Writes item `item` (default: the rank's only item, or the checkpointed file) of rank
+/// `rank`'s committed image to `out`, decoding it when its node is gone. The output
+/// appears only when complete (written to a temporary name, then renamed).
+pub async fn restore(
+    dir: &ClusterDir,
+    rank: u32,
+    epoch: Option<u64>,
+    item: Option<&str>,
+    out: &Path,
+) -> Result<RestoreReport, ClusterError> {
+    let answer = coordinator_call(dir, &CoordRequest::Export { rank, epoch }, |_| {}).await?;
+    let CoordResponse::ExportFrom { node, epoch, scratch } = answer else {
+        return Err(ClusterError::Protocol(format!("unexpected answer {answer:?}")));
+    };
+    let secret = dir.load_secret()?;
+    let mut conn = open_node(&node, &host_identity(), &secret).await?;
+    conn.send_control(&AgentRequest::Export { rank, epoch, scratch })
+        .await?;
+    let items = match conn.recv_control().await? {
+        AgentResponse::Items(items) => items,
+        AgentResponse::Error(e) => return Err(node_error(&node.name, e)),
+        other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
+    };
+    let names: Vec<&str> = items.iter().map(|(n, _)| n.as_str()).collect();
+    let wanted = match item {
+        Some(i) => i.to_string(),
+        None if items.len() == 1 => items[0].0.clone(),
+        None if names.contains(&FILE_ITEM) => FILE_ITEM.to_string(),
+        None => {
+            return Err(ClusterError::Invalid(format!(
+                "rank {rank} holds several items ({}): choose one with --item",
+                names.join(", ")
+            )))
+        }
+    };
+    if !names.contains(&wanted.as_str()) {
+        return Err(ClusterError::Invalid(format!(
+            "rank {rank} has no item {wanted:?} (it has {})",
+            names.join(", ")
+        )));
+    }
+    let tmp = out.with_file_name(format!(
+        ".{}.eckpt-tmp",
+        out.file_name().and_then(|n| n.to_str()).unwrap_or("restore")
+    ));
+    let mut file = std::fs::File::create(&tmp).map_err(crate::io_at(&tmp))?;
+    let mut written = 0u64;
+    let mut buf = Vec::new();
+    for (name, len) in &items {
+        let mut got = 0u64;
+        while got < *len {
+            conn.recv_data(&mut buf).await?;
+            got += buf.len() as u64;
+            if *name == wanted {
+                file.write_all(&buf).map_err(crate::io_at(&tmp))?;
+                written += buf.len() as u64;
+            }
+        }
+        if *name == wanted {
+            break;
+        }
+    }
+    file.sync_all().map_err(crate::io_at(&tmp))?;
+    drop(file);
+    std::fs::rename(&tmp, out).map_err(crate::io_at(out))?;
+    Ok(RestoreReport {
+        rank,
+        epoch,
+        item: wanted,
+        bytes: written,
+        from: node.name,
+        decoded: scratch.is_some(),
+    })
+}

@@ -1,0 +1,271 @@
+//! The coordinator's durable state (its journal) and the decisions made from it alone:
+//! forming groups and placing ranks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::coded::ObjectId;
+use crate::config::CodingConfig;
+use crate::dirs::write_atomic;
+use crate::geometry::Geometry;
+use crate::msg::{Group, GroupRecord, NodeInfo};
+use crate::ClusterError;
+
+/// Journal format written by this version.
+pub const JOURNAL_FORMAT: u32 = 1;
+
+/// What the coordinator knows of a node across restarts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeEntry {
+    /// Last registration (`None` until the agent first connects).
+    pub info: Option<NodeInfo>,
+    /// Joined as a spare (or joined after the groups were formed).
+    pub spare: bool,
+    /// Lost and rebuilt elsewhere: holds nothing the cluster needs.
+    pub removed: bool,
+}
+
+/// The coordinator's journal: rewritten atomically on every decision, so a restarted
+/// coordinator resumes exactly where it stood. The commit point of an epoch is the write
+/// of a journal with the higher `committed`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Journal {
+    /// Format version.
+    pub format: u32,
+    /// Coding configuration.
+    pub coding: CodingConfig,
+    /// Nodes by name.
+    pub nodes: BTreeMap<String, NodeEntry>,
+    /// Groups and the objects protecting their committed state.
+    pub groups: Vec<GroupRecord>,
+    /// Job size, once the first rank says.
+    pub world: Option<u32>,
+    /// Rank → node.
+    pub placement: BTreeMap<u32, String>,
+    /// Latest committed epoch (0: none).
+    pub committed: u64,
+    /// The epoch ranks write next.
+    pub next_epoch: u64,
+    /// Next group id.
+    pub next_group: u64,
+    /// Next task id.
+    pub next_task: u64,
+}
+
+/// Orders names like `n2` before `n10`.
+pub fn natural_key(name: &str) -> (String, u64, String) {
+    let digits_at = name.find(|c: char| c.is_ascii_digit()).unwrap_or(name.len());
+    let (prefix, rest) = name.split_at(digits_at);
+    let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    let number = rest[..end].parse().unwrap_or(0);
+    (prefix.to_string(), number, rest[end..].to_string())
+}
+
+/// Splits `nodes` (in natural order) into groups of `k + m` or a little more: as many
+/// groups as fit, the remainder spread as extra data members. Fewer than `m + 1` nodes
+/// cannot be protected: no group.
+pub fn form_groups(nodes: &[String], k: usize, m: usize) -> Vec<(usize, Vec<String>)> {
+    let mut sorted = nodes.to_vec();
+    sorted.sort_by_key(|n| natural_key(n));
+    let n = sorted.len();
+    if n <= m {
+        return Vec::new();
+    }
+    let groups = (n / (k + m)).max(1);
+    let (base, extra) = (n / groups, n % groups);
+    let mut out = Vec::with_capacity(groups);
+    let mut at = 0;
+    for g in 0..groups {
+        let size = base + usize::from(g < extra);
+        out.push((size - m, sorted[at..at + size].to_vec()));
+        at += size;
+    }
+    out
+}
+
+impl Journal {
+    /// A fresh journal for `nodes` and `spares`, groups formed.
+    pub fn new(coding: CodingConfig, nodes: &[String], spares: &[String]) -> Journal {
+        let mut journal = Journal {
+            format: JOURNAL_FORMAT,
+            coding,
+            nodes: BTreeMap::new(),
+            groups: Vec::new(),
+            world: None,
+            placement: BTreeMap::new(),
+            committed: 0,
+            next_epoch: 1,
+            next_group: 1,
+            next_task: 1,
+        };
+        for (list, spare) in [(nodes, false), (spares, true)] {
+            for name in list {
+                journal.nodes.insert(
+                    name.clone(),
+                    NodeEntry {
+                        info: None,
+                        spare,
+                        removed: false,
+                    },
+                );
+            }
+        }
+        journal.groups = journal.regroup(nodes);
+        journal
+    }
+
+    /// New groups (with fresh ids, no objects) over `nodes`.
+    pub fn regroup(&mut self, nodes: &[String]) -> Vec<GroupRecord> {
+        form_groups(nodes, self.coding.k, self.coding.m)
+            .into_iter()
+            .map(|(k, members)| {
+                let id = self.next_group;
+                self.next_group += 1;
+                GroupRecord {
+                    group: Group {
+                        id,
+                        k,
+                        m: self.coding.m,
+                        members,
+                    },
+                    objects: Vec::new(),
+                }
+            })
+            .collect()
+    }
+
+    /// Loads a journal.
+    pub fn load(path: &Path) -> Result<Journal, ClusterError> {
+        let bytes = std::fs::read(path).map_err(crate::io_at(path))?;
+        let journal: Journal = serde_json::from_slice(&bytes)
+            .map_err(|e| ClusterError::Corrupt(format!("{}: {e}", path.display())))?;
+        if journal.format != JOURNAL_FORMAT {
+            return Err(ClusterError::Invalid(format!(
+                "{}: journal format {} (this eckpt reads {JOURNAL_FORMAT})",
+                path.display(),
+                journal.format
+            )));
+        }
+        Ok(journal)
+    }
+
+    /// Writes the journal crash-safely.
+    pub fn save(&self, path: &Path) -> Result<(), ClusterError> {
+        write_atomic(
+            path,
+            &serde_json::to_vec_pretty(self).expect("the journal serializes"),
+        )
+    }
+
+    /// A fresh task id.
+    pub fn task_id(&mut self) -> u64 {
+        let t = self.next_task;
+        self.next_task += 1;
+        t
+    }
+
+    /// The group a node is a member of, with its position.
+    pub fn group_of(&self, node: &str) -> Option<(usize, usize)> {
+        self.groups
+            .iter()
+            .enumerate()
+            .find_map(|(g, rec)| rec.group.members.iter().position(|m| m == node).map(|p| (g, p)))
+    }
+
+    /// Whether `node` can host ranks: a group member whose position holds data.
+    pub fn holds_data(&self, node: &str) -> bool {
+        self.group_of(node).is_some_and(|(g, pos)| {
+            let group = &self.groups[g].group;
+            Geometry::new(self.coding.layout, group.k, group.m, 1).holds_data(pos)
+        })
+    }
+
+    /// Ranks placed on `node`, ascending.
+    pub fn ranks_on(&self, node: &str) -> Vec<u32> {
+        self.placement
+            .iter()
+            .filter(|(_, n)| n.as_str() == node)
+            .map(|(r, _)| *r)
+            .collect()
+    }
+
+    /// The node with the fewest ranks per core among `candidates` (natural order breaks
+    /// ties): seed 004's per-process placement by free cores.
+    pub fn least_loaded<'a>(
+        &self,
+        candidates: impl IntoIterator<Item = &'a String>,
+        extra: &BTreeMap<String, usize>,
+    ) -> Option<String> {
+        candidates
+            .into_iter()
+            .map(|name| {
+                let cores = self.nodes[name].info.as_ref().map_or(1, |i| i.cores.max(1)) as f64;
+                let load = (self.ranks_on(name).len() + extra.get(name).copied().unwrap_or(0)) as f64 / cores;
+                (load, natural_key(name), name.clone())
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)))
+            .map(|(_, _, name)| name)
+    }
+
+    /// Objects each node keeps (every object of its group's chain).
+    pub fn keep_of(&self, node: &str) -> Vec<ObjectId> {
+        self.group_of(node)
+            .map(|(g, _)| self.groups[g].objects.iter().map(|o| o.id).collect())
+            .unwrap_or_default()
+    }
+
+    /// Committed versions of each object a node keeps.
+    pub fn versions_of(&self, node: &str) -> Vec<(ObjectId, u64)> {
+        self.group_of(node)
+            .map(|(g, _)| self.groups[g].objects.iter().map(|o| (o.id, o.version)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Group members, in every group, that are not removed.
+    pub fn members(&self) -> BTreeSet<String> {
+        self.groups
+            .iter()
+            .flat_map(|g| g.group.members.iter().cloned())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("n{i}")).collect()
+    }
+
+    #[test]
+    fn groups_take_the_remainder_as_extra_data_members() {
+        let g = form_groups(&names(6), 4, 2);
+        assert_eq!(g, vec![(4, names(6))]);
+        let g = form_groups(&names(13), 4, 2);
+        assert_eq!(g.len(), 2);
+        assert_eq!((g[0].0, g[0].1.len()), (5, 7));
+        assert_eq!((g[1].0, g[1].1.len()), (4, 6));
+        // Natural order: n10 comes after n9.
+        assert_eq!(g[1].1.last().unwrap(), "n12");
+        // Fewer than k + m but more than m: one smaller group.
+        assert_eq!(form_groups(&names(4), 4, 2), vec![(2, names(4))]);
+        assert!(form_groups(&names(2), 4, 2).is_empty());
+    }
+
+    #[test]
+    fn placement_balances_ranks_per_core() {
+        let mut j = Journal::new(CodingConfig::default(), &names(6), &[]);
+        let data: Vec<String> = names(6).into_iter().filter(|n| j.holds_data(n)).collect();
+        assert_eq!(data, names(4), "dedicated parity members host no ranks");
+        for rank in 0..8 {
+            let node = j.least_loaded(&data, &BTreeMap::new()).unwrap();
+            j.placement.insert(rank, node);
+        }
+        for n in &data {
+            assert_eq!(j.ranks_on(n).len(), 2);
+        }
+    }
+}

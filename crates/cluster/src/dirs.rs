@@ -1,0 +1,204 @@
+//! The cluster directory `D` that `eckpt up` creates and every command takes (`--dir D`).
+//!
+//! ```text
+//! D/
+//!   secret                 per-cluster HMAC secret, 0600
+//!   cluster.json           the coding configuration and the coordinator's endpoints
+//!   coordinator/           journal.json (the coordinator's durable state), pid, log
+//!   nodes/<name>/          one per agent: store/ (node-local checkpoints), coded/ (parity,
+//!                          stripe blobs, staged updates), agent.sock, pid, log
+//!   debug/                 fault-injection pause points (tests and demos)
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::CodingConfig;
+use crate::error::io_at;
+use crate::ClusterError;
+use eckpt_proto::Endpoint;
+
+/// Paths inside a cluster directory.
+#[derive(Debug, Clone)]
+pub struct ClusterDir {
+    root: PathBuf,
+}
+
+/// What `cluster.json` records: how to reach the coordinator and how data is coded.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterFile {
+    /// Format version of this file.
+    pub format: u32,
+    /// Coding configuration.
+    pub coding: CodingConfig,
+    /// The coordinator's Unix socket (for commands on this host).
+    pub coordinator_unix: Endpoint,
+    /// The coordinator's TCP endpoint (for agents in other network namespaces).
+    pub coordinator_tcp: Option<Endpoint>,
+    /// Network namespaces, when agents run in them.
+    pub netns: Option<NetnsConfig>,
+}
+
+/// The emulated network of a cluster whose agents run in network namespaces.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NetnsConfig {
+    /// `tc` rate of every node's link, if shaped.
+    pub rate: Option<String>,
+    /// Address index of each node.
+    pub nodes: std::collections::BTreeMap<String, usize>,
+}
+
+/// Current `cluster.json` format.
+pub const CLUSTER_FORMAT: u32 = 1;
+
+impl ClusterDir {
+    /// The cluster directory at `root` (made absolute: agents and ranks run elsewhere).
+    pub fn new(root: impl AsRef<Path>) -> Result<ClusterDir, ClusterError> {
+        let root = root.as_ref();
+        let root = if root.is_absolute() {
+            root.to_path_buf()
+        } else {
+            std::env::current_dir().map_err(io_at(root))?.join(root)
+        };
+        Ok(ClusterDir { root })
+    }
+
+    /// The directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The shared secret file.
+    pub fn secret(&self) -> PathBuf {
+        eckpt_proto::secret_path(&self.root)
+    }
+
+    /// `cluster.json`.
+    pub fn cluster_file(&self) -> PathBuf {
+        self.root.join("cluster.json")
+    }
+
+    /// The coordinator's directory.
+    pub fn coordinator(&self) -> PathBuf {
+        self.root.join("coordinator")
+    }
+
+    /// The coordinator's durable state.
+    pub fn journal(&self) -> PathBuf {
+        self.coordinator().join("journal.json")
+    }
+
+    /// The coordinator's Unix socket.
+    pub fn coordinator_socket(&self) -> PathBuf {
+        self.coordinator().join("coordinator.sock")
+    }
+
+    /// An agent's directory.
+    pub fn node(&self, name: &str) -> PathBuf {
+        self.root.join("nodes").join(name)
+    }
+
+    /// An agent's node-local checkpoint store.
+    pub fn store(&self, name: &str) -> PathBuf {
+        self.node(name).join("store")
+    }
+
+    /// An agent's coded objects (parity, stripe blobs, staged updates, rebuilt shards).
+    pub fn coded(&self, name: &str) -> PathBuf {
+        self.node(name).join("coded")
+    }
+
+    /// An agent's Unix socket.
+    pub fn agent_socket(&self, name: &str) -> PathBuf {
+        self.node(name).join("agent.sock")
+    }
+
+    /// Pid file of a process directory (`coordinator()` or `node(name)`).
+    pub fn pid_file(dir: &Path) -> PathBuf {
+        dir.join("pid")
+    }
+
+    /// Log file of a process directory.
+    pub fn log_file(dir: &Path) -> PathBuf {
+        dir.join("log")
+    }
+
+    /// Fault-injection pause points.
+    pub fn debug(&self) -> PathBuf {
+        self.root.join("debug")
+    }
+
+    /// Reads `cluster.json`.
+    pub fn load(&self) -> Result<ClusterFile, ClusterError> {
+        let path = self.cluster_file();
+        let bytes = std::fs::read(&path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                ClusterError::Invalid(format!(
+                    "{} is not a cluster directory (no cluster.json): start one with `eckpt up --dir {}`",
+                    self.root.display(),
+                    self.root.display()
+                ))
+            } else {
+                io_at(&path)(e)
+            }
+        })?;
+        let file: ClusterFile = serde_json::from_slice(&bytes)
+            .map_err(|e| ClusterError::Invalid(format!("{}: {e}", path.display())))?;
+        if file.format != CLUSTER_FORMAT {
+            return Err(ClusterError::Invalid(format!(
+                "{}: format {} (this eckpt reads {CLUSTER_FORMAT})",
+                path.display(),
+                file.format
+            )));
+        }
+        file.coding.validate()?;
+        Ok(file)
+    }
+
+    /// Loads the cluster secret.
+    pub fn load_secret(&self) -> Result<eckpt_proto::ClusterSecret, ClusterError> {
+        Ok(eckpt_proto::ClusterSecret::load(&self.secret())?)
+    }
+}
+
+/// Writes `bytes` to `path` crash-safely: a temporary file, fsync, rename, fsync of the
+/// directory. A reader sees the old or the new content, never a mix.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ClusterError> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
+        std::process::id()
+    ));
+    let mut file = std::fs::File::create(&tmp).map_err(io_at(&tmp))?;
+    file.write_all(bytes).map_err(io_at(&tmp))?;
+    file.sync_all().map_err(io_at(&tmp))?;
+    drop(file);
+    std::fs::rename(&tmp, path).map_err(io_at(path))?;
+    fsync_dir(dir)
+}
+
+/// fsyncs a directory so the names in it are durable.
+pub fn fsync_dir(dir: &Path) -> Result<(), ClusterError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_at(dir))
+}
+
+/// Validates a node name: it becomes a directory name and appears in logs and JSON.
+pub fn check_node_name(name: &str) -> Result<(), ClusterError> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ClusterError::Invalid(format!(
+            "node name {name:?}: use 1 to 32 letters, digits, '-' or '_'"
+        )))
+    }
+}

@@ -1,0 +1,587 @@
+//! Control messages (JSON frames) between commands, the coordinator and agents, and the
+//! records the coordinator journals and hands out.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use eckpt_proto::Endpoint;
+use serde::{Deserialize, Serialize};
+
+use crate::coded::ObjectId;
+use crate::config::{CodingConfig, Layout, Mode, Topology};
+use crate::shard::ShardLayout;
+
+/// First frame on every connection after authentication: what the connection is for.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Hello {
+    /// Requests and responses.
+    Control,
+    /// An agent's long-lived session with the coordinator (registration, heartbeats).
+    Session(NodeInfo),
+    /// A stream of coding data from participant `from` of task `task`, in `phase`.
+    Peer {
+        /// Task id.
+        task: u64,
+        /// Sending participant.
+        from: usize,
+        /// Phase (update mode relays parity by phases; 0 otherwise).
+        phase: u32,
+    },
+}
+
+/// How to reach an agent and what it offers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Node name (`n0`, `s1`, …).
+    pub name: String,
+    /// Joined as a spare (holds nothing until it replaces a lost node).
+    pub spare: bool,
+    /// TCP listener.
+    pub tcp: Endpoint,
+    /// Unix socket (used by peers on the same host).
+    pub unix: Endpoint,
+    /// Host identity: peers with the same identity share a kernel network namespace and a
+    /// filesystem, so Unix sockets work between them.
+    pub host: String,
+    /// CPU cores the node offers (placement balances ranks per core).
+    pub cores: u32,
+    /// The node-local store root.
+    pub store: PathBuf,
+    /// Agent process id.
+    pub pid: u32,
+}
+
+impl NodeInfo {
+    /// The endpoint a peer on host `from_host` should use.
+    pub fn endpoint_from(&self, from_host: &str) -> &Endpoint {
+        if from_host == self.host {
+            &self.unix
+        } else {
+            &self.tcp
+        }
+    }
+}
+
+/// A group as formed: `k + m` members in position order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Group {
+    /// Id, new each time groups are formed.
+    pub id: u64,
+    /// Data shards per row.
+    pub k: usize,
+    /// Parity shards per row.
+    pub m: usize,
+    /// Member node names by position.
+    pub members: Vec<String>,
+}
+
+/// What kind of data shards an object codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ObjectKind {
+    /// Node images laid out by [`ShardLayout`]s (modes `full` and `update`).
+    Image,
+    /// Stripe blobs of deltas; `complete` for the first of a chain.
+    Stripe {
+        /// Whether the blobs hold complete images.
+        complete: bool,
+    },
+}
+
+/// One member's data shard in an object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardRecord {
+    /// Where each rank item sits (image objects).
+    pub layout: ShardLayout,
+    /// Ranks in the shard (stripe objects list them here too).
+    pub ranks: Vec<u32>,
+    /// Unpadded length.
+    pub len: u64,
+    /// CRC-32C of each chunk of the zero-padded shard: decoded data is checked against them.
+    pub crcs: Vec<u32>,
+}
+
+/// A committed coded object of a group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectRecord {
+    /// Object id.
+    pub id: ObjectId,
+    /// Image or stripe.
+    pub kind: ObjectKind,
+    /// The epoch whose state the object describes (an `update` lineage moves it forward).
+    pub version: u64,
+    /// Chunk size.
+    pub chunk: u32,
+    /// Chunks in the longest data shard (the geometry's size).
+    pub data_chunks: u64,
+    /// Per member position (parity-only members have empty records).
+    pub shards: Vec<ShardRecord>,
+}
+
+/// A group and the objects that protect its committed state (one for image modes; the
+/// stripe chain, oldest first, in stripe mode). Empty until the group's first encode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    /// The group.
+    pub group: Group,
+    /// Objects, oldest first.
+    pub objects: Vec<ObjectRecord>,
+}
+
+/// How a coding task's participants find each other.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Participants {
+    /// Participant nodes, by index.
+    pub nodes: Vec<NodeInfo>,
+}
+
+/// What a decode target does with rebuilt shards once verified.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Deliver {
+    /// Install each rank's image at `epoch` on its node (rank → node).
+    Import {
+        /// Rank → node that now hosts it.
+        placement: BTreeMap<u32, NodeInfo>,
+    },
+    /// Keep rank `rank`'s image in a scratch store for [`AgentRequest::Export`].
+    Export {
+        /// The rank to export.
+        rank: u32,
+    },
+}
+
+/// What a decode rebuilds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DecodeSpec {
+    /// Members whose shards cannot be read.
+    pub unavailable: Vec<usize>,
+    /// `(member, target participant)` for each member to rebuild.
+    pub rebuild: Vec<(usize, usize)>,
+}
+
+/// A coding task: encode or decode one object of one group.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CodingTask {
+    /// Task id (unique per coordinator).
+    pub task: u64,
+    /// The group.
+    pub group: Group,
+    /// Code and layout.
+    pub coding: CodingConfig,
+    /// The object: for an encode its id, kind, version and layouts; for a decode the
+    /// committed record.
+    pub object: ObjectRecord,
+    /// Participant nodes; members come first, in position order (`None` for members that
+    /// take no part), then extra targets.
+    pub participants: Vec<Option<NodeInfo>>,
+    /// Decode: what to rebuild, from what (`None`: encode).
+    pub decode: Option<DecodeSpec>,
+    /// Fault injection: participants pause after this many rows.
+    pub pause_after_rows: Option<u64>,
+}
+
+/// An `update` epoch: changed blocks' `X·(old ⊕ new)` folded into staged parity.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UpdateTask {
+    /// Task id.
+    pub task: u64,
+    /// The group (all members take part).
+    pub group: Group,
+    /// Code, layout and topology.
+    pub coding: CodingConfig,
+    /// The committed object being updated (its `version` is the parent state).
+    pub object: ObjectRecord,
+    /// The epoch the update brings the object to.
+    pub epoch: u64,
+    /// Member nodes by position.
+    pub participants: Vec<NodeInfo>,
+    /// The members' layouts at `epoch` (same offsets, new lengths).
+    pub layouts: Vec<ShardLayout>,
+}
+
+/// What the coordinator asks of a data member before an encode.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DescribeRequest {
+    /// Epoch being encoded.
+    pub epoch: u64,
+    /// The ranks this node hosts.
+    pub ranks: Vec<u32>,
+    /// Mode in force.
+    pub mode: Mode,
+    /// The object the encode will create (stripe blobs are stored under it).
+    pub object: ObjectId,
+    /// Stripe: whether this stripe starts a chain (complete images).
+    pub complete: bool,
+    /// Update: the member's current layout and the parity's version; the answer says
+    /// whether the epoch can be an update.
+    pub update_from: Option<(ShardLayout, u64)>,
+}
+
+/// A data member's answer to [`DescribeRequest`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// Unpadded shard length.
+    pub len: u64,
+    /// Image modes: the layout (refitted for an update).
+    pub layout: ShardLayout,
+    /// Update: whether the epoch fits the existing layout and parity version.
+    pub updatable: bool,
+}
+
+/// Result of a task at one participant.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TaskReport {
+    /// Payload bytes sent to other participants.
+    pub bytes_sent: u64,
+    /// Payload bytes received.
+    pub bytes_received: u64,
+    /// CRCs of the participant's data-shard chunks read (encode) or changed (update).
+    pub crcs: Vec<(u64, u32)>,
+    /// Seconds the participant spent.
+    pub seconds: f64,
+}
+
+/// Requests an agent serves.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum AgentRequest {
+    /// Store `item` (`len` bytes, sent as data frames next) as rank `rank`'s prepared epoch
+    /// `epoch`, then report it ready (`eckpt checkpoint`).
+    PutRank {
+        /// Rank.
+        rank: u32,
+        /// Epoch.
+        epoch: u64,
+        /// Item name.
+        item: String,
+        /// Bytes that follow.
+        len: u64,
+    },
+    /// Install an image as committed epoch `epoch` of `rank`; the items follow as data
+    /// frames in order.
+    ImportRank {
+        /// Rank.
+        rank: u32,
+        /// Epoch.
+        epoch: u64,
+        /// `(item, length)` in the order sent.
+        items: Vec<(String, u64)>,
+    },
+    /// Describe this node's shard for an encode.
+    Describe(DescribeRequest),
+    /// Take part in an encode or decode.
+    Code(CodingTask),
+    /// Take part in an update.
+    Update(UpdateTask),
+    /// After decode tasks: verify this node's rebuilt shards of `member` (one per object of
+    /// the chain) and deliver the ranks.
+    Install {
+        /// Tasks whose rebuilt shards to use, in chain order, with their object records.
+        parts: Vec<(u64, ObjectRecord)>,
+        /// Member position rebuilt.
+        member: usize,
+        /// Epoch of the resulting images.
+        epoch: u64,
+        /// What to do with them.
+        deliver: Deliver,
+    },
+    /// The coordinator's decision: commit `epoch` for `ranks`, commit the prepared
+    /// objects listed (and apply staged updates to `version`), keep only `keep`.
+    Commit {
+        /// Epoch.
+        epoch: u64,
+        /// Ranks whose prepared epoch to commit.
+        ranks: Vec<u32>,
+        /// Objects to commit: `(id, staged update version or None)`.
+        objects: Vec<(ObjectId, Option<u64>)>,
+        /// Objects this node keeps; others are removed.
+        keep: Vec<ObjectId>,
+    },
+    /// The coordinator's decision: abort `epoch` (prepared rank epochs, prepared objects,
+    /// staged updates).
+    Abort {
+        /// Epoch.
+        epoch: u64,
+    },
+    /// Verify every committed rank epoch and coded object held; report damage.
+    Scrub {
+        /// Ranks and the epoch to check.
+        ranks: Vec<u32>,
+        /// Epoch.
+        epoch: u64,
+        /// Objects to check.
+        objects: Vec<ObjectId>,
+    },
+    /// Stream a rank's items at `epoch` (from a scratch store left by a decode when
+    /// `scratch` names its task).
+    Export {
+        /// Rank.
+        rank: u32,
+        /// Epoch.
+        epoch: u64,
+        /// Scratch task, if the image was decoded.
+        scratch: Option<u64>,
+    },
+    /// Send `bytes` to `peer` as fast as possible: the link reference of benchmarks.
+    LinkTest {
+        /// Receiver.
+        peer: NodeInfo,
+        /// Bytes to send.
+        bytes: u64,
+    },
+    /// Receive and discard a link test (sent by the tester on its own connection).
+    LinkSink,
+    /// Exit.
+    Shutdown,
+}
+
+/// What an agent answers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum AgentResponse {
+    /// Done.
+    Ok,
+    /// Failed, with the reason.
+    Error(String),
+    /// Answer to `Describe`.
+    Shard(ShardInfo),
+    /// Answer to `Code` and `Update`.
+    Task(TaskReport),
+    /// Answer to `Scrub`: damaged ranks and objects, each with what is wrong.
+    Damage {
+        /// Ranks whose committed epoch fails verification.
+        ranks: Vec<(u32, String)>,
+        /// Objects failing verification.
+        objects: Vec<(ObjectId, String)>,
+    },
+    /// Answer to `Export`: items and lengths, followed by data frames.
+    Items(Vec<(String, u64)>),
+    /// Answer to `LinkTest`: seconds taken.
+    Link(f64),
+}
+
+/// One node in a status report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// Name.
+    pub name: String,
+    /// Whether its agent is connected.
+    pub alive: bool,
+    /// `host:port` of its TCP listener.
+    pub addr: String,
+    /// Ranks it hosts.
+    pub ranks: Vec<u32>,
+    /// Whether it is a spare.
+    pub spare: bool,
+    /// Group id and position, if a member.
+    pub group: Option<(u64, usize)>,
+    /// Whether its data was rebuilt elsewhere after a loss (it holds nothing now).
+    pub removed: bool,
+}
+
+/// `eckpt status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// Coding configuration.
+    pub coding: CodingConfig,
+    /// Latest committed epoch (0: none).
+    pub committed_epoch: u64,
+    /// Epoch ranks checkpoint next.
+    pub open_epoch: u64,
+    /// Ranks that reported the open epoch.
+    pub ranks_ready: Vec<u32>,
+    /// Job size, once known.
+    pub world: Option<u32>,
+    /// Nodes.
+    pub nodes: Vec<NodeStatus>,
+    /// Groups with their members and protection.
+    pub groups: Vec<GroupStatus>,
+}
+
+/// A group in a status report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupStatus {
+    /// Id.
+    pub id: u64,
+    /// Shape.
+    pub k: usize,
+    /// Parity shards.
+    pub m: usize,
+    /// Members.
+    pub members: Vec<String>,
+    /// Members whose agent is down.
+    pub lost: Vec<String>,
+    /// Epoch the group's parity protects (0: none).
+    pub protected_epoch: u64,
+    /// Stripe chain length (1 for image modes).
+    pub objects: usize,
+}
+
+/// How an epoch ended.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EpochOutcome {
+    /// Epoch.
+    pub epoch: u64,
+    /// Whether it committed.
+    pub committed: bool,
+    /// Why not.
+    pub reason: Option<String>,
+    /// Seconds from the start of encoding to the last participant finishing.
+    pub encode_seconds: f64,
+    /// What each group's encode was (`full`, `stripe`, `update`).
+    pub kinds: Vec<String>,
+    /// Payload bytes each node sent while encoding.
+    pub bytes_sent: BTreeMap<String, u64>,
+    /// Padded data-shard bytes per group member.
+    pub shard_bytes: u64,
+}
+
+/// What `eckpt recover` did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RecoveryReport {
+    /// Epoch recovered.
+    pub epoch: u64,
+    /// Nodes whose data was rebuilt, and where each rank now lives.
+    pub rebuilt: Vec<(String, BTreeMap<u32, String>)>,
+    /// Nodes whose damaged data was repaired in place.
+    pub repaired: Vec<String>,
+    /// Groups re-encoded.
+    pub reencoded: Vec<u64>,
+    /// Seconds spent decoding.
+    pub decode_seconds: f64,
+    /// Seconds spent re-encoding.
+    pub encode_seconds: f64,
+    /// What could not be recovered (more than `m` losses in a group).
+    pub unrecoverable: Vec<String>,
+    /// Warnings (e.g. too few nodes left to restore full redundancy).
+    pub warnings: Vec<String>,
+}
+
+/// Requests the coordinator serves.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum CoordRequest {
+    /// An agent is alive (on its session).
+    Heartbeat,
+    /// Report.
+    Status,
+    /// Where and as which epoch rank `rank` checkpoints next (waits while the rank's
+    /// previous checkpoint is undecided).
+    OpenEpoch {
+        /// Rank.
+        rank: u32,
+        /// World size.
+        world: u32,
+        /// Node the rank must live on (first checkpoint only).
+        node: Option<String>,
+        /// The epoch the caller expects, if any.
+        epoch: Option<u64>,
+    },
+    /// Rank `rank`'s epoch is prepared on `node`.
+    RankReady {
+        /// Rank.
+        rank: u32,
+        /// Epoch.
+        epoch: u64,
+        /// Node.
+        node: String,
+    },
+    /// Wait until `epoch` is decided.
+    WaitEpoch {
+        /// Epoch.
+        epoch: u64,
+    },
+    /// Where rank `rank`'s latest committed epoch lives.
+    Locate {
+        /// Rank.
+        rank: u32,
+    },
+    /// Rebuild every lost node's data and restore redundancy.
+    Recover,
+    /// Prepare an export of rank `rank` at `epoch` (decoding if its node is gone).
+    Export {
+        /// Rank.
+        rank: u32,
+        /// Epoch (default: the committed one).
+        epoch: Option<u64>,
+    },
+    /// Remove a node on purpose (its data is rebuilt elsewhere on the next recover).
+    Leave {
+        /// Node.
+        node: String,
+    },
+    /// Stop every agent and the coordinator.
+    Shutdown,
+}
+
+/// What the coordinator answers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum CoordResponse {
+    /// Done.
+    Ok,
+    /// Failed, with the reason.
+    Error(String),
+    /// `Status`.
+    Status(Box<StatusReport>),
+    /// `OpenEpoch`.
+    Opened {
+        /// Epoch to write.
+        epoch: u64,
+        /// Node hosting the rank.
+        node: NodeInfo,
+    },
+    /// `WaitEpoch`.
+    Outcome(EpochOutcome),
+    /// `Locate`: the node and epoch, or `None` when there is none committed.
+    Located(Option<(NodeInfo, u64)>),
+    /// `Export`: read the rank from this agent (from a scratch store if `scratch`).
+    ExportFrom {
+        /// Agent to read from.
+        node: NodeInfo,
+        /// Epoch.
+        epoch: u64,
+        /// Scratch task, when decoded.
+        scratch: Option<u64>,
+    },
+    /// `Recover`.
+    Recovered(RecoveryReport),
+    /// Progress of a long request (sent before the final answer).
+    Progress {
+        /// What is happening.
+        what: String,
+        /// Done so far.
+        done: u64,
+        /// Total.
+        total: u64,
+    },
+    /// Answer to `Session` registration: what the agent must resolve from before it
+    /// restarted.
+    Registered {
+        /// Latest committed epoch.
+        committed: u64,
+        /// Objects this node must keep.
+        keep: Vec<ObjectId>,
+        /// Update versions committed per object (apply staged updates up to them).
+        versions: Vec<(ObjectId, u64)>,
+    },
+    /// Heartbeat acknowledgement.
+    Alive,
+}
+
+/// Summary of the cluster configuration for `eckpt up`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UpSummary {
+    /// Cluster directory.
+    pub dir: PathBuf,
+    /// Coding.
+    pub coding: CodingConfig,
+    /// Nodes started.
+    pub nodes: Vec<String>,
+    /// Spares started.
+    pub spares: Vec<String>,
+    /// Whether agents run in network namespaces.
+    pub netns: bool,
+    /// Shaped link rate, if any.
+    pub link_rate: Option<String>,
+    /// Layout and topology in force (repeated for readability of the JSON).
+    pub layout: Layout,
+    /// Topology.
+    pub topology: Topology,
+}

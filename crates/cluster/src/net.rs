@@ -1,0 +1,121 @@
+//! Connections between cluster processes: picking the transport (Unix socket on the same
+//! host, TCP otherwise), request/response over control frames, and the inbox where an
+//! agent parks incoming peer streams until the task they belong to takes them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use eckpt_proto::{connect, ClusterSecret, Connection, Endpoint, FrameReader};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::Notify;
+
+use crate::msg::{Hello, NodeInfo};
+use crate::ClusterError;
+
+/// How long a task waits for a peer's stream to arrive before giving up.
+pub const PEER_WAIT: Duration = Duration::from_secs(120);
+
+/// This process's host identity: the host name and the network namespace, since peers in
+/// other namespaces cannot share a Unix socket path… they can, but then they bypass the
+/// (shaped) network the namespaces exist to model, so they use TCP.
+pub fn host_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    let netns = std::fs::read_link("/proc/self/ns/net")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    format!("{host}/{netns}")
+}
+
+/// Opens an authenticated connection to `endpoint` and says what it is for.
+pub async fn open(
+    endpoint: &Endpoint,
+    secret: &ClusterSecret,
+    hello: &Hello,
+) -> Result<Connection, ClusterError> {
+    let mut conn = connect(endpoint, secret).await?;
+    conn.send_control(hello).await?;
+    Ok(conn)
+}
+
+/// Opens a control connection to an agent, over the transport its location allows.
+pub async fn open_node(
+    node: &NodeInfo,
+    my_host: &str,
+    secret: &ClusterSecret,
+) -> Result<Connection, ClusterError> {
+    open(node.endpoint_from(my_host), secret, &Hello::Control)
+        .await
+        .map_err(|e| node_error(&node.name, e))
+}
+
+/// Wraps an error with the node it concerns.
+pub fn node_error(node: &str, e: impl std::fmt::Display) -> ClusterError {
+    ClusterError::Node {
+        node: node.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// Sends `request` and reads one response.
+pub async fn call<Q: Serialize, R: DeserializeOwned>(
+    conn: &mut Connection,
+    request: &Q,
+) -> Result<R, ClusterError> {
+    conn.send_control(request).await?;
+    Ok(conn.recv_control().await?)
+}
+
+/// Where incoming peer streams wait for their task.
+#[derive(Default, Clone)]
+pub struct Inbox {
+    inner: Arc<InboxInner>,
+}
+
+/// `(task, phase, sending participant)`.
+type StreamKey = (u64, u32, usize);
+
+#[derive(Default)]
+struct InboxInner {
+    streams: Mutex<HashMap<StreamKey, (FrameReader, Instant)>>,
+    arrived: Notify,
+}
+
+impl Inbox {
+    /// Parks the stream from participant `from` for `task` in `phase`.
+    pub fn put(&self, task: u64, phase: u32, from: usize, reader: FrameReader) {
+        let mut streams = self.inner.streams.lock().expect("inbox lock");
+        // Streams nobody took for long belong to tasks that failed elsewhere.
+        streams.retain(|_, (_, at)| at.elapsed() < PEER_WAIT * 2);
+        streams.insert((task, phase, from), (reader, Instant::now()));
+        drop(streams);
+        self.inner.arrived.notify_waiters();
+    }
+
+    /// Takes the stream from `from` for `task` in `phase`, waiting up to [`PEER_WAIT`].
+    pub async fn take(&self, task: u64, phase: u32, from: usize) -> Result<FrameReader, ClusterError> {
+        let deadline = Instant::now() + PEER_WAIT;
+        loop {
+            let notified = self.inner.arrived.notified();
+            if let Some((reader, _)) = self
+                .inner
+                .streams
+                .lock()
+                .expect("inbox lock")
+                .remove(&(task, phase, from))
+            {
+                return Ok(reader);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || tokio::time::timeout(left, notified).await.is_err() {
+                return Err(ClusterError::Protocol(format!(
+                    "task {task}: participant {from} did not connect within {}s",
+                    PEER_WAIT.as_secs()
+                )));
+            }
+        }
+    }
+}

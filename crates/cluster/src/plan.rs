@@ -1,0 +1,527 @@
+//! What every participant of a coding task does, row by row.
+//!
+//! Encode and decode are the same computation: for each row, outputs `O_o = Σ_s A[o][s]·B_s`
+//! over source chunks `B_s` held by different nodes, delivered to the nodes that keep them
+//! (parity holders when encoding; rebuild targets when decoding). A [`RowPlan`] names the
+//! sources, the outputs and `A`; [`actions`] turns it into a sequence of steps for the
+//! chosen [`Topology`]. Every participant derives the same plans and the same action list
+//! from the task, and performs its own steps in that order, rows in ascending order — one
+//! global order of steps, so a participant waiting to receive always waits on a peer that
+//! is behind it, never on one that waits for it (no deadlock with bounded queues).
+//!
+//! Each participant keeps two buffers per row: `acc`, the partial sum it reduces into as a
+//! source, and `out`, the outputs it is delivered or computes as a holder (kept apart
+//! because in a decode a source can also be the rebuild target).
+
+use std::collections::HashMap;
+
+use eckpt_codec::{Code, Decoder};
+
+use crate::config::Topology;
+use crate::geometry::Geometry;
+use crate::ClusterError;
+
+/// The local chunk a source reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// Chunk `n` of the node's data shard.
+    Data(u64),
+    /// Chunk `n` of the node's parity file.
+    Parity(u64),
+}
+
+/// One source of a row: a participant and the chunk it contributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    /// Participant index.
+    pub node: usize,
+    /// What it reads.
+    pub input: Input,
+}
+
+/// One output of a row: who keeps it, in which of its output streams, at which chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Output {
+    /// Participant index.
+    pub node: usize,
+    /// Output stream at that participant: its own parity (encode) or the shard of the
+    /// member being rebuilt (decode), by member position.
+    pub stream: usize,
+    /// Chunk index within the stream.
+    pub chunk: u64,
+}
+
+/// One row of a coding task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowPlan {
+    /// Row number.
+    pub row: u64,
+    /// Sources in route order.
+    pub sources: Vec<Source>,
+    /// Outputs.
+    pub outputs: Vec<Output>,
+    /// `coef[o * sources.len() + s]`: the coefficient of source `s` in output `o`.
+    pub coef: Vec<u8>,
+}
+
+impl RowPlan {
+    /// The coefficients of source `s` for the given outputs.
+    pub fn column(&self, s: usize, outputs: &[usize]) -> Vec<u8> {
+        let n = self.sources.len();
+        outputs.iter().map(|&o| self.coef[o * n + s]).collect()
+    }
+
+    /// Participants holding outputs, in order of first appearance, each with its outputs.
+    pub fn output_nodes(&self) -> Vec<(usize, Vec<usize>)> {
+        let mut nodes: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (o, out) in self.outputs.iter().enumerate() {
+            match nodes.iter_mut().find(|(n, _)| *n == out.node) {
+                Some((_, outs)) => outs.push(o),
+                None => nodes.push((out.node, vec![o])),
+            }
+        }
+        nodes
+    }
+}
+
+/// Which buffer of a participant an action reads or writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Buf {
+    /// The partial sum of the reduction.
+    Acc,
+    /// Delivered or locally computed outputs.
+    Out,
+}
+
+/// What a transfer carries and how the receiver folds it in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload {
+    /// The sender's partial sums; the receiver XORs them into its `acc`.
+    Partial,
+    /// Finished outputs from the sender's `from` buffer; the receiver stores them in `out`.
+    Deliver(Buf),
+    /// Source `s`'s raw chunk; the receiver adds `A[o][s]·chunk` to its `out`.
+    Raw(usize),
+}
+
+/// One step of a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// `node`'s `into[o] ^= A[o][source]·input` for each listed output.
+    Contribute {
+        /// Participant.
+        node: usize,
+        /// Source index in the row plan.
+        source: usize,
+        /// Outputs affected.
+        outputs: Vec<usize>,
+        /// Buffer added into.
+        into: Buf,
+    },
+    /// `from` sends the listed outputs (or a raw chunk) to `to`.
+    Send {
+        /// Sender.
+        from: usize,
+        /// Receiver.
+        to: usize,
+        /// Outputs carried, in this order.
+        outputs: Vec<usize>,
+        /// What is carried.
+        payload: Payload,
+    },
+    /// `node`'s `out[o] = acc[o]` for each listed output (the reduction ended at a holder).
+    Keep {
+        /// Participant.
+        node: usize,
+        /// Outputs.
+        outputs: Vec<usize>,
+    },
+    /// `node` writes `out[output]` to its output stream.
+    Store {
+        /// Participant.
+        node: usize,
+        /// Output index.
+        output: usize,
+    },
+}
+
+/// The steps of one row under `topology`, in the global order every participant follows.
+pub fn actions(plan: &RowPlan, topology: Topology) -> Vec<Action> {
+    let all: Vec<usize> = (0..plan.outputs.len()).collect();
+    let holders = plan.output_nodes();
+    let mut steps = Vec::new();
+    match topology {
+        Topology::Broadcast => {
+            for (node, outs) in &holders {
+                for (s, src) in plan.sources.iter().enumerate() {
+                    if src.node == *node {
+                        steps.push(Action::Contribute {
+                            node: *node,
+                            source: s,
+                            outputs: outs.clone(),
+                            into: Buf::Out,
+                        });
+                    } else {
+                        steps.push(Action::Send {
+                            from: src.node,
+                            to: *node,
+                            outputs: outs.clone(),
+                            payload: Payload::Raw(s),
+                        });
+                    }
+                }
+            }
+            store_all(&holders, &mut steps);
+            return steps;
+        }
+        Topology::Pipeline | Topology::Ring => {
+            for (s, src) in plan.sources.iter().enumerate() {
+                if s > 0 {
+                    steps.push(Action::Send {
+                        from: plan.sources[s - 1].node,
+                        to: src.node,
+                        outputs: all.clone(),
+                        payload: Payload::Partial,
+                    });
+                }
+                steps.push(Action::Contribute {
+                    node: src.node,
+                    source: s,
+                    outputs: all.clone(),
+                    into: Buf::Acc,
+                });
+            }
+        }
+        Topology::Fanin => {
+            // Binary tree over route positions: the parent of s is (s - 1) / 2. Children
+            // have larger positions, so walking positions downwards reduces leaves first.
+            for s in (0..plan.sources.len()).rev() {
+                steps.push(Action::Contribute {
+                    node: plan.sources[s].node,
+                    source: s,
+                    outputs: all.clone(),
+                    into: Buf::Acc,
+                });
+                if s > 0 {
+                    steps.push(Action::Send {
+                        from: plan.sources[s].node,
+                        to: plan.sources[(s - 1) / 2].node,
+                        outputs: all.clone(),
+                        payload: Payload::Partial,
+                    });
+                }
+            }
+        }
+    }
+    // The reduction ended at `last`, which holds every output in `acc`.
+    let last = match topology {
+        Topology::Fanin => plan.sources[0].node,
+        _ => plan.sources[plan.sources.len() - 1].node,
+    };
+    if topology == Topology::Ring {
+        // On around the ring: each holder keeps its outputs and passes the rest on.
+        let mut from = (last, Buf::Acc);
+        let mut remaining = all;
+        for (node, outs) in &holders {
+            if *node == from.0 {
+                steps.push(Action::Keep {
+                    node: *node,
+                    outputs: outs.clone(),
+                });
+            } else {
+                steps.push(Action::Send {
+                    from: from.0,
+                    to: *node,
+                    outputs: remaining.clone(),
+                    payload: Payload::Deliver(from.1),
+                });
+                from = (*node, Buf::Out);
+            }
+            remaining.retain(|o| !outs.contains(o));
+        }
+    } else {
+        for (node, outs) in &holders {
+            steps.push(if *node == last {
+                Action::Keep {
+                    node: *node,
+                    outputs: outs.clone(),
+                }
+            } else {
+                Action::Send {
+                    from: last,
+                    to: *node,
+                    outputs: outs.clone(),
+                    payload: Payload::Deliver(Buf::Acc),
+                }
+            });
+        }
+    }
+    store_all(&holders, &mut steps);
+    steps
+}
+
+fn store_all(holders: &[(usize, Vec<usize>)], steps: &mut Vec<Action>) {
+    for (node, outs) in holders {
+        for &o in outs {
+            steps.push(Action::Store {
+                node: *node,
+                output: o,
+            });
+        }
+    }
+}
+
+/// What a coding task computes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Work {
+    /// Parity of every row from the data shards.
+    Encode,
+    /// The data shards of `lost` members, each rebuilt at a target participant, from the
+    /// shards of members not in `unavailable` (which includes `lost`).
+    Decode {
+        /// Members whose shards cannot be read (lost or damaged).
+        unavailable: Vec<usize>,
+        /// `(member, target participant)`: members whose data is rebuilt, and where.
+        rebuild: Vec<(usize, usize)>,
+    },
+}
+
+/// Row plans of one coding task over one group.
+pub struct CodingPlan {
+    geometry: Geometry,
+    code: Code,
+    /// Participant index of each member (`None`: the member takes no part).
+    members: Vec<Option<usize>>,
+    work: Work,
+    decoders: HashMap<Vec<usize>, Decoder>,
+}
+
+impl CodingPlan {
+    /// A plan for `work` on the object described by `geometry`, coded with `code`, where
+    /// member `i` is participant `members[i]`.
+    pub fn new(
+        geometry: Geometry,
+        code: Code,
+        members: Vec<Option<usize>>,
+        work: Work,
+    ) -> Result<CodingPlan, ClusterError> {
+        if members.len() != geometry.members() || code.k() != geometry.k() || code.m() != geometry.m() {
+            return Err(ClusterError::Invalid(format!(
+                "plan for {} members with a {}+{} code over a {}+{} geometry",
+                members.len(),
+                code.k(),
+                code.m(),
+                geometry.k(),
+                geometry.m()
+            )));
+        }
+        if let Work::Decode { unavailable, rebuild } = &work {
+            if unavailable.len() > geometry.m() {
+                return Err(ClusterError::Invalid(format!(
+                    "{} members unavailable, the code tolerates {}",
+                    unavailable.len(),
+                    geometry.m()
+                )));
+            }
+            if let Some((lost, _)) = rebuild.iter().find(|(l, _)| !unavailable.contains(l)) {
+                return Err(ClusterError::Invalid(format!(
+                    "member {lost} is rebuilt but not marked unavailable"
+                )));
+            }
+        }
+        Ok(CodingPlan {
+            geometry,
+            code,
+            members,
+            work,
+            decoders: HashMap::new(),
+        })
+    }
+
+    /// The geometry the plan covers.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    fn participant(&self, member: usize) -> usize {
+        self.members[member].expect("a member that takes part in the row has a participant")
+    }
+
+    fn input(&self, row: u64, shard: usize) -> Source {
+        let member = self.geometry.holder(row, shard);
+        let input = if shard < self.geometry.k() {
+            Input::Data(self.geometry.data_chunk(row, member).expect("data holder"))
+        } else {
+            Input::Parity(self.geometry.parity_chunk(row, member).expect("parity holder"))
+        };
+        Source {
+            node: self.participant(member),
+            input,
+        }
+    }
+
+    /// The plan of `row`, or `None` when the row has nothing to compute (a decode row where
+    /// no rebuilt member holds data).
+    pub fn row(&mut self, row: u64) -> Result<Option<RowPlan>, ClusterError> {
+        let g = &self.geometry;
+        let (k, m) = (g.k(), g.m());
+        match &self.work {
+            Work::Encode => {
+                let sources = (0..k).map(|l| self.input(row, l)).collect();
+                let outputs = (k..k + m)
+                    .map(|shard| {
+                        let member = g.holder(row, shard);
+                        Output {
+                            node: self.participant(member),
+                            stream: member,
+                            chunk: g.parity_chunk(row, member).expect("parity holder"),
+                        }
+                    })
+                    .collect();
+                Ok(Some(RowPlan {
+                    row,
+                    sources,
+                    outputs,
+                    coef: self.code.generator()[k * k..].to_vec(),
+                }))
+            }
+            Work::Decode { unavailable, rebuild } => {
+                let wanted: Vec<(usize, usize, usize)> = rebuild
+                    .iter()
+                    .filter_map(|&(member, target)| {
+                        let shard = g.shard_at(row, member);
+                        (shard < k).then_some((shard, member, target))
+                    })
+                    .collect();
+                if wanted.is_empty() {
+                    return Ok(None);
+                }
+                let mut erased: Vec<usize> = unavailable.iter().map(|&u| g.shard_at(row, u)).collect();
+                erased.sort_unstable();
+                let decoder = match self.decoders.get(&erased) {
+                    Some(d) => d.clone(),
+                    None => {
+                        let d = self.code.decoder(&erased)?;
+                        self.decoders.insert(erased.clone(), d.clone());
+                        d
+                    }
+                };
+                let sources = decoder.survivors().iter().map(|&s| self.input(row, s)).collect();
+                let mut outputs = Vec::with_capacity(wanted.len());
+                let mut coef = Vec::with_capacity(wanted.len() * k);
+                for (shard, member, target) in wanted {
+                    let at = decoder
+                        .erased()
+                        .iter()
+                        .position(|&e| e == shard)
+                        .expect("a rebuilt member's shard is erased");
+                    coef.extend_from_slice(&decoder.map().coefficients()[at * k..(at + 1) * k]);
+                    outputs.push(Output {
+                        node: target,
+                        stream: member,
+                        chunk: g.data_chunk(row, member).expect("data holder"),
+                    });
+                }
+                Ok(Some(RowPlan {
+                    row,
+                    sources,
+                    outputs,
+                    coef,
+                }))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eckpt_codec::CodeKind;
+
+    fn plan_of(sources: &[usize], outputs: &[usize]) -> RowPlan {
+        RowPlan {
+            row: 0,
+            sources: sources
+                .iter()
+                .map(|&node| Source {
+                    node,
+                    input: Input::Data(0),
+                })
+                .collect(),
+            outputs: outputs
+                .iter()
+                .map(|&node| Output {
+                    node,
+                    stream: node,
+                    chunk: 0,
+                })
+                .collect(),
+            coef: vec![1; sources.len() * outputs.len()],
+        }
+    }
+
+    fn sends(steps: &[Action]) -> Vec<(usize, usize)> {
+        steps
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send { from, to, .. } => Some((*from, *to)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pipeline_passes_partials_along_then_delivers() {
+        let steps = actions(&plan_of(&[0, 1, 2, 3], &[4, 5]), Topology::Pipeline);
+        assert_eq!(sends(&steps), vec![(0, 1), (1, 2), (2, 3), (3, 4), (3, 5)]);
+    }
+
+    #[test]
+    fn ring_uses_only_next_hops() {
+        let steps = actions(&plan_of(&[0, 1, 2, 3], &[4, 5]), Topology::Ring);
+        assert_eq!(sends(&steps), vec![(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]);
+    }
+
+    #[test]
+    fn fanin_reduces_over_a_binary_tree() {
+        let steps = actions(&plan_of(&[0, 1, 2, 3, 4], &[9]), Topology::Fanin);
+        assert_eq!(sends(&steps), vec![(4, 1), (3, 1), (2, 0), (1, 0), (0, 9)]);
+    }
+
+    #[test]
+    fn broadcast_sends_each_chunk_to_each_holder() {
+        let steps = actions(&plan_of(&[0, 1, 2], &[3, 4]), Topology::Broadcast);
+        assert_eq!(
+            sends(&steps),
+            vec![(0, 3), (1, 3), (2, 3), (0, 4), (1, 4), (2, 4)]
+        );
+    }
+
+    #[test]
+    fn decode_rows_use_survivors_and_skip_rows_without_lost_data() {
+        let g = Geometry::new(crate::config::Layout::Rotated, 3, 2, 6);
+        let code = Code::new(CodeKind::Cauchy, 3, 2).unwrap();
+        let members = (0..5).map(Some).collect();
+        let work = Work::Decode {
+            unavailable: vec![1],
+            rebuild: vec![(1, 7)],
+        };
+        let mut plan = CodingPlan::new(g.clone(), code, members, work).unwrap();
+        let mut computed = 0;
+        for row in 0..g.rows() {
+            match plan.row(row).unwrap() {
+                Some(p) => {
+                    computed += 1;
+                    assert!(
+                        p.sources.iter().all(|s| s.node != 1),
+                        "the lost member is no source"
+                    );
+                    assert_eq!(p.outputs.len(), 1);
+                    assert_eq!(p.outputs[0].node, 7);
+                }
+                None => assert!(g.data_chunk(row, 1).is_none()),
+            }
+        }
+        assert_eq!(computed, g.data_chunks(1));
+    }
+}
