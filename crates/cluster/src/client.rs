@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
-use eckpt_proto::Connection;
+use eckpt_proto::{Connection, FrameKind};
 use serde::Serialize;
 
 use crate::agent::{DATA_FRAME, FILE_ITEM};
@@ -129,6 +129,41 @@ pub async fn checkpoint_file(
     })
 }
 
+/// Reads the streamed items, writing `wanted` to `path`; an error the agent hit mid-stream
+/// (a block failing its checksum) arrives as a control frame and becomes the error.
+async fn receive_item(
+    conn: &mut Connection,
+    node: &str,
+    items: &[(String, u64)],
+    wanted: &str,
+    path: &Path,
+) -> Result<u64, ClusterError> {
+    let mut file = std::fs::File::create(path).map_err(crate::io_at(path))?;
+    let mut written = 0u64;
+    let mut buf = Vec::new();
+    for (name, len) in items {
+        let mut got = 0u64;
+        while got < *len {
+            if conn.recv_into(&mut buf).await? == FrameKind::Control {
+                return Err(match serde_json::from_slice(&buf) {
+                    Ok(AgentResponse::Error(e)) => node_error(node, e),
+                    _ => ClusterError::Protocol("unexpected control frame in an export".into()),
+                });
+            }
+            got += buf.len() as u64;
+            if name == wanted {
+                file.write_all(&buf).map_err(crate::io_at(path))?;
+                written += buf.len() as u64;
+            }
+        }
+        if name == wanted {
+            break;
+        }
+    }
+    file.sync_all().map_err(crate::io_at(path))?;
+    Ok(written)
+}
+
 /// What `eckpt restore` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct RestoreReport {
@@ -191,25 +226,14 @@ pub async fn restore(
         ".{}.eckpt-tmp",
         out.file_name().and_then(|n| n.to_str()).unwrap_or("restore")
     ));
-    let mut file = std::fs::File::create(&tmp).map_err(crate::io_at(&tmp))?;
-    let mut written = 0u64;
-    let mut buf = Vec::new();
-    for (name, len) in &items {
-        let mut got = 0u64;
-        while got < *len {
-            conn.recv_data(&mut buf).await?;
-            got += buf.len() as u64;
-            if *name == wanted {
-                file.write_all(&buf).map_err(crate::io_at(&tmp))?;
-                written += buf.len() as u64;
-            }
+    let received = receive_item(&mut conn, &node.name, &items, &wanted, &tmp).await;
+    let written = match received {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
         }
-        if *name == wanted {
-            break;
-        }
-    }
-    file.sync_all().map_err(crate::io_at(&tmp))?;
-    drop(file);
+    };
     std::fs::rename(&tmp, out).map_err(crate::io_at(out))?;
     Ok(RestoreReport {
         rank,

@@ -248,6 +248,7 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
         }
         let layout = task.layouts[me].clone();
         let (a, g, epoch) = (agent.clone(), geometry.clone(), task.epoch);
+        let (debug, who) = (agent.dir.debug(), agent.info.name.clone());
         Some(tokio::spawn(async move {
             let g2 = g.clone();
             let DataUpdate { records, crcs } =
@@ -280,6 +281,8 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
                     sent += batch.len() as u64;
                     send(p, dest, batch).await?;
                 }
+                // Fault injection: records are on their way but no stream has ended.
+                crate::debug::pause_point_async(&debug, "mid-encode", &who).await;
                 // Phase 0 (and every phase of a broadcast) has data members as its only
                 // senders: they end their streams here.
                 for &(q, to) in outs.keys().filter(|(q, _)| *q == p) {

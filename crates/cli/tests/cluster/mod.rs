@@ -1,0 +1,265 @@
+//! A local cluster driven through the `eckpt` binary, as a user would: real coordinator and
+//! agent processes on loopback, brought down (and purged) when dropped.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub fn eckpt() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_eckpt"))
+}
+
+/// Runs `eckpt` and returns its output, whatever the exit status.
+pub fn run(args: &[&str]) -> Output {
+    eckpt().args(args).output().expect("eckpt runs")
+}
+
+/// Runs `eckpt`, which must succeed; its stdout.
+pub fn ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "eckpt {} failed: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Changes a few scattered bytes (a MAT-like epoch).
+pub fn touch(data: &mut [u8], seed: u64) {
+    let mut x = seed | 1;
+    for _ in 0..16 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let at = (x as usize) % data.len();
+        data[at] = data[at].wrapping_add(1 + (x >> 40) as u8 % 200);
+    }
+}
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    _tmp: tempfile::TempDir,
+    /// Each rank's data per epoch checkpointed (committed or not).
+    pub history: std::collections::BTreeMap<u64, Vec<Vec<u8>>>,
+}
+
+impl Cluster {
+    /// `eckpt up --detach` with the given extra arguments.
+    pub fn up(extra: &[&str]) -> Cluster {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().join("cluster");
+        let d = dir.to_str().unwrap().to_string();
+        let mut args = vec!["up", "--dir", &d, "--detach"];
+        args.extend_from_slice(extra);
+        ok(&args);
+        Cluster {
+            dir,
+            _tmp: tmp,
+            history: Default::default(),
+        }
+    }
+
+    pub fn d(&self) -> &str {
+        self.dir.to_str().unwrap()
+    }
+
+    pub fn status(&self) -> Value {
+        serde_json::from_str(&ok(&["status", "--dir", self.d(), "--json"])).expect("status JSON")
+    }
+
+    pub fn committed(&self) -> u64 {
+        self.status()["committed_epoch"].as_u64().unwrap()
+    }
+
+    /// Nodes that host ranks, in name order.
+    pub fn nodes_with_ranks(&self) -> Vec<String> {
+        self.status()["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| !n["ranks"].as_array().unwrap().is_empty())
+            .map(|n| n["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// Members of the first group, by position.
+    pub fn members(&self) -> Vec<String> {
+        self.status()["groups"][0]["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().to_string())
+            .collect()
+    }
+
+    fn write_rank(&self, rank: usize, data: &[u8]) -> PathBuf {
+        let path = self.dir.parent().unwrap().join(format!("rank{rank}.img"));
+        std::fs::write(&path, data).unwrap();
+        path
+    }
+
+    /// Checkpoints `data[r]` as rank r for the open epoch; the last rank waits for the
+    /// decision when `wait`, and its JSON report is returned.
+    pub fn checkpoint(&mut self, data: Vec<Vec<u8>>, wait: bool) -> Option<Value> {
+        let epoch = self.status()["open_epoch"].as_u64().unwrap();
+        let world = data.len().to_string();
+        let mut last = None;
+        for (rank, d) in data.iter().enumerate() {
+            let path = self.write_rank(rank, d);
+            let r = rank.to_string();
+            let mut args = vec![
+                "checkpoint",
+                "--dir",
+                self.d(),
+                "--world",
+                &world,
+                "--rank",
+                &r,
+                "--json",
+            ];
+            if wait && rank == data.len() - 1 {
+                args.push("--wait");
+            }
+            args.push(path.to_str().unwrap());
+            let out = run(&args);
+            assert!(
+                out.status.success() || wait,
+                "checkpoint of rank {rank} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            last = serde_json::from_slice(&out.stdout).ok();
+        }
+        self.history.insert(epoch, data);
+        if wait {
+            last
+        } else {
+            None
+        }
+    }
+
+    /// Waits until the open epoch moves past `epoch` (it was decided).
+    pub fn wait_decided(&self, epoch: u64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.status()["open_epoch"].as_u64().unwrap() <= epoch {
+            assert!(Instant::now() < deadline, "epoch {epoch} was never decided");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn kill(&self, node: &str, wipe: bool) {
+        let mut args = vec!["kill-node", "--dir", self.d(), node];
+        if wipe {
+            args.push("--wipe");
+        }
+        ok(&args);
+    }
+
+    pub fn pause(&self, phase: &str) {
+        ok(&["debug", "pause", "--dir", self.d(), "--at", phase]);
+    }
+
+    pub fn wait_paused(&self) {
+        ok(&["debug", "wait", "--dir", self.d(), "--timeout", "60"]);
+    }
+
+    pub fn resume(&self) {
+        ok(&["debug", "resume", "--dir", self.d()]);
+    }
+
+    /// Waits until the coordinator has noticed that `node` is down.
+    pub fn wait_down(&self, node: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = self.status();
+            let alive = s["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|n| n["name"] == node)
+                .is_some_and(|n| n["alive"].as_bool().unwrap());
+            if !alive {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{node} still alive");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn recover(&self) -> Output {
+        run(&["recover", "--dir", self.d(), "--json"])
+    }
+
+    /// Starts `recover` without waiting for it.
+    pub fn recover_in_background(&self) -> Child {
+        eckpt()
+            .args(["recover", "--dir", self.d(), "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Rank `rank`'s committed image, exported (decoded if need be).
+    pub fn restore(&self, rank: usize) -> Result<Vec<u8>, String> {
+        let out_path = self.dir.parent().unwrap().join(format!("restored{rank}"));
+        let r = rank.to_string();
+        let out = run(&[
+            "restore",
+            "--dir",
+            self.d(),
+            "--rank",
+            &r,
+            "-o",
+            out_path.to_str().unwrap(),
+        ]);
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(std::fs::read(&out_path).unwrap())
+    }
+
+    /// Every rank restores to exactly what it checkpointed at the committed epoch.
+    pub fn assert_restorable(&self) {
+        let committed = self.committed();
+        let expected = &self.history[&committed];
+        for (rank, data) in expected.iter().enumerate() {
+            let got = self
+                .restore(rank)
+                .unwrap_or_else(|e| panic!("rank {rank} at epoch {committed}: {e}"));
+            assert!(
+                got == *data,
+                "rank {rank} restored different bytes at epoch {committed}"
+            );
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = run(&["down", "--dir", self.d()]);
+    }
+}
+
+pub fn exists(path: &Path) -> bool {
+    path.exists()
+}

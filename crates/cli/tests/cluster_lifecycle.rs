@@ -1,0 +1,280 @@
+//! The cluster beyond single faults: spares taking over, silent corruption repaired,
+//! agents and the coordinator restarting mid-commit (two-phase commit resumes from the
+//! journal and the prepared epochs), joining and leaving, refused bad requests.
+
+mod cluster;
+
+use std::process::Command;
+
+use cluster::{bytes, ok, run, touch, Cluster};
+
+fn epoch_of(c: &mut Cluster, data: &[Vec<u8>]) {
+    let report = c.checkpoint(data.to_vec(), true).expect("report");
+    assert_eq!(report["outcome"]["committed"], true, "{report}");
+}
+
+fn data(world: usize, seed: u64) -> Vec<Vec<u8>> {
+    (0..world)
+        .map(|r| bytes(150_000 + r * 1000, seed + r as u64))
+        .collect()
+}
+
+#[test]
+fn a_spare_takes_over_a_lost_node_whole() {
+    let mut c = Cluster::up(&[
+        "--nodes",
+        "6",
+        "--spares",
+        "1",
+        "--k",
+        "4",
+        "--m",
+        "2",
+        "--block-size",
+        "8KiB",
+    ]);
+    let d = data(4, 1);
+    epoch_of(&mut c, &d);
+    let victim = c.nodes_with_ranks()[2].clone();
+    c.kill(&victim, true);
+    c.wait_down(&victim);
+    let out = ok(&["recover", "--dir", c.d(), "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let moved = &report["rebuilt"][0];
+    assert_eq!(moved[0], victim.as_str());
+    assert!(
+        moved[1].as_object().unwrap().values().all(|n| n == "s0"),
+        "{report}"
+    );
+    assert!(
+        c.members().contains(&"s0".to_string()),
+        "the spare joined the group"
+    );
+    assert!(!c.members().contains(&victim));
+    c.assert_restorable();
+}
+
+#[test]
+fn silent_corruption_is_found_and_repaired() {
+    let mut c = Cluster::up(&["--nodes", "5", "--k", "3", "--m", "2", "--block-size", "8KiB"]);
+    let d = data(3, 7);
+    epoch_of(&mut c, &d);
+    // Flip a byte in a stored block of rank 1 and in a parity file.
+    let node = c.status()["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["ranks"].as_array().unwrap().contains(&1.into()))
+        .unwrap()["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let rank_dir = c.dir.join("nodes").join(&node).join("store").join("rank.1");
+    let epoch_dir = std::fs::read_dir(&rank_dir)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("epoch-"))
+        .unwrap()
+        .path();
+    let data_file = epoch_dir.join("data");
+    let mut bytes_on_disk = std::fs::read(&data_file).unwrap();
+    bytes_on_disk[5000] ^= 0x40;
+    std::fs::write(&data_file, bytes_on_disk).unwrap();
+    let err = c.restore(1).unwrap_err();
+    assert!(
+        err.contains("checksum"),
+        "a damaged block is reported, not returned: {err}"
+    );
+    let out = ok(&["recover", "--dir", c.d(), "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        report["repaired"]
+            .as_array()
+            .unwrap()
+            .contains(&node.as_str().into()),
+        "{report}"
+    );
+    c.assert_restorable();
+}
+
+#[test]
+fn commit_resumes_after_the_coordinator_and_an_agent_die_at_the_commit_point() {
+    let mut c = Cluster::up(&[
+        "--nodes",
+        "6",
+        "--k",
+        "4",
+        "--m",
+        "2",
+        "--mode",
+        "update",
+        "--block-size",
+        "8KiB",
+    ]);
+    let mut d = data(4, 3);
+    epoch_of(&mut c, &d);
+    for (r, x) in d.iter_mut().enumerate() {
+        touch(x, r as u64);
+    }
+    // The journal says committed, but no agent has heard: then the coordinator and one
+    // agent (keeping its disk) die.
+    c.pause("after-commit");
+    c.checkpoint(d.clone(), false);
+    c.wait_paused();
+    let victim = c.nodes_with_ranks()[0].clone();
+    c.kill(&victim, false);
+    let pid: i32 = std::fs::read_to_string(c.dir.join("coordinator/pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let status = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    c.resume();
+    // Restart both by hand; they resolve the prepared epoch from the journal.
+    let log = std::fs::File::create(c.dir.join("coordinator/log2")).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_eckpt"))
+        .args(["coordinator", "--dir", c.d()])
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    ok(&["join", "--dir", c.d(), "--name", &victim]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while c.status()["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| !n["alive"].as_bool().unwrap())
+    {
+        assert!(std::time::Instant::now() < deadline, "agents did not come back");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(c.committed(), 2);
+    c.assert_restorable();
+    // Parity was updated in place at the restarted nodes too: lose two and decode.
+    let members = c.members();
+    c.kill(&members[0], true);
+    c.kill(&members[5], true);
+    c.wait_down(&members[0]);
+    c.assert_restorable();
+}
+
+#[test]
+fn nodes_join_and_leave() {
+    let mut c = Cluster::up(&["--nodes", "4", "--k", "2", "--m", "2", "--block-size", "8KiB"]);
+    epoch_of(&mut c, &data(2, 9));
+    ok(&["join", "--dir", c.d(), "--name", "extra1", "--spare"]);
+    let s = c.status();
+    let extra = s["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "extra1")
+        .unwrap()
+        .clone();
+    assert_eq!(extra["alive"], true);
+    assert_eq!(extra["spare"], true);
+    let leaving = c.nodes_with_ranks()[0].clone();
+    ok(&["leave", "--dir", c.d(), &leaving]);
+    c.wait_down(&leaving);
+    ok(&["recover", "--dir", c.d()]);
+    assert!(
+        c.members().contains(&"extra1".to_string()),
+        "the spare replaced the node that left"
+    );
+    c.assert_restorable();
+}
+
+#[test]
+fn bad_requests_get_one_line_errors_and_change_nothing() {
+    let mut c = Cluster::up(&["--nodes", "3", "--k", "1", "--m", "2", "--block-size", "8KiB"]);
+    epoch_of(&mut c, &data(1, 5));
+    let file = c.dir.parent().unwrap().join("rank0.img");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec![
+                "checkpoint",
+                "--dir",
+                c.d(),
+                "--world",
+                "2",
+                "--rank",
+                "0",
+                file.to_str().unwrap(),
+            ],
+            "the job has 1 ranks",
+        ),
+        (
+            vec![
+                "checkpoint",
+                "--dir",
+                c.d(),
+                "--world",
+                "1",
+                "--rank",
+                "0",
+                "--epoch",
+                "9",
+                file.to_str().unwrap(),
+            ],
+            "epoch 9 is not open",
+        ),
+        (
+            vec![
+                "checkpoint",
+                "--dir",
+                c.d(),
+                "--world",
+                "1",
+                "--rank",
+                "0",
+                "/nonexistent",
+            ],
+            "/nonexistent",
+        ),
+        (
+            vec!["restore", "--dir", c.d(), "--rank", "5", "-o", "/tmp/x"],
+            "rank 5 never checkpointed",
+        ),
+        (vec!["kill-node", "--dir", c.d(), "nope"], "no node nope"),
+        (
+            vec!["up", "--dir", c.d(), "--nodes", "3", "--detach"],
+            "already holds a cluster",
+        ),
+        (
+            vec!["status", "--dir", "/nonexistent-cluster"],
+            "not a cluster directory",
+        ),
+        (
+            vec![
+                "up",
+                "--dir",
+                "/tmp/eckpt-never",
+                "--nodes",
+                "2",
+                "--k",
+                "1",
+                "--m",
+                "2",
+            ],
+            "need at least 3",
+        ),
+        (
+            vec!["debug", "pause", "--dir", c.d(), "--at", "lunch"],
+            "expected one of",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+    }
+    assert_eq!(c.committed(), 1);
+    c.assert_restorable();
+}
