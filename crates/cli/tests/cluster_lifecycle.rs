@@ -136,7 +136,7 @@ fn commit_resumes_after_the_coordinator_and_an_agent_die_at_the_commit_point() {
     c.resume();
     // Restart both by hand; they resolve the prepared epoch from the journal.
     let log = std::fs::File::create(c.dir.join("coordinator/log2")).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_eckpt"))
+    let mut coordinator = Command::new(env!("CARGO_BIN_EXE_eckpt"))
         .args(["coordinator", "--dir", c.d()])
         .stderr(log)
         .spawn()
@@ -161,6 +161,8 @@ fn commit_resumes_after_the_coordinator_and_an_agent_die_at_the_commit_point() {
     c.kill(&members[5], true);
     c.wait_down(&members[0]);
     c.assert_restorable();
+    drop(c); // `eckpt down` stops the restarted coordinator
+    coordinator.wait().unwrap();
 }
 
 #[test]
