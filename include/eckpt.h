@@ -73,6 +73,11 @@
  */
 #define ECKPT_EINTERNAL -7
 
+/*
+ The cluster could not be reached, refused the request, or aborted the epoch.
+ */
+#define ECKPT_ECLUSTER -8
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -127,6 +132,13 @@ int eckpt_checkpoint(void);
  already restored.
  */
 int eckpt_restart(void);
+
+/*
+ Waits until the last checkpoint is committed (cluster mode: once every rank is in and the
+ parity is durable; standalone: at once). Returns that epoch (0 if none was taken), or
+ `ECKPT_ECLUSTER` if the cluster aborted it.
+ */
+int eckpt_wait(void);
 
 /*
  Releases eckpt's resources; the process may call `eckpt_init` again afterwards.

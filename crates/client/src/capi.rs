@@ -33,6 +33,8 @@ pub const ECKPT_EMISMATCH: c_int = -5;
 pub const ECKPT_ECAPTURE: c_int = -6;
 /// Internal error (a bug: please report it with `eckpt_last_error()`).
 pub const ECKPT_EINTERNAL: c_int = -7;
+/// The cluster could not be reached, refused the request, or aborted the epoch.
+pub const ECKPT_ECLUSTER: c_int = -8;
 
 static CHECKPOINTER: Mutex<Option<Checkpointer>> = Mutex::new(None);
 
@@ -172,6 +174,17 @@ pub extern "C" fn eckpt_restart() -> c_int {
     })
 }
 
+/// Waits until the last checkpoint is committed (cluster mode: once every rank is in and the
+/// parity is durable; standalone: at once). Returns that epoch (0 if none was taken), or
+/// `ECKPT_ECLUSTER` if the cluster aborted it.
+#[no_mangle]
+pub extern "C" fn eckpt_wait() -> c_int {
+    with_checkpointer(|ck| {
+        let epoch = ck.wait()?.unwrap_or(0);
+        c_int::try_from(epoch).map_err(|_| Error::State(format!("epoch {epoch} does not fit a C int")))
+    })
+}
+
 /// Releases eckpt's resources; the process may call `eckpt_init` again afterwards.
 #[no_mangle]
 pub extern "C" fn eckpt_finalize() -> c_int {
@@ -198,6 +211,7 @@ pub extern "C" fn eckpt_strerror(code: c_int) -> *const c_char {
         ECKPT_EMISMATCH => c"checkpoint does not match what is protected",
         ECKPT_ECAPTURE => c"dirty tracking failed",
         ECKPT_EINTERNAL => c"internal error",
+        ECKPT_ECLUSTER => c"cluster unreachable, request refused, or epoch aborted",
         _ => c"unknown error",
     };
     text.as_ptr()

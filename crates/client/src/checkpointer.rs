@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::cluster::ClusterLink;
+
 use eckpt_capture::Tracker;
 use eckpt_store::{Options, Store};
 use serde::{Deserialize, Serialize};
@@ -38,9 +40,18 @@ struct Meta {
 
 /// One rank's checkpointing state: protected regions, files and directories, the dirty
 /// tracker and the node-local store.
+///
+/// In cluster mode ([`Config::cluster`]) the store is the one of the node the coordinator
+/// placed the rank on, epochs are only prepared locally and committed by the cluster once
+/// every rank is in and the parity is durable.
 pub struct Checkpointer {
     config: Config,
-    store: Store,
+    /// The store in use (standalone: `config.dir`; cluster mode: the rank's node's, opened
+    /// when first needed and re-opened when the rank moves).
+    store: Option<Store>,
+    cluster: Option<ClusterLink>,
+    /// Cluster mode: the last epoch this rank handed to the cluster.
+    last_epoch: Option<u64>,
     tracker: Tracker,
     regions: BTreeMap<String, Region>,
     files: Vec<(PathBuf, FileMode)>,
@@ -55,23 +66,52 @@ pub struct Checkpointer {
 unsafe impl Send for Checkpointer {}
 
 impl Checkpointer {
-    /// Opens the store for `config.rank` (cleaning what a crash left) and a dirty tracker.
+    /// Opens the store for `config.rank` (cleaning what a crash left), or in cluster mode
+    /// checks the cluster is there, and a dirty tracker.
     pub fn new(config: Config) -> Result<Checkpointer, Error> {
-        let options = Options {
-            retention: config.retention,
-            ..Options::default()
+        let (store, cluster) = match &config.cluster {
+            Some(dir) => {
+                let world = config.world.ok_or_else(|| {
+                    Error::Invalid("cluster mode needs the job size: world=N or ECKPT_WORLD".into())
+                })?;
+                (None, Some(ClusterLink::new(dir, world)?))
+            }
+            None => (Some(Self::open_store(&config, &config.dir)?), None),
         };
-        let store = Store::open_with(&config.dir, options)?;
         let tracker = Tracker::new(config.track, config.hash_block_size)?;
         Ok(Checkpointer {
             config,
             store,
+            cluster,
+            last_epoch: None,
             tracker,
             regions: BTreeMap::new(),
             files: Vec::new(),
             dirs: Vec::new(),
             resync: false,
         })
+    }
+
+    fn open_store(config: &Config, root: &Path) -> Result<Store, Error> {
+        let options = Options {
+            retention: config.retention,
+            ..Options::default()
+        };
+        Ok(Store::open_with(root, options)?)
+    }
+
+    /// Uses the store at `root` (cluster mode: the rank's current node).
+    fn use_store(&mut self, root: &Path) -> Result<(), Error> {
+        if self.store.as_ref().is_none_or(|s| s.root() != root) {
+            self.store = Some(Self::open_store(&self.config, root)?);
+        }
+        Ok(())
+    }
+
+    fn store(&self) -> Result<&Store, Error> {
+        self.store
+            .as_ref()
+            .ok_or_else(|| Error::State("no checkpoint taken or restored yet".into()))
     }
 
     /// The configuration in force.
@@ -81,7 +121,10 @@ impl Checkpointer {
 
     /// The latest committed epoch of this rank, if any.
     pub fn latest_epoch(&self) -> Result<Option<u64>, Error> {
-        Ok(self.store.latest_committed(self.config.rank)?)
+        match &self.cluster {
+            Some(link) => Ok(link.locate(self.config.rank)?.map(|(_, epoch)| epoch)),
+            None => Ok(self.store()?.latest_committed(self.config.rank)?),
+        }
     }
 
     /// Protects the memory `[ptr, ptr + len)` under `name`: checkpoints save it, restart
@@ -132,24 +175,68 @@ impl Checkpointer {
 
     /// Saves a new epoch: the blocks of protected memory written since the previous one, the
     /// protected files' state, committed crash-safely. Returns the epoch number (≥ 1).
+    ///
+    /// In cluster mode the epoch is made durable on the rank's node and reported; the call
+    /// returns then, while the agents encode. The next call first waits for the previous
+    /// epoch's decision; [`Checkpointer::wait`] waits for it explicitly.
     pub fn checkpoint(&mut self) -> Result<u64, Error> {
-        let epoch = self.latest_epoch()?.map_or(1, |e| e + 1);
-        match self.write_epoch(epoch) {
+        let rank = self.config.rank;
+        let (epoch, node) = match &self.cluster {
+            Some(link) => {
+                let (epoch, node) = link.open_epoch(rank)?;
+                (epoch, Some(node))
+            }
+            None => (self.latest_epoch()?.map_or(1, |e| e + 1), None),
+        };
+        if let Some(node) = &node {
+            self.use_store(&node.store)?;
+            // An aborted previous epoch consumed dirty information the store never kept.
+            if self.last_epoch.is_some() && self.store()?.latest_committed(rank)? != self.last_epoch {
+                self.resync = true;
+            }
+        }
+        match self.write_epoch(epoch, node.is_none()) {
             Ok(()) => {
                 self.resync = false;
-                Ok(epoch)
             }
             Err(e) => {
                 self.resync = true;
-                Err(e)
+                return Err(e);
             }
+        }
+        if let (Some(link), Some(node)) = (&self.cluster, &node) {
+            link.ready(rank, epoch, &node.name)?;
+            self.last_epoch = Some(epoch);
+        }
+        Ok(epoch)
+    }
+
+    /// Waits until the last checkpoint is decided: its epoch if committed (`None` when none
+    /// was taken); in cluster mode an error if the cluster aborted it. Standalone
+    /// checkpoints are committed when [`Checkpointer::checkpoint`] returns.
+    pub fn wait(&self) -> Result<Option<u64>, Error> {
+        let Some(link) = &self.cluster else {
+            return self.latest_epoch();
+        };
+        let Some(epoch) = self.last_epoch else {
+            return Ok(None);
+        };
+        let outcome = link.wait(epoch)?;
+        if outcome.committed {
+            Ok(Some(epoch))
+        } else {
+            Err(Error::Cluster(format!(
+                "epoch {epoch} was aborted: {}",
+                outcome.reason.unwrap_or_default()
+            )))
         }
     }
 
-    fn write_epoch(&mut self, epoch: u64) -> Result<(), Error> {
+    /// Writes `epoch`; committed at once when `commit`, else left prepared for the cluster.
+    fn write_epoch(&mut self, epoch: u64, commit: bool) -> Result<(), Error> {
         let rank = self.config.rank;
         let dirty = self.tracker.collect_dirty()?;
-        let mut writer = self.store.writer(rank, epoch)?;
+        let mut writer = self.store()?.writer(rank, epoch)?;
         let compare_everything = writer.is_full() || self.resync;
         let mut meta = Meta {
             regions: BTreeMap::new(),
@@ -183,7 +270,12 @@ impl Checkpointer {
         (meta.files, meta.dirs) = files::checkpoint(&self.files, &self.dirs, &mut writer)?;
         let meta = serde_json::to_vec(&meta).expect("metadata always serialises");
         writer.put_full(META_ITEM, &meta)?;
-        writer.commit()?;
+        if commit {
+            writer.commit()?;
+        } else {
+            // Releasing the prepared epoch leaves it durable for the node's agent to commit.
+            drop(writer.prepare()?);
+        }
         Ok(())
     }
 
@@ -193,10 +285,25 @@ impl Checkpointer {
     /// checkpoint does not fit what is protected now.
     pub fn restart(&mut self) -> Result<Option<u64>, Error> {
         let rank = self.config.rank;
-        let Some(epoch) = self.latest_epoch()? else {
+        let located = match &self.cluster {
+            Some(link) => link.locate(rank)?,
+            None => None,
+        };
+        if let Some((root, epoch)) = &located {
+            self.use_store(root)?;
+            self.last_epoch = Some(*epoch);
+        }
+        let Some(epoch) = self
+            .store
+            .as_ref()
+            .map(|s| s.latest_committed(rank))
+            .transpose()?
+            .flatten()
+        else {
             return Ok(None);
         };
-        let manifest = self.store.manifest(rank, epoch)?;
+        let store = self.store()?.clone();
+        let manifest = store.manifest(rank, epoch)?;
         let meta_len = manifest
             .items
             .iter()
@@ -204,7 +311,7 @@ impl Checkpointer {
             .ok_or_else(|| Error::Mismatch(format!("epoch {epoch} was not written by an eckpt client")))?
             .len;
         let mut meta = vec![0u8; meta_len as usize];
-        self.store.read_item_into(rank, epoch, META_ITEM, &mut meta)?;
+        store.read_item_into(rank, epoch, META_ITEM, &mut meta)?;
         let meta: Meta = serde_json::from_slice(&meta)
             .map_err(|e| Error::Mismatch(format!("epoch {epoch}: unreadable metadata: {e}")))?;
 
@@ -229,10 +336,9 @@ impl Checkpointer {
         for (name, region) in &self.regions {
             // SAFETY: `protect`'s contract; the rank is inside this call.
             let memory = unsafe { std::slice::from_raw_parts_mut(region.ptr, region.len) };
-            self.store
-                .read_item_into(rank, epoch, &region_item(name), memory)?;
+            store.read_item_into(rank, epoch, &region_item(name), memory)?;
         }
-        files::restore(&self.store, rank, epoch, &self.files, &meta.files, &meta.dirs)?;
+        files::restore(&store, rank, epoch, &self.files, &meta.files, &meta.dirs)?;
         // The restored memory is the baseline the next epoch's delta is taken against.
         self.tracker.collect_dirty()?;
         self.resync = false;

@@ -21,10 +21,18 @@ pub struct Config {
     pub hash_block_size: usize,
     /// Delta chains and retention.
     pub retention: RetentionPolicy,
+    /// Cluster mode: the cluster directory of a running `eckpt up` (its nodes' agents
+    /// erasure-code the epochs); `dir` is then ignored.
+    pub cluster: Option<PathBuf>,
+    /// Ranks in the job (cluster mode: an epoch commits when all have checkpointed).
+    pub world: Option<u32>,
 }
 
 /// Environment variables that name a rank when `ECKPT_RANK` is absent (MPI launchers).
 const RANK_VARIABLES: [&str; 4] = ["ECKPT_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"];
+
+/// Environment variables that give the job size when `ECKPT_WORLD` is absent.
+const WORLD_VARIABLES: [&str; 4] = ["ECKPT_WORLD", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"];
 
 impl Default for Config {
     fn default() -> Self {
@@ -34,19 +42,25 @@ impl Default for Config {
             track: TrackMode::Auto,
             hash_block_size: 64 << 10,
             retention: RetentionPolicy::default(),
+            cluster: None,
+            world: None,
         }
     }
 }
 
 impl Config {
     /// Defaults overridden by `ECKPT_DIR`, `ECKPT_RANK` (or the MPI launcher's rank),
-    /// `ECKPT_TRACK`, `ECKPT_BLOCK_SIZE`, `ECKPT_KEEP`, `ECKPT_MAX_CHAIN`.
+    /// `ECKPT_TRACK`, `ECKPT_BLOCK_SIZE`, `ECKPT_KEEP`, `ECKPT_MAX_CHAIN`, `ECKPT_CLUSTER`,
+    /// `ECKPT_WORLD` (or the launcher's job size).
     pub fn from_env() -> Result<Config, Error> {
         let mut config = Config::default();
         if let Some(rank) = RANK_VARIABLES.iter().find_map(|v| std::env::var(v).ok()) {
             config.set("rank", &rank)?;
         }
-        for key in ["dir", "track", "block_size", "keep", "max_chain"] {
+        if let Some(world) = WORLD_VARIABLES.iter().find_map(|v| std::env::var(v).ok()) {
+            config.set("world", &world)?;
+        }
+        for key in ["dir", "track", "block_size", "keep", "max_chain", "cluster"] {
             if let Ok(value) = std::env::var(format!("ECKPT_{}", key.to_ascii_uppercase())) {
                 config.set(key, &value)?;
             }
@@ -99,6 +113,14 @@ impl Config {
             "block_size" => self.hash_block_size = number("block_size")? as usize,
             "keep" => self.retention.keep_committed = number("keep")? as usize,
             "max_chain" => self.retention.max_chain = number("max_chain")? as u32,
+            "cluster" => self.cluster = Some(PathBuf::from(value)),
+            "world" => {
+                let world = u32::try_from(number("world")?)
+                    .ok()
+                    .filter(|&w| w > 0)
+                    .ok_or_else(|| Error::Invalid(format!("world {value:?} must be 1 or more")))?;
+                self.world = Some(world);
+            }
             _ => return Err(Error::Invalid(format!("unknown config key {key:?}"))),
         }
         Ok(())
@@ -111,14 +133,18 @@ mod tests {
 
     #[test]
     fn string_overrides_defaults() {
-        let c =
-            Config::from_env_and("dir=/x/y; rank=7,track=hash\nblock_size=4096;keep=3;max_chain=2").unwrap();
+        let c = Config::from_env_and(
+            "dir=/x/y; rank=7,track=hash\nblock_size=4096;keep=3;max_chain=2;cluster=/c;world=8",
+        )
+        .unwrap();
         assert_eq!(c.dir, PathBuf::from("/x/y"));
         assert_eq!(c.rank, 7);
         assert_eq!(c.track, TrackMode::Hash);
         assert_eq!(c.hash_block_size, 4096);
         assert_eq!(c.retention.keep_committed, 3);
         assert_eq!(c.retention.max_chain, 2);
+        assert_eq!(c.cluster, Some(PathBuf::from("/c")));
+        assert_eq!(c.world, Some(8));
     }
 
     #[test]
@@ -133,5 +159,6 @@ mod tests {
             .contains("colour"));
         assert!(Config::from_env_and("rank").is_err());
         assert!(Config::from_env_and("track=soft-dirty").is_err());
+        assert!(Config::from_env_and("world=0").is_err());
     }
 }

@@ -19,6 +19,9 @@ pub enum Error {
     /// The store failed (I/O, or a checksum mismatch: never wrong bytes).
     #[error(transparent)]
     Store(#[from] eckpt_store::StoreError),
+    /// The cluster could not be reached or refused (cluster mode).
+    #[error("cluster: {0}")]
+    Cluster(String),
     /// A file operation on a protected file failed.
     #[error("{path}: {source}")]
     Io {
@@ -42,6 +45,7 @@ impl Error {
                 eckpt_store::StoreError::BlockChecksum { .. } | eckpt_store::StoreError::Corrupt { .. },
             ) => capi::ECKPT_ECORRUPT,
             Error::Store(_) | Error::Io { .. } => capi::ECKPT_EIO,
+            Error::Cluster(_) => capi::ECKPT_ECLUSTER,
         }
     }
 

@@ -4,6 +4,10 @@
 //! them (seed 003's I/O-view consistency). The same API is exported to C (see [`capi`] and
 //! `include/eckpt.h`) and wrapped for Python by the `eckpt-py` crate.
 //!
+//! With `cluster=DIR` (or `ECKPT_CLUSTER`) and the job size, the rank checkpoints into the
+//! node-local store of a running `eckpt up` cluster, whose agents erasure-code every epoch;
+//! restart finds the rank wherever recovery placed it.
+//!
 //! ```no_run
 //! use eckpt::{Checkpointer, Config, FileMode};
 //! let mut state = vec![0u64; 1 << 20];
@@ -18,6 +22,7 @@
 
 pub mod capi;
 mod checkpointer;
+mod cluster;
 mod config;
 mod error;
 mod files;

@@ -92,11 +92,15 @@ const MODES: [(&str, FileMode); 3] = [
 
 /// One rank's protected arrays, files and directories, and its checkpoints.
 ///
-/// ``Checkpointer(dir=None, rank=None, *, track=None, block_size=None)``: ``dir`` is the
-/// node-local store root and ``rank`` this process's rank; what is not given comes from
-/// ``ECKPT_DIR``, ``ECKPT_RANK`` (or the MPI launcher's rank), ``ECKPT_TRACK``,
-/// ``ECKPT_BLOCK_SIZE``, ``ECKPT_KEEP`` and ``ECKPT_MAX_CHAIN``. ``track`` is ``"auto"``,
-/// ``"uffd"`` or ``"hash"`` (dirty-block detection); ``block_size`` the hashing block size.
+/// ``Checkpointer(dir=None, rank=None, *, track=None, block_size=None, cluster=None,
+/// world=None)``: ``dir`` is the node-local store root and ``rank`` this process's rank;
+/// what is not given comes from ``ECKPT_DIR``, ``ECKPT_RANK`` (or the MPI launcher's rank),
+/// ``ECKPT_TRACK``, ``ECKPT_BLOCK_SIZE``, ``ECKPT_KEEP``, ``ECKPT_MAX_CHAIN``,
+/// ``ECKPT_CLUSTER`` and ``ECKPT_WORLD``. ``track`` is ``"auto"``, ``"uffd"`` or ``"hash"``
+/// (dirty-block detection); ``block_size`` the hashing block size. With ``cluster`` (the
+/// directory of a running ``eckpt up``) and ``world`` (ranks in the job), epochs go to the
+/// rank's node in that cluster and are erasure-coded across nodes; ``wait()`` returns when
+/// the last one is committed.
 ///
 /// checkpoint() and restart() release the GIL: other threads run meanwhile, but must not
 /// write protected arrays during checkpoint() (the copy could tear) nor use them during
@@ -118,17 +122,31 @@ struct PyCheckpointer {
 #[pymethods]
 impl PyCheckpointer {
     #[new]
-    #[pyo3(signature = (dir=None, rank=None, *, track=None, block_size=None))]
+    #[pyo3(signature = (dir=None, rank=None, *, track=None, block_size=None, cluster=None, world=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         dir: Option<PathBuf>,
         rank: Option<i64>,
         track: Option<&str>,
         block_size: Option<i64>,
+        cluster: Option<PathBuf>,
+        world: Option<i64>,
     ) -> PyResult<Self> {
         let mut config = Config::from_env().map_err(|e| to_py(py, e))?;
         if let Some(dir) = dir {
             config.dir = dir;
+        }
+        if let Some(cluster) = cluster {
+            config.cluster = Some(cluster);
+        }
+        if let Some(world) = world {
+            config.world = Some(
+                u32::try_from(world)
+                    .ok()
+                    .filter(|&w| w > 0)
+                    .ok_or_else(|| invalid(py, format!("world {world} is not in 1..2**32")))?,
+            );
         }
         if let Some(rank) = rank {
             config.rank =
@@ -270,6 +288,14 @@ impl PyCheckpointer {
     fn restart(&mut self, py: Python<'_>) -> PyResult<Option<u64>> {
         let inner = self.checkpointer();
         py.detach(|| inner.restart()).map_err(|e| to_py(py, e))
+    }
+
+    /// wait() -> int | None: waits until the last checkpoint is decided and returns its
+    /// epoch (None if none was taken). In cluster mode an epoch commits once every rank is in
+    /// and the parity is durable; an aborted epoch raises eckpt.Error.
+    fn wait(&mut self, py: Python<'_>) -> PyResult<Option<u64>> {
+        let ck = self.checkpointer();
+        py.detach(move || ck.wait()).map_err(|e| to_py(py, e))
     }
 
     /// latest_epoch() -> int | None: the newest committed epoch of this rank.

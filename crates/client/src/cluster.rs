@@ -1,0 +1,84 @@
+//! Cluster mode: a rank whose configuration names a cluster directory writes its epochs
+//! into the store of the node the coordinator placed it on, reports them ready, and lets
+//! the node agents erasure-code them; restart reads from wherever the rank lives now (after
+//! a recovery, possibly another node).
+
+use std::path::{Path, PathBuf};
+
+use eckpt_cluster::client::coordinator_call;
+use eckpt_cluster::dirs::ClusterDir;
+use eckpt_cluster::msg::{CoordRequest, CoordResponse, EpochOutcome, NodeInfo};
+use eckpt_cluster::ClusterError;
+
+use crate::Error;
+
+/// A rank's link to its cluster's coordinator.
+pub(crate) struct ClusterLink {
+    dir: ClusterDir,
+    world: u32,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl From<ClusterError> for Error {
+    fn from(e: ClusterError) -> Error {
+        Error::Cluster(e.to_string())
+    }
+}
+
+impl ClusterLink {
+    pub(crate) fn new(dir: &Path, world: u32) -> Result<ClusterLink, Error> {
+        let dir = ClusterDir::new(dir)?;
+        dir.load()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Cluster(format!("starting the I/O runtime: {e}")))?;
+        Ok(ClusterLink { dir, world, runtime })
+    }
+
+    fn call(&self, request: CoordRequest) -> Result<CoordResponse, Error> {
+        Ok(self
+            .runtime
+            .block_on(coordinator_call(&self.dir, &request, |_| {}))?)
+    }
+
+    /// The epoch to write next and the node (store root) to write it to; waits while the
+    /// rank's previous epoch is undecided.
+    pub(crate) fn open_epoch(&self, rank: u32) -> Result<(u64, NodeInfo), Error> {
+        match self.call(CoordRequest::OpenEpoch {
+            rank,
+            world: self.world,
+            node: None,
+            epoch: None,
+        })? {
+            CoordResponse::Opened { epoch, node } => Ok((epoch, node)),
+            other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// Reports the rank's epoch prepared on `node`.
+    pub(crate) fn ready(&self, rank: u32, epoch: u64, node: &str) -> Result<(), Error> {
+        self.call(CoordRequest::RankReady {
+            rank,
+            epoch,
+            node: node.to_string(),
+        })?;
+        Ok(())
+    }
+
+    /// The store holding the rank's latest committed epoch, and that epoch.
+    pub(crate) fn locate(&self, rank: u32) -> Result<Option<(PathBuf, u64)>, Error> {
+        match self.call(CoordRequest::Locate { rank })? {
+            CoordResponse::Located(found) => Ok(found.map(|(node, epoch)| (node.store, epoch))),
+            other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// Waits until `epoch` is committed or aborted.
+    pub(crate) fn wait(&self, epoch: u64) -> Result<EpochOutcome, Error> {
+        match self.call(CoordRequest::WaitEpoch { epoch })? {
+            CoordResponse::Outcome(o) => Ok(o),
+            other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
+        }
+    }
+}
