@@ -34,9 +34,10 @@ module eckpt
   integer(c_int), parameter, public :: ECKPT_EMISMATCH = -5
   integer(c_int), parameter, public :: ECKPT_ECAPTURE = -6
   integer(c_int), parameter, public :: ECKPT_EINTERNAL = -7
+  integer(c_int), parameter, public :: ECKPT_ECLUSTER = -8
 
   public :: eckpt_init, eckpt_protect, eckpt_protect_file, eckpt_protect_dir, eckpt_checkpoint, &
-            eckpt_restart, eckpt_finalize, eckpt_strerror, eckpt_last_error, eckpt_error_message
+            eckpt_restart, eckpt_wait, eckpt_finalize, eckpt_strerror, eckpt_last_error, eckpt_error_message
 
   interface
     ! `config` is optional: absent passes NULL (configuration from the environment), else a
@@ -77,6 +78,12 @@ module eckpt
       import :: c_int
       integer(c_int) :: rc
     end function eckpt_restart
+
+    ! Cluster mode: waits until the last checkpoint is committed across the nodes.
+    function eckpt_wait() bind(C, name="eckpt_wait") result(rc)
+      import :: c_int
+      integer(c_int) :: rc
+    end function eckpt_wait
 
     function eckpt_finalize() bind(C, name="eckpt_finalize") result(rc)
       import :: c_int

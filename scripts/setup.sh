@@ -12,6 +12,7 @@ packages=(
   libisal2 libisal-dev            # Debian's ISA-L 2.30: the independent reference in tests/benches
   xdelta3                         # reference for the delta benchmarks
   python3 python3-venv            # the Python binding and its tests
+  iproute2                        # ip netns / tc tbf: emulated hosts on shaped links
 )
 
 missing=()

@@ -67,7 +67,8 @@ static void example_usage(const struct example *ex, const char *what) {
             "  -l  append-only log, one line per step (default <prog>.log)\n"
             "  -i  input file: seeds the data; restart refuses if it changed\n"
             "  -t  trace file of restart/checkpoint boundaries (for fault-injection tests)\n"
-            "ECKPT_DIR, ECKPT_RANK, ECKPT_TRACK configure the checkpoint store.\n",
+            "ECKPT_DIR, ECKPT_RANK, ECKPT_TRACK configure the checkpoint store; ECKPT_CLUSTER and\n"
+            "ECKPT_WORLD checkpoint into a running `eckpt up` cluster instead.\n",
             ex->prog, what, ex->prog);
     exit(2);
 }
@@ -251,9 +252,11 @@ static void example_step_done(struct example *ex, const char *line) {
     }
 }
 
-/* Prints the fingerprint of the whole protected region and releases eckpt. */
+/* Prints the fingerprint of the whole protected region and releases eckpt, once the last
+ * checkpoint is committed (in cluster mode: erasure-coded across the nodes). */
 static void example_finish(struct example *ex) {
     printf("checksum: %016llx\n", (unsigned long long)example_hash(ex->region, ex->region_len));
+    example_check(ex, eckpt_wait(), "eckpt_wait");
     example_check(ex, eckpt_finalize(), "eckpt_finalize");
     close(ex->log_fd);
     if (ex->trace_fd >= 0)

@@ -212,6 +212,22 @@ fn mutate(buf: &mut [u8], pattern: Pattern, pages: &[usize], seed: u64) {
     }
 }
 
+/// An image of `len` bytes (whole pages) filled with pseudo-random bytes from `seed`: the
+/// first checkpoint of a benchmark workload.
+pub fn workload_image(len: usize, seed: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; len.div_ceil(page_size()) * page_size()];
+    fill(&mut buf, seed);
+    buf
+}
+
+/// Changes `buf` (whole pages) as `pattern` does between two checkpoints; returns how many
+/// pages changed. Other crates' benchmarks use it so every benchmark sees the same workload.
+pub fn apply_pattern(buf: &mut [u8], pattern: Pattern, seed: u64) -> usize {
+    let pages = changed_pages(pattern, buf.len() / page_size(), seed);
+    mutate(buf, pattern, &pages, seed);
+    pages.len()
+}
+
 fn ioe(what: String) -> impl FnOnce(io::Error) -> CaptureError {
     move |e| CaptureError::io(what, e)
 }

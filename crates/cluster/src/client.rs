@@ -71,7 +71,7 @@ pub async fn checkpoint_file(
     node: Option<String>,
     file: &Path,
     wait: bool,
-    on_bytes: &mut dyn FnMut(u64, u64),
+    on_bytes: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<CheckpointReport, ClusterError> {
     let mut input = std::fs::File::open(file).map_err(crate::io_at(file))?;
     let len = input.metadata().map_err(crate::io_at(file))?.len();

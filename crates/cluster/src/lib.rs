@@ -28,6 +28,7 @@ pub mod msg;
 pub mod net;
 pub mod netns;
 pub mod plan;
+pub mod records;
 pub mod shard;
 
 pub use config::{CodingConfig, Layout, Mode, Topology};

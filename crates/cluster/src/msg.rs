@@ -226,6 +226,8 @@ pub struct ShardInfo {
     pub layout: ShardLayout,
     /// Update: whether the epoch fits the existing layout and parity version.
     pub updatable: bool,
+    /// Update: bytes the epoch stores as changed blocks (what an update would send).
+    pub changed: u64,
 }
 
 /// Result of a task at one participant.
@@ -462,6 +464,8 @@ pub enum CoordRequest {
     Heartbeat,
     /// Report.
     Status,
+    /// How to reach every alive agent.
+    Nodes,
     /// Where and as which epoch rank `rank` checkpoints next (waits while the rank's
     /// previous checkpoint is undecided).
     OpenEpoch {
@@ -520,6 +524,8 @@ pub enum CoordResponse {
     Error(String),
     /// `Status`.
     Status(Box<StatusReport>),
+    /// `Nodes`.
+    Nodes(Vec<NodeInfo>),
     /// `OpenEpoch`.
     Opened {
         /// Epoch to write.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use eckpt_proto::{connect, ClusterSecret, Connection, Endpoint, FrameReader};
+use eckpt_proto::{connect, ClusterSecret, Connection, Endpoint, FrameReader, Listener};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::Notify;
@@ -67,6 +67,37 @@ pub async fn call<Q: Serialize, R: DeserializeOwned>(
 ) -> Result<R, ClusterError> {
     conn.send_control(request).await?;
     Ok(conn.recv_control().await?)
+}
+
+/// Accepts connections forever: each is authenticated in a task of its own (a slow or
+/// hostile peer holds up nobody) and handed to `serve`; refusals are logged in one line.
+pub async fn accept_loop<F, Fut>(listener: Listener, serve: F)
+where
+    F: Fn(Connection) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), ClusterError>> + Send + 'static,
+{
+    let serve = Arc::new(serve);
+    loop {
+        match listener.accept().await {
+            Ok(incoming) => {
+                let serve = serve.clone();
+                tokio::spawn(async move {
+                    match incoming.authenticate().await {
+                        Ok(conn) => {
+                            if let Err(e) = serve(conn).await {
+                                tracing::debug!(error = %e, "connection ended");
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "refused a connection"),
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
 }
 
 /// Where incoming peer streams wait for their task.

@@ -14,7 +14,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use eckpt_store::{parse_delta, Delta, DeltaItem, EpochView, Image, Store};
+use eckpt_store::{parse_delta, Delta, EpochView, Image, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::error::io_at;
@@ -198,37 +198,6 @@ struct BlobHeader {
     ranks: Vec<(u32, u64, u64)>,
 }
 
-/// The delta of `rank` at `epoch`, or its complete image when `complete`.
-fn rank_delta(store: &Store, rank: u32, epoch: u64, complete: bool) -> Result<Delta, ClusterError> {
-    if !complete {
-        return Ok(store.delta(rank, epoch)?);
-    }
-    let view = store.view(rank, epoch)?;
-    let mut items = Vec::new();
-    for item in &view.manifest().items {
-        let bs = u64::from(item.block_size);
-        let mut blocks = Vec::new();
-        for index in 0..item.len.div_ceil(bs) {
-            let n = bs.min(item.len - index * bs) as usize;
-            let mut bytes = vec![0u8; n];
-            view.read_padded(&item.name, index * bs, &mut bytes)?;
-            blocks.push((index, bytes));
-        }
-        items.push(DeltaItem {
-            name: item.name.clone(),
-            len: item.len,
-            block_size: item.block_size,
-            blocks,
-        });
-    }
-    Ok(Delta {
-        rank,
-        epoch,
-        parent: None,
-        items,
-    })
-}
-
 /// Serializes the node's stripe for `epoch`: each rank's delta (complete images when
 /// `complete`, the first stripe of a chain) behind a checksummed header.
 pub fn build_stripe_blob(
@@ -240,7 +209,12 @@ pub fn build_stripe_blob(
     let mut body = Vec::new();
     let mut header = BlobHeader { ranks: Vec::new() };
     for &rank in ranks {
-        let encoded = rank_delta(store, rank, epoch, complete)?.encode()?;
+        let delta = if complete {
+            store.complete_delta(rank, epoch)?
+        } else {
+            store.delta(rank, epoch)?
+        };
+        let encoded = delta.encode()?;
         header.ranks.push((rank, body.len() as u64, encoded.len() as u64));
         body.extend_from_slice(&encoded);
     }

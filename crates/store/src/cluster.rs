@@ -164,6 +164,45 @@ impl Store {
         })
     }
 
+    /// The complete image of `epoch` (committed or prepared) as a delta without parent —
+    /// every block of every item, read through the delta chain and verified. The first
+    /// stripe of a cluster's stripe chain carries these.
+    pub fn complete_delta(&self, rank: u32, epoch: u64) -> Result<Delta> {
+        let chain = Chain::open(&self.rank_dir(rank), rank, epoch, true)?;
+        let m = &chain.target().manifest;
+        let mut items = Vec::with_capacity(m.items.len());
+        // Read in windows of many blocks: one pass over the chain per window, not per block.
+        const WINDOW_BLOCKS: u64 = 1024;
+        let mut window = Vec::new();
+        for item in &m.items {
+            let bs = u64::from(item.block_size);
+            let mut blocks = Vec::with_capacity(item.block_count() as usize);
+            for first in (0..item.block_count()).step_by(WINDOW_BLOCKS as usize) {
+                let start = first * bs;
+                window.resize((WINDOW_BLOCKS * bs).min(item.len - start) as usize, 0);
+                chain.read_padded(&item.name, start, &mut window)?;
+                blocks.extend(
+                    window
+                        .chunks(bs as usize)
+                        .enumerate()
+                        .map(|(i, b)| (first + i as u64, b.to_vec())),
+                );
+            }
+            items.push(DeltaItem {
+                name: item.name.clone(),
+                len: item.len,
+                block_size: item.block_size,
+                blocks,
+            });
+        }
+        Ok(Delta {
+            rank,
+            epoch,
+            parent: None,
+            items,
+        })
+    }
+
     /// [`Store::delta`] serialized and zero-padded to exactly `len` bytes (the group's
     /// largest [`Store::delta_len`]); [`StoreError::DeltaTooLarge`] if it does not fit.
     pub fn padded_delta(&self, rank: u32, epoch: u64, len: u64) -> Result<Vec<u8>> {

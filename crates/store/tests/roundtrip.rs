@@ -274,6 +274,14 @@ fn run_history(seed: u64, policy: RetentionPolicy, epochs: u64) {
         assert_eq!(parsed.parent, if full { None } else { parent });
         assert_eq!(replica.apply_delta(rank, &padded).unwrap(), epoch);
         assert_eq!(replica.read_image(rank, epoch).unwrap().items, next);
+        // The complete image as a parentless delta (the first stripe of a chain) rebuilds
+        // the epoch on a store that has nothing of the rank.
+        let complete = store.complete_delta(rank, epoch).unwrap();
+        assert_eq!(complete.parent, None);
+        let fresh_dir = tempfile::tempdir().unwrap();
+        let fresh = Store::open(fresh_dir.path()).unwrap();
+        fresh.apply_delta(rank, &complete.encode().unwrap()).unwrap();
+        assert_eq!(fresh.read_image(rank, epoch).unwrap().items, next);
 
         prepared.commit().unwrap();
         model = next;

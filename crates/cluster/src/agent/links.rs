@@ -143,14 +143,6 @@ impl TaskLinks {
         first.map_or(Ok(()), Err)
     }
 
-    /// Async send (for code that runs on the runtime rather than in a blocking thread).
-    pub async fn send_async(&self, to: usize, message: Vec<u8>) -> Result<(), ClusterError> {
-        let (tx, failure) = &self.out[&to];
-        tx.send(message)
-            .await
-            .map_err(|_| failure_of(failure, &self.names[&to], "connection"))
-    }
-
     /// Takes the receiving half of the link from `from` (for concurrent readers).
     pub fn take_receiver(&mut self, from: usize) -> Option<(mpsc::Receiver<Vec<u8>>, Failure)> {
         self.inp.remove(&from)

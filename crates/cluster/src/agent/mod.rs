@@ -14,13 +14,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint, Listener, ProtoError};
+use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint, ProtoError};
 use eckpt_store::{Image, Options, Store};
 
 use crate::coded::Coded;
 use crate::dirs::{check_node_name, ClusterDir, ClusterFile};
 use crate::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello, NodeInfo};
-use crate::net::{call, host_identity, open, Inbox};
+use crate::net::{accept_loop, call, host_identity, open, Inbox};
 use crate::ClusterError;
 
 /// How often an agent tells the coordinator it is alive.
@@ -116,7 +116,10 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
     )?;
     let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
     for listener in [tcp, unix] {
-        tokio::spawn(accept_loop(agent.clone(), listener, stop_tx.clone()));
+        let (agent, stop) = (agent.clone(), stop_tx.clone());
+        tokio::spawn(accept_loop(listener, move |conn| {
+            serve(agent.clone(), conn, stop.clone())
+        }));
     }
     tokio::spawn(session_loop(agent.clone()));
     tracing::info!(node = %agent.info.name, tcp = %agent.info.tcp, "agent started");
@@ -168,30 +171,6 @@ async fn session(agent: &Arc<Agent>) -> Result<(), ClusterError> {
         match call(&mut conn, &CoordRequest::Heartbeat).await? {
             CoordResponse::Alive => {}
             other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
-        }
-    }
-}
-
-async fn accept_loop(agent: Arc<Agent>, listener: Listener, stop: tokio::sync::mpsc::Sender<()>) {
-    loop {
-        match listener.accept().await {
-            Ok(incoming) => {
-                let (agent, stop) = (agent.clone(), stop.clone());
-                tokio::spawn(async move {
-                    match incoming.authenticate().await {
-                        Ok(conn) => {
-                            if let Err(e) = serve(agent, conn, stop).await {
-                                tracing::debug!(error = %e, "connection ended");
-                            }
-                        }
-                        Err(e) => tracing::warn!(error = %e, "refused a connection"),
-                    }
-                });
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
         }
     }
 }

@@ -45,6 +45,7 @@ impl Agent {
                     len: blob.len() as u64,
                     layout: ShardLayout::default(),
                     updatable: false,
+                    changed: 0,
                 })
             }
             Mode::Full | Mode::Update => {
@@ -56,10 +57,15 @@ impl Agent {
                             .is_ok_and(|v| v.manifest().parent == Some(*version))
                     });
                     if let Some(refit) = layout.refit(&items).filter(|_| parents_match) {
+                        let mut changed = 0;
+                        for &r in &req.ranks {
+                            changed += self.store.view(r, req.epoch)?.manifest().data_len;
+                        }
                         return Ok(ShardInfo {
                             len: refit.len(),
                             layout: refit,
                             updatable: true,
+                            changed,
                         });
                     }
                 }
@@ -68,6 +74,7 @@ impl Agent {
                     len: layout.len(),
                     layout,
                     updatable: false,
+                    changed: 0,
                 })
             }
         }

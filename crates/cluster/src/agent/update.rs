@@ -24,13 +24,9 @@ use crate::config::Topology;
 use crate::geometry::Geometry;
 use crate::msg::{TaskReport, UpdateTask};
 use crate::net::node_error;
+use crate::records::{parse_batch, push_record, RecordRef, BATCH};
 use crate::shard::{ImageShard, ShardLayout};
 use crate::ClusterError;
-
-/// Header of one record in a batch: row, offset in the chunk, length, data shard index.
-const RECORD_HEADER: usize = 8 + 4 + 4 + 2;
-/// Batches are cut at about this size.
-const BATCH: usize = 1 << 20;
 
 /// One changed piece of a data shard, within one chunk.
 struct Record {
@@ -38,54 +34,6 @@ struct Record {
     offset: u32,
     shard: u16,
     bytes: Vec<u8>,
-}
-
-fn push_record(batch: &mut Vec<u8>, row: u64, offset: u32, shard: u16, bytes: &[u8]) {
-    batch.extend_from_slice(&row.to_le_bytes());
-    batch.extend_from_slice(&offset.to_le_bytes());
-    batch.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-    batch.extend_from_slice(&shard.to_le_bytes());
-    batch.extend_from_slice(bytes);
-}
-
-/// One record of a received batch.
-#[derive(Debug, PartialEq, Eq)]
-struct RecordRef<'a> {
-    row: u64,
-    offset: u32,
-    shard: u16,
-    bytes: &'a [u8],
-}
-
-/// Splits a batch into its records; refuses malformed input.
-fn parse_batch(batch: &[u8], chunk: usize) -> Result<Vec<RecordRef<'_>>, ClusterError> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < batch.len() {
-        let header = batch
-            .get(at..at + RECORD_HEADER)
-            .ok_or_else(|| ClusterError::Protocol("truncated update record".into()))?;
-        let row = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
-        let offset = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
-        let len = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes")) as usize;
-        let shard = u16::from_le_bytes(header[16..18].try_into().expect("2 bytes"));
-        let bytes = batch
-            .get(at + RECORD_HEADER..at + RECORD_HEADER + len)
-            .ok_or_else(|| ClusterError::Protocol("truncated update record".into()))?;
-        if offset as usize + len > chunk {
-            return Err(ClusterError::Protocol(format!(
-                "update record at {offset}+{len} crosses a {chunk}-byte chunk"
-            )));
-        }
-        out.push(RecordRef {
-            row,
-            offset,
-            shard,
-            bytes,
-        });
-        at += RECORD_HEADER + len;
-    }
-    Ok(out)
 }
 
 /// The changed pieces of this member's shard (`old ⊕ new`), and the CRCs of the changed
@@ -310,7 +258,12 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
     let generator = code.generator().to_vec();
     let received = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let forwarded = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    // Every phase's streams are drained at once: a relay forwards phase-p records into
+    // phase p+1 while it still receives phase p, so a phase that waited for the previous
+    // one to finish could stall the relays feeding it.
+    let mut phases = Vec::new();
     for p in 0..m {
+        let mut readers = Vec::new();
         if receivers[p].contains(&me) {
             let stage = stage.clone().expect("a receiver holds parity");
             let next: Option<BTreeMap<usize, mpsc::Sender<Vec<u8>>>> = (relay && p + 1 < m).then(|| {
@@ -320,7 +273,6 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
                     .filter_map(|&x| links[p + 1].sender(x).map(|s| (x, s)))
                     .collect()
             });
-            let mut readers = Vec::new();
             for from in senders[p].iter().copied().filter(|&x| x != me) {
                 let (mut rx, failure) = links[p].take_receiver(from).expect("a link from each sender");
                 let (stage, next, geometry, generator) =
@@ -381,18 +333,35 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
                     }
                 }));
             }
+        }
+        // A relay ends its next-phase streams once everything of this phase is in.
+        let enders: Vec<mpsc::Sender<Vec<u8>>> = if relay && p + 1 < m && senders[p + 1].contains(&me) {
+            receivers[p + 1]
+                .iter()
+                .filter(|&&x| x != me)
+                .filter_map(|&x| links[p + 1].sender(x))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        phases.push(tokio::spawn(async move {
             for reader in readers {
                 reader
                     .await
                     .map_err(|e| ClusterError::Invalid(format!("update reader: {e}")))??;
             }
-        }
-        // A relay ends its next-phase streams once everything of this phase is in.
-        if relay && p + 1 < m && senders[p + 1].contains(&me) {
-            for &to in receivers[p + 1].iter().filter(|&&x| x != me) {
-                links[p + 1].send_async(to, Vec::new()).await?;
+            for end in enders {
+                end.send(Vec::new())
+                    .await
+                    .map_err(|_| ClusterError::Protocol("relay link failed".into()))?;
             }
-        }
+            Ok::<(), ClusterError>(())
+        }));
+    }
+    for phase in phases {
+        phase
+            .await
+            .map_err(|e| ClusterError::Invalid(format!("update phase: {e}")))??;
     }
     if let Some(data_role) = data_role {
         let (sent, crcs) = data_role
@@ -418,32 +387,4 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batches_round_trip_and_bad_ones_are_refused() {
-        let mut batch = Vec::new();
-        push_record(&mut batch, 7, 100, 2, &[1, 2, 3]);
-        push_record(&mut batch, 9, 0, 0, &[4]);
-        let parsed = parse_batch(&batch, 512).unwrap();
-        assert_eq!(parsed.len(), 2);
-        assert_eq!(
-            parsed[0],
-            RecordRef {
-                row: 7,
-                offset: 100,
-                shard: 2,
-                bytes: &[1, 2, 3]
-            }
-        );
-        assert!(parse_batch(&batch[..batch.len() - 1], 512).is_err());
-        assert!(
-            parse_batch(&batch, 101).is_err(),
-            "a record crossing the chunk end"
-        );
-    }
 }

@@ -108,7 +108,13 @@ impl Coordinator {
         }
         let mut bytes_sent = BTreeMap::new();
 
-        if let Some(base) = update_base.filter(|_| shards.iter().all(|s| s.updatable)) {
+        // An update sends every changed byte through the first parity holder of its row; a
+        // full pipeline encode sends m·D over each data member's link. Update only when it
+        // is the cheaper of the two (an LU-like epoch that rewrites most pages is not).
+        let changed: u64 = shards.iter().map(|s| s.changed).sum();
+        let longest = shards.iter().map(|s| s.len).max().unwrap_or(0);
+        let cheaper = changed < g.m as u64 * longest;
+        if let Some(base) = update_base.filter(|_| cheaper && shards.iter().all(|s| s.updatable)) {
             let mut layouts = vec![ShardLayout::default(); n];
             for (&x, s) in data.iter().zip(&shards) {
                 layouts[x] = s.layout.clone();
@@ -159,8 +165,14 @@ impl Coordinator {
             });
         }
 
-        let longest = shards.iter().map(|s| s.len).max().unwrap_or(0);
-        let data_chunks = longest.div_ceil(u64::from(coding.chunk));
+        // A small object (a stripe of a few changed pages) gets a smaller chunk: padding each
+        // shard to whole configured chunks would move mostly zeros. A member holds data in
+        // `per_cycle` rows of each cycle (1 dedicated, k rotated), so its shard is cut in at
+        // least that many chunks.
+        let per_cycle = (0..n).map(|x| probe.data_chunks(x)).max().unwrap_or(1).max(1);
+        let chunk =
+            (longest.div_ceil(per_cycle).div_ceil(4096).max(1) * 4096).min(u64::from(coding.chunk)) as u32;
+        let data_chunks = longest.div_ceil(u64::from(chunk));
         let geometry = Geometry::new(coding.layout, g.k, g.m, data_chunks);
         let mut records = vec![ShardRecord::default(); n];
         for (&x, s) in data.iter().zip(&shards) {
@@ -179,7 +191,7 @@ impl Coordinator {
             id,
             kind,
             version: epoch,
-            chunk: coding.chunk,
+            chunk,
             data_chunks,
             shards: records,
         };
@@ -232,7 +244,7 @@ impl Coordinator {
                 Mode::Full => "full",
             },
             bytes_sent,
-            shard_bytes: geometry.data_chunks(data.first().copied().unwrap_or(0)) * u64::from(coding.chunk),
+            shard_bytes: geometry.data_chunks(data.first().copied().unwrap_or(0)) * u64::from(chunk),
             commit: vec![(id, None)],
         })
     }
@@ -361,13 +373,7 @@ impl Coordinator {
         }
         if !outcome.committed {
             tracing::warn!(epoch, reason = ?outcome.reason, "epoch aborted");
-            let _ = self.update(|j| j.next_epoch = epoch + 1);
-            let requests = self
-                .alive()
-                .into_values()
-                .map(|n| (n, AgentRequest::Abort { epoch }))
-                .collect();
-            self.ask_all(requests).await;
+            self.abort_everywhere(epoch).await;
         } else {
             tracing::info!(epoch, seconds = encode_seconds, "epoch committed");
         }

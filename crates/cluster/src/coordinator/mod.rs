@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint, Listener, ProtoError};
+use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint, ProtoError};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
@@ -23,7 +23,7 @@ use crate::msg::{
     AgentRequest, AgentResponse, CoordRequest, CoordResponse, EpochOutcome, GroupStatus, Hello, NodeInfo,
     NodeStatus, StatusReport,
 };
-use crate::net::{call, host_identity, node_error, open_node};
+use crate::net::{accept_loop, call, host_identity, node_error, open_node};
 use crate::ClusterError;
 
 /// An agent silent for this long is considered dead.
@@ -333,6 +333,18 @@ impl Coordinator {
         }
     }
 
+    /// Decides `epoch` aborted: the next epoch gets a new number, and every alive agent drops
+    /// what it prepared (an agent that misses this resolves it when it registers again).
+    async fn abort_everywhere(&self, epoch: u64) {
+        let _ = self.update(|j| j.next_epoch = epoch + 1);
+        let requests = self
+            .alive()
+            .into_values()
+            .map(|n| (n, AgentRequest::Abort { epoch }))
+            .collect();
+        self.ask_all(requests).await;
+    }
+
     /// Sends `Abort` for the open epoch if ranks had started it (recovery moves ranks).
     async fn abort_open_epoch(&self) {
         let epoch = {
@@ -343,13 +355,7 @@ impl Coordinator {
             epochs.ready.clear();
             epochs.open
         };
-        let requests = self
-            .alive()
-            .into_values()
-            .map(|n| (n, AgentRequest::Abort { epoch }))
-            .collect();
-        self.ask_all(requests).await;
-        let _ = self.update(|j| j.next_epoch = epoch + 1);
+        self.abort_everywhere(epoch).await;
         self.finish_epoch(EpochOutcome {
             epoch,
             committed: false,
@@ -408,7 +414,10 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
     )?;
     let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
     for listener in [unix, tcp] {
-        tokio::spawn(accept_loop(coord.clone(), listener, stop_tx.clone()));
+        let (coord, stop) = (coord.clone(), stop_tx.clone());
+        tokio::spawn(accept_loop(listener, move |conn| {
+            serve(coord.clone(), conn, stop.clone())
+        }));
     }
     tracing::info!(dir = %dir.root().display(), "coordinator started");
     tokio::select! {
@@ -423,30 +432,6 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
         .collect();
     coord.ask_all(requests).await;
     Ok(())
-}
-
-async fn accept_loop(coord: Arc<Coordinator>, listener: Listener, stop: tokio::sync::mpsc::Sender<()>) {
-    loop {
-        match listener.accept().await {
-            Ok(incoming) => {
-                let (coord, stop) = (coord.clone(), stop.clone());
-                tokio::spawn(async move {
-                    match incoming.authenticate().await {
-                        Ok(conn) => {
-                            if let Err(e) = serve(coord, conn, stop).await {
-                                tracing::debug!(error = %e, "connection ended");
-                            }
-                        }
-                        Err(e) => tracing::warn!(error = %e, "refused a connection"),
-                    }
-                });
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
 }
 
 async fn serve(
@@ -559,6 +544,7 @@ async fn handle(
     Ok(match request {
         CoordRequest::Heartbeat => CoordResponse::Alive,
         CoordRequest::Status => CoordResponse::Status(Box::new(coord.status())),
+        CoordRequest::Nodes => CoordResponse::Nodes(coord.alive().into_values().collect()),
         CoordRequest::OpenEpoch {
             rank,
             world,

@@ -1,0 +1,301 @@
+//! `eckpt bench cluster`: a real cluster (agents as processes, optionally in network
+//! namespaces on shaped links) encodes one rank image per data node, first in full, then
+//! after changes of the MAT or LU pattern in the chosen incremental mode. Reported next to
+//! the link bandwidth measured between two agents in the same run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use eckpt_capture::bench::{apply_pattern, workload_image, Pattern};
+use eckpt_cluster::dirs::ClusterDir;
+use eckpt_cluster::geometry::Geometry;
+use eckpt_cluster::launch::{self, UpOptions};
+use eckpt_cluster::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, EpochOutcome, NodeInfo};
+use eckpt_cluster::net::{call, host_identity, open_node};
+use eckpt_cluster::netns::parse_rate;
+use eckpt_cluster::{client, CodingConfig};
+use serde::Serialize;
+
+use super::bench::median;
+use super::cluster::{this_exe, CodingArgs};
+use crate::output::print_json;
+use crate::size::parse_size;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Nodes in the cluster (one group when k + m = nodes).
+    #[arg(long, default_value_t = 6)]
+    nodes: usize,
+    #[command(flatten)]
+    coding: CodingArgs,
+    /// Bytes of rank image per data node.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    size_per_node: u64,
+    /// How images change between epochs: mat (0.1 % of pages) or lu (60 %).
+    #[arg(long, default_value = "mat")]
+    pattern: Pattern,
+    /// Incremental epochs after the first (full) one; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Run each agent in its own network namespace.
+    #[arg(long)]
+    netns: bool,
+    /// Shape the namespaces' links (e.g. 1gbit, 100mbit).
+    #[arg(long)]
+    link_rate: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Report {
+    nodes: usize,
+    coding: CodingConfig,
+    size_per_node: u64,
+    pattern: Pattern,
+    netns: bool,
+    link_rate: Option<String>,
+    /// Link bandwidth between two agents measured in this run (Gbit/s).
+    link_gbps: f64,
+    /// Padded data-shard bytes per member (D).
+    shard_bytes: u64,
+    /// Seconds of the first epoch's full encode (median over all epochs in `full` mode).
+    full_encode_seconds: f64,
+    /// m·D over the measured link rate, divided by `full_encode_seconds`: the pipeline moves
+    /// m·D over each data node's link.
+    efficiency: f64,
+    /// The same against the nominal `link_rate`.
+    efficiency_nominal: Option<f64>,
+    /// Median seconds of the incremental epochs' encodes.
+    encode_seconds: f64,
+    /// Each incremental epoch's encode seconds.
+    encode_seconds_samples: Vec<f64>,
+    /// What each incremental epoch was (`full`, `stripe`, `update`).
+    kinds: Vec<String>,
+    /// Median over epochs of the most payload any data node sent in an incremental epoch.
+    bytes_sent_per_node: u64,
+    /// The same over every node (parity relays included).
+    bytes_sent_max: u64,
+    /// Bytes of the 4 KiB pages each rank changed per epoch.
+    changed_bytes_per_node: u64,
+    /// `bytes_sent_per_node / changed_bytes_per_node`.
+    sent_per_changed: f64,
+    /// Per-node payload bytes of the last incremental epoch.
+    bytes_sent: BTreeMap<String, u64>,
+}
+
+/// The directory the benchmark's cluster lives in: tmpfs when there is one (a node-local RAM
+/// disk, as ranks would use).
+fn scratch() -> Result<tempfile::TempDir> {
+    let shm = Path::new("/dev/shm");
+    Ok(if shm.is_dir() {
+        tempfile::Builder::new().prefix("eckpt-bench-").tempdir_in(shm)?
+    } else {
+        tempfile::tempdir()?
+    })
+}
+
+async fn coordinator(dir: &ClusterDir, request: CoordRequest) -> Result<CoordResponse> {
+    Ok(client::coordinator_call(dir, &request, |_| {}).await?)
+}
+
+/// Sends `bytes` from `from` to `to` and returns Gbit/s (best of three).
+async fn link_gbps(dir: &ClusterDir, from: &NodeInfo, to: &NodeInfo, bytes: u64) -> Result<f64> {
+    let secret = dir.load_secret()?;
+    let mut best: f64 = 0.0;
+    for _ in 0..3 {
+        let mut conn = open_node(from, &host_identity(), &secret).await?;
+        match call(
+            &mut conn,
+            &AgentRequest::LinkTest {
+                peer: to.clone(),
+                bytes,
+            },
+        )
+        .await?
+        {
+            AgentResponse::Link(seconds) => best = best.max(bytes as f64 * 8.0 / seconds / 1e9),
+            other => bail!("link test: {other:?}"),
+        }
+    }
+    Ok(best)
+}
+
+/// Checkpoints every rank's file concurrently and waits for the epoch's decision.
+async fn epoch(dir: &ClusterDir, files: &[(u32, String, PathBuf)]) -> Result<EpochOutcome> {
+    let world = files.len() as u32;
+    let mut set = tokio::task::JoinSet::new();
+    for (rank, node, path) in files.iter().cloned() {
+        let dir = dir.clone();
+        set.spawn(async move {
+            client::checkpoint_file(&dir, world, rank, None, Some(node), &path, false, &mut |_, _| {}).await
+        });
+    }
+    let mut epoch = 0;
+    while let Some(r) = set.join_next().await {
+        epoch = r??.epoch;
+    }
+    match coordinator(dir, CoordRequest::WaitEpoch { epoch }).await? {
+        CoordResponse::Outcome(o) if o.committed => Ok(o),
+        CoordResponse::Outcome(o) => bail!("epoch {epoch} aborted: {}", o.reason.unwrap_or_default()),
+        other => bail!("unexpected answer {other:?}"),
+    }
+}
+
+pub fn run(args: Args) -> Result<i32> {
+    let coding = args.coding.coding()?;
+    let tmp = scratch()?;
+    let dir_path = tmp.path().join("cluster");
+    launch::up(&UpOptions {
+        dir: dir_path.clone(),
+        nodes: args.nodes,
+        spares: 0,
+        coding,
+        netns: args.netns,
+        link_rate: args.link_rate.clone(),
+        exe: this_exe()?,
+    })?;
+    let result = measure(&args, coding, &dir_path, tmp.path());
+    let down = launch::down(&dir_path, true);
+    let report = result?;
+    down?;
+    if args.json {
+        print_json(&report);
+    } else {
+        println!(
+            "{} nodes k={} m={} {} {} {}, {} MiB/node, {}: link {:.3} Gbit/s; full encode {:.3} s \
+             (efficiency {:.2}); {} epochs {:.3} s, {} B sent/node for {} B changed ({:.2}x)",
+            report.nodes,
+            coding.k,
+            coding.m,
+            coding.mode,
+            coding.layout,
+            coding.topology,
+            report.size_per_node >> 20,
+            report.pattern,
+            report.link_gbps,
+            report.full_encode_seconds,
+            report.efficiency,
+            report.kinds.first().map(String::as_str).unwrap_or("-"),
+            report.encode_seconds,
+            report.bytes_sent_per_node,
+            report.changed_bytes_per_node,
+            report.sent_per_changed
+        );
+    }
+    Ok(0)
+}
+
+fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, tmp: &Path) -> Result<Report> {
+    let dir = ClusterDir::new(dir_path)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let status = match rt.block_on(coordinator(&dir, CoordRequest::Status))? {
+        CoordResponse::Status(s) => *s,
+        other => bail!("unexpected answer {other:?}"),
+    };
+    let CoordResponse::Nodes(infos) = rt.block_on(coordinator(&dir, CoordRequest::Nodes))? else {
+        bail!("no node list");
+    };
+    let info = |name: &str| {
+        infos
+            .iter()
+            .find(|n| n.name == name)
+            .cloned()
+            .context("node not alive")
+    };
+    // One rank per data-holding member.
+    let mut holders = Vec::new();
+    for g in &status.groups {
+        let probe = Geometry::new(coding.layout, g.k, g.m, 1);
+        holders.extend(
+            g.members
+                .iter()
+                .enumerate()
+                .filter(|(p, _)| probe.holds_data(*p))
+                .map(|(_, n)| n.clone()),
+        );
+    }
+    let size = args.size_per_node as usize;
+    let nominal = args.link_rate.as_deref().map(parse_rate).transpose()?;
+    // About a second of traffic at the nominal rate (256 MiB on loopback), best of three.
+    let test_bytes = nominal.map_or(256 << 20, |bits| (bits / 8).clamp(8 << 20, 128 << 20));
+    let link = rt.block_on(link_gbps(
+        &dir,
+        &info(&holders[0])?,
+        &info(&holders[1])?,
+        test_bytes,
+    ))?;
+
+    let mut images: Vec<Vec<u8>> = (0..holders.len())
+        .map(|r| workload_image(size, r as u64 + 1))
+        .collect();
+    let files: Vec<(u32, String, PathBuf)> = holders
+        .iter()
+        .enumerate()
+        .map(|(r, n)| (r as u32, n.clone(), tmp.join(format!("rank{r}.img"))))
+        .collect();
+    let write_all = |images: &[Vec<u8>]| -> Result<()> {
+        for ((_, _, path), image) in files.iter().zip(images) {
+            std::fs::write(path, image)?;
+        }
+        Ok(())
+    };
+    write_all(&images)?;
+    let first = rt.block_on(epoch(&dir, &files))?;
+    let mut samples = Vec::new();
+    let mut sent = Vec::new();
+    let mut sent_max = Vec::new();
+    let mut kinds = Vec::new();
+    let mut changed = 0;
+    let mut last = BTreeMap::new();
+    for rep in 0..args.reps.max(1) {
+        for (r, image) in images.iter_mut().enumerate() {
+            changed = apply_pattern(image, args.pattern, (rep * 1000 + r) as u64) as u64 * 4096;
+        }
+        write_all(&images)?;
+        let o = rt.block_on(epoch(&dir, &files))?;
+        samples.push(o.encode_seconds);
+        sent.push(
+            holders
+                .iter()
+                .map(|h| o.bytes_sent.get(h).copied().unwrap_or(0))
+                .max()
+                .unwrap_or(0) as f64,
+        );
+        sent_max.push(o.bytes_sent.values().copied().max().unwrap_or(0) as f64);
+        kinds.extend(o.kinds.clone());
+        last = o.bytes_sent;
+    }
+    let full_seconds = if coding.mode == eckpt_cluster::Mode::Full {
+        let mut all = samples.clone();
+        all.push(first.encode_seconds);
+        median(&all)
+    } else {
+        first.encode_seconds
+    };
+    let ideal = |gbps: f64| coding.m as f64 * first.shard_bytes as f64 * 8.0 / (gbps * 1e9);
+    let bytes_sent_per_node = median(&sent) as u64;
+    Ok(Report {
+        nodes: args.nodes,
+        coding,
+        size_per_node: args.size_per_node,
+        pattern: args.pattern,
+        netns: args.netns,
+        link_rate: args.link_rate.clone(),
+        link_gbps: link,
+        shard_bytes: first.shard_bytes,
+        full_encode_seconds: full_seconds,
+        efficiency: ideal(link) / full_seconds,
+        efficiency_nominal: nominal.map(|bits| ideal(bits as f64 / 1e9) / full_seconds),
+        encode_seconds: median(&samples),
+        encode_seconds_samples: samples,
+        kinds,
+        bytes_sent_per_node,
+        bytes_sent_max: median(&sent_max) as u64,
+        changed_bytes_per_node: changed,
+        sent_per_changed: bytes_sent_per_node as f64 / changed.max(1) as f64,
+        bytes_sent: last,
+    })
+}
