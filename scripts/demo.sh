@@ -23,9 +23,13 @@ echo "== building examples/c/mat.c against libeckpt"
 cc -O2 -std=c11 -I"$repo/include" -I"$repo/examples/c" "$repo/examples/c/mat.c" -o "$work/mat" \
   -L"$repo/target/release" -leckpt -lm -Wl,-rpath,"$repo/target/release"
 
+# Each rank seeds its matrices from an input file of its own (restart also checks it is
+# unchanged), so every rank's state differs.
+for r in $(seq 0 $((world - 1))); do echo "input of rank $r" > "$work/input$r"; done
+
 echo "== reference: the job uninterrupted, 80 steps, standalone checkpoints"
 for r in $(seq 0 $((world - 1))); do
-  (cd "$work" && ECKPT_DIR="$work/ref-store" ECKPT_RANK=$r ./mat -m 64 -s 80 -k 10 -l "ref$r.log" \
+  (cd "$work" && ECKPT_DIR="$work/ref-store" ECKPT_RANK=$r ./mat -m 64 -s 80 -k 10 -l "ref$r.log" -i "input$r" \
     | sed -n 's/checksum: //p' > "ref$r.sum")
 done
 
@@ -34,7 +38,7 @@ echo "== eckpt up: 6 nodes + 1 spare, k=4 m=2, update mode"
 
 echo "== the job: 4 ranks, 40 steps, a checkpoint every 10 steps, erasure-coded across nodes"
 for r in $(seq 0 $((world - 1))); do
-  (cd "$work" && ECKPT_CLUSTER="$cluster" ECKPT_WORLD=$world ECKPT_RANK=$r ./mat -m 64 -s 40 -k 10 -l "job$r.log" >/dev/null) &
+  (cd "$work" && ECKPT_CLUSTER="$cluster" ECKPT_WORLD=$world ECKPT_RANK=$r ./mat -m 64 -s 40 -k 10 -l "job$r.log" -i "input$r" >/dev/null) &
 done
 wait
 "$eckpt" status --dir "$cluster"
@@ -55,7 +59,7 @@ echo "== eckpt recover: parallel decode from the survivors, ranks re-placed, red
 
 echo "== the job restarts from its last epoch (wherever each rank now lives) and runs to step 80"
 for r in $(seq 0 $((world - 1))); do
-  (cd "$work" && ECKPT_CLUSTER="$cluster" ECKPT_WORLD=$world ECKPT_RANK=$r ./mat -m 64 -s 80 -k 10 -l "job$r.log" \
+  (cd "$work" && ECKPT_CLUSTER="$cluster" ECKPT_WORLD=$world ECKPT_RANK=$r ./mat -m 64 -s 80 -k 10 -l "job$r.log" -i "input$r" \
     | sed -n 's/checksum: //p' > "job$r.sum") &
 done
 wait
