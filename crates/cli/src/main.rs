@@ -40,7 +40,7 @@ enum Command {
     /// Show nodes, groups, ranks and the committed epoch.
     Status(commands::cluster::StatusArgs),
     /// Start an agent and add it to a running cluster (a spare, or a node coming back).
-    Join(commands::cluster::JoinArgs),
+    Join(commands::cluster::NodeArgs),
     /// Stop a node on purpose; the next `recover` rebuilds its ranks elsewhere.
     Leave(commands::cluster::LeaveArgs),
     /// Fault injection: SIGKILL a node's agent (--wipe: and delete its local data).

@@ -128,13 +128,6 @@ pub struct GroupRecord {
     pub objects: Vec<ObjectRecord>,
 }
 
-/// How a coding task's participants find each other.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Participants {
-    /// Participant nodes, by index.
-    pub nodes: Vec<NodeInfo>,
-}
-
 /// What a decode target does with rebuilt shards once verified.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Deliver {

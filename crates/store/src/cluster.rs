@@ -4,6 +4,7 @@
 use crate::delta::{delta_len_of, parse_delta, Delta, DeltaItem};
 use crate::error::{Result, StoreError};
 use crate::layout::scan_rank;
+use crate::manifest::ItemManifest;
 use crate::read::{locate, Chain};
 use crate::write::Plan;
 use crate::Store;
@@ -56,6 +57,16 @@ fn xor_blocks(
         }
     }
     Ok(())
+}
+
+/// An item of a delta: the manifest's shape with the given blocks.
+fn delta_item(item: &ItemManifest, blocks: Vec<(u64, Vec<u8>)>) -> DeltaItem {
+    DeltaItem {
+        name: item.name.clone(),
+        len: item.len,
+        block_size: item.block_size,
+        blocks,
+    }
 }
 
 impl Store {
@@ -149,12 +160,7 @@ impl Store {
                 data.read_block(epoch, i, k, &mut buf)?;
                 blocks.push((b.index, buf));
             }
-            items.push(DeltaItem {
-                name: item.name.clone(),
-                len: item.len,
-                block_size: item.block_size,
-                blocks,
-            });
+            items.push(delta_item(item, blocks));
         }
         Ok(Delta {
             rank,
@@ -188,12 +194,7 @@ impl Store {
                         .map(|(i, b)| (first + i as u64, b.to_vec())),
                 );
             }
-            items.push(DeltaItem {
-                name: item.name.clone(),
-                len: item.len,
-                block_size: item.block_size,
-                blocks,
-            });
+            items.push(delta_item(item, blocks));
         }
         Ok(Delta {
             rank,

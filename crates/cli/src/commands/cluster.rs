@@ -226,20 +226,21 @@ pub fn run_status(args: StatusArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// Which node of which cluster (shared by `join` and `agent`).
 #[derive(clap::Args)]
-pub struct JoinArgs {
+pub struct NodeArgs {
     /// Cluster directory.
     #[arg(long)]
-    dir: PathBuf,
-    /// Node name (a new one joins as a spare; a known one comes back with its data).
+    pub dir: PathBuf,
+    /// Node name (letters, digits, '-', '_'); a known one comes back with its data.
     #[arg(long)]
-    name: String,
-    /// Join as a spare.
+    pub name: String,
+    /// Join as a spare: holds nothing until it replaces a lost node.
     #[arg(long)]
-    spare: bool,
+    pub spare: bool,
 }
 
-pub fn run_join(args: JoinArgs) -> Result<i32> {
+pub fn run_join(args: NodeArgs) -> Result<i32> {
     launch::join(&args.dir, &args.name, args.spare, &this_exe()?)?;
     println!("{} joined", args.name);
     Ok(0)

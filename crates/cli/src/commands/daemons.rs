@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 use eckpt_cluster::{agent, coordinator};
 
+use super::cluster::NodeArgs;
+
 /// Logs go to stderr (the log file when started by `eckpt up`); `RUST_LOG` filters.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -22,15 +24,8 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 #[derive(clap::Args)]
 pub struct AgentArgs {
-    /// Cluster directory.
-    #[arg(long)]
-    dir: PathBuf,
-    /// Node name (letters, digits, '-', '_').
-    #[arg(long)]
-    name: String,
-    /// Join as a spare: holds nothing until it replaces a lost node.
-    #[arg(long)]
-    spare: bool,
+    #[command(flatten)]
+    node: NodeArgs,
     /// Address for the TCP listener.
     #[arg(long, default_value = "127.0.0.1")]
     bind: String,
@@ -42,9 +37,9 @@ pub struct AgentArgs {
 pub fn run_agent(args: AgentArgs) -> Result<i32> {
     init_logging();
     runtime()?.block_on(agent::run(agent::AgentOptions {
-        dir: args.dir,
-        name: args.name,
-        spare: args.spare,
+        dir: args.node.dir,
+        name: args.node.name,
+        spare: args.node.spare,
         bind: args.bind,
         cores: args.cores,
     }))?;

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -258,8 +258,4 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = run(&["down", "--dir", self.d()]);
     }
-}
-
-pub fn exists(path: &Path) -> bool {
-    path.exists()
 }

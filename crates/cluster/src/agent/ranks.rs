@@ -204,6 +204,8 @@ impl Agent {
         deliver: &Deliver,
     ) -> Result<(), ClusterError> {
         let mut images: BTreeMap<u32, Image> = BTreeMap::new();
+        // A stripe chain is replayed in a scratch store: each stripe's deltas apply to the
+        // images the previous stripes left.
         let scratch = self
             .coded
             .scratch(&format!("install-{}-{member}", parts.first().map_or(0, |p| p.0)))?;

@@ -238,9 +238,11 @@ impl Coordinator {
                     .least_loaded(&candidates, &BTreeMap::new())
                     .ok_or_else(|| ClusterError::Invalid("no alive node can host ranks".into()))?,
             };
-            journal.world = Some(world);
-            journal.placement.insert(rank, name.clone());
-            self.save(&journal)?;
+            if journal.world != Some(world) || journal.placement.get(&rank) != Some(&name) {
+                journal.world = Some(world);
+                journal.placement.insert(rank, name.clone());
+                self.save(&journal)?;
+            }
             name
         };
         let info = alive.get(&name).cloned().ok_or_else(|| {

@@ -223,7 +223,7 @@ impl Journal {
             .unwrap_or_default()
     }
 
-    /// Group members, in every group, that are not removed.
+    /// Members of every group.
     pub fn members(&self) -> BTreeSet<String> {
         self.groups
             .iter()
