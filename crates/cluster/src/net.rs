@@ -100,6 +100,15 @@ where
     }
 }
 
+/// The next request on a control connection, or `None` once the peer closed it cleanly.
+pub async fn next_request<Q: DeserializeOwned>(conn: &mut Connection) -> Result<Option<Q>, ClusterError> {
+    match conn.recv_control().await {
+        Ok(r) => Ok(Some(r)),
+        Err(eckpt_proto::ProtoError::Closed) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Where incoming peer streams wait for their task.
 #[derive(Default, Clone)]
 pub struct Inbox {

@@ -14,13 +14,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint, ProtoError};
+use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint};
 use eckpt_store::{Image, Options, Store};
 
 use crate::coded::Coded;
 use crate::dirs::{check_node_name, ClusterDir, ClusterFile};
 use crate::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello, NodeInfo};
-use crate::net::{accept_loop, call, host_identity, open, Inbox};
+use crate::net::{accept_loop, call, host_identity, next_request, open, Inbox};
 use crate::ClusterError;
 
 /// How often an agent tells the coordinator it is alive.
@@ -187,10 +187,8 @@ async fn serve(
             Ok(())
         }
         Hello::Control => loop {
-            let request: AgentRequest = match conn.recv_control().await {
-                Ok(r) => r,
-                Err(ProtoError::Closed) => return Ok(()),
-                Err(e) => return Err(e.into()),
+            let Some(request) = next_request::<AgentRequest>(&mut conn).await? else {
+                return Ok(());
             };
             let shutdown = matches!(request, AgentRequest::Shutdown);
             let response = match handle(&agent, &mut conn, request).await {

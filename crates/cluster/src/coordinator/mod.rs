@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint, ProtoError};
+use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
@@ -23,7 +23,7 @@ use crate::msg::{
     AgentRequest, AgentResponse, CoordRequest, CoordResponse, EpochOutcome, GroupStatus, Hello, NodeInfo,
     NodeStatus, StatusReport,
 };
-use crate::net::{accept_loop, call, host_identity, node_error, open_node};
+use crate::net::{accept_loop, call, host_identity, next_request, node_error, open_node};
 use crate::ClusterError;
 
 /// An agent silent for this long is considered dead.
@@ -444,10 +444,8 @@ async fn serve(
     match conn.recv_control::<Hello>().await? {
         Hello::Session(info) => session(coord, conn, info).await,
         Hello::Control => loop {
-            let request: CoordRequest = match conn.recv_control().await {
-                Ok(r) => r,
-                Err(ProtoError::Closed) => return Ok(()),
-                Err(e) => return Err(e.into()),
+            let Some(request) = next_request::<CoordRequest>(&mut conn).await? else {
+                return Ok(());
             };
             let shutdown = matches!(request, CoordRequest::Shutdown);
             let response = match handle(&coord, &mut conn, request).await {
