@@ -152,14 +152,6 @@ fn wait_alive(dir: &ClusterDir, names: &[String]) -> Result<(), ClusterError> {
 /// agent is registered.
 pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
     options.coding.validate()?;
-    if options.nodes < options.coding.m + 1 {
-        return Err(ClusterError::Invalid(format!(
-            "{} nodes cannot carry m={} parity: need at least {}",
-            options.nodes,
-            options.coding.m,
-            options.coding.m + 1
-        )));
-    }
     if let Some(rate) = &options.link_rate {
         parse_rate(rate)?;
         if !options.netns {
@@ -172,6 +164,15 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
             "{} already holds a cluster: `eckpt down --dir {} --purge` first, or use another directory",
             dir.root().display(),
             dir.root().display()
+        )));
+    }
+    let (k, m) = (options.coding.k, options.coding.m);
+    if options.nodes < k + m {
+        return Err(ClusterError::Invalid(format!(
+            "{} nodes cannot form a group of k={k} data + m={m} parity members: need at least {} \
+             nodes, or a smaller --k",
+            options.nodes,
+            k + m
         )));
     }
     for sub in [dir.coordinator(), dir.debug(), dir.root().join("nodes")] {

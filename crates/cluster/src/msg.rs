@@ -306,6 +306,16 @@ pub enum AgentRequest {
         /// Objects to check.
         objects: Vec<ObjectId>,
     },
+    /// Copy rank `rank`'s committed image of `epoch` to node `to` (recovery moves ranks off a
+    /// node that becomes a parity-only member of the re-formed groups).
+    MoveRank {
+        /// Rank.
+        rank: u32,
+        /// Epoch (committed).
+        epoch: u64,
+        /// The node that hosts the rank from now on.
+        to: NodeInfo,
+    },
     /// Stream a rank's items at `epoch` (from a scratch store left by a decode when
     /// `scratch` names its task).
     Export {
@@ -438,6 +448,10 @@ pub struct RecoveryReport {
     pub rebuilt: Vec<(String, BTreeMap<u32, String>)>,
     /// Nodes whose damaged data was repaired in place.
     pub repaired: Vec<String>,
+    /// Ranks copied between living nodes so that each sits at a data position:
+    /// `(rank, from, to)`.
+    #[serde(default)]
+    pub moved: Vec<(u32, String, String)>,
     /// Groups re-encoded.
     pub reencoded: Vec<u64>,
     /// Seconds spent decoding.

@@ -128,6 +128,9 @@ pub fn run_recover(args: RecoverArgs) -> Result<i32> {
         let moved: Vec<String> = ranks.iter().map(|(r, n)| format!("rank {r} → {n}")).collect();
         println!("rebuilt {node} (epoch {}): {}", report.epoch, moved.join(", "));
     }
+    for (rank, from, to) in &report.moved {
+        println!("moved rank {rank} {from} → {to} ({from} holds parity only in the new groups)");
+    }
     for node in &report.repaired {
         println!("repaired damaged data on {node}");
     }

@@ -121,7 +121,23 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
             serve(agent.clone(), conn, stop.clone())
         }));
     }
-    tokio::spawn(session_loop(agent.clone()));
+    // Liveness must not depend on how busy the node is: the session with the coordinator
+    // runs on a thread and runtime of its own, so heartbeats flow even while every worker of
+    // the main runtime is busy with a large decode or import (otherwise the coordinator sees
+    // a loaded node as dead for a moment, and a recovery or epoch fails on it).
+    let session_agent = agent.clone();
+    std::thread::Builder::new()
+        .name("coordinator-session".into())
+        .spawn(
+            move || match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt.block_on(session_loop(session_agent)),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the session runtime");
+                    std::process::exit(2);
+                }
+            },
+        )
+        .map_err(|e| ClusterError::Invalid(format!("starting the session thread: {e}")))?;
     tracing::info!(node = %agent.info.name, tcp = %agent.info.tcp, "agent started");
     tokio::select! {
         _ = stop_rx.recv() => tracing::info!("shutting down on request"),
@@ -271,6 +287,11 @@ async fn handle(
             blocking(move || Ok(a.store.import_image(rank, epoch, &image)?)).await?;
             AgentResponse::Ok
         }
+        AgentRequest::MoveRank { rank, epoch, to } => {
+            let image = blocking(move || Ok(a.store.read_image(rank, epoch)?)).await?;
+            agent.ship(&to, rank, epoch, &image).await?;
+            AgentResponse::Ok
+        }
         AgentRequest::Describe(req) => AgentResponse::Shard(blocking(move || a.describe(&req)).await?),
         AgentRequest::Code(task) => AgentResponse::Task(coding::run(a, task).await?),
         AgentRequest::Update(task) => AgentResponse::Task(update::run(a, task).await?),
@@ -280,7 +301,8 @@ async fn handle(
             epoch,
             deliver,
         } => {
-            agent.install(&parts, member, epoch, &deliver).await?;
+            let images = blocking(move || a.rebuilt_images(&parts, member, epoch)).await?;
+            agent.deliver(images, epoch, &deliver).await?;
             AgentResponse::Ok
         }
         AgentRequest::Commit {

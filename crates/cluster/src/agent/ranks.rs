@@ -2,11 +2,12 @@
 //! in, describe its shard, commit or abort as decided, verify, rebuild, export.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use eckpt_store::{Image, Store};
 
 use super::coding::rebuilt_path;
-use super::Agent;
+use super::{blocking, Agent};
 use crate::coded::ObjectId;
 use crate::config::Mode;
 use crate::msg::{
@@ -195,14 +196,14 @@ impl Agent {
     }
 
     /// Verifies the shards of `member` rebuilt by each part's task against the recorded
-    /// checksums, turns them into rank images at `epoch`, and delivers them.
-    pub async fn install(
+    /// checksums and turns them into rank images at `epoch` (file reads and checksums:
+    /// call it off the async runtime).
+    pub fn rebuilt_images(
         &self,
         parts: &[(u64, ObjectRecord)],
         member: usize,
         epoch: u64,
-        deliver: &Deliver,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<RebuiltImages, ClusterError> {
         let mut images: BTreeMap<u32, Image> = BTreeMap::new();
         // A stripe chain is replayed in a scratch store: each stripe's deltas apply to the
         // images the previous stripes left.
@@ -245,6 +246,22 @@ impl Agent {
                 images.insert(rank, chain.read_image(rank, epoch)?);
             }
         }
+        let _ = std::fs::remove_dir_all(&scratch);
+        Ok(RebuiltImages {
+            images,
+            task: parts.first().map_or(0, |p| p.0),
+        })
+    }
+
+    /// Delivers rebuilt images: installs them on the nodes that now host their ranks, or
+    /// keeps one in a scratch store for `eckpt restore`.
+    pub async fn deliver(
+        self: &Arc<Self>,
+        rebuilt: RebuiltImages,
+        epoch: u64,
+        deliver: &Deliver,
+    ) -> Result<(), ClusterError> {
+        let RebuiltImages { mut images, task } = rebuilt;
         match deliver {
             Deliver::Import { placement } => {
                 for (rank, image) in images {
@@ -252,7 +269,8 @@ impl Agent {
                         ClusterError::Invalid(format!("no placement for rebuilt rank {rank}"))
                     })?;
                     if node.name == self.info.name {
-                        self.store.import_image(rank, epoch, &image)?;
+                        let a = self.clone();
+                        blocking(move || Ok(a.store.import_image(rank, epoch, &image)?)).await?;
                     } else {
                         self.ship(node, rank, epoch, &image).await?;
                     }
@@ -262,17 +280,19 @@ impl Agent {
                 let image = images.remove(rank).ok_or_else(|| {
                     ClusterError::Invalid(format!("rank {rank} is not in the rebuilt shard"))
                 })?;
-                let task = parts.first().map_or(0, |p| p.0);
-                let dir = self.coded.scratch(&format!("export-t{task}"))?;
-                Store::open(&dir)?.import_image(*rank, epoch, &image)?;
+                let (a, rank) = (self.clone(), *rank);
+                blocking(move || {
+                    let dir = a.coded.scratch(&format!("export-t{task}"))?;
+                    Ok(Store::open(&dir)?.import_image(rank, epoch, &image)?)
+                })
+                .await?;
             }
         }
-        let _ = std::fs::remove_dir_all(&scratch);
         Ok(())
     }
 
     /// Sends a rank image to the agent that now hosts the rank.
-    async fn ship(
+    pub async fn ship(
         &self,
         node: &crate::msg::NodeInfo,
         rank: u32,
@@ -308,6 +328,12 @@ impl Agent {
             )?),
         }
     }
+}
+
+/// Rank images cut from rebuilt shards, with the first decode task (names scratch stores).
+pub struct RebuiltImages {
+    images: BTreeMap<u32, Image>,
+    task: u64,
 }
 
 /// Asks an agent and expects `Ok`.

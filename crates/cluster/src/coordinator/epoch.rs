@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use tokio::task::JoinSet;
 
+use super::protection::check_protection;
 use super::Coordinator;
 use crate::coded::ObjectId;
 use crate::config::Mode;
@@ -357,10 +358,16 @@ impl Coordinator {
                 outcome.bytes_sent.extend(e.bytes_sent.clone());
                 outcome.shard_bytes = outcome.shard_bytes.max(e.shard_bytes);
             }
-            let saved = self.update(|j| {
-                j.committed = epoch;
-                j.next_epoch = epoch + 1;
-                j.groups = encoded.into_iter().map(|e| e.record).collect();
+            let mut next = self.snapshot();
+            next.committed = epoch;
+            next.next_epoch = epoch + 1;
+            next.groups = encoded.into_iter().map(|e| e.record).collect();
+            let saved = check_protection(&next, &[]).and_then(|()| {
+                self.update(|j| {
+                    j.committed = next.committed;
+                    j.next_epoch = next.next_epoch;
+                    j.groups = next.groups;
+                })
             });
             match saved {
                 Ok(()) => {
@@ -368,7 +375,7 @@ impl Coordinator {
                     pause_point_async(&debug, "after-commit", "coordinator").await;
                     self.send_commit(epoch, &commit, true).await;
                 }
-                Err(e) => outcome.reason = Some(format!("journal: {e}")),
+                Err(e) => outcome.reason = Some(e.to_string()),
             }
         }
         if !outcome.committed {

@@ -4,7 +4,9 @@
 //! is a journal rewritten atomically on every decision, so a restarted coordinator resumes.
 
 mod epoch;
+mod protection;
 mod recovery;
+mod recovery_plan;
 mod state;
 
 pub use state::{form_groups, natural_key, Journal, NodeEntry};

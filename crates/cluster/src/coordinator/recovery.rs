@@ -10,6 +10,8 @@ use std::time::Instant;
 
 use eckpt_proto::Connection;
 
+use super::protection::check_protection;
+use super::recovery_plan::plan_recovery;
 use super::{Coordinator, Journal};
 use crate::debug::pause_point_async;
 use crate::geometry::Geometry;
@@ -21,14 +23,6 @@ use crate::ClusterError;
 
 /// A member to rebuild: its position, the node decoding it, and what that node does with it.
 type Rebuild = (usize, NodeInfo, Deliver);
-
-/// A group's losses.
-struct Damage {
-    /// Positions whose shards cannot be used.
-    unavailable: Vec<usize>,
-    /// Positions lost for good (agent down), a subset of `unavailable`.
-    lost: Vec<usize>,
-}
 
 async fn progress(conn: &mut Connection, what: &str, done: u64, total: u64) {
     let _ = conn
@@ -186,7 +180,8 @@ impl Coordinator {
         Ok(parts.first().map_or(0, |p| p.0))
     }
 
-    /// `eckpt recover`.
+    /// `eckpt recover`: scrub, plan ([`plan_recovery`]), decode, move, re-encode, and switch
+    /// the journal only once every step succeeded and the new state protects every rank.
     pub(super) async fn recover(
         self: &Arc<Self>,
         conn: &mut Connection,
@@ -209,249 +204,107 @@ impl Coordinator {
         for (name, what) in &damaged {
             report.warnings.push(format!("{name} holds damaged data: {what}"));
         }
-
-        // Which members of which group are gone or damaged.
-        let mut damage: BTreeMap<usize, Damage> = BTreeMap::new();
-        for (gi, rec) in journal.groups.iter().enumerate() {
-            let lost: Vec<usize> = (0..rec.group.members.len())
-                .filter(|&x| !alive.contains_key(&rec.group.members[x]))
-                .collect();
-            let mut unavailable = lost.clone();
-            unavailable.extend(
-                (0..rec.group.members.len()).filter(|&x| damaged.contains_key(&rec.group.members[x])),
-            );
-            if !unavailable.is_empty() {
-                damage.insert(gi, Damage { unavailable, lost });
-            }
-        }
-        if damage.is_empty() {
+        let alive_names: BTreeSet<String> = alive.keys().cloned().collect();
+        let damaged_names: BTreeSet<String> = damaged.keys().cloned().collect();
+        let plan = plan_recovery(&journal, &alive_names, &damaged_names)?;
+        if plan.is_empty() {
             progress(conn, "nothing to recover", 3, 3).await;
             return Ok(report);
         }
-
-        // Targets: spares first (a spare takes over a lost member whole), else the ranks of a
-        // lost member are spread per process over the nodes left.
-        let members = journal.members();
-        let mut spares: Vec<String> = journal
-            .nodes
-            .iter()
-            .filter(|(name, e)| !e.removed && !members.contains(*name) && alive.contains_key(*name))
-            .map(|(name, _)| name.clone())
-            .collect();
-        spares.sort_by_key(|n| super::natural_key(n));
-        spares.reverse();
-        let lost_names: BTreeSet<String> = damage
-            .iter()
-            .flat_map(|(gi, d)| {
-                d.lost
-                    .iter()
-                    .map(|&x| journal.groups[*gi].group.members[x].clone())
+        tracing::info!(
+            epoch,
+            lost = ?plan.rebuilt.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            repaired = ?plan.repaired,
+            moves = plan.moves.len(),
+            unrecoverable = plan.unrecoverable.len(),
+            "recovery planned"
+        );
+        let node = |name: &String| {
+            alive.get(name).cloned().ok_or_else(|| ClusterError::Node {
+                node: name.clone(),
+                reason: "down: run `eckpt recover` again".into(),
             })
-            .collect();
-        let hosts: Vec<String> = members
-            .iter()
-            .filter(|n| !lost_names.contains(*n) && journal.holds_data(n))
-            .cloned()
-            .collect();
-        let mut placement = journal.placement.clone();
-        let mut replaced: BTreeMap<String, String> = BTreeMap::new();
-        let mut added: BTreeMap<String, usize> = BTreeMap::new();
-        let mut plans: Vec<(usize, Vec<Rebuild>)> = Vec::new();
-        for (&gi, d) in &damage {
-            let rec = &journal.groups[gi];
-            if d.unavailable.len() > rec.group.m
-                || (epoch > 0 && rec.objects.is_empty() && !d.lost.is_empty())
-            {
-                let lost_ranks: Vec<String> = d
-                    .unavailable
-                    .iter()
-                    .flat_map(|&x| journal.ranks_on(&rec.group.members[x]))
-                    .map(|r| r.to_string())
-                    .collect();
-                let names: Vec<&str> = d
-                    .unavailable
-                    .iter()
-                    .map(|&x| rec.group.members[x].as_str())
-                    .collect();
-                report.unrecoverable.push(format!(
-                    "group {} lost {} of {} members ({}), more than m={}: ranks {} at epoch {epoch} cannot be rebuilt",
-                    rec.group.id,
-                    d.unavailable.len(),
-                    rec.group.members.len(),
-                    names.join(", "),
-                    rec.group.m,
-                    if lost_ranks.is_empty() { "none".to_string() } else { lost_ranks.join(", ") },
-                ));
-                continue;
-            }
-            let mut rebuild = Vec::new();
-            for &x in &d.unavailable {
-                let name = &rec.group.members[x];
-                let ranks = journal.ranks_on(name);
-                if !d.lost.contains(&x) {
-                    // Damaged but alive: repaired in place.
-                    if !ranks.is_empty() {
-                        let mut here = BTreeMap::new();
-                        for &r in &ranks {
-                            here.insert(r, alive[name].clone());
-                        }
-                        rebuild.push((x, alive[name].clone(), Deliver::Import { placement: here }));
-                    }
-                    report.repaired.push(name.clone());
-                    continue;
-                }
-                if let Some(spare) = spares.pop() {
-                    replaced.insert(name.clone(), spare.clone());
-                    let mut to = BTreeMap::new();
-                    for &r in &ranks {
-                        placement.insert(r, spare.clone());
-                        to.insert(r, alive[&spare].clone());
-                    }
-                    if !ranks.is_empty() {
-                        rebuild.push((x, alive[&spare].clone(), Deliver::Import { placement: to }));
-                    }
-                    report
-                        .rebuilt
-                        .push((name.clone(), ranks.iter().map(|&r| (r, spare.clone())).collect()));
-                    continue;
-                }
-                if ranks.is_empty() {
-                    continue;
-                }
-                let mut to = BTreeMap::new();
-                for &r in &ranks {
-                    let host = journal
-                        .least_loaded(&hosts, &added)
-                        .ok_or_else(|| ClusterError::Unrecoverable("no node is left to host ranks".into()))?;
-                    *added.entry(host.clone()).or_default() += 1;
-                    placement.insert(r, host.clone());
-                    to.insert(r, alive[&host].clone());
-                }
-                let target = to.values().next().expect("ranks is not empty").clone();
-                report.rebuilt.push((
-                    name.clone(),
-                    to.iter().map(|(r, n)| (*r, n.name.clone())).collect(),
-                ));
-                rebuild.push((x, target, Deliver::Import { placement: to }));
-            }
-            plans.push((gi, rebuild));
-        }
+        };
 
         progress(conn, "decoding lost data", 1, 3).await;
         let started = Instant::now();
-        for (gi, rebuild) in &plans {
-            if epoch == 0 || rebuild.is_empty() {
-                continue;
-            }
-            let d = &damage[gi];
-            self.decode_members(&journal.groups[*gi], &d.unavailable, rebuild, &alive, epoch)
+        if epoch > 0 {
+            for repair in plan.repairs.iter().filter(|r| !r.rebuild.is_empty()) {
+                let mut rebuild = Vec::with_capacity(repair.rebuild.len());
+                for b in &repair.rebuild {
+                    let placement = b
+                        .placement
+                        .iter()
+                        .map(|(r, n)| Ok((*r, node(n)?)))
+                        .collect::<Result<_, ClusterError>>()?;
+                    rebuild.push((b.member, node(&b.target)?, Deliver::Import { placement }));
+                }
+                self.decode_members(
+                    &journal.groups[repair.group],
+                    &repair.unavailable,
+                    &rebuild,
+                    &alive,
+                    epoch,
+                )
                 .await?;
+            }
+            let moves = plan
+                .moves
+                .iter()
+                .map(|m| {
+                    Ok((
+                        node(&m.from)?,
+                        AgentRequest::MoveRank {
+                            rank: m.rank,
+                            epoch,
+                            to: node(&m.to)?,
+                        },
+                    ))
+                })
+                .collect::<Result<Vec<_>, ClusterError>>()?;
+            for r in self.ask_all(moves).await {
+                r?;
+            }
         }
         report.decode_seconds = started.elapsed().as_secs_f64();
         pause_point_async(&self.dir.debug(), "mid-recovery", "coordinator").await;
 
-        // New groups: spares replace lost members in place when every loss of a group found
-        // one; otherwise the nodes left are grouped anew.
-        let recovered: BTreeSet<usize> = plans.iter().map(|(gi, _)| *gi).collect();
-        let regroup_all = damage.iter().any(|(gi, d)| {
-            recovered.contains(gi)
-                && d.lost
-                    .iter()
-                    .any(|&x| !replaced.contains_key(&journal.groups[*gi].group.members[x]))
-        });
-        let mut next = journal.clone();
-        next.placement = placement;
-        let mut changed: Vec<usize> = Vec::new();
-        if regroup_all {
-            let mut nodes: Vec<String> = members
-                .iter()
-                .filter(|n| !lost_names.contains(*n))
-                .cloned()
-                .collect();
-            nodes.extend(replaced.values().cloned());
-            let keep_unrecoverable: Vec<GroupRecord> = journal
-                .groups
-                .iter()
-                .enumerate()
-                .filter(|(gi, _)| damage.contains_key(gi) && !recovered.contains(gi))
-                .map(|(_, g)| g.clone())
-                .collect();
-            let stuck: BTreeSet<String> = keep_unrecoverable
-                .iter()
-                .flat_map(|g| g.group.members.iter().cloned())
-                .collect();
-            nodes.retain(|n| !stuck.contains(n));
-            let mut groups = next.regroup(&nodes);
-            if groups.is_empty() && !nodes.is_empty() {
-                report.warnings.push(format!(
-                    "only {} node(s) left: not enough for m={} parity, the data is not protected",
-                    nodes.len(),
-                    next.coding.m
-                ));
-            }
-            changed.extend(0..groups.len());
-            groups.extend(keep_unrecoverable);
-            next.groups = groups;
-        } else {
-            for gi in &recovered {
-                let id = next.next_group;
-                next.next_group += 1;
-                let rec = &mut next.groups[*gi];
-                rec.group.id = id;
-                for member in rec.group.members.iter_mut() {
-                    if let Some(spare) = replaced.get(member) {
-                        *member = spare.clone();
-                    }
-                }
-                rec.objects.clear();
-                changed.push(*gi);
-            }
-        }
-        for name in &lost_names {
-            if let Some(e) = next.nodes.get_mut(name) {
-                e.removed = e.removed
-                    || recovered
-                        .iter()
-                        .any(|gi| journal.groups[*gi].group.members.contains(name));
-            }
-        }
-        for spare in replaced.values() {
-            if let Some(e) = next.nodes.get_mut(spare) {
-                e.spare = false;
-            }
-        }
-
         progress(conn, "restoring redundancy", 2, 3).await;
         let started = Instant::now();
+        let mut next = plan.next;
         let mut commit = Vec::new();
         if epoch > 0 {
-            let to_encode: Vec<GroupRecord> = changed.iter().map(|&i| next.groups[i].clone()).collect();
+            let to_encode: Vec<GroupRecord> = plan.reencode.iter().map(|&i| next.groups[i].clone()).collect();
             let results = self.encode_groups(to_encode, &next.placement, epoch, true).await;
-            let mut failed = None;
-            for (&i, r) in changed.iter().zip(results) {
-                match r {
-                    Ok(e) => {
-                        commit.extend(e.commit.clone());
-                        next.groups[i] = e.record;
-                        report.reencoded.push(next.groups[i].group.id);
-                    }
-                    Err(e) => {
-                        failed.get_or_insert(e);
-                    }
-                }
-            }
-            if let Some(e) = failed {
-                return Err(e);
+            for (&i, r) in plan.reencode.iter().zip(results) {
+                let e = r?;
+                commit.extend(e.commit.clone());
+                next.groups[i] = e.record;
+                report.reencoded.push(next.groups[i].group.id);
             }
         }
+        check_protection(&next, &plan.lost_groups)?;
         next.next_task = self.snapshot().next_task;
         *self.journal.lock().expect("journal lock") = next.clone();
         self.save(&next)?;
         report.encode_seconds = started.elapsed().as_secs_f64();
         self.send_commit(epoch, &commit, false).await;
         progress(conn, "done", 3, 3).await;
-        if !report.unrecoverable.is_empty() {
-            let mut why = report.unrecoverable.clone();
+        report.rebuilt = plan.rebuilt;
+        report.repaired = plan.repaired;
+        report.moved = plan.moves.into_iter().map(|m| (m.rank, m.from, m.to)).collect();
+        report.warnings.extend(plan.warnings);
+        tracing::info!(
+            epoch,
+            rebuilt = ?report.rebuilt,
+            moved = ?report.moved,
+            groups = ?report.reencoded,
+            decode_seconds = report.decode_seconds,
+            encode_seconds = report.encode_seconds,
+            "recovery committed"
+        );
+        if !plan.unrecoverable.is_empty() {
+            let mut why = plan.unrecoverable;
             why.extend(report.warnings.iter().cloned());
             return Err(ClusterError::Unrecoverable(why.join("; ")));
         }

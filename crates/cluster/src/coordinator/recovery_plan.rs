@@ -1,0 +1,759 @@
+//! What a recovery will do, decided from the journal, the set of alive agents and the
+//! scrub's findings alone — no I/O — so that every decision (which members are lost, where
+//! each rank goes, how groups are re-formed and who holds data or parity) is unit- and
+//! property-tested. `recovery.rs` executes the plan: decode, move, re-encode, then one
+//! journal write.
+//!
+//! The invariant every plan keeps (checked by [`super::protection::check_protection`] before
+//! the journal switches): every rank sits on a node that holds a **data** position of
+//! exactly one group. A rank on a parity-only member would be in no data shard and its next
+//! loss would be final.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::state::{form_groups, natural_key, Journal};
+use crate::geometry::Geometry;
+use crate::msg::{Group, GroupRecord};
+use crate::ClusterError;
+
+/// One member of a group to rebuild by decoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rebuild {
+    /// Position of the member in its group.
+    pub member: usize,
+    /// The node that receives the decoded shard and cuts it into rank images.
+    pub target: String,
+    /// Where each of the member's ranks is installed (rank → node).
+    pub placement: BTreeMap<u32, String>,
+}
+
+/// A damaged group that can be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupRepair {
+    /// Index of the group in the current journal.
+    pub group: usize,
+    /// Positions whose shards must not be read (lost or damaged).
+    pub unavailable: Vec<usize>,
+    /// Members whose ranks must be rebuilt (members without ranks need no decode).
+    pub rebuild: Vec<Rebuild>,
+}
+
+/// A rank whose committed image is copied from one living node to another, because its
+/// node takes a parity-only position in the re-formed groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    /// The rank.
+    pub rank: u32,
+    /// Node holding its committed image now.
+    pub from: String,
+    /// Node that hosts it from now on.
+    pub to: String,
+}
+
+/// Everything a recovery does, in the order the executor does it.
+#[derive(Debug, Clone)]
+pub struct RecoveryPlan {
+    /// Decodes, per damaged group that can be recovered.
+    pub repairs: Vec<GroupRepair>,
+    /// Copies of committed images between living nodes (after the decodes).
+    pub moves: Vec<Move>,
+    /// The journal to write once every decode, move and re-encode succeeded.
+    pub next: Journal,
+    /// Indexes into `next.groups` whose parity must be encoded anew.
+    pub reencode: Vec<usize>,
+    /// Alive members whose damaged data is repaired in place.
+    pub repaired: Vec<String>,
+    /// Lost members rebuilt, and where each of their ranks now lives.
+    pub rebuilt: Vec<(String, BTreeMap<u32, String>)>,
+    /// Groups that lost more than `m` members: one line each, naming the ranks.
+    pub unrecoverable: Vec<String>,
+    /// Indexes into `next.groups` of those groups, kept as they were to name what is lost.
+    pub lost_groups: Vec<usize>,
+    /// What the user should know (groups that shrank and their new storage overhead).
+    pub warnings: Vec<String>,
+}
+
+impl RecoveryPlan {
+    /// Whether there is nothing to recover.
+    pub fn is_empty(&self) -> bool {
+        self.repairs.is_empty() && self.unrecoverable.is_empty() && self.reencode.is_empty()
+    }
+}
+
+/// A group's losses.
+struct Damage {
+    /// Positions whose shards cannot be used.
+    unavailable: Vec<usize>,
+    /// Positions lost for good (agent down), a subset of `unavailable`.
+    lost: Vec<usize>,
+}
+
+/// Decides a recovery of `journal`'s committed state, given which agents are `alive` and
+/// which alive members the scrub found `damaged`. Lost members are replaced by spares when
+/// there are enough (the spare takes the member's position, so data stays data); otherwise
+/// their ranks are spread per process over the nodes left (least loaded per core first) and
+/// the groups are formed anew with every rank-hosting node at a data position.
+pub fn plan_recovery(
+    journal: &Journal,
+    alive: &BTreeSet<String>,
+    damaged: &BTreeSet<String>,
+) -> Result<RecoveryPlan, ClusterError> {
+    let epoch = journal.committed;
+    let mut plan = RecoveryPlan {
+        repairs: Vec::new(),
+        moves: Vec::new(),
+        next: journal.clone(),
+        reencode: Vec::new(),
+        repaired: Vec::new(),
+        rebuilt: Vec::new(),
+        unrecoverable: Vec::new(),
+        lost_groups: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let damage = find_damage(journal, alive, damaged);
+    if damage.is_empty() {
+        return Ok(plan);
+    }
+
+    let members = journal.members();
+    let mut spares: Vec<String> = journal
+        .nodes
+        .iter()
+        .filter(|(name, e)| !e.removed && !members.contains(*name) && alive.contains(*name))
+        .map(|(name, _)| name.clone())
+        .collect();
+    spares.sort_by_key(|n| natural_key(n));
+    spares.reverse();
+    let lost_names: BTreeSet<String> = damage
+        .iter()
+        .flat_map(|(gi, d)| {
+            d.lost
+                .iter()
+                .map(|&x| journal.groups[*gi].group.members[x].clone())
+        })
+        .collect();
+    let hopeless: BTreeSet<usize> = damage
+        .iter()
+        .filter(|(gi, d)| {
+            let rec = &journal.groups[**gi];
+            d.unavailable.len() > rec.group.m || (epoch > 0 && rec.objects.is_empty() && !d.lost.is_empty())
+        })
+        .map(|(gi, _)| *gi)
+        .collect();
+    // Ranks spread over survivors go to data members of groups that will be re-encoded (or,
+    // when none is left, to any survivor: the new groups give hosting nodes data positions).
+    let survivors: Vec<&String> = members
+        .iter()
+        .filter(|n| {
+            !lost_names.contains(*n) && journal.group_of(n).is_some_and(|(gi, _)| !hopeless.contains(&gi))
+        })
+        .collect();
+    let mut hosts: Vec<String> = survivors
+        .iter()
+        .filter(|n| journal.holds_data(n))
+        .map(|n| n.to_string())
+        .collect();
+    if hosts.is_empty() {
+        hosts = survivors.iter().map(|n| n.to_string()).collect();
+    }
+    let placement = &mut plan.next.placement;
+    let mut replaced: BTreeMap<String, String> = BTreeMap::new();
+    let mut added: BTreeMap<String, usize> = BTreeMap::new();
+    for (&gi, d) in &damage {
+        let rec = &journal.groups[gi];
+        if hopeless.contains(&gi) {
+            plan.unrecoverable.push(unrecoverable_line(journal, gi, d));
+            plan.lost_groups.push(gi);
+            continue;
+        }
+        let mut rebuild = Vec::new();
+        for &x in &d.unavailable {
+            let name = &rec.group.members[x];
+            let ranks = journal.ranks_on(name);
+            if !d.lost.contains(&x) {
+                // Damaged but alive: repaired in place.
+                if !ranks.is_empty() {
+                    rebuild.push(Rebuild {
+                        member: x,
+                        target: name.clone(),
+                        placement: ranks.iter().map(|&r| (r, name.clone())).collect(),
+                    });
+                }
+                plan.repaired.push(name.clone());
+                continue;
+            }
+            let to: BTreeMap<u32, String> = if let Some(spare) = spares.pop() {
+                replaced.insert(name.clone(), spare.clone());
+                ranks.iter().map(|&r| (r, spare.clone())).collect()
+            } else {
+                let mut to = BTreeMap::new();
+                for &r in &ranks {
+                    let host = journal
+                        .least_loaded(&hosts, &added)
+                        .ok_or_else(|| ClusterError::Unrecoverable("no node is left to host ranks".into()))?;
+                    *added.entry(host.clone()).or_default() += 1;
+                    to.insert(r, host);
+                }
+                to
+            };
+            placement.extend(to.clone());
+            if let Some(target) = to.values().next() {
+                rebuild.push(Rebuild {
+                    member: x,
+                    target: target.clone(),
+                    placement: to.clone(),
+                });
+            }
+            if !ranks.is_empty() || replaced.contains_key(name) {
+                plan.rebuilt.push((name.clone(), to));
+            }
+        }
+        plan.repairs.push(GroupRepair {
+            group: gi,
+            unavailable: d.unavailable.clone(),
+            rebuild,
+        });
+    }
+
+    // New groups: spares replace lost members in place when every loss of a recovered group
+    // found one; otherwise the nodes left are grouped anew.
+    let recovered: BTreeSet<usize> = plan.repairs.iter().map(|r| r.group).collect();
+    let regroup_all = damage.iter().any(|(gi, d)| {
+        recovered.contains(gi)
+            && d.lost
+                .iter()
+                .any(|&x| !replaced.contains_key(&journal.groups[*gi].group.members[x]))
+    });
+    if regroup_all {
+        regroup_around_ranks(&mut plan, journal, &lost_names, &replaced, &damage, &recovered)?;
+    } else {
+        for &gi in &recovered {
+            let id = plan.next.next_group;
+            plan.next.next_group += 1;
+            let rec = &mut plan.next.groups[gi];
+            rec.group.id = id;
+            for member in rec.group.members.iter_mut() {
+                if let Some(spare) = replaced.get(member) {
+                    *member = spare.clone();
+                }
+            }
+            rec.objects.clear();
+            plan.reencode.push(gi);
+        }
+    }
+    for name in &lost_names {
+        if let Some(e) = plan.next.nodes.get_mut(name) {
+            e.removed = e.removed
+                || recovered
+                    .iter()
+                    .any(|gi| journal.groups[*gi].group.members.contains(name));
+        }
+    }
+    for spare in replaced.values() {
+        if let Some(e) = plan.next.nodes.get_mut(spare) {
+            e.spare = false;
+        }
+    }
+    Ok(plan)
+}
+
+/// Lost and damaged members per group index.
+fn find_damage(
+    journal: &Journal,
+    alive: &BTreeSet<String>,
+    damaged: &BTreeSet<String>,
+) -> BTreeMap<usize, Damage> {
+    let mut damage = BTreeMap::new();
+    for (gi, rec) in journal.groups.iter().enumerate() {
+        let members = &rec.group.members;
+        let lost: Vec<usize> = (0..members.len())
+            .filter(|&x| !alive.contains(&members[x]))
+            .collect();
+        let mut unavailable = lost.clone();
+        unavailable.extend((0..members.len()).filter(|&x| damaged.contains(&members[x])));
+        if !unavailable.is_empty() {
+            damage.insert(gi, Damage { unavailable, lost });
+        }
+    }
+    damage
+}
+
+/// The one-line reason a group cannot be recovered.
+fn unrecoverable_line(journal: &Journal, gi: usize, d: &Damage) -> String {
+    let rec = &journal.groups[gi];
+    let ranks: Vec<String> = d
+        .unavailable
+        .iter()
+        .flat_map(|&x| journal.ranks_on(&rec.group.members[x]))
+        .map(|r| r.to_string())
+        .collect();
+    let names: Vec<&str> = d
+        .unavailable
+        .iter()
+        .map(|&x| rec.group.members[x].as_str())
+        .collect();
+    format!(
+        "group {} lost {} of {} members ({}), more than m={}: ranks {} at epoch {} cannot be rebuilt",
+        rec.group.id,
+        d.unavailable.len(),
+        rec.group.members.len(),
+        names.join(", "),
+        rec.group.m,
+        if ranks.is_empty() {
+            "none".to_string()
+        } else {
+            ranks.join(", ")
+        },
+        journal.committed,
+    )
+}
+
+/// Forms new groups over the members left (and the spares that replaced lost ones), keeping
+/// unrecoverable groups as they are. Nodes that host ranks take the data positions; when
+/// there are more of them than data positions, the ranks of the least loaded ones move to
+/// the others (recorded as [`Move`]s), so no rank ends up on a parity-only member.
+fn regroup_around_ranks(
+    plan: &mut RecoveryPlan,
+    journal: &Journal,
+    lost_names: &BTreeSet<String>,
+    replaced: &BTreeMap<String, String>,
+    damage: &BTreeMap<usize, Damage>,
+    recovered: &BTreeSet<usize>,
+) -> Result<(), ClusterError> {
+    let keep_unrecoverable: Vec<GroupRecord> = journal
+        .groups
+        .iter()
+        .enumerate()
+        .filter(|(gi, _)| damage.contains_key(gi) && !recovered.contains(gi))
+        .map(|(_, g)| g.clone())
+        .collect();
+    let stuck: BTreeSet<&String> = keep_unrecoverable.iter().flat_map(|g| &g.group.members).collect();
+    let mut nodes: Vec<String> = journal
+        .members()
+        .into_iter()
+        .filter(|n| !lost_names.contains(n))
+        .chain(replaced.values().cloned())
+        .filter(|n| !stuck.contains(n))
+        .collect();
+    nodes.sort_by_key(|n| natural_key(n));
+    let (k, m, layout) = (journal.coding.k, journal.coding.m, journal.coding.layout);
+    let shapes = form_groups(&nodes, k, m);
+    if shapes.is_empty() {
+        return Err(ClusterError::Unrecoverable(format!(
+            "only {} node(s) left, fewer than m+1={}: the ranks cannot be protected; add spares \
+             (`eckpt join --spare`) and run `eckpt recover` again",
+            nodes.len(),
+            m + 1
+        )));
+    }
+    // Data and parity positions of the new groups, in group order.
+    let data_at: Vec<Vec<bool>> = shapes
+        .iter()
+        .map(|(gk, members)| {
+            let geometry = Geometry::new(layout, *gk, members.len() - gk, 1);
+            (0..members.len()).map(|x| geometry.holds_data(x)).collect()
+        })
+        .collect();
+    let data_slots = data_at.iter().flatten().filter(|d| **d).count();
+
+    let ranks_on = |node: &String, placement: &BTreeMap<u32, String>| -> Vec<u32> {
+        placement
+            .iter()
+            .filter(|(_, n)| *n == node)
+            .map(|(r, _)| *r)
+            .collect()
+    };
+    let mut hosting: Vec<String> = nodes
+        .iter()
+        .filter(|n| !ranks_on(n, &plan.next.placement).is_empty())
+        .cloned()
+        .collect();
+    // Too many hosting nodes: the least loaded give their ranks to the others.
+    while hosting.len() > data_slots {
+        let victim = hosting
+            .iter()
+            .min_by_key(|n| {
+                (
+                    ranks_on(n, &plan.next.placement).len(),
+                    std::cmp::Reverse(natural_key(n)),
+                )
+            })
+            .cloned()
+            .expect("hosting is not empty");
+        hosting.retain(|n| *n != victim);
+        for rank in ranks_on(&victim, &plan.next.placement) {
+            let to = plan
+                .next
+                .least_loaded(&hosting, &BTreeMap::new())
+                .expect("hosting keeps at least one node");
+            plan.next.placement.insert(rank, to.clone());
+            // A rank on its way to `victim` (rebuilt there, or moved there by an earlier
+            // step) goes straight to its final node instead.
+            let rebuilt_here = plan
+                .repairs
+                .iter_mut()
+                .flat_map(|r| &mut r.rebuild)
+                .find_map(|b| b.placement.get_mut(&rank));
+            if let Some(node) = rebuilt_here {
+                *node = to;
+            } else if let Some(earlier) = plan.moves.iter_mut().find(|m| m.rank == rank) {
+                earlier.to = to;
+            } else {
+                plan.moves.push(Move {
+                    rank,
+                    from: victim.clone(),
+                    to,
+                });
+            }
+        }
+    }
+    for (_, to) in plan.rebuilt.iter_mut() {
+        for (rank, node) in to.iter_mut() {
+            node.clone_from(&plan.next.placement[rank]);
+        }
+    }
+    let free: Vec<String> = nodes.iter().filter(|n| !hosting.contains(n)).cloned().collect();
+    let mut fill = hosting.into_iter().chain(free);
+    // Data positions first (every hosting node, then free ones), parity positions last.
+    let mut assigned: Vec<Vec<Option<String>>> = data_at.iter().map(|d| vec![None; d.len()]).collect();
+    for (g, slots) in data_at.iter().enumerate() {
+        for (x, &is_data) in slots.iter().enumerate() {
+            if is_data {
+                assigned[g][x] = fill.next();
+            }
+        }
+    }
+    for (g, slots) in data_at.iter().enumerate() {
+        for (x, &is_data) in slots.iter().enumerate() {
+            if !is_data {
+                assigned[g][x] = fill.next();
+            }
+        }
+    }
+    let mut groups = Vec::with_capacity(shapes.len() + keep_unrecoverable.len());
+    for ((gk, _), members) in shapes.into_iter().zip(assigned) {
+        let id = plan.next.next_group;
+        plan.next.next_group += 1;
+        groups.push(GroupRecord {
+            group: Group {
+                id,
+                k: gk,
+                m,
+                members: members
+                    .into_iter()
+                    .map(|n| n.expect("as many positions as nodes"))
+                    .collect(),
+            },
+            objects: Vec::new(),
+        });
+    }
+    for rec in &groups {
+        if rec.group.k < k {
+            plan.warnings.push(format!(
+                "group {} now has k={} m={} (configured k={k}): storage overhead {:.0}% instead of {:.0}%",
+                rec.group.id,
+                rec.group.k,
+                m,
+                100.0 * m as f64 / rec.group.k as f64,
+                100.0 * m as f64 / k as f64
+            ));
+        }
+    }
+    plan.reencode = (0..groups.len()).collect();
+    plan.lost_groups = (groups.len()..groups.len() + keep_unrecoverable.len()).collect();
+    groups.extend(keep_unrecoverable);
+    plan.next.groups = groups;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coded::ObjectId;
+    use crate::config::{CodingConfig, Layout, Mode};
+    use crate::coordinator::protection::check_protection;
+    use crate::msg::{ObjectKind, ObjectRecord, ShardRecord};
+    use proptest::prelude::*;
+
+    fn names(prefix: &str, n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}{i}")).collect()
+    }
+
+    /// A journal of `nodes` members and `spares`, `world` ranks placed as the coordinator
+    /// places new ranks, epoch 1 committed.
+    fn cluster(nodes: usize, spares: usize, k: usize, m: usize, layout: Layout, world: u32) -> Journal {
+        let coding = CodingConfig {
+            k,
+            m,
+            layout,
+            mode: Mode::Full,
+            ..CodingConfig::default()
+        };
+        let mut j = Journal::new(coding, &names("n", nodes), &names("s", spares));
+        let data: Vec<String> = j.members().into_iter().filter(|n| j.holds_data(n)).collect();
+        for rank in 0..world {
+            let node = j.least_loaded(&data, &BTreeMap::new()).unwrap();
+            j.placement.insert(rank, node);
+        }
+        j.world = Some(world);
+        let groups: Vec<usize> = (0..j.groups.len()).collect();
+        encode(&mut j, &groups, 1);
+        j
+    }
+
+    /// What an encode of `epoch` records for `groups`: each data member's ranks.
+    fn encode(j: &mut Journal, groups: &[usize], epoch: u64) {
+        for &gi in groups {
+            let g = j.groups[gi].group.clone();
+            let geometry = Geometry::new(j.coding.layout, g.k, g.m, 1);
+            let shards = (0..g.members.len())
+                .map(|x| ShardRecord {
+                    ranks: if geometry.holds_data(x) {
+                        j.ranks_on(&g.members[x])
+                    } else {
+                        Vec::new()
+                    },
+                    ..ShardRecord::default()
+                })
+                .collect();
+            j.groups[gi].objects = vec![ObjectRecord {
+                id: ObjectId { group: g.id, epoch },
+                kind: ObjectKind::Image,
+                version: epoch,
+                chunk: 4096,
+                data_chunks: 1,
+                shards,
+            }];
+        }
+        j.committed = epoch;
+    }
+
+    fn alive_without(j: &Journal, lost: &[&str]) -> BTreeSet<String> {
+        j.nodes
+            .iter()
+            .filter(|(n, e)| !e.removed && !lost.contains(&n.as_str()))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Plans, checks what every plan must satisfy, and returns the journal after the plan's
+    /// re-encodes.
+    fn recover(j: &Journal, alive: &BTreeSet<String>, damaged: &BTreeSet<String>) -> Journal {
+        let plan = plan_recovery(j, alive, damaged).expect("recoverable");
+        assert!(plan.unrecoverable.is_empty());
+        let mut next = plan.next.clone();
+        encode(&mut next, &plan.reencode, j.committed);
+        check_protection(&next, &plan.lost_groups).expect("every rank in a data shard");
+        for (rank, node) in &next.placement {
+            assert!(
+                alive.contains(node),
+                "rank {rank} placed on {node}, which is down"
+            );
+        }
+        assert_eq!(
+            next.placement.keys().collect::<Vec<_>>(),
+            j.placement.keys().collect::<Vec<_>>(),
+            "no rank is dropped or invented"
+        );
+        for m in &plan.moves {
+            assert!(
+                alive.contains(&m.from) && alive.contains(&m.to),
+                "{m:?} involves a dead node"
+            );
+            assert_eq!(j.placement[&m.rank], m.from, "a move starts where the rank lives");
+        }
+        for repair in &plan.repairs {
+            for b in &repair.rebuild {
+                assert!(alive.contains(&b.target));
+                let member = &j.groups[repair.group].group.members[b.member];
+                assert_eq!(
+                    b.placement.keys().copied().collect::<Vec<_>>(),
+                    j.ranks_on(member),
+                    "every rank of a rebuilt member is installed somewhere"
+                );
+                for (rank, node) in &b.placement {
+                    assert_eq!(&next.placement[rank], node, "installed where it is placed");
+                }
+            }
+        }
+        next
+    }
+
+    #[test]
+    fn a_spare_takes_the_place_of_a_lost_member() {
+        let j = cluster(6, 1, 4, 2, Layout::Dedicated, 4);
+        let next = recover(&j, &alive_without(&j, &["n1"]), &BTreeSet::new());
+        assert_eq!(next.groups[0].group.members, ["n0", "s0", "n2", "n3", "n4", "n5"]);
+        assert_eq!(next.placement[&1], "s0");
+        assert!(next.nodes["n1"].removed && !next.nodes["s0"].spare);
+    }
+
+    #[test]
+    fn without_spares_ranks_spread_over_the_survivors_per_process() {
+        let j = cluster(8, 0, 6, 2, Layout::Dedicated, 12);
+        let plan = plan_recovery(&j, &alive_without(&j, &["n2"]), &BTreeSet::new()).unwrap();
+        let moved_to: BTreeSet<&String> = plan.rebuilt[0].1.values().collect();
+        assert_eq!(
+            moved_to.len(),
+            2,
+            "n2's two ranks go to two different nodes: {:?}",
+            plan.rebuilt
+        );
+        recover(&j, &alive_without(&j, &["n2"]), &BTreeSet::new());
+    }
+
+    /// The defect of issue 7: a spare that took a lost member's ranks must not become a
+    /// parity-only member when the groups are formed anew.
+    #[test]
+    fn a_rank_never_lands_on_a_parity_member() {
+        let j = cluster(6, 1, 4, 2, Layout::Dedicated, 4);
+        let next = recover(&j, &alive_without(&j, &["n1", "n2"]), &BTreeSet::new());
+        let g = &next.groups[0].group;
+        assert_eq!(g.k, 3);
+        let s0 = g.members.iter().position(|n| n == "s0").unwrap();
+        assert!(s0 < g.k, "s0 hosts rank 1 and must hold data: {:?}", g.members);
+        // Then the spare is lost too: rank 1 is still decodable and lands on a data member.
+        let after = recover(&next, &alive_without(&next, &["s0"]), &BTreeSet::new());
+        let host = &after.placement[&1];
+        assert!(after.holds_data(host));
+    }
+
+    #[test]
+    fn a_lost_parity_member_without_spare_moves_ranks_off_the_new_parity_positions() {
+        let j = cluster(6, 0, 4, 2, Layout::Dedicated, 4);
+        let plan = plan_recovery(&j, &alive_without(&j, &["n5"]), &BTreeSet::new()).unwrap();
+        assert_eq!(plan.moves.len(), 1, "4 hosting nodes, 3 data positions: {plan:?}");
+        recover(&j, &alive_without(&j, &["n5"]), &BTreeSet::new());
+        // The rotated layout has no parity-only position: nothing moves.
+        let j = cluster(6, 0, 4, 2, Layout::Rotated, 6);
+        let plan = plan_recovery(&j, &alive_without(&j, &["n5"]), &BTreeSet::new()).unwrap();
+        assert!(plan.moves.is_empty());
+        recover(&j, &alive_without(&j, &["n5"]), &BTreeSet::new());
+    }
+
+    #[test]
+    fn a_damaged_member_is_repaired_in_place() {
+        let j = cluster(6, 1, 4, 2, Layout::Dedicated, 4);
+        let damaged: BTreeSet<String> = ["n3".to_string()].into();
+        let plan = plan_recovery(&j, &alive_without(&j, &[]), &damaged).unwrap();
+        assert_eq!(plan.repaired, ["n3"]);
+        assert_eq!(plan.repairs[0].rebuild[0].target, "n3");
+        assert_eq!(plan.next.groups[0].group.members, j.groups[0].group.members);
+    }
+
+    #[test]
+    fn more_than_m_losses_are_unrecoverable_and_named() {
+        let j = cluster(6, 1, 4, 2, Layout::Dedicated, 4);
+        let plan = plan_recovery(&j, &alive_without(&j, &["n0", "n1", "n2"]), &BTreeSet::new()).unwrap();
+        assert_eq!(plan.unrecoverable.len(), 1);
+        assert!(
+            plan.unrecoverable[0].contains("ranks 0, 1, 2"),
+            "{}",
+            plan.unrecoverable[0]
+        );
+        assert_eq!(
+            plan.next.groups, j.groups,
+            "the lost group is kept to name what is gone"
+        );
+    }
+
+    #[test]
+    fn too_few_nodes_to_protect_is_an_error_not_an_unprotected_commit() {
+        let j = cluster(3, 0, 1, 2, Layout::Dedicated, 1);
+        let e = plan_recovery(&j, &alive_without(&j, &["n2"]), &BTreeSet::new()).unwrap_err();
+        assert!(e.to_string().contains("fewer than m+1=3"), "{e}");
+    }
+
+    #[test]
+    fn a_shrunk_group_says_its_new_overhead() {
+        let j = cluster(6, 0, 4, 2, Layout::Dedicated, 4);
+        let plan = plan_recovery(&j, &alive_without(&j, &["n0"]), &BTreeSet::new()).unwrap();
+        assert!(
+            plan.warnings
+                .iter()
+                .any(|w| w.contains("k=3 m=2") && w.contains("67%")),
+            "{:?}",
+            plan.warnings
+        );
+    }
+
+    /// A random walk over a cluster's life: losses (at most `m` per group, some with silent
+    /// damage), recoveries, spares joining. Every plan keeps every rank in a data shard of
+    /// exactly one group, on a node that is alive.
+    fn random_walk(seed: u64) {
+        let mut x = seed | 1;
+        let mut next = move |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let layout = if next(2) == 0 {
+            Layout::Dedicated
+        } else {
+            Layout::Rotated
+        };
+        let (k, m) = (1 + next(5), 1 + next(3));
+        let nodes = k + m + next(2 * (k + m));
+        let spares = next(3);
+        let world = 1 + next(3 * nodes) as u32;
+        let mut j = cluster(nodes, spares, k, m, layout, world);
+        for _round in 0..6 {
+            if next(3) == 0 {
+                let name = format!("s{}", j.nodes.len());
+                j.nodes.insert(
+                    name,
+                    crate::coordinator::NodeEntry {
+                        info: None,
+                        spare: true,
+                        removed: false,
+                    },
+                );
+            }
+            let mut lost = Vec::new();
+            let mut damaged = BTreeSet::new();
+            for rec in &j.groups {
+                let budget = next(rec.group.m + 1);
+                let mut members = rec.group.members.clone();
+                for _ in 0..budget {
+                    let victim = members.remove(next(members.len()));
+                    if next(4) == 0 {
+                        damaged.insert(victim);
+                    } else {
+                        lost.push(victim);
+                    }
+                }
+            }
+            let lost: Vec<&str> = lost.iter().map(String::as_str).collect();
+            let alive = alive_without(&j, &lost);
+            let members_left = j.members().iter().filter(|n| alive.contains(*n)).count();
+            let spares_left = j
+                .nodes
+                .iter()
+                .filter(|(n, e)| e.spare && !e.removed && alive.contains(*n))
+                .count();
+            if members_left + spares_left <= m {
+                break;
+            }
+            match plan_recovery(&j, &alive, &damaged) {
+                Err(e) => {
+                    assert!(e.to_string().contains("fewer than m+1"), "seed {seed}: {e}");
+                    break;
+                }
+                Ok(_) => j = recover(&j, &alive, &damaged),
+            }
+            let epoch = j.committed + 1;
+            let groups: Vec<usize> = (0..j.groups.len()).collect();
+            encode(&mut j, &groups, epoch);
+            check_protection(&j, &[]).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn every_plan_keeps_every_rank_in_a_data_shard(seed in any::<u64>()) {
+            random_walk(seed);
+        }
+    }
+}
