@@ -61,6 +61,7 @@ enum Command {
 }
 
 fn main() {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Encode(args) => commands::encode::run(args),
@@ -91,7 +92,39 @@ fn main() {
     }
 }
 
-/// The error and its causes on one line.
+/// Like every Unix filter, `eckpt status | head -2` ends quietly when the reader goes away
+/// (exit 141, as if killed by SIGPIPE) instead of panicking on the write to a closed pipe.
+/// SIGPIPE itself stays ignored: a peer socket that closes must be an error the command
+/// reports, not a signal that kills an agent in the middle of a decode.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info)
+    }));
+}
+
+/// The error and its causes on one line; a cause whose text an outer message already
+/// quotes (`path: No space left on device` caused by `No space left on device`) is said once.
 fn one_line(e: &anyhow::Error) -> String {
-    format!("{e:#}").replace('\n', " ")
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.replace('\n', " ")
 }

@@ -74,7 +74,15 @@ pub async fn checkpoint_file(
     on_bytes: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<CheckpointReport, ClusterError> {
     let mut input = std::fs::File::open(file).map_err(crate::io_at(file))?;
-    let len = input.metadata().map_err(crate::io_at(file))?.len();
+    let meta = input.metadata().map_err(crate::io_at(file))?;
+    // A device or a pipe has no length to checkpoint (`/dev/zero` would be stored as 0 bytes).
+    if !meta.is_file() {
+        return Err(ClusterError::Invalid(format!(
+            "{}: not a regular file; checkpoint a file's copy instead",
+            file.display()
+        )));
+    }
+    let len = meta.len();
     let opened = coordinator_call(
         dir,
         &CoordRequest::OpenEpoch {
@@ -191,6 +199,12 @@ pub async fn restore(
     item: Option<&str>,
     out: &Path,
 ) -> Result<RestoreReport, ClusterError> {
+    if out.is_dir() {
+        return Err(ClusterError::Invalid(format!(
+            "{}: is a directory; give the file to write",
+            out.display()
+        )));
+    }
     let answer = coordinator_call(dir, &CoordRequest::Export { rank, epoch }, |_| {}).await?;
     let CoordResponse::ExportFrom { node, epoch, scratch } = answer else {
         return Err(ClusterError::Protocol(format!("unexpected answer {answer:?}")));
@@ -234,7 +248,10 @@ pub async fn restore(
             return Err(e);
         }
     };
-    std::fs::rename(&tmp, out).map_err(crate::io_at(out))?;
+    if let Err(e) = std::fs::rename(&tmp, out) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(crate::io_at(out)(e));
+    }
     Ok(RestoreReport {
         rank,
         epoch,

@@ -178,6 +178,9 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
     for sub in [dir.coordinator(), dir.debug(), dir.root().join("nodes")] {
         fs::create_dir_all(&sub).map_err(crate::io_at(&sub))?;
     }
+    // Checkpoints and parity are the job's memory: only their owner may read them.
+    fs::set_permissions(dir.root(), std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .map_err(crate::io_at(dir.root()))?;
     ClusterSecret::create_file(&dir.secret())?;
     let nodes: Vec<String> = (0..options.nodes).map(|i| format!("n{i}")).collect();
     let spares: Vec<String> = (0..options.spares).map(|i| format!("s{i}")).collect();

@@ -92,6 +92,15 @@ pub fn encode_file(
         bail!("block size must be between 1 and {MAX_BLOCK_SIZE} bytes");
     }
     let reader = File::open(input).with_context(|| format!("cannot open {}", input.display()))?;
+    // A device like /dev/zero never ends; a pipe's length is unknown until it does. Only
+    // regular files have the fixed length a manifest records.
+    if !reader
+        .metadata()
+        .with_context(|| format!("cannot stat {}", input.display()))?
+        .is_file()
+    {
+        bail!("{}: not a regular file", input.display());
+    }
     fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
     if out_dir.join(MANIFEST_FILE).exists() {
         bail!(

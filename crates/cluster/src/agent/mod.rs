@@ -239,6 +239,46 @@ async fn recv_bytes(conn: &mut Connection, len: u64) -> Result<Vec<u8>, ClusterE
     Ok(out)
 }
 
+/// Streams rank `rank`'s items at `epoch` (from the decode scratch store `scratch`, if any).
+async fn export(
+    agent: &Arc<Agent>,
+    conn: &mut Connection,
+    rank: u32,
+    epoch: u64,
+    scratch: Option<u64>,
+) -> Result<(), ClusterError> {
+    let a = agent.clone();
+    let (store, items) = blocking(move || {
+        let store = a.export_store(scratch)?;
+        let view = store.view(rank, epoch)?;
+        let items: Vec<(String, u64)> = view
+            .manifest()
+            .items
+            .iter()
+            .map(|i| (i.name.clone(), i.len))
+            .collect();
+        Ok((store, items))
+    })
+    .await?;
+    conn.send_control(&AgentResponse::Items(items.clone())).await?;
+    for (name, len) in items {
+        let mut offset = 0u64;
+        while offset < len {
+            let n = (len - offset).min(DATA_FRAME as u64) as usize;
+            let (s, item) = (store.clone(), name.clone());
+            let piece = blocking(move || {
+                let mut buf = vec![0u8; n];
+                s.read_item_range(rank, epoch, &item, offset, &mut buf)?;
+                Ok(buf)
+            })
+            .await?;
+            conn.send_data(&piece).await?;
+            offset += n as u64;
+        }
+    }
+    Ok(())
+}
+
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ClusterError> + Send + 'static,
 ) -> Result<T, ClusterError> {
@@ -324,34 +364,12 @@ async fn handle(
             objects,
         } => blocking(move || Ok(a.scrub(&ranks, epoch, &objects))).await?,
         AgentRequest::Export { rank, epoch, scratch } => {
-            let (store, items) = blocking(move || {
-                let store = a.export_store(scratch)?;
-                let view = store.view(rank, epoch)?;
-                let items: Vec<(String, u64)> = view
-                    .manifest()
-                    .items
-                    .iter()
-                    .map(|i| (i.name.clone(), i.len))
-                    .collect();
-                Ok((store, items))
-            })
-            .await?;
-            conn.send_control(&AgentResponse::Items(items.clone())).await?;
-            for (name, len) in items {
-                let mut offset = 0u64;
-                while offset < len {
-                    let n = (len - offset).min(DATA_FRAME as u64) as usize;
-                    let (s, item) = (store.clone(), name.clone());
-                    let piece = blocking(move || {
-                        let mut buf = vec![0u8; n];
-                        s.read_item_range(rank, epoch, &item, offset, &mut buf)?;
-                        Ok(buf)
-                    })
-                    .await?;
-                    conn.send_data(&piece).await?;
-                    offset += n as u64;
-                }
+            let streamed = export(agent, conn, rank, epoch, scratch).await;
+            // A decoded image is kept only for the one restore that asked for it.
+            if let Some(task) = scratch {
+                let _ = std::fs::remove_dir_all(agent.export_scratch(task));
             }
+            streamed?;
             return Ok(None);
         }
         AgentRequest::LinkTest { peer, bytes } => {

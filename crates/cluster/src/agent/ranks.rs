@@ -214,6 +214,11 @@ impl Agent {
         for (task, record) in parts {
             let path = rebuilt_path(self, *task, member);
             let bytes = std::fs::read(&path).map_err(crate::io_at(&path))?;
+            // The bytes are in memory now; the decode's directory goes once it is empty.
+            let _ = std::fs::remove_file(&path);
+            if let Some(parent) = path.parent() {
+                let _ = std::fs::remove_dir(parent);
+            }
             let shard = &record.shards[member];
             let chunk = record.chunk as usize;
             for (q, expected) in shard.crcs.iter().enumerate() {
@@ -282,7 +287,8 @@ impl Agent {
                 })?;
                 let (a, rank) = (self.clone(), *rank);
                 blocking(move || {
-                    let dir = a.coded.scratch(&format!("export-t{task}"))?;
+                    let dir = a.export_scratch(task);
+                    let _ = std::fs::remove_dir_all(&dir);
                     Ok(Store::open(&dir)?.import_image(rank, epoch, &image)?)
                 })
                 .await?;
@@ -319,13 +325,17 @@ impl Agent {
         }
     }
 
+    /// The scratch store a decode for `eckpt restore` leaves its image in (removed once
+    /// exported).
+    pub fn export_scratch(&self, task: u64) -> std::path::PathBuf {
+        self.coded_dir().join(format!("rebuild-export-t{task}"))
+    }
+
     /// Where `Export` reads from: the agent's store, or the scratch store of a decode.
     pub fn export_store(&self, scratch: Option<u64>) -> Result<Store, ClusterError> {
         match scratch {
             None => Ok(self.store.clone()),
-            Some(task) => Ok(Store::open(
-                self.coded_dir().join(format!("rebuild-export-t{task}")),
-            )?),
+            Some(task) => Ok(Store::open(self.export_scratch(task))?),
         }
     }
 }
