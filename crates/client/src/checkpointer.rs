@@ -308,17 +308,26 @@ impl Checkpointer {
 
     /// Restores the latest committed epoch: fills every protected region in place and puts
     /// protected files and directories back as that epoch saw them. Returns the epoch, or
-    /// `None` when there is no checkpoint (a fresh start). Nothing is changed if the
-    /// checkpoint does not fit what is protected now.
+    /// `None` when there is no checkpoint (a fresh start: append files are cut back to their
+    /// length when first protected). Nothing is changed if the checkpoint does not fit what
+    /// is protected now. In cluster mode a rank whose committed epoch cannot be read (its
+    /// node is down, the job size changed) gets an error, never a fresh start.
     pub fn restart(&mut self) -> Result<Option<u64>, Error> {
         let rank = self.config.rank;
-        let located = match &self.cluster {
-            Some(link) => link.locate(rank)?,
-            None => None,
-        };
-        if let Some((root, epoch)) = &located {
-            self.use_store(root)?;
-            self.last_epoch = Some(*epoch);
+        if let Some((root, epoch)) = self
+            .cluster
+            .as_ref()
+            .map(|l| l.locate(rank))
+            .transpose()?
+            .flatten()
+        {
+            self.use_store(&root)?;
+            self.last_epoch = Some(epoch);
+            if self.store()?.latest_committed(rank)?.is_none() {
+                return Err(Error::Cluster(format!(
+                    "rank {rank}'s node holds none of its epochs though the cluster committed epoch {epoch}: run `eckpt recover`"
+                )));
+            }
         }
         let Some(epoch) = self
             .store
