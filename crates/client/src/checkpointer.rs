@@ -47,7 +47,7 @@ struct Meta {
 /// every rank is in and the parity is durable.
 pub struct Checkpointer {
     config: Config,
-    /// The store in use (standalone: `config.dir`; cluster mode: the rank's node's, opened
+    /// The store in use (standalone: `config.store_root()`; cluster mode: the rank's node's, opened
     /// when first needed and re-opened when the rank moves).
     store: Option<Store>,
     cluster: Option<ClusterLink>,
@@ -80,11 +80,14 @@ impl Checkpointer {
                 let link = ClusterLink::new(dir, world)?;
                 (None, Some(link), Baseline::new(dir, config.rank))
             }
-            None => (
-                Some(Self::open_store(&config, &config.dir)?),
-                None,
-                Baseline::new(&config.dir, config.rank),
-            ),
+            None => {
+                let root = config.store_root()?;
+                (
+                    Some(Self::open_store(&config, &root)?),
+                    None,
+                    Baseline::new(&root, config.rank),
+                )
+            }
         };
         let tracker = Tracker::new(config.track, config.hash_block_size)?;
         Ok(Checkpointer {
