@@ -8,6 +8,10 @@
  *   for (...) { compute(); if (eckpt_checkpoint() < 0) fprintf(stderr, "%s\n", eckpt_last_error()); }
  *   eckpt_finalize();
  *
+ * The store is ECKPT_DIR; without it, one per user and per batch job
+ * (/dev/shm/eckpt-<uid>/job-<SLURM_JOB_ID|PBS_JOBID|LSB_JOBID>), and eckpt_init fails when no
+ * job id is set. Relative file paths are found again from any working directory.
+ *
  * Link with -leckpt (target/release/libeckpt.so or libeckpt.a).
  */
 
@@ -86,6 +90,13 @@ extern "C" {
  Initialises eckpt for this process. `config` is NULL (use `ECKPT_DIR`, `ECKPT_RANK`, …
  from the environment) or `"key=value;…"` overriding them (`dir`, `rank`, `track`,
  `block_size`, `keep`, `max_chain`). Returns 0 or a negative error.
+
+ Without `ECKPT_DIR` or `dir`, the store is per user and per batch job, so that no job
+ resumes another's state: `/dev/shm/eckpt-<uid>/job-<id>` (or under
+ `~/.local/state/eckpt/` without a tmpfs), the id from `SLURM_JOB_ID`, `PBS_JOBID` or
+ `LSB_JOBID`, which stay the same when the job is relaunched in its allocation. With no
+ job id there is no safe default and this fails with `ECKPT_EINVAL`. The store creates its
+ directories owner-only (0700).
 
  # Safety
  `config` must be NULL or a NUL-terminated string.

@@ -16,6 +16,8 @@ and restarted run prints the same as an uninterrupted one.
 
 import argparse
 import hashlib
+import os
+import signal
 import time
 
 import numpy as np
@@ -51,6 +53,12 @@ def main():
     parser.add_argument(
         "--sleep", type=float, default=0.0, help="seconds to sleep per step (to watch or kill it)"
     )
+    parser.add_argument(
+        "--kill-at",
+        type=int,
+        help="SIGKILL this process once step KILL_AT is logged (and checkpointed, if due): "
+        "a crash at an exact point, for tests",
+    )
     args = parser.parse_args()
 
     grid = np.zeros((args.size, args.size))
@@ -79,6 +87,8 @@ def main():
             log.flush()
             if step[0] % args.every == 0:
                 ck.checkpoint()
+            if step[0] == args.kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
             if args.sleep:
                 time.sleep(args.sleep)
 

@@ -84,6 +84,13 @@ unsafe fn text<'a>(s: *const c_char, what: &str) -> Result<&'a str, Error> {
 /// from the environment) or `"key=value;…"` overriding them (`dir`, `rank`, `track`,
 /// `block_size`, `keep`, `max_chain`). Returns 0 or a negative error.
 ///
+/// Without `ECKPT_DIR` or `dir`, the store is per user and per batch job, so that no job
+/// resumes another's state: `/dev/shm/eckpt-<uid>/job-<id>` (or under
+/// `~/.local/state/eckpt/` without a tmpfs), the id from `SLURM_JOB_ID`, `PBS_JOBID` or
+/// `LSB_JOBID`, which stay the same when the job is relaunched in its allocation. With no
+/// job id there is no safe default and this fails with `ECKPT_EINVAL`. The store creates its
+/// directories owner-only (0700).
+///
 /// # Safety
 /// `config` must be NULL or a NUL-terminated string.
 #[no_mangle]

@@ -1,15 +1,16 @@
 //! [`Checkpointer`]: one rank's protected state and its checkpoint/restart.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use crate::baseline::Baseline;
 use crate::cluster::ClusterLink;
 
 use eckpt_capture::Tracker;
 use eckpt_store::{Options, Store};
 use serde::{Deserialize, Serialize};
 
-use crate::files::{self, DirRecord, FileMode, FileRecord};
+use crate::files::{self, DirRecord, FileMode, FileRecord, Protected};
 use crate::{Config, Error};
 
 /// The store item holding an epoch's [`Meta`].
@@ -46,7 +47,7 @@ struct Meta {
 /// every rank is in and the parity is durable.
 pub struct Checkpointer {
     config: Config,
-    /// The store in use (standalone: `config.dir`; cluster mode: the rank's node's, opened
+    /// The store in use (standalone: `config.store_root()`; cluster mode: the rank's node's, opened
     /// when first needed and re-opened when the rank moves).
     store: Option<Store>,
     cluster: Option<ClusterLink>,
@@ -54,8 +55,10 @@ pub struct Checkpointer {
     last_epoch: Option<u64>,
     tracker: Tracker,
     regions: BTreeMap<String, Region>,
-    files: Vec<(PathBuf, FileMode)>,
-    dirs: Vec<PathBuf>,
+    files: Vec<(Protected, FileMode)>,
+    dirs: Vec<Protected>,
+    /// Append files' lengths at protect time: what a fresh start cuts them back to.
+    baseline: Baseline,
     /// Set when dirty information was consumed by a failed checkpoint: the next one must
     /// compare every block with the previous epoch instead of trusting the tracker.
     resync: bool,
@@ -69,14 +72,22 @@ impl Checkpointer {
     /// Opens the store for `config.rank` (cleaning what a crash left), or in cluster mode
     /// checks the cluster is there, and a dirty tracker.
     pub fn new(config: Config) -> Result<Checkpointer, Error> {
-        let (store, cluster) = match &config.cluster {
+        let (store, cluster, baseline) = match &config.cluster {
             Some(dir) => {
                 let world = config.world.ok_or_else(|| {
                     Error::Invalid("cluster mode needs the job size: world=N or ECKPT_WORLD".into())
                 })?;
-                (None, Some(ClusterLink::new(dir, world)?))
+                let link = ClusterLink::new(dir, world)?;
+                (None, Some(link), Baseline::new(dir, config.rank))
             }
-            None => (Some(Self::open_store(&config, &config.dir)?), None),
+            None => {
+                let root = config.store_root()?;
+                (
+                    Some(Self::open_store(&config, &root)?),
+                    None,
+                    Baseline::new(&root, config.rank),
+                )
+            }
         };
         let tracker = Tracker::new(config.track, config.hash_block_size)?;
         Ok(Checkpointer {
@@ -88,6 +99,7 @@ impl Checkpointer {
             regions: BTreeMap::new(),
             files: Vec::new(),
             dirs: Vec::new(),
+            baseline,
             resync: false,
         })
     }
@@ -150,25 +162,43 @@ impl Checkpointer {
         Ok(())
     }
 
-    /// Protects a file with the given mode (see [`FileMode`]).
+    /// Protects a file with the given mode (see [`FileMode`]). A relative path is relative
+    /// to the working directory now, and a restart finds the file by that relative path from
+    /// whatever directory the job is started in. An append file's length now is recorded
+    /// durably (once per rank): a fresh start cuts it back to that, so a run killed before
+    /// its first checkpoint leaves no lines behind.
     pub fn protect_file(&mut self, path: impl AsRef<Path>, mode: FileMode) -> Result<(), Error> {
-        let path = files::absolute(path.as_ref())?;
-        if self.files.iter().any(|(p, _)| p == &path) {
-            return Err(Error::Invalid(format!("{} is already protected", path.display())));
+        let file = Protected::new(path.as_ref())?;
+        if self
+            .files
+            .iter()
+            .any(|(p, _)| p.key == file.key || p.path == file.path)
+        {
+            return Err(Error::Invalid(format!(
+                "{} is already protected",
+                file.path.display()
+            )));
         }
-        self.files.push((path, mode));
+        if mode == FileMode::Append {
+            self.baseline.record(&file)?;
+        }
+        self.files.push((file, mode));
         Ok(())
     }
 
     /// Protects a directory: files created in it after a checkpoint are moved aside (into
     /// `.eckpt-rollback/`) when restarting from that checkpoint.
+    /// Relative paths are treated as in [`Checkpointer::protect_file`].
     pub fn protect_dir(&mut self, path: impl AsRef<Path>) -> Result<(), Error> {
-        let path = files::absolute(path.as_ref())?;
-        if !path.is_dir() {
-            return Err(Error::Invalid(format!("{} is not a directory", path.display())));
+        let dir = Protected::new(path.as_ref())?;
+        if !dir.path.is_dir() {
+            return Err(Error::Invalid(format!(
+                "{} is not a directory",
+                dir.path.display()
+            )));
         }
-        if !self.dirs.contains(&path) {
-            self.dirs.push(path);
+        if !self.dirs.contains(&dir) {
+            self.dirs.push(dir);
         }
         Ok(())
     }
@@ -281,17 +311,26 @@ impl Checkpointer {
 
     /// Restores the latest committed epoch: fills every protected region in place and puts
     /// protected files and directories back as that epoch saw them. Returns the epoch, or
-    /// `None` when there is no checkpoint (a fresh start). Nothing is changed if the
-    /// checkpoint does not fit what is protected now.
+    /// `None` when there is no checkpoint (a fresh start: append files are cut back to their
+    /// length when first protected). Nothing is changed if the checkpoint does not fit what
+    /// is protected now. In cluster mode a rank whose committed epoch cannot be read (its
+    /// node is down, the job size changed) gets an error, never a fresh start.
     pub fn restart(&mut self) -> Result<Option<u64>, Error> {
         let rank = self.config.rank;
-        let located = match &self.cluster {
-            Some(link) => link.locate(rank)?,
-            None => None,
-        };
-        if let Some((root, epoch)) = &located {
-            self.use_store(root)?;
-            self.last_epoch = Some(*epoch);
+        if let Some((root, epoch)) = self
+            .cluster
+            .as_ref()
+            .map(|l| l.locate(rank))
+            .transpose()?
+            .flatten()
+        {
+            self.use_store(&root)?;
+            self.last_epoch = Some(epoch);
+            if self.store()?.latest_committed(rank)?.is_none() {
+                return Err(Error::Cluster(format!(
+                    "rank {rank}'s node holds none of its epochs though the cluster committed epoch {epoch}: run `eckpt recover`"
+                )));
+            }
         }
         let Some(epoch) = self
             .store
@@ -300,6 +339,7 @@ impl Checkpointer {
             .transpose()?
             .flatten()
         else {
+            self.baseline.cut_back(&self.files)?;
             return Ok(None);
         };
         let store = self.store()?.clone();
@@ -338,7 +378,15 @@ impl Checkpointer {
             let memory = unsafe { std::slice::from_raw_parts_mut(region.ptr, region.len) };
             store.read_item_into(rank, epoch, &region_item(name), memory)?;
         }
-        files::restore(&store, rank, epoch, &self.files, &meta.files, &meta.dirs)?;
+        files::restore(
+            &store,
+            rank,
+            epoch,
+            &self.files,
+            &meta.files,
+            &self.dirs,
+            &meta.dirs,
+        )?;
         // The restored memory is the baseline the next epoch's delta is taken against.
         self.tracker.collect_dirty()?;
         self.resync = false;

@@ -66,9 +66,14 @@ impl ClusterLink {
         Ok(())
     }
 
-    /// The store holding the rank's latest committed epoch, and that epoch.
+    /// The store holding the rank's latest committed epoch, and that epoch; `None` when the
+    /// cluster has none. The coordinator refuses (an error) when the rank's node is down or
+    /// the job size is not the checkpointed one.
     pub(crate) fn locate(&self, rank: u32) -> Result<Option<(PathBuf, u64)>, Error> {
-        match self.call(CoordRequest::Locate { rank })? {
+        match self.call(CoordRequest::Locate {
+            rank,
+            world: self.world,
+        })? {
             CoordResponse::Located(found) => Ok(found.map(|(node, epoch)| (node.store, epoch))),
             other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
         }

@@ -11,8 +11,9 @@ use crate::Error;
 /// A rank's checkpoint configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Store root (node-local: tmpfs when present).
-    pub dir: PathBuf,
+    /// Store root (node-local: tmpfs when present). `None`: the per-user, per-job default
+    /// (see [`Config::store_root`]).
+    pub dir: Option<PathBuf>,
     /// This process's rank.
     pub rank: u32,
     /// Dirty tracking: kernel write-protect when possible (`Auto`), or hashing.
@@ -34,10 +35,31 @@ const RANK_VARIABLES: [&str; 4] = ["ECKPT_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RA
 /// Environment variables that give the job size when `ECKPT_WORLD` is absent.
 const WORLD_VARIABLES: [&str; 4] = ["ECKPT_WORLD", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"];
 
+/// Batch schedulers' job ids (Slurm, PBS/Torque, LSF). They stay the same when a job is
+/// relaunched within its allocation (a new `srun` or `mpirun`), which is what restart from a
+/// node-local store needs; a launcher's own ids (Open MPI's jobid, the PMIx namespace) change
+/// with every `mpirun`, so a relaunch would miss its checkpoint: they are not used.
+const JOB_VARIABLES: [&str; 3] = ["SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID"];
+
+/// The default store root from the job id found through `var` (the environment), or why there
+/// is none.
+fn default_dir(var: impl Fn(&str) -> Option<String>) -> Result<PathBuf, Error> {
+    JOB_VARIABLES
+        .iter()
+        .find_map(|v| var(v).filter(|id| !id.is_empty()))
+        .map(|job| eckpt_store::default_root(&job))
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "no checkpoint directory: set ECKPT_DIR or dir=… (the per-job default needs a batch job id: {})",
+                JOB_VARIABLES.join(", ")
+            ))
+        })
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
-            dir: eckpt_store::default_root(),
+            dir: None,
             rank: 0,
             track: TrackMode::Auto,
             hash_block_size: 64 << 10,
@@ -49,6 +71,17 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The standalone store root: `dir`, or by default one per user and per batch job
+    /// (`/dev/shm/eckpt-<uid>/job-<id>` on a tmpfs, from `SLURM_JOB_ID`, `PBS_JOBID` or
+    /// `LSB_JOBID`), so that a job never resumes another job's checkpoints. Without a job id
+    /// there is no safe default: an error asks for a directory.
+    pub fn store_root(&self) -> Result<PathBuf, Error> {
+        match &self.dir {
+            Some(dir) => Ok(dir.clone()),
+            None => default_dir(|v| std::env::var(v).ok()),
+        }
+    }
+
     /// Defaults overridden by `ECKPT_DIR`, `ECKPT_RANK` (or the MPI launcher's rank),
     /// `ECKPT_TRACK`, `ECKPT_BLOCK_SIZE`, `ECKPT_KEEP`, `ECKPT_MAX_CHAIN`, `ECKPT_CLUSTER`,
     /// `ECKPT_WORLD` (or the launcher's job size).
@@ -93,7 +126,7 @@ impl Config {
                 .map_err(|_| Error::Invalid(format!("{what} {value:?} is not a number")))
         };
         match key {
-            "dir" => self.dir = PathBuf::from(value),
+            "dir" => self.dir = Some(PathBuf::from(value)),
             "rank" => {
                 self.rank =
                     u32::try_from(number("rank")?).map_err(|_| Error::Invalid("rank too large".into()))?
@@ -137,7 +170,7 @@ mod tests {
             "dir=/x/y; rank=7,track=hash\nblock_size=4096;keep=3;max_chain=2;cluster=/c;world=8",
         )
         .unwrap();
-        assert_eq!(c.dir, PathBuf::from("/x/y"));
+        assert_eq!(c.dir, Some(PathBuf::from("/x/y")));
         assert_eq!(c.rank, 7);
         assert_eq!(c.track, TrackMode::Hash);
         assert_eq!(c.hash_block_size, 4096);
@@ -145,6 +178,20 @@ mod tests {
         assert_eq!(c.retention.max_chain, 2);
         assert_eq!(c.cluster, Some(PathBuf::from("/c")));
         assert_eq!(c.world, Some(8));
+    }
+
+    #[test]
+    fn the_default_store_is_per_job_or_refused() {
+        let slurm = default_dir(|v| (v == "SLURM_JOB_ID").then(|| "77".to_string())).unwrap();
+        assert!(slurm.ends_with("job-77"), "{}", slurm.display());
+        let pbs = default_dir(|v| (v == "PBS_JOBID").then(|| "9.server".to_string())).unwrap();
+        assert!(pbs.ends_with("job-9.server"), "{}", pbs.display());
+        let none = default_dir(|_| None).unwrap_err().to_string();
+        assert!(
+            none.contains("ECKPT_DIR") && none.contains("SLURM_JOB_ID"),
+            "{none}"
+        );
+        assert!(default_dir(|_| Some(String::new())).is_err());
     }
 
     #[test]

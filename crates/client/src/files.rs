@@ -6,11 +6,15 @@
 //! - `Input` files must be unchanged at restart (length and xxh3), else restart refuses;
 //! - in a protected directory, files created after the checkpoint are moved aside into
 //!   `.eckpt-rollback/epoch-E/` — never deleted.
+//!
+//! Checkpoints know a file or directory by its **key**: a relative path as given (without
+//! `.` components), so a job restarted from another working directory with the same layout
+//! finds its files; an absolute path as itself.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use eckpt_store::{EpochWriter, Store};
 use serde::{Deserialize, Serialize};
@@ -33,9 +37,27 @@ pub enum FileMode {
     Input,
 }
 
+/// A protected file or directory: the key checkpoints know it by, and where it is for I/O
+/// (a relative key resolved against the working directory at protect time).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Protected {
+    pub(crate) key: PathBuf,
+    pub(crate) path: PathBuf,
+}
+
+impl Protected {
+    /// Keys `path` and resolves it against the current working directory.
+    pub(crate) fn new(path: &Path) -> Result<Protected, Error> {
+        let key = path.components().filter(|c| *c != Component::CurDir).collect();
+        let path = std::path::absolute(path).map_err(|e| Error::io(path, e))?;
+        Ok(Protected { key, path })
+    }
+}
+
 /// What an epoch recorded about one protected file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct FileRecord {
+    /// The file's key (see [`Protected`]).
     path: PathBuf,
     mode: FileMode,
     len: u64,
@@ -46,34 +68,35 @@ pub(crate) struct FileRecord {
 /// What an epoch recorded about one protected directory: the files it held.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct DirRecord {
+    /// The directory's key (see [`Protected`]).
     path: PathBuf,
     entries: BTreeSet<PathBuf>,
 }
 
-/// The store item holding a snapshot file's content.
-fn item_name(path: &Path) -> String {
-    format!("file{}", path.display())
-}
-
-/// Absolute form of `path` (the rank may change directory between checkpoint and restart).
-pub(crate) fn absolute(path: &Path) -> Result<PathBuf, Error> {
-    std::path::absolute(path).map_err(|e| Error::io(path, e))
+/// The store item holding a snapshot file's content: `file/abs/path` for an absolute key,
+/// `file:rel/path` for a relative one (the two never collide).
+fn item_name(key: &Path) -> String {
+    if key.is_absolute() {
+        format!("file{}", key.display())
+    } else {
+        format!("file:{}", key.display())
+    }
 }
 
 /// Records every protected file (storing snapshot contents in `writer`) and directory.
 pub(crate) fn checkpoint(
-    files: &[(PathBuf, FileMode)],
-    dirs: &[PathBuf],
+    files: &[(Protected, FileMode)],
+    dirs: &[Protected],
     writer: &mut EpochWriter,
 ) -> Result<(Vec<FileRecord>, Vec<DirRecord>), Error> {
     let mut records = Vec::with_capacity(files.len());
-    for (path, mode) in files {
+    for (Protected { key, path }, mode) in files {
         let record = match mode {
             FileMode::Snapshot => {
                 let content = fs::read(path).map_err(|e| Error::io(path, e))?;
-                writer.put_full(&item_name(path), &content)?;
+                writer.put_full(&item_name(key), &content)?;
                 FileRecord {
-                    path: path.clone(),
+                    path: key.clone(),
                     mode: *mode,
                     len: content.len() as u64,
                     xxh3: None,
@@ -82,7 +105,7 @@ pub(crate) fn checkpoint(
             FileMode::Append => {
                 let len = fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
                 FileRecord {
-                    path: path.clone(),
+                    path: key.clone(),
                     mode: *mode,
                     len,
                     xxh3: None,
@@ -91,7 +114,7 @@ pub(crate) fn checkpoint(
             FileMode::Input => {
                 let (len, hash) = hash_file(path)?;
                 FileRecord {
-                    path: path.clone(),
+                    path: key.clone(),
                     mode: *mode,
                     len,
                     xxh3: Some(hash),
@@ -104,8 +127,8 @@ pub(crate) fn checkpoint(
         .iter()
         .map(|d| {
             Ok(DirRecord {
-                path: d.clone(),
-                entries: list_files(d)?,
+                path: d.key.clone(),
+                entries: list_files(&d.path)?,
             })
         })
         .collect::<Result<Vec<_>, Error>>()?;
@@ -115,13 +138,13 @@ pub(crate) fn checkpoint(
 /// Fails, changing nothing, if a file protected now disagrees with the checkpoint in a way
 /// restart cannot mend: an input file that changed, an append file now shorter than
 /// checkpointed, or a file the checkpoint does not know.
-pub(crate) fn check_restorable(files: &[(PathBuf, FileMode)], records: &[FileRecord]) -> Result<(), Error> {
-    for (path, mode) in files {
+pub(crate) fn check_restorable(files: &[(Protected, FileMode)], records: &[FileRecord]) -> Result<(), Error> {
+    for (Protected { key, path }, mode) in files {
         let record = records
             .iter()
-            .find(|r| &r.path == path && r.mode == *mode)
+            .find(|r| &r.path == key && r.mode == *mode)
             .ok_or_else(|| {
-                Error::Mismatch(format!("{} ({mode:?}) is not in the checkpoint", path.display()))
+                Error::Mismatch(format!("{} ({mode:?}) is not in the checkpoint", key.display()))
             })?;
         match mode {
             FileMode::Input => {
@@ -150,24 +173,27 @@ pub(crate) fn check_restorable(files: &[(PathBuf, FileMode)], records: &[FileRec
 }
 
 /// Puts files back as `epoch` saw them: snapshot contents restored, append files truncated,
-/// files created since in protected directories moved aside.
+/// files created since in protected directories moved aside (a directory the rank does not
+/// protect now is found by resolving its key against the current working directory).
 pub(crate) fn restore(
     store: &Store,
     rank: u32,
     epoch: u64,
-    files: &[(PathBuf, FileMode)],
+    files: &[(Protected, FileMode)],
     records: &[FileRecord],
+    protected_dirs: &[Protected],
     dirs: &[DirRecord],
 ) -> Result<(), Error> {
-    for record in records
-        .iter()
-        .filter(|r| files.iter().any(|(p, m)| p == &r.path && *m == r.mode))
-    {
-        let path = &record.path;
+    for (Protected { path, .. }, record) in files.iter().filter_map(|(p, m)| {
+        records
+            .iter()
+            .find(|r| r.path == p.key && r.mode == *m)
+            .map(|r| (p, r))
+    }) {
         match record.mode {
             FileMode::Snapshot => {
                 let mut content = vec![0u8; record.len as usize];
-                store.read_item_into(rank, epoch, &item_name(path), &mut content)?;
+                store.read_item_into(rank, epoch, &item_name(&record.path), &mut content)?;
                 let temp = PathBuf::from(format!("{}.eckpt-restore", path.display()));
                 fs::write(&temp, &content).map_err(|e| Error::io(&temp, e))?;
                 fs::File::open(&temp)
@@ -175,25 +201,32 @@ pub(crate) fn restore(
                     .map_err(|e| Error::io(&temp, e))?;
                 fs::rename(&temp, path).map_err(|e| Error::io(path, e))?;
             }
-            FileMode::Append => {
-                let file = fs::OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .map_err(|e| Error::io(path, e))?;
-                file.set_len(record.len)
-                    .and_then(|_| file.sync_all())
-                    .map_err(|e| Error::io(path, e))?;
-            }
+            FileMode::Append => cut(path, record.len)?,
             FileMode::Input => {}
         }
     }
-    for dir in dirs {
-        let now = list_files(&dir.path)?;
-        for extra in now.difference(&dir.entries) {
-            move_aside(&dir.path, extra, epoch)?;
+    for record in dirs {
+        let dir = match protected_dirs.iter().find(|d| d.key == record.path) {
+            Some(d) => d.path.clone(),
+            None => Protected::new(&record.path)?.path,
+        };
+        let now = list_files(&dir)?;
+        for extra in now.difference(&record.entries) {
+            move_aside(&dir, extra, epoch)?;
         }
     }
     Ok(())
+}
+
+/// Cuts an append file back to `len` bytes, durably.
+pub(crate) fn cut(path: &Path, len: u64) -> Result<(), Error> {
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    file.set_len(len)
+        .and_then(|_| file.sync_all())
+        .map_err(|e| Error::io(path, e))
 }
 
 /// Moves `dir/relative` to `dir/.eckpt-rollback/epoch-E/relative` (suffixing `.N` if taken).

@@ -20,6 +20,7 @@
 //! # Ok::<(), eckpt::Error>(())
 //! ```
 
+mod baseline;
 pub mod capi;
 mod checkpointer;
 mod cluster;

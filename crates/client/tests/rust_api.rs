@@ -9,7 +9,7 @@ use eckpt_capture::AlignedBuf;
 
 fn config(dir: &Path, track: TrackMode) -> Config {
     Config {
-        dir: dir.to_path_buf(),
+        dir: Some(dir.to_path_buf()),
         rank: 3,
         track,
         hash_block_size: 4096,

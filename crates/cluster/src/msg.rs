@@ -499,10 +499,15 @@ pub enum CoordRequest {
         /// Epoch.
         epoch: u64,
     },
-    /// Where rank `rank`'s latest committed epoch lives.
+    /// Where rank `rank` of a job of `world` ranks finds its latest committed epoch. An
+    /// error when the committed epoch cannot be read now (the rank's node is down) or the job
+    /// size is not the checkpointed job's: a restarting rank must never take either for a
+    /// fresh start.
     Locate {
         /// Rank.
         rank: u32,
+        /// World size the restarting job runs with.
+        world: u32,
     },
     /// Rebuild every lost node's data and restore redundancy.
     Recover,
@@ -542,7 +547,7 @@ pub enum CoordResponse {
     },
     /// `WaitEpoch`.
     Outcome(EpochOutcome),
-    /// `Locate`: the node and epoch, or `None` when there is none committed.
+    /// `Locate`: the node and epoch, or `None` when the cluster has no committed epoch.
     Located(Option<(NodeInfo, u64)>),
     /// `Export`: read the rank from this agent (from a scratch store if `scratch`).
     ExportFrom {

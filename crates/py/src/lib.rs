@@ -94,7 +94,9 @@ const MODES: [(&str, FileMode); 3] = [
 ///
 /// ``Checkpointer(dir=None, rank=None, *, track=None, block_size=None, cluster=None,
 /// world=None)``: ``dir`` is the node-local store root and ``rank`` this process's rank;
-/// what is not given comes from ``ECKPT_DIR``, ``ECKPT_RANK`` (or the MPI launcher's rank),
+/// without ``dir`` or ``ECKPT_DIR`` the store is one per user and per batch job
+/// (``/dev/shm/eckpt-<uid>/job-<id>``, the id from ``SLURM_JOB_ID``, ``PBS_JOBID`` or
+/// ``LSB_JOBID``), and ValueError without a job id. What is not given comes from ``ECKPT_DIR``, ``ECKPT_RANK`` (or the MPI launcher's rank),
 /// ``ECKPT_TRACK``, ``ECKPT_BLOCK_SIZE``, ``ECKPT_KEEP``, ``ECKPT_MAX_CHAIN``,
 /// ``ECKPT_CLUSTER`` and ``ECKPT_WORLD``. ``track`` is ``"auto"``, ``"uffd"`` or ``"hash"``
 /// (dirty-block detection); ``block_size`` the hashing block size. With ``cluster`` (the
@@ -112,8 +114,9 @@ struct PyCheckpointer {
     /// pointers) is only `Send`; the mutex is never locked: every use goes through `&mut self`
     /// (PyO3's borrow flag makes that exclusive) and [`Mutex::get_mut`].
     inner: Mutex<Checkpointer>,
-    /// The configuration's store root and rank, for the getters (which only borrow `&self`).
-    dir: PathBuf,
+    /// The standalone store root (`None` in cluster mode) and rank, for the getters (which
+    /// only borrow `&self`).
+    dir: Option<PathBuf>,
     rank: u32,
     /// Name → protected array, kept alive (and unmovable) as long as the checkpointer.
     arrays: BTreeMap<String, Py<PyUntypedArray>>,
@@ -135,7 +138,7 @@ impl PyCheckpointer {
     ) -> PyResult<Self> {
         let mut config = Config::from_env().map_err(|e| to_py(py, e))?;
         if let Some(dir) = dir {
-            config.dir = dir;
+            config.dir = Some(dir);
         }
         if let Some(cluster) = cluster {
             config.cluster = Some(cluster);
@@ -171,7 +174,11 @@ impl PyCheckpointer {
                 .filter(|&s| s > 0)
                 .ok_or_else(|| invalid(py, format!("block_size {size} is not positive")))?;
         }
-        let (dir, rank) = (config.dir.clone(), config.rank);
+        let dir = match config.cluster {
+            Some(_) => None,
+            None => Some(config.store_root().map_err(|e| to_py(py, e))?),
+        };
+        let rank = config.rank;
         let inner = Checkpointer::new(config).map_err(|e| to_py(py, e))?;
         Ok(PyCheckpointer {
             inner: Mutex::new(inner),
@@ -181,9 +188,10 @@ impl PyCheckpointer {
         })
     }
 
-    /// The store root this checkpointer writes to (a pathlib.Path).
+    /// The store root this checkpointer writes to (a pathlib.Path); None in cluster mode,
+    /// where each rank writes to its node's store.
     #[getter]
-    fn dir(&self) -> PathBuf {
+    fn dir(&self) -> Option<PathBuf> {
         self.dir.clone()
     }
 
@@ -305,8 +313,8 @@ impl PyCheckpointer {
 
     fn __repr__(&self) -> String {
         format!(
-            "eckpt.Checkpointer(dir={:?}, rank={}, arrays={:?})",
-            self.dir,
+            "eckpt.Checkpointer(dir={}, rank={}, arrays={:?})",
+            self.dir.as_ref().map_or("None".to_string(), |d| format!("{d:?}")),
             self.rank,
             self.protected()
         )

@@ -9,7 +9,14 @@ import pytest
 def clean_environment(monkeypatch):
     """A developer's ECKPT_DIR or ECKPT_TRACK must not leak into the tests."""
     for name in list(os.environ):
-        if name.startswith("ECKPT_") or name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+        if name.startswith("ECKPT_") or name in (
+            "OMPI_COMM_WORLD_RANK",
+            "PMI_RANK",
+            "SLURM_PROCID",
+            "SLURM_JOB_ID",
+            "PBS_JOBID",
+            "LSB_JOBID",
+        ):
             monkeypatch.delenv(name)
 
 

@@ -1,5 +1,9 @@
 """Arguments the binding refuses, and checkpoints that do not fit what is protected."""
 
+import os
+import shutil
+import stat
+
 import numpy as np
 import pytest
 
@@ -101,3 +105,22 @@ def test_size_mismatch_at_restart_is_refused_and_changes_nothing(store):
     unknown.protect("c", np.zeros(10))
     with pytest.raises(eckpt.Error, match='region "c" is not in epoch 1'):
         unknown.restart()
+
+
+def test_the_default_store_is_per_user_and_per_job(monkeypatch):
+    """No directory and no batch job id: an error, not a store shared with other jobs."""
+    with pytest.raises(ValueError, match="ECKPT_DIR"):
+        eckpt.Checkpointer()
+    job = f"eckpt-test-{os.getpid()}"
+    monkeypatch.setenv("SLURM_JOB_ID", job)
+    ck = eckpt.Checkpointer()
+    monkeypatch.setenv("SLURM_JOB_ID", job + "-other")
+    other = eckpt.Checkpointer()
+    try:
+        assert ck.dir.name == f"job-{job}"
+        assert ck.dir.parent.name in (f"eckpt-{os.getuid()}", "eckpt")
+        assert stat.S_IMODE(ck.dir.stat().st_mode) == 0o700
+        assert other.dir.parent == ck.dir.parent and other.dir != ck.dir
+    finally:
+        shutil.rmtree(ck.dir)
+        shutil.rmtree(other.dir)

@@ -112,6 +112,16 @@ pub(crate) fn scan_rank(dir: &Path) -> Result<RankScan> {
     Ok(scan)
 }
 
+/// Creates `dir` and any missing parents owner-only (0700): checkpoints hold the job's memory.
+pub(crate) fn create_private_dir(dir: &Path, recursive: bool) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(recursive)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io_at(dir))
+}
+
 /// Makes the directory's entries (creations, renames, removals) durable.
 pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|f| f.sync_all()).map_err(io_at(dir))
@@ -157,7 +167,7 @@ impl RankLock {
     pub(crate) fn try_acquire(root: &Path, rank: u32) -> Result<RankLock> {
         let dir = rank_dir(root, rank);
         if !dir.is_dir() {
-            fs::create_dir_all(&dir).map_err(io_at(&dir))?;
+            create_private_dir(&dir, true)?;
             fsync_dir(root)?;
         }
         let path = dir.join(LOCK_FILE);

@@ -12,7 +12,8 @@
 //! # On-disk layout
 //!
 //! ```text
-//! <root>/                      default_root(): /dev/shm/eckpt on tmpfs, else a state dir
+//! <root>/                      default_root(job): /dev/shm/eckpt-<uid>/job-<id> on tmpfs, else a state dir
+//!                              (every directory the store creates is 0700)
 //!   rank.<R>/                  one directory per rank R (decimal)
 //!     lock                     flock(2) target: one writer per rank across processes
 //!     epoch-<E>-<G>/           committed epoch E, generation G
@@ -153,21 +154,39 @@ impl EpochView {
     }
 }
 
-/// Where checkpoints live by default: `/dev/shm/eckpt` when `/dev/shm` is a tmpfs (fastest,
-/// survives the process but not the node), else `$XDG_STATE_HOME/eckpt`, else
-/// `~/.local/state/eckpt`, else `eckpt` under the temporary directory.
-pub fn default_root() -> PathBuf {
+/// Where the checkpoints of batch job `job` live by default: per user and per job, so that
+/// neither another user nor another job of the same user ever resumes them.
+/// `/dev/shm/eckpt-<uid>/job-<job>` when `/dev/shm` is a tmpfs (fastest, survives the
+/// process but not the node), else `job-<job>` under `$XDG_STATE_HOME/eckpt`, else under
+/// `~/.local/state/eckpt`, else under `eckpt-<uid>` in the temporary directory. Characters
+/// of `job` other than ASCII letters, digits, `.`, `-` and `_` become `_`.
+pub fn default_root(job: &str) -> PathBuf {
     let shm = Path::new("/dev/shm");
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let job: String = job
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || ".-_".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
     pick_root(
         is_tmpfs(shm).then_some(shm),
         std::env::var_os("XDG_STATE_HOME"),
         std::env::var_os("HOME"),
+        uid,
     )
+    .join(format!("job-{job}"))
 }
 
-fn pick_root(tmpfs: Option<&Path>, xdg_state: Option<OsString>, home: Option<OsString>) -> PathBuf {
+/// The per-user directory under which [`default_root`] puts each job's store.
+fn pick_root(tmpfs: Option<&Path>, xdg_state: Option<OsString>, home: Option<OsString>, uid: u32) -> PathBuf {
     if let Some(t) = tmpfs {
-        return t.join("eckpt");
+        return t.join(format!("eckpt-{uid}"));
     }
     // The XDG spec says relative values are invalid and must be ignored.
     if let Some(x) = xdg_state.map(PathBuf::from).filter(|p| p.is_absolute()) {
@@ -176,7 +195,7 @@ fn pick_root(tmpfs: Option<&Path>, xdg_state: Option<OsString>, home: Option<OsS
     if let Some(h) = home.map(PathBuf::from).filter(|p| p.is_absolute()) {
         return h.join(".local/state/eckpt");
     }
-    std::env::temp_dir().join("eckpt")
+    std::env::temp_dir().join(format!("eckpt-{uid}"))
 }
 
 fn is_tmpfs(path: &Path) -> bool {
@@ -228,7 +247,7 @@ impl Store {
         }
         let root = root.as_ref().to_path_buf();
         if !root.is_dir() {
-            fs::create_dir_all(&root).map_err(io_at(&root))?;
+            layout::create_private_dir(&root, true)?;
             // Make the new root's own entry durable, or a power loss could take it (and
             // every epoch committed under it) away.
             if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -515,18 +534,48 @@ mod tests {
         let xdg = Some(OsString::from("/x/state"));
         let home = Some(OsString::from("/home/u"));
         assert_eq!(
-            pick_root(Some(shm), xdg.clone(), home.clone()),
-            PathBuf::from("/dev/shm/eckpt")
+            pick_root(Some(shm), xdg.clone(), home.clone(), 1000),
+            PathBuf::from("/dev/shm/eckpt-1000")
         );
         assert_eq!(
-            pick_root(None, xdg, home.clone()),
+            pick_root(None, xdg, home.clone(), 1000),
             PathBuf::from("/x/state/eckpt")
         );
         assert_eq!(
-            pick_root(None, Some(OsString::from("relative")), home),
+            pick_root(None, Some(OsString::from("relative")), home, 1000),
             PathBuf::from("/home/u/.local/state/eckpt")
         );
-        assert_eq!(pick_root(None, None, None), std::env::temp_dir().join("eckpt"));
+        assert_eq!(
+            pick_root(None, None, None, 1000),
+            std::env::temp_dir().join("eckpt-1000")
+        );
+    }
+
+    #[test]
+    fn default_root_is_per_job_and_never_escapes() {
+        let root = default_root("4242.pbs/../x");
+        assert_eq!(root.file_name().unwrap(), "job-4242.pbs_.._x");
+        assert_ne!(default_root("1"), default_root("2"));
+    }
+
+    #[test]
+    fn created_directories_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("a/b");
+        let store = Store::open(&root).unwrap();
+        let mut w = store.writer(0, 1).unwrap();
+        w.put_full("x", b"x").unwrap();
+        w.commit().unwrap();
+        let epoch = fs::read_dir(root.join("rank.0"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.is_dir())
+            .unwrap();
+        for dir in [tmp.path().join("a"), root.clone(), root.join("rank.0"), epoch] {
+            let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", dir.display());
+        }
     }
 
     #[test]

@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{io_at, Result, StoreError};
 use crate::layout::{
-    epoch_dir_name, fsync_dir, rank_dir, remove_epoch_dir, remove_garbage, scan_rank, unique_suffix,
-    RankLock, DATA_FILE, MANIFEST_FILE, TMP_PREFIX,
+    create_private_dir, epoch_dir_name, fsync_dir, rank_dir, remove_epoch_dir, remove_garbage, scan_rank,
+    unique_suffix, RankLock, DATA_FILE, MANIFEST_FILE, TMP_PREFIX,
 };
 use crate::manifest::{block_len, ItemManifest, Manifest, MANIFEST_FORMAT, MAX_BLOCK_SIZE, MAX_ITEM_NAME};
 use crate::read::{Chain, EpochData};
@@ -93,7 +93,7 @@ impl EpochWriter {
             plan.generation,
             unique_suffix()
         ));
-        fs::create_dir(&tmp).map_err(io_at(&tmp))?;
+        create_private_dir(&tmp, false)?;
         let data_path = tmp.join(DATA_FILE);
         let file = File::create(&data_path).map_err(io_at(&data_path))?;
         Ok(EpochWriter {

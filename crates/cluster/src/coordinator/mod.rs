@@ -273,6 +273,29 @@ impl Coordinator {
         }
     }
 
+    /// `Locate`: the node holding the rank's committed epoch; an error, never "none", when
+    /// there is one it cannot read now or the job's size changed.
+    fn locate(&self, rank: u32, world: u32) -> Result<CoordResponse, ClusterError> {
+        let journal = self.snapshot();
+        if let Some(w) = journal.world.filter(|&w| w != world) {
+            return Err(ClusterError::Invalid(format!(
+                "the job was checkpointed with {w} ranks but restarts with {world}"
+            )));
+        }
+        if rank >= world {
+            return Err(ClusterError::Invalid(format!(
+                "rank {rank} outside a job of {world} ranks"
+            )));
+        }
+        let Some(name) = journal.placement.get(&rank).filter(|_| journal.committed > 0) else {
+            return Ok(CoordResponse::Located(None));
+        };
+        let info = self.alive().remove(name).ok_or_else(|| {
+            ClusterError::Invalid(format!("rank {rank}'s node {name} is down: run `eckpt recover`"))
+        })?;
+        Ok(CoordResponse::Located(Some((info, journal.committed))))
+    }
+
     /// `RankReady`: records the rank; the last one starts the epoch's encode.
     fn rank_ready(self: &Arc<Self>, rank: u32, epoch: u64, node: String) -> Result<(), ClusterError> {
         let journal = self.snapshot();
@@ -558,18 +581,7 @@ async fn handle(
             CoordResponse::Ok
         }
         CoordRequest::WaitEpoch { epoch } => CoordResponse::Outcome(coord.wait_epoch(epoch).await),
-        CoordRequest::Locate { rank } => {
-            let journal = coord.snapshot();
-            let alive = coord.alive();
-            CoordResponse::Located(
-                journal
-                    .placement
-                    .get(&rank)
-                    .filter(|_| journal.committed > 0)
-                    .and_then(|n| alive.get(n))
-                    .map(|info| (info.clone(), journal.committed)),
-            )
-        }
+        CoordRequest::Locate { rank, world } => coord.locate(rank, world)?,
         CoordRequest::Recover => CoordResponse::Recovered(coord.recover(conn).await?),
         CoordRequest::Export { rank, epoch } => coord.export(rank, epoch).await?,
         CoordRequest::Leave { node } => {
