@@ -318,3 +318,29 @@ fn files_spanning_several_batches_roundtrip_with_damage_in_each() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(fs::read(&out).unwrap() == data);
 }
+
+/// A manifest whose recorded length was changed (shorter, or longer into the zero padding)
+/// no longer describes the shards: verify says so instead of calling the set intact.
+#[test]
+fn a_manifest_with_a_changed_length_is_not_intact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, shards, _) = encoded(tmp.path(), 100_000, 4, 2, 4096, "cauchy");
+    let manifest = shards.join("manifest.json");
+    let original = fs::read_to_string(&manifest).unwrap();
+    assert!(eckpt(&["verify", shards.to_str().unwrap()]).status.success());
+    for len in ["99999", "100001"] {
+        fs::write(&manifest, original.replace("100000", len)).unwrap();
+        let out = eckpt(&["verify", shards.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "input_len {len}: {}", stderr(&out));
+        assert!(stderr(&out).contains("do not hold the input the manifest describes"), "{}", stderr(&out));
+    }
+}
+
+/// Devices and pipes have no fixed length: encode refuses them instead of reading forever.
+#[test]
+fn encode_refuses_a_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = eckpt(&["encode", "/dev/zero", "--out", tmp.path().join("s").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("/dev/zero: not a regular file"), "{}", stderr(&out));
+}

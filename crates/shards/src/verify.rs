@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::Result;
 use serde::Serialize;
+use xxhash_rust::xxh3::Xxh3;
 
 use crate::batch::stripes_per_batch;
 use crate::shard_set::ShardSet;
@@ -47,6 +48,11 @@ pub struct VerifyReport {
     pub intact: bool,
     /// True when `eckpt decode` can rebuild the input.
     pub recoverable: bool,
+    /// Whether the data shards, cut at the manifest's `input_len`, hash to its
+    /// `input_xxh3`: `ok`, `mismatch` (the manifest does not describe these shards: a changed
+    /// length or hash), or `unchecked` (a data block is damaged; decode checks it after
+    /// rebuilding).
+    pub input_hash: &'static str,
 }
 
 /// Reads every block of the set and reports the damage.
@@ -59,6 +65,8 @@ pub fn verify_dir(dir: &Path, progress: &(dyn Fn(u64) + Sync)) -> Result<VerifyR
     let mut bad = vec![0u64; n];
     let mut first_bad = vec![None; n];
     let (mut damaged_stripes, mut unrecoverable, mut worst) = (0u64, 0u64, 0usize);
+    // The input as the data shards hold it, hashed while every data block is intact.
+    let mut input = Some((Xxh3::new(), 0u64));
     let mut first = 0u64;
     while first < manifest.stripes {
         let stripes = per_batch.min((manifest.stripes - first) as usize);
@@ -71,6 +79,24 @@ pub fn verify_dir(dir: &Path, progress: &(dyn Fn(u64) + Sync)) -> Result<VerifyR
             for &i in &damaged {
                 bad[i] += 1;
                 first_bad[i].get_or_insert(first + s as u64);
+            }
+            if damaged.iter().any(|&i| i < manifest.k) {
+                input = None;
+            }
+            if let Some((hasher, hashed)) = input.as_mut() {
+                let block = manifest.block_size as usize;
+                for shard in &batch.blocks[..manifest.k] {
+                    let take = (block as u64).min(manifest.input_len - *hashed) as usize;
+                    let bytes = &shard[s * block..(s + 1) * block];
+                    hasher.update(&bytes[..take]);
+                    *hashed += take as u64;
+                    // Encode pads with zeros: data past the recorded length means the
+                    // length was changed.
+                    if bytes[take..].iter().any(|&b| b != 0) {
+                        input = None;
+                        break;
+                    }
+                }
             }
             damaged_stripes += u64::from(!damaged.is_empty());
             unrecoverable += u64::from(damaged.len() > manifest.m);
@@ -99,7 +125,12 @@ pub fn verify_dir(dir: &Path, progress: &(dyn Fn(u64) + Sync)) -> Result<VerifyR
     // A missing shard of an empty set (no stripes) still counts toward the loss.
     let missing = shards.iter().filter(|s| s.status == "missing").count();
     let worst = worst.max(if manifest.stripes == 0 { missing } else { 0 });
-    let intact = shards.iter().all(|s| s.status == "ok");
+    let input_hash = match input {
+        Some((hasher, hashed)) if hashed == manifest.input_len && format!("{:016x}", hasher.digest()) == manifest.input_xxh3 => "ok",
+        None if shards[..manifest.k].iter().any(|s| s.status != "ok") => "unchecked",
+        _ => "mismatch",
+    };
+    let intact = shards.iter().all(|s| s.status == "ok") && input_hash == "ok";
     Ok(VerifyReport {
         dir: dir.display().to_string(),
         k: manifest.k,
@@ -110,6 +141,7 @@ pub fn verify_dir(dir: &Path, progress: &(dyn Fn(u64) + Sync)) -> Result<VerifyR
         unrecoverable_stripes: unrecoverable,
         worst_stripe_damage: worst,
         intact,
-        recoverable: unrecoverable == 0 && worst <= manifest.m,
+        recoverable: unrecoverable == 0 && worst <= manifest.m && input_hash != "mismatch",
+        input_hash,
     })
 }

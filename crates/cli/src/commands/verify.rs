@@ -39,6 +39,13 @@ pub fn run(args: Args) -> Result<i32> {
             println!("{:<10} {}{detail}", shard.file, shard.status);
         }
     }
+    if report.input_hash == "mismatch" {
+        bail!(
+            "{}: the shards do not hold the input the manifest describes (input_len or input_xxh3 \
+             changed): the manifest cannot be trusted",
+            report.dir
+        );
+    }
     if !report.recoverable {
         bail!(
             "{}: {} of {} stripes have more than m={} damaged shards; the input cannot be rebuilt",
