@@ -31,6 +31,43 @@ pub fn ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
+/// Starts `eckpt` in the background, its output captured.
+pub fn spawn(args: &[&str]) -> Child {
+    eckpt()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("eckpt starts")
+}
+
+/// Waits for a background `eckpt` to exit; one still running after a minute (far beyond
+/// anything it should take) is killed and fails the test instead of hanging it.
+pub fn finish(mut child: Child, what: &str) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("eckpt {what} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// Runs `eckpt` with a time limit (see `finish`); its output, whatever the exit status.
+pub fn run_bounded(args: &[&str]) -> Output {
+    finish(spawn(args), &args.join(" "))
+}
+
+/// Asserts that `out` is a failure whose one-line message contains `expected`.
+pub fn assert_refused(out: &Output, expected: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "succeeded, expected {expected:?}");
+    assert!(err.contains(expected), "expected {expected:?}: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
 /// Deterministic pseudo-random bytes.
 pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
