@@ -4,6 +4,7 @@
 //! is a journal rewritten atomically on every decision, so a restarted coordinator resumes.
 
 mod epoch;
+mod journal_file;
 mod recovery;
 mod state;
 
@@ -113,11 +114,14 @@ impl Coordinator {
         journal.save(&self.dir.journal())
     }
 
-    /// Applies `change` to the journal and saves it.
+    /// Applies `change` to the journal and saves it; if the save fails the journal in
+    /// memory stays as it was on disk, so later decisions never build on an unsaved one.
     fn update<T>(&self, change: impl FnOnce(&mut Journal) -> T) -> Result<T, ClusterError> {
         let mut journal = self.journal.lock().expect("journal lock");
-        let out = change(&mut journal);
-        self.save(&journal)?;
+        let mut next = journal.clone();
+        let out = change(&mut next);
+        self.save(&next)?;
+        *journal = next;
         Ok(out)
     }
 
