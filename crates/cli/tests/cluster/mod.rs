@@ -128,6 +128,19 @@ impl Cluster {
         self.status()["committed_epoch"].as_u64().unwrap()
     }
 
+    /// The node rank `rank` is placed on.
+    pub fn status_placement(&self, rank: u64) -> String {
+        self.status()["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["ranks"].as_array().unwrap().contains(&rank.into()))
+            .unwrap_or_else(|| panic!("rank {rank} is placed nowhere"))["name"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
     /// Nodes that host ranks, in name order.
     pub fn nodes_with_ranks(&self) -> Vec<String> {
         self.status()["nodes"]
@@ -239,6 +252,44 @@ impl Cluster {
             }
             assert!(Instant::now() < deadline, "{node} still alive");
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILLs the coordinator (the agents keep running and reconnect to a new one).
+    pub fn kill_coordinator(&self) {
+        let pid = std::fs::read_to_string(self.dir.join("coordinator/pid")).unwrap();
+        let status = Command::new("kill").args(["-9", pid.trim()]).status().unwrap();
+        assert!(status.success());
+    }
+
+    /// `eckpt coordinator` started by hand, as after a crash; its stderr in `log2`.
+    pub fn start_coordinator(&self) -> Child {
+        let log = std::fs::File::create(self.dir.join("coordinator/log2")).unwrap();
+        eckpt()
+            .args(["coordinator", "--dir", self.d()])
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    /// Waits until the coordinator answers and every node it knows is alive.
+    pub fn wait_all_alive(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = run(&["status", "--dir", self.d(), "--json"]);
+            let all = out.status.success()
+                && serde_json::from_slice::<Value>(&out.stdout).is_ok_and(|s| {
+                    s["nodes"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .all(|n| n["alive"].as_bool().unwrap() || n["removed"].as_bool().unwrap())
+                });
+            if all {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the cluster did not come back");
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
