@@ -6,7 +6,7 @@ mod cluster;
 
 use std::process::Command;
 
-use cluster::{bytes, ok, run, touch, Cluster};
+use cluster::{assert_refused, bytes, finish, ok, run, run_bounded, spawn, touch, Cluster};
 
 fn epoch_of(c: &mut Cluster, data: &[Vec<u8>]) {
     let report = c.checkpoint(data.to_vec(), true).expect("report");
@@ -279,4 +279,46 @@ fn bad_requests_get_one_line_errors_and_change_nothing() {
     }
     assert_eq!(c.committed(), 1);
     c.assert_restorable();
+}
+
+#[test]
+fn a_rank_checkpointing_twice_is_refused_at_once_or_writes_exactly_its_next_epoch() {
+    let c = Cluster::up(&["--nodes", "3", "--k", "1", "--m", "2", "--block-size", "8KiB"]);
+    let first = bytes(50_000, 1);
+    let second = bytes(50_000, 2);
+    let dir = c.dir.parent().unwrap();
+    let (p1, p2) = (dir.join("first.img"), dir.join("second.img"));
+    std::fs::write(&p1, &first).unwrap();
+    std::fs::write(&p2, &second).unwrap();
+    let (p1, p2) = (p1.to_str().unwrap(), p2.to_str().unwrap());
+    let ckpt = |rank: &'static str, extra: &[&'static str], file: &str| -> Vec<String> {
+        let mut args = vec!["checkpoint", "--dir", c.d(), "--world", "2", "--rank", rank];
+        args.extend_from_slice(extra);
+        args.push(file);
+        args.into_iter().map(String::from).collect()
+    };
+    fn args(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+
+    // Rank 0 writes epoch 1; rank 1 has not, so epoch 1 stays open and undecided.
+    ok(&args(&ckpt("0", &[], p1)));
+    // Epoch 1 again, explicitly: refused at once rather than blocking.
+    let again = ckpt("0", &["--epoch", "1"], p2);
+    assert_refused(&run_bounded(&args(&again)), "rank 0 already wrote epoch 1");
+    // Epoch 2 is not open yet: refused at once, not parked until it opens.
+    let early = ckpt("0", &["--epoch", "2"], p2);
+    assert_refused(&run_bounded(&args(&early)), "epoch 2 is not open");
+    assert_eq!(c.status()["open_epoch"], 1);
+
+    // Without --epoch, rank 0 waits for epoch 1's decision and writes exactly epoch 2.
+    let next = ckpt("0", &["--json"], p2);
+    let waiting = spawn(&args(&next));
+    ok(&args(&ckpt("1", &["--wait"], p1)));
+    let out = finish(waiting, "checkpoint of rank 0's next epoch");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["epoch"], 2, "{report}");
+    assert_eq!(c.committed(), 1);
+    assert_eq!(c.restore(0).unwrap(), first, "epoch 1 holds the first image");
 }

@@ -332,7 +332,11 @@ fn a_manifest_with_a_changed_length_is_not_intact() {
         fs::write(&manifest, original.replace("100000", len)).unwrap();
         let out = eckpt(&["verify", shards.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(1), "input_len {len}: {}", stderr(&out));
-        assert!(stderr(&out).contains("do not hold the input the manifest describes"), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("do not hold the input the manifest describes"),
+            "{}",
+            stderr(&out)
+        );
     }
 }
 
@@ -340,7 +344,16 @@ fn a_manifest_with_a_changed_length_is_not_intact() {
 #[test]
 fn encode_refuses_a_device() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = eckpt(&["encode", "/dev/zero", "--out", tmp.path().join("s").to_str().unwrap()]);
+    let out = eckpt(&[
+        "encode",
+        "/dev/zero",
+        "--out",
+        tmp.path().join("s").to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("/dev/zero: not a regular file"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("/dev/zero: not a regular file"),
+        "{}",
+        stderr(&out)
+    );
 }

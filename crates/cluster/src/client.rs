@@ -20,9 +20,9 @@ pub async fn coordinator(dir: &ClusterDir) -> Result<Connection, ClusterError> {
     open(&file.coordinator_unix, &secret, &Hello::Control)
         .await
         .map_err(|e| {
+            let root = dir.root().display();
             ClusterError::Invalid(format!(
-                "the coordinator of {} is not reachable: {e}",
-                dir.root().display()
+                "the coordinator of {root} is not reachable ({e}): if the cluster was stopped, `eckpt up --dir {root}` starts it again with its data"
             ))
         })
 }

@@ -5,7 +5,7 @@
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use eckpt_proto::{ClusterSecret, Endpoint};
@@ -23,8 +23,8 @@ use crate::ClusterError;
 pub struct UpOptions {
     /// Cluster directory (created).
     pub dir: PathBuf,
-    /// Member nodes (`n0`…).
-    pub nodes: usize,
+    /// Member nodes (`n0`…) of a new cluster; `None` restarts the stopped cluster in `dir`.
+    pub nodes: Option<usize>,
     /// Spare nodes (`s0`…).
     pub spares: usize,
     /// Coding.
@@ -40,7 +40,7 @@ pub struct UpOptions {
 /// How long `up` and `join` wait for processes to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn spawn_detached(mut command: Command, log: &Path) -> Result<u32, ClusterError> {
+fn spawn_detached(mut command: Command, log: &Path) -> Result<Child, ClusterError> {
     let out = fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -56,10 +56,9 @@ fn spawn_detached(mut command: Command, log: &Path) -> Result<u32, ClusterError>
             Ok(())
         });
     }
-    let child = command
+    command
         .spawn()
-        .map_err(|e| ClusterError::Invalid(format!("starting {command:?}: {e}")))?;
-    Ok(child.id())
+        .map_err(|e| ClusterError::Invalid(format!("starting {command:?}: {e}")))
 }
 
 fn pid_alive(pid: u32) -> bool {
@@ -148,9 +147,20 @@ fn wait_alive(dir: &ClusterDir, names: &[String]) -> Result<(), ClusterError> {
     })
 }
 
-/// `eckpt up`: creates the cluster directory and starts everything; returns once every
-/// agent is registered.
+/// `eckpt up`: creates the cluster directory and starts everything, or, when the directory
+/// holds a stopped cluster, brings that one back as it was; returns once every agent is
+/// registered.
 pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
+    let dir = ClusterDir::new(&options.dir)?;
+    if dir.cluster_file().exists() {
+        return restart(&dir, options);
+    }
+    let node_count = options.nodes.ok_or_else(|| {
+        ClusterError::Invalid(format!(
+            "{} holds no cluster: --nodes is needed to create one",
+            dir.root().display()
+        ))
+    })?;
     options.coding.validate()?;
     if let Some(rate) = &options.link_rate {
         parse_rate(rate)?;
@@ -158,20 +168,11 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
             return Err(ClusterError::Invalid("--link-rate needs --netns".into()));
         }
     }
-    let dir = ClusterDir::new(&options.dir)?;
-    if dir.cluster_file().exists() {
-        return Err(ClusterError::Invalid(format!(
-            "{} already holds a cluster: `eckpt down --dir {} --purge` first, or use another directory",
-            dir.root().display(),
-            dir.root().display()
-        )));
-    }
     let (k, m) = (options.coding.k, options.coding.m);
-    if options.nodes < k + m {
+    if node_count < k + m {
         return Err(ClusterError::Invalid(format!(
-            "{} nodes cannot form a group of k={k} data + m={m} parity members: need at least {} \
-             nodes, or a smaller --k",
-            options.nodes,
+            "{node_count} nodes cannot form a group of k={k} data + m={m} parity members: need at \
+             least {} nodes, or a smaller --k",
             k + m
         )));
     }
@@ -182,7 +183,7 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
     fs::set_permissions(dir.root(), std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .map_err(crate::io_at(dir.root()))?;
     ClusterSecret::create_file(&dir.secret())?;
-    let nodes: Vec<String> = (0..options.nodes).map(|i| format!("n{i}")).collect();
+    let nodes: Vec<String> = (0..node_count).map(|i| format!("n{i}")).collect();
     let spares: Vec<String> = (0..options.spares).map(|i| format!("s{i}")).collect();
     let netns = options.netns.then(|| NetnsConfig {
         rate: options.link_rate.clone(),
@@ -199,61 +200,150 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         coding: options.coding,
         coordinator_unix: Endpoint::Unix(dir.coordinator_socket()),
         coordinator_tcp: None,
-        netns: netns.clone(),
+        netns,
     };
+    write_cluster_file(&dir, &file)?;
+    Journal::new(options.coding, &nodes, &spares).save(&dir.journal())?;
+    start(&dir, &file, &options.exe, &nodes, &spares)?;
+    Ok(UpSummary::new(&dir, &file, nodes, spares, false))
+}
+
+/// `up` on a directory that holds a cluster: starts what is not running — the coordinator
+/// from its journal (refused here, before anything starts, if the journal is damaged), the
+/// agents of every node not removed with their stores and parity, in their network
+/// namespaces when the cluster has them — with the configuration recorded in the directory.
+fn restart(dir: &ClusterDir, options: &UpOptions) -> Result<UpSummary, ClusterError> {
+    let mut file = dir.load()?;
+    let root = dir.root().display();
+    if let Some(pid) = running(&dir.coordinator()) {
+        return Err(ClusterError::Invalid(format!(
+            "{root} already holds a cluster, running (coordinator pid {pid}): `eckpt status --dir {root}` shows it, `eckpt down --dir {root}` stops it"
+        )));
+    }
+    if options.nodes.is_some() {
+        return Err(ClusterError::Invalid(format!(
+            "{root} holds a stopped cluster: `eckpt up --dir {root}` without --nodes restarts it as it was (its nodes and coding are recorded there); a new cluster needs another directory"
+        )));
+    }
+    let journal = Journal::load(&dir.journal())?;
+    let (mut nodes, mut spares) = (Vec::new(), Vec::new());
+    for (name, entry) in journal.nodes.iter().filter(|(_, e)| !e.removed) {
+        if entry.spare { &mut spares } else { &mut nodes }.push(name.clone());
+    }
+    file.coordinator_tcp = None;
+    write_cluster_file(dir, &file)?;
+    start(dir, &file, &options.exe, &nodes, &spares)?;
+    Ok(UpSummary::new(dir, &file, nodes, spares, true))
+}
+
+impl UpSummary {
+    fn new(
+        dir: &ClusterDir,
+        file: &ClusterFile,
+        nodes: Vec<String>,
+        spares: Vec<String>,
+        restarted: bool,
+    ) -> UpSummary {
+        UpSummary {
+            dir: dir.root().to_path_buf(),
+            coding: file.coding,
+            nodes,
+            spares,
+            netns: file.netns.is_some(),
+            link_rate: file.netns.as_ref().and_then(|n| n.rate.clone()),
+            layout: file.coding.layout,
+            topology: file.coding.topology,
+            restarted,
+        }
+    }
+}
+
+fn write_cluster_file(dir: &ClusterDir, file: &ClusterFile) -> Result<(), ClusterError> {
     write_atomic(
         &dir.cluster_file(),
-        &serde_json::to_vec_pretty(&file).expect("serializes"),
-    )?;
-    Journal::new(options.coding, &nodes, &spares).save(&dir.journal())?;
+        &serde_json::to_vec_pretty(file).expect("serializes"),
+    )
+}
 
-    let mut bind = "127.0.0.1".to_string();
-    if let Some(net) = &netns {
-        let network = Network::for_dir(dir.root());
+/// Creates node `name`'s network namespace (and the bridge) unless they exist: after
+/// `down` removed them, or for a node new to the cluster.
+fn ensure_namespace(dir: &ClusterDir, net: &NetnsConfig, name: &str) -> Result<(), ClusterError> {
+    let network = Network::for_dir(dir.root());
+    if !Path::new("/sys/class/net").join(network.bridge()).exists() {
         network.create_bridge()?;
-        for (name, &index) in &net.nodes {
-            network.add_node(name, index, net.rate.as_deref())?;
-        }
-        bind = network.bridge_ip();
     }
-    let mut coordinator = Command::new(&options.exe);
-    coordinator
+    let index = *net
+        .nodes
+        .get(name)
+        .ok_or_else(|| ClusterError::Invalid(format!("node {name} has no namespace")))?;
+    if !Path::new("/run/netns").join(network.namespace(name)).exists() {
+        network.add_node(name, index, net.rate.as_deref())?;
+    }
+    Ok(())
+}
+
+/// Starts the coordinator and every agent of `nodes` and `spares` not already running
+/// (with their namespaces when the cluster has them); returns once all are registered.
+fn start(
+    dir: &ClusterDir,
+    file: &ClusterFile,
+    exe: &Path,
+    nodes: &[String],
+    spares: &[String],
+) -> Result<(), ClusterError> {
+    let mut bind = "127.0.0.1".to_string();
+    if let Some(net) = &file.netns {
+        for name in nodes.iter().chain(spares) {
+            ensure_namespace(dir, net, name)?;
+        }
+        bind = Network::for_dir(dir.root()).bridge_ip();
+    }
+    let mut command = Command::new(exe);
+    command
         .arg("coordinator")
         .arg("--dir")
         .arg(dir.root())
         .args(["--bind", &bind]);
-    spawn_detached(coordinator, &ClusterDir::log_file(&dir.coordinator()))?;
+    let log = ClusterDir::log_file(&dir.coordinator());
+    let mut coordinator = spawn_detached(command, &log)?;
+    let mut exited = false;
     wait_until(START_TIMEOUT, "the coordinator", || {
-        dir.load().is_ok_and(|f| f.coordinator_tcp.is_some()) && status_now(&dir).is_some()
+        exited = matches!(coordinator.try_wait(), Ok(Some(_)));
+        exited || (dir.load().is_ok_and(|f| f.coordinator_tcp.is_some()) && status_now(dir).is_some())
     })?;
+    if exited {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        return Err(ClusterError::Invalid(format!(
+            "the coordinator exited: {}",
+            text.lines().last().unwrap_or("no message (see its log)")
+        )));
+    }
     let file = dir.load()?;
-    for (list, spare) in [(&nodes, false), (&spares, true)] {
-        for name in list {
+    for (list, spare) in [(nodes, false), (spares, true)] {
+        for name in list.iter().filter(|n| running(&dir.node(n)).is_none()) {
             let node_dir = dir.node(name);
             fs::create_dir_all(&node_dir).map_err(crate::io_at(&node_dir))?;
-            let command = agent_command(&options.exe, &file, &dir, name, spare)?;
+            let command = agent_command(exe, &file, dir, name, spare)?;
             spawn_detached(command, &ClusterDir::log_file(&node_dir))?;
         }
     }
-    let all: Vec<String> = nodes.iter().chain(&spares).cloned().collect();
-    wait_alive(&dir, &all)?;
-    Ok(UpSummary {
-        dir: dir.root().to_path_buf(),
-        coding: options.coding,
-        nodes,
-        spares,
-        netns: options.netns,
-        link_rate: options.link_rate.clone(),
-        layout: options.coding.layout,
-        topology: options.coding.topology,
-    })
+    let all: Vec<String> = nodes.iter().chain(spares).cloned().collect();
+    wait_alive(dir, &all)
 }
 
-/// `eckpt join`: starts an agent named `name` (a new spare, or a node coming back).
+/// `eckpt join`: starts an agent named `name` (a new spare, or a node coming back). Refused
+/// at once when the cluster is stopped; an agent that does not register in time is killed,
+/// so a failed join leaves nothing running.
 pub fn join(dir: &Path, name: &str, spare: bool, exe: &Path) -> Result<(), ClusterError> {
     check_node_name(name)?;
     let dir = ClusterDir::new(dir)?;
     let mut file = dir.load()?;
+    if status_now(&dir).is_none() {
+        let root = dir.root().display();
+        return Err(ClusterError::Invalid(format!(
+            "the cluster in {root} is stopped (its coordinator does not answer): `eckpt up --dir {root}` starts it again"
+        )));
+    }
     let node_dir = dir.node(name);
     if let Some(pid) = running(&node_dir) {
         return Err(ClusterError::Invalid(format!(
@@ -265,20 +355,16 @@ pub fn join(dir: &Path, name: &str, spare: bool, exe: &Path) -> Result<(), Clust
         if !net.nodes.contains_key(name) {
             let index = net.nodes.values().max().map_or(0, |i| i + 1);
             net.nodes.insert(name.to_string(), index);
-            write_atomic(
-                &dir.cluster_file(),
-                &serde_json::to_vec_pretty(&file).expect("serializes"),
-            )?;
+            write_cluster_file(&dir, &file)?;
         }
-        let index = file.netns.as_ref().expect("netns").nodes[name];
-        let network = Network::for_dir(dir.root());
-        if !Path::new("/run/netns").join(network.namespace(name)).exists() {
-            network.add_node(name, index, file.netns.as_ref().and_then(|n| n.rate.as_deref()))?;
-        }
+        ensure_namespace(&dir, file.netns.as_ref().expect("netns"), name)?;
     }
     let command = agent_command(exe, &file, &dir, name, spare)?;
-    spawn_detached(command, &ClusterDir::log_file(&node_dir))?;
-    wait_alive(&dir, &[name.to_string()])
+    let mut agent = spawn_detached(command, &ClusterDir::log_file(&node_dir))?;
+    wait_alive(&dir, &[name.to_string()]).inspect_err(|_| {
+        let _ = agent.kill();
+        let _ = agent.wait();
+    })
 }
 
 /// `eckpt kill-node`: SIGKILLs a node's agent; with `wipe`, deletes its node-local data too

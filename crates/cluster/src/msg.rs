@@ -602,4 +602,6 @@ pub struct UpSummary {
     pub layout: Layout,
     /// Topology.
     pub topology: Topology,
+    /// A stopped cluster was brought back rather than a new one created.
+    pub restarted: bool,
 }

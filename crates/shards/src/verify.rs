@@ -126,7 +126,11 @@ pub fn verify_dir(dir: &Path, progress: &(dyn Fn(u64) + Sync)) -> Result<VerifyR
     let missing = shards.iter().filter(|s| s.status == "missing").count();
     let worst = worst.max(if manifest.stripes == 0 { missing } else { 0 });
     let input_hash = match input {
-        Some((hasher, hashed)) if hashed == manifest.input_len && format!("{:016x}", hasher.digest()) == manifest.input_xxh3 => "ok",
+        Some((hasher, hashed))
+            if hashed == manifest.input_len && format!("{:016x}", hasher.digest()) == manifest.input_xxh3 =>
+        {
+            "ok"
+        }
         None if shards[..manifest.k].iter().any(|s| s.status != "ok") => "unchecked",
         _ => "mismatch",
     };

@@ -150,7 +150,7 @@ pub fn run(args: Args) -> Result<i32> {
     let dir_path = tmp.path().join("cluster");
     launch::up(&UpOptions {
         dir: dir_path.clone(),
-        nodes: args.nodes,
+        nodes: Some(args.nodes),
         spares: 0,
         coding,
         netns: args.netns,

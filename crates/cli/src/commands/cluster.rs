@@ -77,12 +77,14 @@ impl CodingArgs {
 
 #[derive(clap::Args)]
 pub struct UpArgs {
-    /// Cluster directory (created).
+    /// Cluster directory: created, or, when it holds a stopped cluster, that cluster is
+    /// started again as it was (its nodes, coding and network are recorded there; the
+    /// settings below then do not apply).
     #[arg(long)]
     dir: PathBuf,
-    /// Nodes (agents n0 … n{N-1}), formed into groups of k+m.
+    /// Nodes (agents n0 … n{N-1}), formed into groups of k+m (new clusters only).
     #[arg(long)]
-    nodes: usize,
+    nodes: Option<usize>,
     /// Spare nodes (s0 …) that replace lost ones.
     #[arg(long, default_value_t = 0)]
     spares: usize,
@@ -117,8 +119,10 @@ pub fn run_up(args: UpArgs) -> Result<i32> {
     if args.json {
         print_json(&summary);
     } else {
+        let coding = summary.coding;
         println!(
-            "cluster up in {}: {} nodes{} (k={} m={}, {} mode, {} layout, {} topology{})",
+            "cluster {} in {}: {} nodes{} (k={} m={}, {} mode, {} layout, {} topology{})",
+            if summary.restarted { "restarted" } else { "up" },
             summary.dir.display(),
             summary.nodes.len(),
             if summary.spares.is_empty() {
@@ -158,6 +162,12 @@ pub struct DownArgs {
 
 pub fn run_down(args: DownArgs) -> Result<i32> {
     launch::down(&args.dir, args.purge)?;
+    let dir = args.dir.display();
+    if args.purge {
+        println!("cluster in {dir} stopped and deleted");
+    } else {
+        println!("cluster in {dir} stopped; `eckpt up --dir {dir}` starts it again with its data");
+    }
     Ok(0)
 }
 

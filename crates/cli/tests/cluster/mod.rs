@@ -31,6 +31,43 @@ pub fn ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
+/// Starts `eckpt` in the background, its output captured.
+pub fn spawn(args: &[&str]) -> Child {
+    eckpt()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("eckpt starts")
+}
+
+/// Waits for a background `eckpt` to exit; one still running after a minute (far beyond
+/// anything it should take) is killed and fails the test instead of hanging it.
+pub fn finish(mut child: Child, what: &str) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("eckpt {what} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// Runs `eckpt` with a time limit (see `finish`); its output, whatever the exit status.
+pub fn run_bounded(args: &[&str]) -> Output {
+    finish(spawn(args), &args.join(" "))
+}
+
+/// Asserts that `out` is a failure whose one-line message contains `expected`.
+pub fn assert_refused(out: &Output, expected: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "succeeded, expected {expected:?}");
+    assert!(err.contains(expected), "expected {expected:?}: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
 /// Deterministic pseudo-random bytes.
 pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -89,6 +126,19 @@ impl Cluster {
 
     pub fn committed(&self) -> u64 {
         self.status()["committed_epoch"].as_u64().unwrap()
+    }
+
+    /// The node rank `rank` is placed on.
+    pub fn status_placement(&self, rank: u64) -> String {
+        self.status()["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["ranks"].as_array().unwrap().contains(&rank.into()))
+            .unwrap_or_else(|| panic!("rank {rank} is placed nowhere"))["name"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     /// Nodes that host ranks, in name order.
@@ -202,6 +252,44 @@ impl Cluster {
             }
             assert!(Instant::now() < deadline, "{node} still alive");
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILLs the coordinator (the agents keep running and reconnect to a new one).
+    pub fn kill_coordinator(&self) {
+        let pid = std::fs::read_to_string(self.dir.join("coordinator/pid")).unwrap();
+        let status = Command::new("kill").args(["-9", pid.trim()]).status().unwrap();
+        assert!(status.success());
+    }
+
+    /// `eckpt coordinator` started by hand, as after a crash; its stderr in `log2`.
+    pub fn start_coordinator(&self) -> Child {
+        let log = std::fs::File::create(self.dir.join("coordinator/log2")).unwrap();
+        eckpt()
+            .args(["coordinator", "--dir", self.d()])
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    /// Waits until the coordinator answers and every node it knows is alive.
+    pub fn wait_all_alive(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = run(&["status", "--dir", self.d(), "--json"]);
+            let all = out.status.success()
+                && serde_json::from_slice::<Value>(&out.stdout).is_ok_and(|s| {
+                    s["nodes"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .all(|n| n["alive"].as_bool().unwrap() || n["removed"].as_bool().unwrap())
+                });
+            if all {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the cluster did not come back");
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 

@@ -4,6 +4,7 @@
 //! is a journal rewritten atomically on every decision, so a restarted coordinator resumes.
 
 mod epoch;
+mod journal_file;
 mod protection;
 mod recovery;
 mod recovery_plan;
@@ -46,12 +47,54 @@ struct Live {
     session: u64,
 }
 
+/// How long `OpenEpoch` waits for a rank's previous epoch to be decided before it gives up
+/// with an error: long enough for the other ranks to reach their checkpoint and for the
+/// encode, bounded so that a rank whose peers never come does not hang without a word.
+pub const OPEN_WAIT: Duration = Duration::from_secs(600);
+
 /// Ranks' progress through the open epoch.
 struct EpochState {
     open: u64,
     ready: BTreeMap<u32, String>,
     running: bool,
     outcomes: BTreeMap<u64, EpochOutcome>,
+}
+
+impl EpochState {
+    /// Whether `rank` has written the open epoch (it is ready, or the epoch is being
+    /// committed, which needs every rank).
+    fn wrote(&self, rank: u32) -> bool {
+        self.ready.contains_key(&rank) || self.running
+    }
+
+    /// The epoch an `OpenEpoch` of `rank` is for: the open one, or the next one when the
+    /// rank already wrote the open one (the call then waits for the decision). An explicit
+    /// `expected` epoch never waits: it must be open and not yet written by the rank.
+    fn target(&self, rank: u32, expected: Option<u64>) -> Result<u64, ClusterError> {
+        let wrote = self.wrote(rank);
+        match expected {
+            Some(e) if e == self.open && wrote => Err(ClusterError::Invalid(format!(
+                "rank {rank} already wrote epoch {e}{}: its next checkpoint is epoch {}",
+                if self.running {
+                    " (being committed)"
+                } else {
+                    " (waiting for the other ranks)"
+                },
+                e + 1
+            ))),
+            Some(e) if e != self.open => Err(ClusterError::Invalid(format!(
+                "epoch {e} is not open (ranks write epoch {}{})",
+                self.open,
+                if wrote {
+                    format!("; rank {rank} already wrote it")
+                } else {
+                    String::new()
+                }
+            ))),
+            Some(e) => Ok(e),
+            None => Ok(self.open + u64::from(wrote)),
+        }
+    }
 }
 
 /// The coordinator's shared state.
@@ -73,11 +116,14 @@ impl Coordinator {
         journal.save(&self.dir.journal())
     }
 
-    /// Applies `change` to the journal and saves it.
+    /// Applies `change` to the journal and saves it; if the save fails the journal in
+    /// memory stays as it was on disk, so later decisions never build on an unsaved one.
     fn update<T>(&self, change: impl FnOnce(&mut Journal) -> T) -> Result<T, ClusterError> {
         let mut journal = self.journal.lock().expect("journal lock");
-        let out = change(&mut journal);
-        self.save(&journal)?;
+        let mut next = journal.clone();
+        let out = change(&mut next);
+        self.save(&next)?;
+        *journal = next;
         Ok(out)
     }
 
@@ -192,7 +238,10 @@ impl Coordinator {
         }
     }
 
-    /// `OpenEpoch`: places the rank if new, waits while its previous epoch is undecided.
+    /// `OpenEpoch`: places the rank if new; the rank's next epoch, once its previous one is
+    /// decided (waiting at most `OPEN_WAIT`). It never hands out a later epoch than the one
+    /// the call was for: two checkpoints of one rank racing, or an epoch aborted by
+    /// recovery while the call waited, give an error rather than a silently skipped epoch.
     async fn open_epoch(
         self: &Arc<Self>,
         rank: u32,
@@ -201,6 +250,10 @@ impl Coordinator {
         expected: Option<u64>,
     ) -> Result<CoordResponse, ClusterError> {
         let alive = self.alive();
+        let target = {
+            let epochs = self.epochs.lock().expect("epoch lock");
+            epochs.target(rank, expected)?
+        };
         let name = {
             let mut journal = self.journal.lock().expect("journal lock");
             match journal.world {
@@ -252,24 +305,35 @@ impl Coordinator {
                 "rank {rank} lives on {name}, which is down: run `eckpt recover`"
             ))
         })?;
+        let deadline = tokio::time::Instant::now() + OPEN_WAIT;
         loop {
             let notified = self.changed.notified();
             {
                 let epochs = self.epochs.lock().expect("epoch lock");
-                if !epochs.ready.contains_key(&rank) && !epochs.running {
-                    if let Some(e) = expected.filter(|&e| e != epochs.open) {
-                        return Err(ClusterError::Invalid(format!(
-                            "epoch {e} is not open (ranks write epoch {})",
-                            epochs.open
-                        )));
-                    }
+                if epochs.open == target && !epochs.wrote(rank) {
                     return Ok(CoordResponse::Opened {
-                        epoch: epochs.open,
+                        epoch: target,
                         node: info,
                     });
                 }
+                if epochs.open >= target {
+                    return Err(ClusterError::Invalid(if epochs.open > target {
+                        format!(
+                            "rank {rank} waited to write epoch {target}, but epoch {} opened meanwhile: not writing a later epoch than the one asked for",
+                            epochs.open
+                        )
+                    } else {
+                        format!("rank {rank} waited to write epoch {target}, but another checkpoint of rank {rank} wrote it meanwhile")
+                    }));
+                }
             }
-            notified.await;
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(ClusterError::Invalid(format!(
+                    "rank {rank} already wrote epoch {}, still undecided after {} s: every rank must checkpoint it before rank {rank} can write epoch {target} (see `eckpt status`)",
+                    target - 1,
+                    OPEN_WAIT.as_secs()
+                )));
+            }
         }
     }
 

@@ -284,9 +284,12 @@ impl Coordinator {
             }
         }
         check_protection(&next, &plan.lost_groups)?;
-        next.next_task = self.snapshot().next_task;
-        *self.journal.lock().expect("journal lock") = next.clone();
-        self.save(&next)?;
+        // The commit point of the recovery: one journal write, with the task counter as it
+        // stands now (tasks were handed out while decoding and encoding).
+        self.update(|j| {
+            next.next_task = j.next_task;
+            *j = next;
+        })?;
         report.encode_seconds = started.elapsed().as_secs_f64();
         self.send_commit(epoch, &commit, false).await;
         progress(conn, "done", 3, 3).await;
@@ -312,7 +315,9 @@ impl Coordinator {
     }
 
     /// `eckpt restore`: where to read rank `rank` at `epoch` from, decoding it onto a helper
-    /// agent when its node is gone.
+    /// agent when its node is gone. A decode that fails is retried once after scrubbing the
+    /// group, with the members whose data fails its checksums as erasures too: the export
+    /// is byte-exact while lost plus damaged members are at most `m`, a clear error beyond.
     pub(super) async fn export(
         self: &Arc<Self>,
         rank: u32,
@@ -346,40 +351,61 @@ impl Coordinator {
             .group_of(node)
             .ok_or_else(|| ClusterError::Invalid(format!("node {node} is in no group")))?;
         let rec = &journal.groups[gi];
-        let unavailable: Vec<usize> = (0..rec.group.members.len())
-            .filter(|&p| !alive.contains_key(&rec.group.members[p]))
+        let members = &rec.group.members;
+        // Erasures: the members that are down and, once a decode failed, those whose data
+        // fails its checksums (a corrupt parity chunk breaks a decode like a lost member).
+        let mut erasures: BTreeMap<usize, String> = (0..members.len())
+            .filter(|&p| !alive.contains_key(&members[p]))
+            .map(|p| (p, "down".to_string()))
             .collect();
-        if unavailable.len() > rec.group.m || rec.objects.is_empty() {
-            let names: Vec<&str> = unavailable
-                .iter()
-                .map(|&p| rec.group.members[p].as_str())
-                .collect();
-            return Err(ClusterError::Unrecoverable(format!(
-                "rank {rank} at epoch {epoch} is lost: group {} lost {} of {} members ({}), more than m={}",
-                rec.group.id,
-                unavailable.len(),
-                rec.group.members.len(),
-                names.join(", "),
-                rec.group.m
-            )));
-        }
-        let helper = rec
-            .group
-            .members
+        let helper = members
             .iter()
             .find_map(|n| alive.get(n))
             .or_else(|| alive.values().next())
             .cloned()
             .ok_or_else(|| ClusterError::Invalid("no agent is alive".into()))?;
-        let task = self
-            .decode_members(
-                rec,
-                &unavailable,
-                &[(x, helper.clone(), Deliver::Export { rank })],
-                &alive,
-                epoch,
-            )
-            .await?;
+        let mut scrubbed = false;
+        let task = loop {
+            if erasures.len() > rec.group.m || rec.objects.is_empty() {
+                let why: Vec<String> = erasures
+                    .iter()
+                    .map(|(&p, what)| format!("{} {what}", members[p]))
+                    .collect();
+                return Err(ClusterError::Unrecoverable(format!(
+                    "rank {rank} at epoch {epoch} is lost: group {} has {} of {} members unusable ({}), more than m={}",
+                    rec.group.id,
+                    erasures.len(),
+                    members.len(),
+                    why.join("; "),
+                    rec.group.m
+                )));
+            }
+            let unavailable: Vec<usize> = erasures.keys().copied().collect();
+            let rebuild = [(x, helper.clone(), Deliver::Export { rank })];
+            match self
+                .decode_members(rec, &unavailable, &rebuild, &alive, epoch)
+                .await
+            {
+                Ok(task) => break task,
+                Err(e) if scrubbed => return Err(e),
+                Err(e) => {
+                    scrubbed = true;
+                    let group = Journal {
+                        groups: vec![rec.clone()],
+                        ..journal.clone()
+                    };
+                    let damaged = self.scrub(&group, &alive).await;
+                    if damaged.is_empty() {
+                        return Err(e);
+                    }
+                    for (p, name) in members.iter().enumerate() {
+                        if let Some(what) = damaged.get(name) {
+                            erasures.insert(p, format!("damaged: {what}"));
+                        }
+                    }
+                }
+            }
+        };
         Ok(CoordResponse::ExportFrom {
             node: helper,
             epoch,

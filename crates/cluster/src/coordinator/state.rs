@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::coded::ObjectId;
 use crate::config::CodingConfig;
-use crate::dirs::write_atomic;
 use crate::geometry::Geometry;
 use crate::msg::{Group, GroupRecord, NodeInfo};
 use crate::ClusterError;
@@ -136,27 +135,15 @@ impl Journal {
             .collect()
     }
 
-    /// Loads a journal.
+    /// Loads a journal, checking its checksum (see `journal_file`: a damaged journal is
+    /// replaced by the previous one only when that is safe, else this is an error).
     pub fn load(path: &Path) -> Result<Journal, ClusterError> {
-        let bytes = std::fs::read(path).map_err(crate::io_at(path))?;
-        let journal: Journal = serde_json::from_slice(&bytes)
-            .map_err(|e| ClusterError::Corrupt(format!("{}: {e}", path.display())))?;
-        if journal.format != JOURNAL_FORMAT {
-            return Err(ClusterError::Invalid(format!(
-                "{}: journal format {} (this eckpt reads {JOURNAL_FORMAT})",
-                path.display(),
-                journal.format
-            )));
-        }
-        Ok(journal)
+        super::journal_file::load(path)
     }
 
-    /// Writes the journal crash-safely.
+    /// Writes the journal crash-safely with its checksum, keeping the previous one.
     pub fn save(&self, path: &Path) -> Result<(), ClusterError> {
-        write_atomic(
-            path,
-            &serde_json::to_vec_pretty(self).expect("the journal serializes"),
-        )
+        super::journal_file::save(self, path)
     }
 
     /// A fresh task id.

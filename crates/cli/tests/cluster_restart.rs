@@ -1,0 +1,141 @@
+//! A cluster stopped and started again: `eckpt up` on a stopped cluster brings it back as it
+//! was, `join` against it fails fast; a damaged coordinator journal is refused, or replaced
+//! by the previous one when that holds the same decisions — never served.
+
+mod cluster;
+
+use cluster::{assert_refused, bytes, finish, ok, run_bounded, touch, Cluster};
+
+fn data(world: usize, seed: u64) -> Vec<Vec<u8>> {
+    (0..world)
+        .map(|r| bytes(120_000 + r * 1000, seed + r as u64))
+        .collect()
+}
+
+fn epoch_of(c: &mut Cluster, data: &[Vec<u8>]) {
+    let report = c.checkpoint(data.to_vec(), true).expect("report");
+    assert_eq!(report["outcome"]["committed"], true, "{report}");
+}
+
+/// Rewrites the coordinator's journal with `from` replaced by `to` (one digit flipped).
+fn damage_journal(c: &Cluster, from: &str, to: &str) {
+    let path = c.dir.join("coordinator/journal.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains(from), "{from:?} not in the journal: {text}");
+    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+}
+
+fn small_cluster() -> Cluster {
+    Cluster::up(&["--nodes", "4", "--k", "2", "--m", "2", "--block-size", "8KiB"])
+}
+
+#[test]
+fn a_journal_damaged_after_a_commit_is_refused_not_served() {
+    let mut c = small_cluster();
+    epoch_of(&mut c, &data(2, 1));
+    // The last journal write was epoch 1's commit: the previous journal predates it.
+    c.kill_coordinator();
+    damage_journal(&c, "\"committed\": 1,", "\"committed\": 0,");
+    let out = run_bounded(&["coordinator", "--dir", c.d()]);
+    assert_refused(&out, "checksum mismatch");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refusing to start") && err.contains("journal.prev.json"),
+        "{err}"
+    );
+    // `up` refuses it the same way before starting anything.
+    assert_refused(&run_bounded(&["up", "--dir", c.d()]), "refusing to start");
+}
+
+#[test]
+fn a_damaged_journal_falls_back_to_the_previous_one_when_it_holds_the_same_decisions() {
+    let mut c = small_cluster();
+    epoch_of(&mut c, &data(2, 2));
+    // A coordinator restart rewrites the journal (agents register again) with no new
+    // decision: the previous journal then holds the same epoch and placement.
+    c.kill_coordinator();
+    let first = c.start_coordinator();
+    c.wait_all_alive();
+    let node = c.status_placement(0);
+    c.kill_coordinator();
+    finish(first, "the killed coordinator");
+    let other = if node == "n0" { "n1" } else { "n0" };
+    damage_journal(&c, &format!("\"0\": \"{node}\""), &format!("\"0\": \"{other}\""));
+    let second = c.start_coordinator();
+    c.wait_all_alive();
+    assert_eq!(c.committed(), 1);
+    assert_eq!(c.status_placement(0), node, "rank 0 stays where its data is");
+    c.assert_restorable();
+    let mut next = c.history[&1].clone();
+    for (r, d) in next.iter_mut().enumerate() {
+        touch(d, r as u64);
+    }
+    epoch_of(&mut c, &next);
+    c.assert_restorable();
+    drop(c);
+    finish(second, "the coordinator after down");
+}
+
+#[test]
+fn up_brings_a_stopped_cluster_back_with_its_data_and_join_fails_fast_against_it() {
+    let mut c = Cluster::up(&[
+        "--nodes",
+        "6",
+        "--spares",
+        "1",
+        "--k",
+        "4",
+        "--m",
+        "2",
+        "--mode",
+        "update",
+        "--block-size",
+        "8KiB",
+    ]);
+    let mut d = data(4, 3);
+    epoch_of(&mut c, &d);
+    for (r, x) in d.iter_mut().enumerate() {
+        touch(x, r as u64 + 10);
+    }
+    epoch_of(&mut c, &d);
+    let before = c.status();
+    ok(&["down", "--dir", c.d()]);
+
+    // Stopped: commands say how to start it again; `join` fails fast and leaves no agent.
+    assert_refused(&run_bounded(&["status", "--dir", c.d()]), "eckpt up --dir");
+    let join = run_bounded(&["join", "--dir", c.d(), "--name", "extra", "--spare"]);
+    assert_refused(&join, "is stopped");
+    assert!(!c.dir.join("nodes/extra/pid").exists(), "no agent was started");
+    assert_refused(
+        &run_bounded(&["up", "--dir", c.d(), "--nodes", "6"]),
+        "without --nodes restarts it",
+    );
+
+    let out = ok(&["up", "--dir", c.d(), "--detach", "--json"]);
+    let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(summary["restarted"], true, "{summary}");
+    let after = c.status();
+    for key in ["coding", "committed_epoch", "world", "groups", "nodes"] {
+        let strip = |v: &serde_json::Value| {
+            let mut v = v[key].clone();
+            if let Some(nodes) = v.as_array_mut() {
+                for n in nodes.iter_mut().filter_map(|n| n.as_object_mut()) {
+                    n.remove("addr");
+                }
+            }
+            v
+        };
+        assert_eq!(strip(&before), strip(&after), "{key} after the restart");
+    }
+    c.assert_restorable();
+    // Parity survived too: the next epoch updates it in place, and a loss decodes.
+    for (r, x) in d.iter_mut().enumerate() {
+        touch(x, r as u64 + 20);
+    }
+    let report = c.checkpoint(d.clone(), true).expect("report");
+    assert_eq!(report["outcome"]["kinds"][0], "update", "{report}");
+    let victim = c.nodes_with_ranks()[0].clone();
+    c.kill(&victim, true);
+    c.wait_down(&victim);
+    c.assert_restorable();
+}
