@@ -34,8 +34,8 @@ pub(super) struct Encoded {
     pub commit: Vec<(ObjectId, Option<u64>)>,
 }
 
-fn expect_task(r: Result<AgentResponse, ClusterError>) -> Result<TaskReport, ClusterError> {
-    match r? {
+fn expect_task(r: AgentResponse) -> Result<TaskReport, ClusterError> {
+    match r {
         AgentResponse::Task(t) => Ok(t),
         other => Err(ClusterError::Protocol(format!(
             "expected a task report, got {other:?}"
@@ -135,7 +135,7 @@ impl Coordinator {
                 .collect();
             let mut object = base.clone();
             object.version = epoch;
-            for (x, r) in self.ask_all(requests).await.into_iter().enumerate() {
+            for (x, r) in self.run_task(requests).await?.into_iter().enumerate() {
                 let report = expect_task(r)?;
                 bytes_sent.insert(g.members[x].clone(), report.bytes_sent);
                 let shard = &mut object.shards[x];
@@ -209,7 +209,7 @@ impl Coordinator {
             .iter()
             .map(|i| (i.clone(), AgentRequest::Code(task.clone())))
             .collect();
-        for (x, r) in self.ask_all(requests).await.into_iter().enumerate() {
+        for (x, r) in self.run_task(requests).await?.into_iter().enumerate() {
             let report = expect_task(r)?;
             bytes_sent.insert(g.members[x].clone(), report.bytes_sent);
             if geometry.holds_data(x) {

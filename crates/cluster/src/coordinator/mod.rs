@@ -3,6 +3,7 @@
 //! two-phase commit (the journal write is the commit point), and runs recovery. Its state
 //! is a journal rewritten atomically on every decision, so a restarted coordinator resumes.
 
+mod blame;
 mod epoch;
 mod journal_file;
 mod protection;

@@ -155,9 +155,7 @@ impl Coordinator {
                 .flatten()
                 .map(|p| (p.clone(), AgentRequest::Code(task.clone())))
                 .collect();
-            for r in self.ask_all(requests).await {
-                r?;
-            }
+            self.run_task(requests).await?;
             parts.push((task.task, object.clone()));
         }
         let installs = rebuild

@@ -1,0 +1,149 @@
+//! What a user is told when something goes wrong. A failed epoch names the node that broke
+//! it, not a link that broke because of it: a stopped agent (SIGSTOP: it never fails by
+//! itself) and a parity holder whose disk is full; the committed epoch stays restorable
+//! byte-exact. Errors are one line that says the OS's reason once; logs are plain text that
+//! record recovery decisions; a closed output pipe is not a crash.
+
+mod cluster;
+
+use std::process::Command;
+
+use cluster::{bytes, ok, touch, Cluster};
+
+fn agent_pid(c: &Cluster, node: &str) -> String {
+    std::fs::read_to_string(c.dir.join("nodes").join(node).join("pid"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn signal(pid: &str, sig: &str) {
+    assert!(Command::new("kill").args([sig, pid]).status().unwrap().success());
+}
+
+fn two_epochs_then_fail(c: &mut Cluster, break_it: impl FnOnce(&Cluster)) -> (String, Vec<Vec<u8>>) {
+    let mut data: Vec<Vec<u8>> = (0..4).map(|r| bytes(300_000, r + 3)).collect();
+    c.checkpoint(data.clone(), true);
+    break_it(c);
+    for (r, d) in data.iter_mut().enumerate() {
+        touch(d, r as u64 + 9);
+    }
+    let report = c.checkpoint(data.clone(), true).expect("report");
+    assert_eq!(report["outcome"]["committed"], false, "{report}");
+    let reason = report["outcome"]["reason"].as_str().unwrap().to_string();
+    (reason, data)
+}
+
+#[test]
+fn a_stopped_agent_is_named_when_the_epoch_fails() {
+    let mut c = Cluster::up(&["--nodes", "6", "--k", "4", "--m", "2", "--block-size", "16KiB"]);
+    let pid = agent_pid(&c, "n5");
+    let (reason, data) = two_epochs_then_fail(&mut c, |_| signal(&pid, "-STOP"));
+    signal(&pid, "-CONT");
+    assert!(
+        reason.starts_with("node n5: stopped responding"),
+        "the epoch failed because n5 stopped, not because of a link: {reason}"
+    );
+    assert_eq!(c.committed(), 1);
+    c.assert_restorable();
+    // Once it runs again the next epoch commits.
+    c.checkpoint(data, true);
+    assert_eq!(c.committed(), 3);
+    c.assert_restorable();
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+    })
+}
+
+/// Needs root to mount a tiny tmpfs over a parity holder's `coded/` (CI runs as root).
+#[test]
+fn a_full_parity_disk_is_named_with_its_node() {
+    if !is_root() {
+        eprintln!("skipped: mounting a full file system needs root");
+        return;
+    }
+    let mut c = Cluster::up(&["--nodes", "6", "--k", "4", "--m", "2", "--block-size", "16KiB"]);
+    let coded = c.dir.join("nodes").join("n5").join("coded");
+    let (reason, _) = two_epochs_then_fail(&mut c, |_| {
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs", coded.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount tmpfs");
+    });
+    let unmounted = Command::new("umount").arg(&coded).status().unwrap().success();
+    assert!(
+        reason.starts_with("node n5: ") && reason.contains("No space left on device"),
+        "{reason}"
+    );
+    assert!(unmounted);
+    assert_eq!(c.committed(), 1);
+    ok(&["status", "--dir", c.d()]);
+    c.assert_restorable();
+}
+
+#[test]
+fn errors_logs_and_pipes_read_well() {
+    let mut c = Cluster::up(&["--nodes", "4", "--k", "2", "--m", "2", "--block-size", "16KiB"]);
+    // A device has no length to checkpoint: refused, not stored as 0 bytes.
+    let out = cluster::run(&[
+        "checkpoint",
+        "--dir",
+        c.d(),
+        "--world",
+        "2",
+        "--rank",
+        "0",
+        "/dev/zero",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("/dev/zero: not a regular file"),
+        "{err}"
+    );
+    // The OS's reason once, on one line.
+    let out = cluster::run(&[
+        "checkpoint",
+        "--dir",
+        c.d(),
+        "--world",
+        "2",
+        "--rank",
+        "0",
+        "/nonexistent-ckpt",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("(os error 2)").count(), 1, "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    c.checkpoint((0..2).map(|r| bytes(50_000, r)).collect(), true);
+    c.kill("n1", true);
+    c.wait_down("n1");
+    ok(&["recover", "--dir", c.d()]);
+    let log = std::fs::read_to_string(c.dir.join("coordinator").join("log")).unwrap();
+    assert!(!log.contains('\x1b'), "colour codes in a log file");
+    assert!(
+        log.contains("recovery planned") && log.contains("recovery committed"),
+        "{log}"
+    );
+
+    // `eckpt status | head`: the reader is gone before the first line is written.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_eckpt"))
+        .args(["status", "--dir", c.d()])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(
+        out.status.code(),
+        Some(141),
+        "ends like a filter killed by SIGPIPE"
+    );
+}

@@ -1,0 +1,126 @@
+//! Saying which node broke a task spread over many. When one member of a pipeline fails,
+//! every member downstream and upstream fails too ("stream ended early", "Broken pipe"),
+//! and the first answer the coordinator reads is rarely the cause: a parity holder whose
+//! disk is full, or an agent that stopped (SIGSTOP, a hung host) and so never fails at all.
+//! A failed task therefore blames a member whose heartbeats stopped, else the failure that
+//! is not a link symptom.
+
+use super::{Coordinator, DEAD_AFTER};
+use crate::msg::{AgentRequest, AgentResponse, NodeInfo};
+use crate::ClusterError;
+
+/// Words of errors that only say a link broke because something else failed.
+const LINK_SYMPTOMS: &[&str] = &[
+    "ended early",
+    "Broken pipe",
+    "Connection reset",
+    "connection closed",
+    "did not connect within",
+];
+
+/// Whether `e` only says that a link broke (the cause lies elsewhere).
+fn is_link_symptom(e: &ClusterError) -> bool {
+    let text = e.to_string();
+    LINK_SYMPTOMS.iter().any(|s| text.contains(s))
+}
+
+/// The failure to report among a task's results: the first that is not a link symptom
+/// (a full disk, a checksum, a refusal), else the first; `Ok` with every answer when none
+/// failed.
+pub(super) fn root_cause(
+    results: Vec<Result<AgentResponse, ClusterError>>,
+) -> Result<Vec<AgentResponse>, ClusterError> {
+    let mut answers = Vec::with_capacity(results.len());
+    let mut symptom = None;
+    for r in results {
+        match r {
+            Ok(a) => answers.push(a),
+            Err(e) if is_link_symptom(&e) => {
+                symptom.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    match symptom {
+        Some(e) => Err(e),
+        None => Ok(answers),
+    }
+}
+
+impl Coordinator {
+    /// Why `node` is not alive, or `None` if it is.
+    fn not_alive(&self, node: &str) -> Option<String> {
+        let live = self.live.lock().expect("live lock");
+        match live.get(node) {
+            None => Some("down: its agent is gone".into()),
+            Some(l) if l.last_seen.elapsed() >= DEAD_AFTER => Some(format!(
+                "stopped responding (no heartbeat for {} s)",
+                DEAD_AFTER.as_secs()
+            )),
+            Some(_) => None,
+        }
+    }
+
+    /// Sends a coding or update task's requests and waits for every answer; if any
+    /// failed, fails with the node that broke it: a member that stopped heartbeating (it
+    /// never fails by itself), else the first failure that is not a link symptom. Answers
+    /// in request order.
+    pub(super) async fn run_task(
+        &self,
+        requests: Vec<(NodeInfo, AgentRequest)>,
+    ) -> Result<Vec<AgentResponse>, ClusterError> {
+        let nodes: Vec<String> = requests.iter().map(|(n, _)| n.name.clone()).collect();
+        let results = self.ask_all(requests).await;
+        if results.iter().any(Result::is_err) {
+            if let Some((node, reason)) = nodes.iter().find_map(|n| self.not_alive(n).map(|r| (n, r))) {
+                return Err(ClusterError::Node {
+                    node: node.clone(),
+                    reason,
+                });
+            }
+        }
+        root_cause(results)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, reason: &str) -> Result<AgentResponse, ClusterError> {
+        Err(ClusterError::Node {
+            node: name.into(),
+            reason: reason.into(),
+        })
+    }
+
+    #[test]
+    fn the_cause_is_preferred_over_the_broken_links_it_left() {
+        let results = vec![
+            node("n0", "node n1: Broken pipe (os error 32)"),
+            Ok(AgentResponse::Ok),
+            node("n3", "node n4: stream ended early"),
+            node(
+                "n4",
+                "/d/nodes/n4/coded/prepared-1.2/p0: No space left on device (os error 28)",
+            ),
+        ];
+        let e = root_cause(results).unwrap_err();
+        assert!(
+            e.to_string().starts_with("node n4: ") && e.to_string().contains("No space left"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn only_symptoms_report_the_first_and_no_failure_gives_every_answer() {
+        let e = root_cause(vec![node("n0", "stream ended early"), node("n1", "Broken pipe")]).unwrap_err();
+        assert!(e.to_string().starts_with("node n0"), "{e}");
+        assert_eq!(
+            root_cause(vec![Ok(AgentResponse::Ok), Ok(AgentResponse::Ok)])
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+}
