@@ -346,6 +346,10 @@ fn encode_refuses_a_device() {
     let tmp = tempfile::tempdir().unwrap();
     let out = eckpt(&[
         "encode",
+        "--k",
+        "2",
+        "--m",
+        "1",
         "/dev/zero",
         "--out",
         tmp.path().join("s").to_str().unwrap(),

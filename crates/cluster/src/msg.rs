@@ -306,6 +306,14 @@ pub enum AgentRequest {
         /// Objects to check.
         objects: Vec<ObjectId>,
     },
+    /// Stop waiting for peer streams of `task`: a participant is gone (sent by the
+    /// coordinator, so the survivors fail at once instead of after the peer wait).
+    CancelTask {
+        /// Task id.
+        task: u64,
+        /// Why, for the participants' errors.
+        reason: String,
+    },
     /// Copy rank `rank`'s committed image of `epoch` to node `to` (recovery moves ranks off a
     /// node that becomes a parity-only member of the re-formed groups).
     MoveRank {

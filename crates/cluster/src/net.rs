@@ -121,6 +121,8 @@ type StreamKey = (u64, u32, usize);
 #[derive(Default)]
 struct InboxInner {
     streams: Mutex<HashMap<StreamKey, (FrameReader, Instant)>>,
+    /// Tasks the coordinator cancelled (a participant is gone), with why, and when.
+    cancelled: Mutex<HashMap<u64, (String, Instant)>>,
     arrived: Notify,
 }
 
@@ -135,11 +137,25 @@ impl Inbox {
         self.inner.arrived.notify_waiters();
     }
 
-    /// Takes the stream from `from` for `task` in `phase`, waiting up to [`PEER_WAIT`].
+    /// Cancels `task`: waits for its streams end at once with `reason` (a participant that
+    /// is gone will never connect; waiting [`PEER_WAIT`] for it would hold the epoch).
+    pub fn cancel(&self, task: u64, reason: String) {
+        let mut cancelled = self.inner.cancelled.lock().expect("inbox lock");
+        cancelled.retain(|_, (_, at)| at.elapsed() < PEER_WAIT * 2);
+        cancelled.insert(task, (reason, Instant::now()));
+        drop(cancelled);
+        self.inner.arrived.notify_waiters();
+    }
+
+    /// Takes the stream from `from` for `task` in `phase`, waiting up to [`PEER_WAIT`] or
+    /// until the task is cancelled.
     pub async fn take(&self, task: u64, phase: u32, from: usize) -> Result<FrameReader, ClusterError> {
         let deadline = Instant::now() + PEER_WAIT;
         loop {
             let notified = self.inner.arrived.notified();
+            if let Some((reason, _)) = self.inner.cancelled.lock().expect("inbox lock").get(&task) {
+                return Err(ClusterError::Invalid(format!("task {task} cancelled: {reason}")));
+            }
             if let Some((reader, _)) = self
                 .inner
                 .streams

@@ -327,6 +327,10 @@ async fn handle(
             blocking(move || Ok(a.store.import_image(rank, epoch, &image)?)).await?;
             AgentResponse::Ok
         }
+        AgentRequest::CancelTask { task, reason } => {
+            agent.inbox.cancel(task, reason);
+            AgentResponse::Ok
+        }
         AgentRequest::MoveRank { rank, epoch, to } => {
             let image = blocking(move || Ok(a.store.read_image(rank, epoch)?)).await?;
             agent.ship(&to, rank, epoch, &image).await?;

@@ -5,9 +5,14 @@
 //! A failed task therefore blames a member whose heartbeats stopped, else the failure that
 //! is not a link symptom.
 
+use std::time::Duration;
+
 use super::{Coordinator, DEAD_AFTER};
 use crate::msg::{AgentRequest, AgentResponse, NodeInfo};
 use crate::ClusterError;
+
+/// How often a running task's participants are checked for a lost agent.
+const WATCH_EVERY: Duration = Duration::from_millis(200);
 
 /// Words of errors that only say a link broke because something else failed.
 const LINK_SYMPTOMS: &[&str] = &[
@@ -16,6 +21,7 @@ const LINK_SYMPTOMS: &[&str] = &[
     "Connection reset",
     "connection closed",
     "did not connect within",
+    "cancelled: participant",
 ];
 
 /// Whether `e` only says that a link broke (the cause lies elsewhere).
@@ -61,20 +67,53 @@ impl Coordinator {
         }
     }
 
-    /// Sends a coding or update task's requests and waits for every answer; if any
-    /// failed, fails with the node that broke it: a member that stopped heartbeating (it
-    /// never fails by itself), else the first failure that is not a link symptom. Answers
-    /// in request order.
+    /// Sends task `task`'s requests and waits for every answer. A participant whose agent
+    /// is gone while the task runs gets the task cancelled at the others (they would wait
+    /// for its streams); the coordinator still waits for every answer, so no participant
+    /// outlives the epoch's decision. If any failed, fails with the node that broke it: a
+    /// member that is gone or stopped heartbeating (a stopped agent never fails by itself),
+    /// else the first failure that is not a link symptom. Answers in request order.
     pub(super) async fn run_task(
         &self,
+        task: u64,
         requests: Vec<(NodeInfo, AgentRequest)>,
     ) -> Result<Vec<AgentResponse>, ClusterError> {
-        let nodes: Vec<String> = requests.iter().map(|(n, _)| n.name.clone()).collect();
-        let results = self.ask_all(requests).await;
+        let nodes: Vec<NodeInfo> = requests.iter().map(|(n, _)| n.clone()).collect();
+        let answers = self.ask_all(requests);
+        tokio::pin!(answers);
+        let gone = async {
+            loop {
+                let live = self
+                    .live
+                    .lock()
+                    .expect("live lock")
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>();
+                if let Some(n) = nodes.iter().find(|n| !live.contains(&n.name)) {
+                    return n.name.clone();
+                }
+                tokio::time::sleep(WATCH_EVERY).await;
+            }
+        };
+        let results = tokio::select! {
+            results = &mut answers => results,
+            node = gone => {
+                let reason = format!("participant {node} is down");
+                let cancels = nodes
+                    .iter()
+                    .filter(|n| n.name != node)
+                    .map(|n| (n.clone(), AgentRequest::CancelTask { task, reason: reason.clone() }))
+                    .collect();
+                self.ask_all(cancels).await;
+                answers.await
+            }
+        };
         if results.iter().any(Result::is_err) {
-            if let Some((node, reason)) = nodes.iter().find_map(|n| self.not_alive(n).map(|r| (n, r))) {
+            let names: Vec<&String> = nodes.iter().map(|n| &n.name).collect();
+            if let Some((node, reason)) = names.iter().find_map(|n| self.not_alive(n).map(|r| (n, r))) {
                 return Err(ClusterError::Node {
-                    node: node.clone(),
+                    node: node.to_string(),
                     reason,
                 });
             }

@@ -135,7 +135,7 @@ impl Coordinator {
                 .collect();
             let mut object = base.clone();
             object.version = epoch;
-            for (x, r) in self.run_task(requests).await?.into_iter().enumerate() {
+            for (x, r) in self.run_task(task.task, requests).await?.into_iter().enumerate() {
                 let report = expect_task(r)?;
                 bytes_sent.insert(g.members[x].clone(), report.bytes_sent);
                 let shard = &mut object.shards[x];
@@ -209,7 +209,7 @@ impl Coordinator {
             .iter()
             .map(|i| (i.clone(), AgentRequest::Code(task.clone())))
             .collect();
-        for (x, r) in self.run_task(requests).await?.into_iter().enumerate() {
+        for (x, r) in self.run_task(task.task, requests).await?.into_iter().enumerate() {
             let report = expect_task(r)?;
             bytes_sent.insert(g.members[x].clone(), report.bytes_sent);
             if geometry.holds_data(x) {

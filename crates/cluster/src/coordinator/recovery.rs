@@ -155,7 +155,7 @@ impl Coordinator {
                 .flatten()
                 .map(|p| (p.clone(), AgentRequest::Code(task.clone())))
                 .collect();
-            self.run_task(requests).await?;
+            self.run_task(task.task, requests).await?;
             parts.push((task.task, object.clone()));
         }
         let installs = rebuild
