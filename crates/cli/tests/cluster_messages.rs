@@ -52,17 +52,10 @@ fn a_stopped_agent_is_named_when_the_epoch_fails() {
     c.assert_restorable();
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-    })
-}
-
 /// Needs root to mount a tiny tmpfs over a parity holder's `coded/` (CI runs as root).
 #[test]
 fn a_full_parity_disk_is_named_with_its_node() {
-    if !is_root() {
+    if !cluster::is_root() {
         eprintln!("skipped: mounting a full file system needs root");
         return;
     }

@@ -8,15 +8,6 @@ mod cluster;
 use cluster::{bytes, Cluster};
 use eckpt_cluster::netns::Network;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
 fn namespaces() -> String {
     String::from_utf8(
         std::process::Command::new("ip")
@@ -30,7 +21,10 @@ fn namespaces() -> String {
 
 #[test]
 fn agents_in_namespaces_on_shaped_links() {
-    assert!(is_root(), "network-namespace tests need root (ip netns, tc)");
+    assert!(
+        cluster::is_root(),
+        "network-namespace tests need root (ip netns, tc)"
+    );
     let mut c = Cluster::up(&[
         "--nodes",
         "5",

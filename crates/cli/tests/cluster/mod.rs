@@ -68,6 +68,14 @@ pub fn assert_refused(out: &Output, expected: &str) {
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 }
 
+/// Whether the tests run as root (namespaces, mounts); CI does.
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+    })
+}
+
 /// Deterministic pseudo-random bytes.
 pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
