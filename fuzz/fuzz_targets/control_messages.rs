@@ -4,8 +4,8 @@
 #![no_main]
 
 use eckpt_cluster::coordinator::Journal;
-use eckpt_cluster::dirs::ClusterFile;
-use eckpt_cluster::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello};
+use eckpt_cluster_api::dirs::ClusterFile;
+use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello};
 use libfuzzer_sys::fuzz_target;
 
 fn check<T: serde::de::DeserializeOwned + serde::Serialize>(data: &[u8]) {

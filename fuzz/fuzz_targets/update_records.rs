@@ -9,11 +9,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let chunk = usize::from(u16::from_le_bytes(*chunk)).max(1);
-    if let Ok(records) = eckpt_cluster::records::parse_batch(batch, chunk) {
+    if let Ok(records) = eckpt_coding::records::parse_batch(batch, chunk) {
         let mut total = 0;
         for r in &records {
             assert!(r.offset as usize + r.bytes.len() <= chunk);
-            total += eckpt_cluster::records::RECORD_HEADER + r.bytes.len();
+            total += eckpt_coding::records::RECORD_HEADER + r.bytes.len();
         }
         assert_eq!(total, batch.len());
     }

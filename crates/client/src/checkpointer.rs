@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::baseline::Baseline;
-use crate::cluster::ClusterLink;
+use crate::cluster_mode::ClusterLink;
 
 use eckpt_capture::Tracker;
 use eckpt_store::{Options, Store};

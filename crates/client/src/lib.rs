@@ -23,7 +23,7 @@
 mod baseline;
 pub mod capi;
 mod checkpointer;
-mod cluster;
+mod cluster_mode;
 mod config;
 mod error;
 mod files;

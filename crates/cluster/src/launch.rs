@@ -10,13 +10,15 @@ use std::time::{Duration, Instant};
 
 use eckpt_proto::{ClusterSecret, Endpoint};
 
-use crate::client;
-use crate::config::CodingConfig;
 use crate::coordinator::Journal;
-use crate::dirs::{check_node_name, write_atomic, ClusterDir, ClusterFile, NetnsConfig, CLUSTER_FORMAT};
-use crate::msg::{CoordRequest, CoordResponse, StatusReport, UpSummary};
 use crate::netns::{parse_rate, Network};
-use crate::ClusterError;
+use eckpt_cluster_api::commands;
+use eckpt_cluster_api::dirs::{
+    check_node_name, write_atomic, ClusterDir, ClusterFile, NetnsConfig, CLUSTER_FORMAT,
+};
+use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, StatusReport, UpSummary};
+use eckpt_cluster_api::ClusterError;
+use eckpt_coding::config::CodingConfig;
 
 /// What `eckpt up` starts.
 #[derive(Debug, Clone)]
@@ -45,8 +47,8 @@ fn spawn_detached(mut command: Command, log: &Path) -> Result<Child, ClusterErro
         .create(true)
         .append(true)
         .open(log)
-        .map_err(crate::io_at(log))?;
-    let err = out.try_clone().map_err(crate::io_at(log))?;
+        .map_err(eckpt_cluster_api::io_at(log))?;
+    let err = out.try_clone().map_err(eckpt_cluster_api::io_at(log))?;
     command.stdin(Stdio::null()).stdout(out).stderr(err);
     // SAFETY: setsid is async-signal-safe; the child gets its own session so it outlives
     // the command that started it and no terminal signal reaches it.
@@ -131,7 +133,7 @@ fn status_now(dir: &ClusterDir) -> Option<StatusReport> {
         .enable_all()
         .build()
         .ok()?;
-    match rt.block_on(client::coordinator_call(dir, &CoordRequest::Status, |_| {})) {
+    match rt.block_on(commands::coordinator_call(dir, &CoordRequest::Status, |_| {})) {
         Ok(CoordResponse::Status(s)) => Some(*s),
         _ => None,
     }
@@ -177,11 +179,11 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         )));
     }
     for sub in [dir.coordinator(), dir.debug(), dir.root().join("nodes")] {
-        fs::create_dir_all(&sub).map_err(crate::io_at(&sub))?;
+        fs::create_dir_all(&sub).map_err(eckpt_cluster_api::io_at(&sub))?;
     }
     // Checkpoints and parity are the job's memory: only their owner may read them.
     fs::set_permissions(dir.root(), std::os::unix::fs::PermissionsExt::from_mode(0o700))
-        .map_err(crate::io_at(dir.root()))?;
+        .map_err(eckpt_cluster_api::io_at(dir.root()))?;
     ClusterSecret::create_file(&dir.secret())?;
     let nodes: Vec<String> = (0..node_count).map(|i| format!("n{i}")).collect();
     let spares: Vec<String> = (0..options.spares).map(|i| format!("s{i}")).collect();
@@ -205,7 +207,7 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
     write_cluster_file(&dir, &file)?;
     Journal::new(options.coding, &nodes, &spares).save(&dir.journal())?;
     start(&dir, &file, &options.exe, &nodes, &spares)?;
-    Ok(UpSummary::new(&dir, &file, nodes, spares, false))
+    Ok(summary(&dir, &file, nodes, spares, false))
 }
 
 /// `up` on a directory that holds a cluster: starts what is not running — the coordinator
@@ -233,28 +235,27 @@ fn restart(dir: &ClusterDir, options: &UpOptions) -> Result<UpSummary, ClusterEr
     file.coordinator_tcp = None;
     write_cluster_file(dir, &file)?;
     start(dir, &file, &options.exe, &nodes, &spares)?;
-    Ok(UpSummary::new(dir, &file, nodes, spares, true))
+    Ok(summary(dir, &file, nodes, spares, true))
 }
 
-impl UpSummary {
-    fn new(
-        dir: &ClusterDir,
-        file: &ClusterFile,
-        nodes: Vec<String>,
-        spares: Vec<String>,
-        restarted: bool,
-    ) -> UpSummary {
-        UpSummary {
-            dir: dir.root().to_path_buf(),
-            coding: file.coding,
-            nodes,
-            spares,
-            netns: file.netns.is_some(),
-            link_rate: file.netns.as_ref().and_then(|n| n.rate.clone()),
-            layout: file.coding.layout,
-            topology: file.coding.topology,
-            restarted,
-        }
+/// What `up` reports about the cluster it started.
+fn summary(
+    dir: &ClusterDir,
+    file: &ClusterFile,
+    nodes: Vec<String>,
+    spares: Vec<String>,
+    restarted: bool,
+) -> UpSummary {
+    UpSummary {
+        dir: dir.root().to_path_buf(),
+        coding: file.coding,
+        nodes,
+        spares,
+        netns: file.netns.is_some(),
+        link_rate: file.netns.as_ref().and_then(|n| n.rate.clone()),
+        layout: file.coding.layout,
+        topology: file.coding.topology,
+        restarted,
     }
 }
 
@@ -322,7 +323,7 @@ fn start(
     for (list, spare) in [(nodes, false), (spares, true)] {
         for name in list.iter().filter(|n| running(&dir.node(n)).is_none()) {
             let node_dir = dir.node(name);
-            fs::create_dir_all(&node_dir).map_err(crate::io_at(&node_dir))?;
+            fs::create_dir_all(&node_dir).map_err(eckpt_cluster_api::io_at(&node_dir))?;
             let command = agent_command(exe, &file, dir, name, spare)?;
             spawn_detached(command, &ClusterDir::log_file(&node_dir))?;
         }
@@ -350,7 +351,7 @@ pub fn join(dir: &Path, name: &str, spare: bool, exe: &Path) -> Result<(), Clust
             "node {name} is already running (pid {pid})"
         )));
     }
-    fs::create_dir_all(&node_dir).map_err(crate::io_at(&node_dir))?;
+    fs::create_dir_all(&node_dir).map_err(eckpt_cluster_api::io_at(&node_dir))?;
     if let Some(net) = &mut file.netns {
         if !net.nodes.contains_key(name) {
             let index = net.nodes.values().max().map_or(0, |i| i + 1);
@@ -389,7 +390,7 @@ pub fn kill_node(dir: &Path, name: &str, wipe: bool) -> Result<Option<u32>, Clus
     if wipe {
         for sub in [dir.store(name), dir.coded(name)] {
             if sub.exists() {
-                fs::remove_dir_all(&sub).map_err(crate::io_at(&sub))?;
+                fs::remove_dir_all(&sub).map_err(eckpt_cluster_api::io_at(&sub))?;
             }
         }
     }
@@ -408,7 +409,7 @@ pub fn down(dir: &Path, purge: bool) -> Result<(), ClusterError> {
     let _ = rt.block_on(async {
         tokio::time::timeout(
             Duration::from_secs(10),
-            client::coordinator_call(&dir, &CoordRequest::Shutdown, |_| {}),
+            commands::coordinator_call(&dir, &CoordRequest::Shutdown, |_| {}),
         )
         .await
     });
@@ -432,7 +433,7 @@ pub fn down(dir: &Path, purge: bool) -> Result<(), ClusterError> {
         network.remove_bridge();
     }
     if purge {
-        fs::remove_dir_all(dir.root()).map_err(crate::io_at(dir.root()))?;
+        fs::remove_dir_all(dir.root()).map_err(eckpt_cluster_api::io_at(dir.root()))?;
     }
     Ok(())
 }

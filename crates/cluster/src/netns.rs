@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use crate::ClusterError;
+use eckpt_cluster_api::ClusterError;
 
 /// Names and addresses of one cluster's emulated network.
 #[derive(Debug, Clone)]

@@ -50,7 +50,7 @@
 
 #![warn(missing_docs)]
 
-mod cluster;
+mod coding_inputs;
 mod delta;
 mod error;
 mod layout;
@@ -63,7 +63,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-pub use cluster::XorBlock;
+pub use coding_inputs::XorBlock;
 pub use delta::{parse_delta, Delta, DeltaItem, DELTA_FORMAT};
 pub use error::{Result, StoreError};
 pub use manifest::{

@@ -8,13 +8,16 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use eckpt_capture::bench::{apply_pattern, workload_image, Pattern};
-use eckpt_cluster::dirs::ClusterDir;
-use eckpt_cluster::geometry::Geometry;
 use eckpt_cluster::launch::{self, UpOptions};
-use eckpt_cluster::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, EpochOutcome, NodeInfo};
-use eckpt_cluster::net::{call, host_identity, open_node};
 use eckpt_cluster::netns::parse_rate;
-use eckpt_cluster::{client, CodingConfig};
+use eckpt_cluster_api::commands;
+use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_cluster_api::msg::{
+    AgentRequest, AgentResponse, CoordRequest, CoordResponse, EpochOutcome, NodeInfo,
+};
+use eckpt_cluster_api::net::{call, host_identity, open_node};
+use eckpt_coding::geometry::Geometry;
+use eckpt_coding::CodingConfig;
 use serde::Serialize;
 
 use super::bench::median;
@@ -98,7 +101,7 @@ fn scratch() -> Result<tempfile::TempDir> {
 }
 
 async fn coordinator(dir: &ClusterDir, request: CoordRequest) -> Result<CoordResponse> {
-    Ok(client::coordinator_call(dir, &request, |_| {}).await?)
+    Ok(commands::coordinator_call(dir, &request, |_| {}).await?)
 }
 
 /// Sends `bytes` from `from` to `to` and returns Gbit/s (best of three).
@@ -130,7 +133,7 @@ async fn epoch(dir: &ClusterDir, files: &[(u32, String, PathBuf)]) -> Result<Epo
     for (rank, node, path) in files.iter().cloned() {
         let dir = dir.clone();
         set.spawn(async move {
-            client::checkpoint_file(&dir, world, rank, None, Some(node), &path, false, &mut |_, _| {}).await
+            commands::checkpoint_file(&dir, world, rank, None, Some(node), &path, false, &mut |_, _| {}).await
         });
     }
     let mut epoch = 0;
@@ -268,7 +271,7 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, tmp: &Path) -> Re
         kinds.extend(o.kinds.clone());
         last = o.bytes_sent;
     }
-    let full_seconds = if coding.mode == eckpt_cluster::Mode::Full {
+    let full_seconds = if coding.mode == eckpt_coding::Mode::Full {
         let mut all = samples.clone();
         all.push(first.encode_seconds);
         median(&all)

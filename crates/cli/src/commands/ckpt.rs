@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use eckpt_cluster::client;
-use eckpt_cluster::dirs::ClusterDir;
-use eckpt_cluster::msg::{CoordRequest, CoordResponse};
+use eckpt_cluster_api::commands;
+use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_cluster_api::msg::{CoordRequest, CoordResponse};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::cluster::block_on;
@@ -43,7 +43,7 @@ pub fn run_checkpoint(args: CheckpointArgs) -> Result<i32> {
     let dir = ClusterDir::new(&args.dir)?;
     let total = std::fs::metadata(&args.file).map(|m| m.len()).unwrap_or(0);
     let bar = byte_progress(total, "send", args.json);
-    let report = block_on(client::checkpoint_file(
+    let report = block_on(commands::checkpoint_file(
         &dir,
         args.world,
         args.rank,
@@ -106,7 +106,7 @@ pub fn run_recover(args: RecoverArgs) -> Result<i32> {
         b.set_style(ProgressStyle::with_template("recover [{bar:30}] {msg}").expect("valid template"));
         b
     };
-    let answer = block_on(client::coordinator_call(&dir, &CoordRequest::Recover, |p| {
+    let answer = block_on(commands::coordinator_call(&dir, &CoordRequest::Recover, |p| {
         if let CoordResponse::Progress { what, done, total } = p {
             bar.set_length(*total);
             bar.set_position(*done);
@@ -170,7 +170,7 @@ pub struct RestoreArgs {
 
 pub fn run_restore(args: RestoreArgs) -> Result<i32> {
     let dir = ClusterDir::new(&args.dir)?;
-    let report = block_on(client::restore(
+    let report = block_on(commands::restore(
         &dir,
         args.rank,
         args.epoch,

@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use eckpt_cluster::debug::PHASES;
-use eckpt_cluster::dirs::ClusterDir;
 use eckpt_cluster::launch::{self, UpOptions};
-use eckpt_cluster::msg::{CoordRequest, CoordResponse, StatusReport};
-use eckpt_cluster::{client, CodingConfig, Layout, Mode, Topology};
+use eckpt_cluster_api::commands;
+use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, StatusReport};
 use eckpt_codec::CodeKind;
+use eckpt_coding::{CodingConfig, Layout, Mode, Topology};
 
 use crate::output::print_json;
 use crate::size::parse_size;
@@ -183,7 +184,7 @@ pub struct StatusArgs {
 
 pub fn status(dir: &std::path::Path) -> Result<StatusReport> {
     let dir = ClusterDir::new(dir)?;
-    match block_on(client::coordinator_call(&dir, &CoordRequest::Status, |_| {}))?? {
+    match block_on(commands::coordinator_call(&dir, &CoordRequest::Status, |_| {}))?? {
         CoordResponse::Status(s) => Ok(*s),
         other => bail!("unexpected answer {other:?}"),
     }
@@ -267,7 +268,7 @@ pub struct LeaveArgs {
 
 pub fn run_leave(args: LeaveArgs) -> Result<i32> {
     let dir = ClusterDir::new(&args.dir)?;
-    block_on(client::coordinator_call(
+    block_on(commands::coordinator_call(
         &dir,
         &CoordRequest::Leave {
             node: args.node.clone(),

@@ -13,14 +13,14 @@ use eckpt_codec::Code;
 
 use super::links::TaskLinks;
 use super::Agent;
-use crate::coded::{ParityReader, ParityWriter};
-use crate::error::io_at;
-use crate::exec::{run_participant, Chunks};
-use crate::geometry::Geometry;
-use crate::msg::{CodingTask, ObjectKind, TaskReport};
-use crate::plan::{actions, Action, CodingPlan, Input, Output, Work};
+use crate::parity_store::{ParityReader, ParityWriter};
 use crate::shard::{BlobShard, ImageShard};
-use crate::ClusterError;
+use eckpt_cluster_api::io_at;
+use eckpt_cluster_api::msg::{CodingTask, ObjectKind, TaskReport};
+use eckpt_cluster_api::ClusterError;
+use eckpt_coding::exec::{run_participant, Chunks};
+use eckpt_coding::geometry::Geometry;
+use eckpt_coding::plan::{actions, Action, CodingPlan, Input, Output, Work};
 
 /// Where a participant's data shard comes from.
 enum DataSource {
@@ -40,7 +40,7 @@ struct LocalChunks {
     crcs: Vec<(u64, u32)>,
 }
 
-impl Chunks for LocalChunks {
+impl Chunks<ClusterError> for LocalChunks {
     fn read(&mut self, input: Input, buf: &mut [u8]) -> Result<(), ClusterError> {
         match input {
             Input::Data(q) => {

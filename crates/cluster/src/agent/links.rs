@@ -9,10 +9,10 @@ use eckpt_proto::ClusterSecret;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::exec::Links;
-use crate::msg::{Hello, NodeInfo};
-use crate::net::{node_error, open, Inbox};
-use crate::ClusterError;
+use eckpt_cluster_api::msg::{Hello, NodeInfo};
+use eckpt_cluster_api::net::{node_error, open, Inbox};
+use eckpt_cluster_api::ClusterError;
+use eckpt_coding::exec::Links;
 
 /// Messages in flight per link in each direction (double buffering and a little more).
 const DEPTH: usize = 3;
@@ -154,7 +154,7 @@ impl TaskLinks {
     }
 }
 
-impl Links for TaskLinks {
+impl Links<ClusterError> for TaskLinks {
     fn send(&mut self, to: usize, message: Vec<u8>) -> Result<(), ClusterError> {
         let (tx, failure) = &self.out[&to];
         tx.blocking_send(message)

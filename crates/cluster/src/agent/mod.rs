@@ -8,7 +8,7 @@ mod links;
 mod ranks;
 mod update;
 
-pub use ranks::{expect_ok, DATA_FRAME, FILE_ITEM};
+pub use ranks::expect_ok;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,11 +17,12 @@ use std::time::{Duration, Instant};
 use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint};
 use eckpt_store::{Image, Options, Store};
 
-use crate::coded::Coded;
-use crate::dirs::{check_node_name, ClusterDir, ClusterFile};
-use crate::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello, NodeInfo};
-use crate::net::{accept_loop, call, host_identity, next_request, open, Inbox};
-use crate::ClusterError;
+use crate::parity_store::ParityStore;
+use eckpt_cluster_api::dirs::{check_node_name, ClusterDir, ClusterFile};
+use eckpt_cluster_api::msg::DATA_FRAME;
+use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello, NodeInfo};
+use eckpt_cluster_api::net::{accept_loop, call, host_identity, next_request, open, Inbox};
+use eckpt_cluster_api::ClusterError;
 
 /// How often an agent tells the coordinator it is alive.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
@@ -48,7 +49,7 @@ pub struct Agent {
     host: String,
     secret: ClusterSecret,
     store: Store,
-    coded: Coded,
+    coded: ParityStore,
     inbox: Inbox,
     cluster: ClusterFile,
 }
@@ -73,9 +74,9 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
     let cluster = dir.load()?;
     let secret = dir.load_secret()?;
     let node_dir = dir.node(&options.name);
-    std::fs::create_dir_all(&node_dir).map_err(crate::io_at(&node_dir))?;
+    std::fs::create_dir_all(&node_dir).map_err(eckpt_cluster_api::io_at(&node_dir))?;
     let store = Store::open_with(dir.store(&options.name), Options::default())?;
-    let coded = Coded::open(&dir.coded(&options.name))?;
+    let coded = ParityStore::open(&dir.coded(&options.name))?;
     let tcp = listen(
         &Endpoint::Tcp {
             host: options.bind.clone(),
@@ -110,7 +111,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
         inbox: Inbox::default(),
         cluster,
     });
-    crate::dirs::write_atomic(
+    eckpt_cluster_api::dirs::write_atomic(
         &ClusterDir::pid_file(&node_dir),
         std::process::id().to_string().as_bytes(),
     )?;
@@ -377,7 +378,7 @@ async fn handle(
             return Ok(None);
         }
         AgentRequest::LinkTest { peer, bytes } => {
-            let mut peer_conn = crate::net::open_node(&peer, &agent.host, &agent.secret).await?;
+            let mut peer_conn = eckpt_cluster_api::net::open_node(&peer, &agent.host, &agent.secret).await?;
             peer_conn.send_control(&AgentRequest::LinkSink).await?;
             let block = vec![0x5Au8; 1 << 20];
             let started = Instant::now();

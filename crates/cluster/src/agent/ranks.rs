@@ -8,20 +8,16 @@ use eckpt_store::{Image, Store};
 
 use super::coding::rebuilt_path;
 use super::{blocking, Agent};
-use crate::coded::ObjectId;
-use crate::config::Mode;
-use crate::msg::{
+use crate::shard::{build_stripe_blob, node_items};
+use eckpt_cluster_api::msg::DATA_FRAME;
+use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, Deliver, DescribeRequest, ObjectKind, ObjectRecord, ShardInfo,
 };
-use crate::net::{call, open_node};
-use crate::shard::{build_stripe_blob, node_items, ShardLayout};
-use crate::ClusterError;
-
-/// The item name `eckpt checkpoint FILE` stores a file under.
-pub const FILE_ITEM: &str = "file";
-
-/// Frames of bulk data are at most this long.
-pub const DATA_FRAME: usize = 4 << 20;
+use eckpt_cluster_api::net::{call, open_node};
+use eckpt_cluster_api::shard_layout::ShardLayout;
+use eckpt_cluster_api::ClusterError;
+use eckpt_coding::config::Mode;
+use eckpt_coding::ObjectId;
 
 impl Agent {
     /// Writes `content` as the prepared epoch of `rank` (a delta against its last committed
@@ -213,7 +209,7 @@ impl Agent {
         let chain = Store::open(&scratch)?;
         for (task, record) in parts {
             let path = rebuilt_path(self, *task, member);
-            let bytes = std::fs::read(&path).map_err(crate::io_at(&path))?;
+            let bytes = std::fs::read(&path).map_err(eckpt_cluster_api::io_at(&path))?;
             // The bytes are in memory now; the decode's directory goes once it is empty.
             let _ = std::fs::remove_file(&path);
             if let Some(parent) = path.parent() {
@@ -300,7 +296,7 @@ impl Agent {
     /// Sends a rank image to the agent that now hosts the rank.
     pub async fn ship(
         &self,
-        node: &crate::msg::NodeInfo,
+        node: &eckpt_cluster_api::msg::NodeInfo,
         rank: u32,
         epoch: u64,
         image: &Image,
@@ -320,7 +316,7 @@ impl Agent {
         }
         match conn.recv_control().await? {
             AgentResponse::Ok => Ok(()),
-            AgentResponse::Error(e) => Err(crate::net::node_error(&node.name, e)),
+            AgentResponse::Error(e) => Err(eckpt_cluster_api::net::node_error(&node.name, e)),
             other => Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
         }
     }
@@ -354,7 +350,7 @@ pub async fn expect_ok(
 ) -> Result<(), ClusterError> {
     match call(conn, request).await? {
         AgentResponse::Ok => Ok(()),
-        AgentResponse::Error(e) => Err(crate::net::node_error(node, e)),
+        AgentResponse::Error(e) => Err(eckpt_cluster_api::net::node_error(node, e)),
         other => Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
     }
 }

@@ -19,14 +19,15 @@ use tokio::sync::mpsc;
 
 use super::links::TaskLinks;
 use super::Agent;
-use crate::coded::ParityReader;
-use crate::config::Topology;
-use crate::geometry::Geometry;
-use crate::msg::{TaskReport, UpdateTask};
-use crate::net::node_error;
-use crate::records::{parse_batch, push_record, RecordRef, BATCH};
-use crate::shard::{ImageShard, ShardLayout};
-use crate::ClusterError;
+use crate::parity_store::ParityReader;
+use crate::shard::ImageShard;
+use eckpt_cluster_api::msg::{TaskReport, UpdateTask};
+use eckpt_cluster_api::net::node_error;
+use eckpt_cluster_api::shard_layout::ShardLayout;
+use eckpt_cluster_api::ClusterError;
+use eckpt_coding::config::Topology;
+use eckpt_coding::geometry::Geometry;
+use eckpt_coding::records::{parse_batch, push_record, RecordRef, BATCH};
 
 /// One changed piece of a data shard, within one chunk.
 struct Record {

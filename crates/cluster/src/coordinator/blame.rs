@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use super::{Coordinator, DEAD_AFTER};
-use crate::msg::{AgentRequest, AgentResponse, NodeInfo};
-use crate::ClusterError;
+use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, NodeInfo};
+use eckpt_cluster_api::ClusterError;
 
 /// How often a running task's participants are checked for a lost agent.
 const WATCH_EVERY: Duration = Duration::from_millis(200);

@@ -9,16 +9,16 @@ use tokio::task::JoinSet;
 
 use super::protection::check_protection;
 use super::Coordinator;
-use crate::coded::ObjectId;
-use crate::config::Mode;
 use crate::debug::pause_point_async;
-use crate::geometry::Geometry;
-use crate::msg::{
+use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, CodingTask, DescribeRequest, EpochOutcome, GroupRecord, NodeInfo,
     ObjectKind, ObjectRecord, ShardInfo, ShardRecord, TaskReport, UpdateTask,
 };
-use crate::shard::ShardLayout;
-use crate::ClusterError;
+use eckpt_cluster_api::shard_layout::ShardLayout;
+use eckpt_cluster_api::ClusterError;
+use eckpt_coding::config::Mode;
+use eckpt_coding::geometry::Geometry;
+use eckpt_coding::ObjectId;
 
 /// A group's encode, done but not yet committed.
 pub(super) struct Encoded {

@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::state::{Journal, JOURNAL_FORMAT};
-use crate::dirs::write_atomic;
-use crate::ClusterError;
+use eckpt_cluster_api::dirs::write_atomic;
+use eckpt_cluster_api::ClusterError;
 
 const CHECKSUM: &str = "checksum";
 const SUCCESSOR: &str = "successor";
@@ -67,7 +67,7 @@ fn seal(mut value: Value) -> Vec<u8> {
 
 /// Reads `path` and checks its checksum; its contents without the checksum.
 fn open(path: &Path) -> Result<Value, ClusterError> {
-    let bytes = std::fs::read(path).map_err(crate::io_at(path))?;
+    let bytes = std::fs::read(path).map_err(eckpt_cluster_api::io_at(path))?;
     let corrupt = |why: String| ClusterError::Corrupt(format!("{}: {why}", path.display()));
     let mut value: Value = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
     let stored = value
@@ -161,7 +161,7 @@ pub fn save(journal: &Journal, path: &Path) -> Result<(), ClusterError> {
         }
         Err(_) if path.exists() => {
             let aside = damaged_path(path);
-            std::fs::rename(path, &aside).map_err(crate::io_at(&aside))?;
+            std::fs::rename(path, &aside).map_err(eckpt_cluster_api::io_at(&aside))?;
         }
         Err(_) => {}
     }

@@ -22,13 +22,13 @@ use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use crate::dirs::ClusterDir;
-use crate::msg::{
+use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, CoordRequest, CoordResponse, EpochOutcome, GroupStatus, Hello, NodeInfo,
     NodeStatus, StatusReport,
 };
-use crate::net::{accept_loop, call, host_identity, next_request, node_error, open_node};
-use crate::ClusterError;
+use eckpt_cluster_api::net::{accept_loop, call, host_identity, next_request, node_error, open_node};
+use eckpt_cluster_api::ClusterError;
 
 /// An agent silent for this long is considered dead.
 pub const DEAD_AFTER: Duration = Duration::from_secs(3);
@@ -479,7 +479,7 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
     )
     .await?;
     cluster.coordinator_tcp = Some(tcp.local_endpoint().clone());
-    crate::dirs::write_atomic(
+    eckpt_cluster_api::dirs::write_atomic(
         &dir.cluster_file(),
         &serde_json::to_vec_pretty(&cluster).expect("cluster.json serializes"),
     )?;
@@ -500,7 +500,7 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
         op: tokio::sync::Mutex::new(()),
         next_session: 1.into(),
     });
-    crate::dirs::write_atomic(
+    eckpt_cluster_api::dirs::write_atomic(
         &ClusterDir::pid_file(&dir.coordinator()),
         std::process::id().to_string().as_bytes(),
     )?;

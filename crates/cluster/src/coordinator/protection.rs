@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use super::state::Journal;
-use crate::geometry::Geometry;
-use crate::ClusterError;
+use eckpt_cluster_api::ClusterError;
+use eckpt_coding::geometry::Geometry;
 
 /// Checks that `journal` protects every rank of its committed epoch (see the module doc).
 /// Groups in `lost_groups` (indexes of groups that lost more than `m` members and are kept

@@ -14,12 +14,12 @@ use super::protection::check_protection;
 use super::recovery_plan::plan_recovery;
 use super::{Coordinator, Journal};
 use crate::debug::pause_point_async;
-use crate::geometry::Geometry;
-use crate::msg::{
+use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, CodingTask, CoordResponse, DecodeSpec, Deliver, GroupRecord, NodeInfo,
     ObjectKind, RecoveryReport,
 };
-use crate::ClusterError;
+use eckpt_cluster_api::ClusterError;
+use eckpt_coding::geometry::Geometry;
 
 /// A member to rebuild: its position, the node decoding it, and what that node does with it.
 type Rebuild = (usize, NodeInfo, Deliver);

@@ -12,9 +12,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::state::{form_groups, natural_key, Journal};
-use crate::geometry::Geometry;
-use crate::msg::{Group, GroupRecord};
-use crate::ClusterError;
+use eckpt_cluster_api::msg::{Group, GroupRecord};
+use eckpt_cluster_api::ClusterError;
+use eckpt_coding::geometry::Geometry;
 
 /// One member of a group to rebuild by decoding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -469,10 +469,10 @@ fn regroup_around_ranks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coded::ObjectId;
-    use crate::config::{CodingConfig, Layout, Mode};
     use crate::coordinator::protection::check_protection;
-    use crate::msg::{ObjectKind, ObjectRecord, ShardRecord};
+    use eckpt_cluster_api::msg::{ObjectKind, ObjectRecord, ShardRecord};
+    use eckpt_coding::config::{CodingConfig, Layout, Mode};
+    use eckpt_coding::ObjectId;
     use proptest::prelude::*;
 
     fn names(prefix: &str, n: usize) -> Vec<String> {

@@ -6,11 +6,11 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::coded::ObjectId;
-use crate::config::CodingConfig;
-use crate::geometry::Geometry;
-use crate::msg::{Group, GroupRecord, NodeInfo};
-use crate::ClusterError;
+use eckpt_cluster_api::msg::{Group, GroupRecord, NodeInfo};
+use eckpt_cluster_api::ClusterError;
+use eckpt_coding::config::CodingConfig;
+use eckpt_coding::geometry::Geometry;
+use eckpt_coding::ObjectId;
 
 /// Journal format written by this version.
 pub const JOURNAL_FORMAT: u32 = 1;

@@ -1,6 +1,7 @@
 //! Errors of the cluster layer: each names what failed and where, in one line.
 
 use eckpt_codec::CodecError;
+use eckpt_coding::CodingError;
 use eckpt_proto::ProtoError;
 use eckpt_store::StoreError;
 
@@ -44,6 +45,16 @@ pub enum ClusterError {
     /// The wire protocol failed.
     #[error(transparent)]
     Proto(#[from] ProtoError),
+}
+
+impl From<CodingError> for ClusterError {
+    fn from(e: CodingError) -> ClusterError {
+        match e {
+            CodingError::Invalid(m) => ClusterError::Invalid(m),
+            CodingError::Protocol(m) => ClusterError::Protocol(m),
+            CodingError::Codec(c) => ClusterError::Codec(c),
+        }
+    }
 }
 
 /// Wraps an I/O error with the path it concerns.

@@ -7,7 +7,7 @@ use std::str::FromStr;
 use eckpt_codec::CodeKind;
 use serde::{Deserialize, Serialize};
 
-use crate::ClusterError;
+use crate::CodingError;
 
 /// What an epoch's encode covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,12 +68,12 @@ macro_rules! named_enum {
         }
 
         impl FromStr for $ty {
-            type Err = ClusterError;
+            type Err = CodingError;
 
-            fn from_str(s: &str) -> Result<$ty, ClusterError> {
+            fn from_str(s: &str) -> Result<$ty, CodingError> {
                 $ty::ALL.iter().copied().find(|v| v.name() == s).ok_or_else(|| {
                     let names: Vec<&str> = $ty::ALL.iter().map(|v| v.name()).collect();
-                    ClusterError::Invalid(format!("{} {s:?}: expected one of {}", $what, names.join(", ")))
+                    CodingError::Invalid(format!("{} {s:?}: expected one of {}", $what, names.join(", ")))
                 })
             }
         }
@@ -135,15 +135,15 @@ impl CodingConfig {
 
     /// Checks the shape: `k ≥ 1`, `m ≥ 1`, `k + m ≤ 255`, a chunk in [`CHUNK_RANGE`] and a
     /// multiple of 64 (the kernels' vector width) unless small.
-    pub fn validate(&self) -> Result<(), ClusterError> {
+    pub fn validate(&self) -> Result<(), CodingError> {
         if self.k == 0 || self.m == 0 {
-            return Err(ClusterError::Invalid(format!(
+            return Err(CodingError::Invalid(format!(
                 "k={} m={}: both must be at least 1",
                 self.k, self.m
             )));
         }
         if self.k + self.m > eckpt_codec::MAX_SHARDS {
-            return Err(ClusterError::Invalid(format!(
+            return Err(CodingError::Invalid(format!(
                 "k+m={} exceeds {} shards",
                 self.k + self.m,
                 eckpt_codec::MAX_SHARDS
@@ -151,13 +151,13 @@ impl CodingConfig {
         }
         let (lo, hi) = CHUNK_RANGE;
         if !(lo..=hi).contains(&self.chunk) {
-            return Err(ClusterError::Invalid(format!(
+            return Err(CodingError::Invalid(format!(
                 "block size {} outside {lo}..={hi} bytes",
                 self.chunk
             )));
         }
         if self.max_stripes == 0 {
-            return Err(ClusterError::Invalid("max stripes must be at least 1".into()));
+            return Err(CodingError::Invalid("max stripes must be at least 1".into()));
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! The wire format of `update` epochs: batches of records, each `(row, offset in the chunk,
 //! data shard, old ⊕ new)`. Parsed as untrusted input (fuzzed).
 
-use crate::ClusterError;
+use crate::CodingError;
 
 /// Header of one record in a batch: row, offset in the chunk, length, data shard index.
 pub const RECORD_HEADER: usize = 8 + 4 + 4 + 2;
@@ -31,22 +31,22 @@ pub struct RecordRef<'a> {
 }
 
 /// Splits a batch into its records; refuses malformed input.
-pub fn parse_batch(batch: &[u8], chunk: usize) -> Result<Vec<RecordRef<'_>>, ClusterError> {
+pub fn parse_batch(batch: &[u8], chunk: usize) -> Result<Vec<RecordRef<'_>>, CodingError> {
     let mut out = Vec::new();
     let mut at = 0;
     while at < batch.len() {
         let header = batch
             .get(at..at + RECORD_HEADER)
-            .ok_or_else(|| ClusterError::Protocol("truncated update record".into()))?;
+            .ok_or_else(|| CodingError::Protocol("truncated update record".into()))?;
         let row = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
         let offset = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
         let len = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes")) as usize;
         let shard = u16::from_le_bytes(header[16..18].try_into().expect("2 bytes"));
         let bytes = batch
             .get(at + RECORD_HEADER..at + RECORD_HEADER + len)
-            .ok_or_else(|| ClusterError::Protocol("truncated update record".into()))?;
+            .ok_or_else(|| CodingError::Protocol("truncated update record".into()))?;
         if offset as usize + len > chunk {
-            return Err(ClusterError::Protocol(format!(
+            return Err(CodingError::Protocol(format!(
                 "update record at {offset}+{len} crosses a {chunk}-byte chunk"
             )));
         }

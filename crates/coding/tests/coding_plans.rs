@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
-use eckpt_cluster::exec::{run_participant, Chunks, Links};
-use eckpt_cluster::geometry::Geometry;
-use eckpt_cluster::plan::{CodingPlan, Input, Output, Work};
-use eckpt_cluster::{ClusterError, Layout, Topology};
 use eckpt_codec::{Code, CodeKind};
+use eckpt_coding::exec::{run_participant, Chunks, Links};
+use eckpt_coding::geometry::Geometry;
+use eckpt_coding::plan::{CodingPlan, Input, Output, Work};
+use eckpt_coding::{CodingError, Layout, Topology};
 use proptest::prelude::*;
 
 struct ChannelLinks {
@@ -16,16 +16,16 @@ struct ChannelLinks {
     from: HashMap<usize, Receiver<Vec<u8>>>,
 }
 
-impl Links for ChannelLinks {
-    fn send(&mut self, to: usize, message: Vec<u8>) -> Result<(), ClusterError> {
+impl Links<CodingError> for ChannelLinks {
+    fn send(&mut self, to: usize, message: Vec<u8>) -> Result<(), CodingError> {
         self.to[&to]
             .send(message)
-            .map_err(|_| ClusterError::Protocol(format!("participant {to} hung up")))
+            .map_err(|_| CodingError::Protocol(format!("participant {to} hung up")))
     }
-    fn recv(&mut self, from: usize) -> Result<Vec<u8>, ClusterError> {
+    fn recv(&mut self, from: usize) -> Result<Vec<u8>, CodingError> {
         self.from[&from]
             .recv()
-            .map_err(|_| ClusterError::Protocol(format!("participant {from} hung up")))
+            .map_err(|_| CodingError::Protocol(format!("participant {from} hung up")))
     }
 }
 
@@ -38,8 +38,8 @@ struct Memory {
     outputs: HashMap<(usize, u64), Vec<u8>>,
 }
 
-impl Chunks for Memory {
-    fn read(&mut self, input: Input, buf: &mut [u8]) -> Result<(), ClusterError> {
+impl Chunks<CodingError> for Memory {
+    fn read(&mut self, input: Input, buf: &mut [u8]) -> Result<(), CodingError> {
         let (bytes, n) = match input {
             Input::Data(n) => (&self.data, n),
             Input::Parity(n) => (&self.parity, n),
@@ -48,7 +48,7 @@ impl Chunks for Memory {
         buf.copy_from_slice(&bytes[at..at + self.chunk]);
         Ok(())
     }
-    fn write(&mut self, output: &Output, data: &[u8]) -> Result<(), ClusterError> {
+    fn write(&mut self, output: &Output, data: &[u8]) -> Result<(), CodingError> {
         assert!(
             self.outputs
                 .insert((output.stream, output.chunk), data.to_vec())

@@ -19,7 +19,7 @@ use eckpt_codec::{Code, Decoder};
 
 use crate::config::Topology;
 use crate::geometry::Geometry;
-use crate::ClusterError;
+use crate::CodingError;
 
 /// The local chunk a source reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -304,9 +304,9 @@ impl CodingPlan {
         code: Code,
         members: Vec<Option<usize>>,
         work: Work,
-    ) -> Result<CodingPlan, ClusterError> {
+    ) -> Result<CodingPlan, CodingError> {
         if members.len() != geometry.members() || code.k() != geometry.k() || code.m() != geometry.m() {
-            return Err(ClusterError::Invalid(format!(
+            return Err(CodingError::Invalid(format!(
                 "plan for {} members with a {}+{} code over a {}+{} geometry",
                 members.len(),
                 code.k(),
@@ -317,14 +317,14 @@ impl CodingPlan {
         }
         if let Work::Decode { unavailable, rebuild } = &work {
             if unavailable.len() > geometry.m() {
-                return Err(ClusterError::Invalid(format!(
+                return Err(CodingError::Invalid(format!(
                     "{} members unavailable, the code tolerates {}",
                     unavailable.len(),
                     geometry.m()
                 )));
             }
             if let Some((lost, _)) = rebuild.iter().find(|(l, _)| !unavailable.contains(l)) {
-                return Err(ClusterError::Invalid(format!(
+                return Err(CodingError::Invalid(format!(
                     "member {lost} is rebuilt but not marked unavailable"
                 )));
             }
@@ -362,7 +362,7 @@ impl CodingPlan {
 
     /// The plan of `row`, or `None` when the row has nothing to compute (a decode row where
     /// no rebuilt member holds data).
-    pub fn row(&mut self, row: u64) -> Result<Option<RowPlan>, ClusterError> {
+    pub fn row(&mut self, row: u64) -> Result<Option<RowPlan>, CodingError> {
         let g = &self.geometry;
         let (k, m) = (g.k(), g.m());
         match &self.work {

@@ -5,10 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-use eckpt_cluster::client::coordinator_call;
-use eckpt_cluster::dirs::ClusterDir;
-use eckpt_cluster::msg::{CoordRequest, CoordResponse, EpochOutcome, NodeInfo};
-use eckpt_cluster::ClusterError;
+use eckpt_cluster_api::commands::coordinator_call;
+use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, EpochOutcome, NodeInfo};
+use eckpt_cluster_api::ClusterError;
 
 use crate::Error;
 

@@ -7,9 +7,9 @@ use std::path::Path;
 use eckpt_proto::{Connection, FrameKind};
 use serde::Serialize;
 
-use crate::agent::{DATA_FRAME, FILE_ITEM};
 use crate::dirs::ClusterDir;
 use crate::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, EpochOutcome, Hello};
+use crate::msg::{DATA_FRAME, FILE_ITEM};
 use crate::net::{host_identity, node_error, open, open_node};
 use crate::ClusterError;
 

@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::CodingConfig;
 use crate::error::io_at;
 use crate::ClusterError;
+use eckpt_coding::CodingConfig;
 use eckpt_proto::Endpoint;
 
 /// Paths inside a cluster directory.

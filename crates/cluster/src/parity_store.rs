@@ -20,37 +20,12 @@ use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use eckpt_coding::ObjectId;
 use serde::{Deserialize, Serialize};
 
-use crate::dirs::{fsync_dir, write_atomic};
-use crate::error::io_at;
-use crate::ClusterError;
-
-/// A coded object: one group's code over one epoch (the first epoch of a stripe chain or of
-/// an update lineage names it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct ObjectId {
-    /// Group id (a new id each time groups are formed).
-    pub group: u64,
-    /// Epoch the object was created for.
-    pub epoch: u64,
-}
-
-impl std::fmt::Display for ObjectId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "g{}-e{}", self.group, self.epoch)
-    }
-}
-
-impl ObjectId {
-    fn parse(s: &str) -> Option<ObjectId> {
-        let (g, e) = s.strip_prefix('g')?.split_once("-e")?;
-        Some(ObjectId {
-            group: g.parse().ok()?,
-            epoch: e.parse().ok()?,
-        })
-    }
-}
+use eckpt_cluster_api::dirs::{fsync_dir, write_atomic};
+use eckpt_cluster_api::io_at;
+use eckpt_cluster_api::ClusterError;
 
 /// What `parity.json` records.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -68,13 +43,13 @@ const BLOB: &str = "blob";
 
 /// The coded objects of one agent.
 #[derive(Debug, Clone)]
-pub struct Coded {
+pub struct ParityStore {
     dir: PathBuf,
 }
 
-impl Coded {
+impl ParityStore {
     /// Opens (creating) the directory and removes what interrupted decodes left.
-    pub fn open(dir: &Path) -> Result<Coded, ClusterError> {
+    pub fn open(dir: &Path) -> Result<ParityStore, ClusterError> {
         fs::create_dir_all(dir).map_err(io_at(dir))?;
         for entry in fs::read_dir(dir).map_err(io_at(dir))? {
             let entry = entry.map_err(io_at(dir))?;
@@ -83,7 +58,7 @@ impl Coded {
                 let _ = fs::remove_dir_all(entry.path());
             }
         }
-        Ok(Coded {
+        Ok(ParityStore {
             dir: dir.to_path_buf(),
         })
     }
@@ -435,7 +410,7 @@ mod tests {
     #[test]
     fn parity_is_prepared_then_committed_and_verified() {
         let tmp = tempfile::tempdir().unwrap();
-        let coded = Coded::open(tmp.path()).unwrap();
+        let coded = ParityStore::open(tmp.path()).unwrap();
         let mut w = coded.parity_writer(ID, 3, 512, 7).unwrap();
         w.write(1, &[5u8; 512]).unwrap();
         assert!(w.write(3, &[0u8; 512]).is_err());
@@ -458,7 +433,7 @@ mod tests {
     #[test]
     fn updates_apply_only_when_committed_and_idempotently() {
         let tmp = tempfile::tempdir().unwrap();
-        let coded = Coded::open(tmp.path()).unwrap();
+        let coded = ParityStore::open(tmp.path()).unwrap();
         let mut w = coded.parity_writer(ID, 2, 512, 7).unwrap();
         w.write(0, &[1u8; 512]).unwrap();
         w.finish().unwrap();
@@ -483,7 +458,7 @@ mod tests {
     #[test]
     fn retain_keeps_only_what_is_named() {
         let tmp = tempfile::tempdir().unwrap();
-        let coded = Coded::open(tmp.path()).unwrap();
+        let coded = ParityStore::open(tmp.path()).unwrap();
         let other = ObjectId { group: 1, epoch: 2 };
         coded.put_blob(ID, b"a").unwrap();
         coded.put_blob(other, b"b").unwrap();

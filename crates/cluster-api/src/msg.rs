@@ -4,12 +4,17 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use eckpt_coding::{CodingConfig, Layout, Mode, ObjectId, Topology};
 use eckpt_proto::Endpoint;
 use serde::{Deserialize, Serialize};
 
-use crate::coded::ObjectId;
-use crate::config::{CodingConfig, Layout, Mode, Topology};
-use crate::shard::ShardLayout;
+use crate::shard_layout::ShardLayout;
+
+/// The item name `eckpt checkpoint FILE` stores a file under.
+pub const FILE_ITEM: &str = "file";
+
+/// Frames of bulk data are at most this long.
+pub const DATA_FRAME: usize = 4 << 20;
 
 /// First frame on every connection after authentication: what the connection is for.
 #[derive(Debug, Clone, Serialize, Deserialize)]

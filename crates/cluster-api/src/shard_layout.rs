@@ -1,0 +1,188 @@
+//! Where each rank's items sit in a node's image shard (modes `full` and `update`): the
+//! layout the coordinator records per object and member, so that any node can cut a
+//! decoded shard back into images.
+
+use std::collections::{BTreeMap, HashMap};
+
+use eckpt_store::Image;
+use serde::{Deserialize, Serialize};
+
+use crate::ClusterError;
+
+/// Alignment of extents in an image shard.
+pub const EXTENT_ALIGN: u64 = 4096;
+
+/// Where one item of one rank sits in an image shard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Extent {
+    /// Rank.
+    pub rank: u32,
+    /// Item name.
+    pub item: String,
+    /// Offset in the shard.
+    pub offset: u64,
+    /// Item length at the object's epoch.
+    pub len: u64,
+    /// Bytes reserved: the item may grow to this without moving.
+    pub capacity: u64,
+}
+
+/// The extents of an image shard, ascending by offset.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardLayout {
+    /// Extents, ascending by offset, not overlapping.
+    pub extents: Vec<Extent>,
+}
+
+/// `(rank, item, length)` of every item a node's ranks hold at an epoch.
+pub type ItemList = Vec<(u32, String, u64)>;
+
+impl ShardLayout {
+    /// Packs `items` in `(rank, item)` order, each extent aligned and as large as its item.
+    pub fn pack(items: &ItemList) -> ShardLayout {
+        let mut sorted = items.clone();
+        sorted.sort();
+        let mut offset = 0;
+        let extents = sorted
+            .into_iter()
+            .map(|(rank, item, len)| {
+                let capacity = len.div_ceil(EXTENT_ALIGN) * EXTENT_ALIGN;
+                let e = Extent {
+                    rank,
+                    item,
+                    offset,
+                    len,
+                    capacity,
+                };
+                offset += capacity;
+                e
+            })
+            .collect();
+        ShardLayout { extents }
+    }
+
+    /// Bytes the shard spans.
+    pub fn len(&self) -> u64 {
+        self.extents.last().map_or(0, |e| e.offset + e.capacity)
+    }
+
+    /// Whether the shard is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// This layout with `items`' new lengths, if they are the same items and each still
+    /// fits its extent (`update` mode keeps offsets stable).
+    pub fn refit(&self, items: &ItemList) -> Option<ShardLayout> {
+        if items.len() != self.extents.len() {
+            return None;
+        }
+        let lens: HashMap<(u32, &str), u64> = items.iter().map(|(r, i, l)| ((*r, i.as_str()), *l)).collect();
+        let mut extents = self.extents.clone();
+        for e in &mut extents {
+            let len = *lens.get(&(e.rank, e.item.as_str()))?;
+            if len > e.capacity {
+                return None;
+            }
+            e.len = len;
+        }
+        Some(ShardLayout { extents })
+    }
+
+    /// The extent of `(rank, item)`.
+    pub fn extent(&self, rank: u32, item: &str) -> Option<&Extent> {
+        self.extents.iter().find(|e| e.rank == rank && e.item == item)
+    }
+
+    /// Ranks present, ascending.
+    pub fn ranks(&self) -> Vec<u32> {
+        let mut r: Vec<u32> = self.extents.iter().map(|e| e.rank).collect();
+        r.dedup();
+        r
+    }
+
+    /// Cuts a shard's bytes into each rank's image.
+    pub fn images(&self, shard: &[u8]) -> Result<BTreeMap<u32, Image>, ClusterError> {
+        let mut images: BTreeMap<u32, Image> = BTreeMap::new();
+        for e in &self.extents {
+            let end = e.offset + e.len;
+            if end > shard.len() as u64 {
+                return Err(ClusterError::Corrupt(format!(
+                    "shard of {} bytes is too short for rank {} item {:?} ending at {end}",
+                    shard.len(),
+                    e.rank,
+                    e.item
+                )));
+            }
+            images
+                .entry(e.rank)
+                .or_default()
+                .items
+                .insert(e.item.clone(), shard[e.offset as usize..end as usize].to_vec());
+        }
+        Ok(images)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items() -> ItemList {
+        vec![
+            (1, "mem/b".into(), 5000),
+            (0, "file".into(), 10),
+            (1, "mem/a".into(), 4096),
+        ]
+    }
+
+    #[test]
+    fn packing_is_ordered_aligned_and_refits_only_what_fits() {
+        let layout = ShardLayout::pack(&items());
+        let names: Vec<(u32, &str, u64)> = layout
+            .extents
+            .iter()
+            .map(|e| (e.rank, e.item.as_str(), e.offset))
+            .collect();
+        assert_eq!(
+            names,
+            vec![(0, "file", 0), (1, "mem/a", 4096), (1, "mem/b", 8192)]
+        );
+        assert_eq!(layout.len(), 8192 + 8192);
+        let grown: ItemList = vec![
+            (0, "file".into(), 4096),
+            (1, "mem/a".into(), 1),
+            (1, "mem/b".into(), 8192),
+        ];
+        let refit = layout.refit(&grown).expect("fits");
+        assert_eq!(refit.extent(0, "file").unwrap().len, 4096);
+        assert_eq!(refit.extent(1, "mem/b").unwrap().offset, 8192);
+        let too_big: ItemList = vec![
+            (0, "file".into(), 4097),
+            (1, "mem/a".into(), 1),
+            (1, "mem/b".into(), 1),
+        ];
+        assert!(layout.refit(&too_big).is_none());
+        let other: ItemList = vec![
+            (0, "file".into(), 1),
+            (1, "mem/a".into(), 1),
+            (2, "mem/b".into(), 1),
+        ];
+        assert!(layout.refit(&other).is_none());
+    }
+
+    #[test]
+    fn images_come_back_from_shard_bytes() {
+        let layout = ShardLayout::pack(&items());
+        let mut shard = vec![0u8; layout.len() as usize];
+        for e in &layout.extents {
+            for i in 0..e.len {
+                shard[(e.offset + i) as usize] = (e.rank as u64 * 7 + i) as u8;
+            }
+        }
+        let images = layout.images(&shard).unwrap();
+        assert_eq!(images[&0].items["file"].len(), 10);
+        assert_eq!(images[&1].items["mem/b"][4999], (7 + 4999u64) as u8);
+        assert!(layout.images(&shard[..100]).is_err());
+    }
+}

@@ -1,0 +1,402 @@
+//! Runs one participant's part of a coding task: the [`actions`] of every row that involve
+//! it, in order, over abstract links and chunk storage — real sockets and files in the
+//! agent, channels and vectors in tests, the same code either way.
+//!
+//! Buffers move rather than copy where the topology allows: a pipeline hop receives the
+//! partial sums, adds its product in place and sends the same buffer on.
+//!
+//! The links and chunks report failures in the caller's own error type `E` (a lost node, a
+//! file error); the executor's own failures (a message of the wrong size, a codec refusal)
+//! become `E` through `From<CodingError>`.
+
+use std::collections::HashMap;
+
+use eckpt_codec::LinearMap;
+
+use crate::config::Topology;
+use crate::plan::{actions, Action, Buf, CodingPlan, Input, Output, Payload, RowPlan};
+use crate::CodingError;
+
+/// Messages to and from other participants, in order per peer.
+pub trait Links<E> {
+    /// Queues `message` for participant `to`.
+    fn send(&mut self, to: usize, message: Vec<u8>) -> Result<(), E>;
+    /// The next message from participant `from`.
+    fn recv(&mut self, from: usize) -> Result<Vec<u8>, E>;
+}
+
+/// The participant's local chunks: what it reads as a source and where outputs go.
+pub trait Chunks<E> {
+    /// Fills `buf` (one chunk) with the local input chunk.
+    fn read(&mut self, input: Input, buf: &mut [u8]) -> Result<(), E>;
+    /// Writes one finished output chunk.
+    fn write(&mut self, output: &Output, data: &[u8]) -> Result<(), E>;
+}
+
+/// What one participant did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExecStats {
+    /// Rows this participant took part in.
+    pub rows: u64,
+    /// Chunks read locally.
+    pub chunks_read: u64,
+    /// Chunks written to output streams.
+    pub chunks_written: u64,
+    /// Payload bytes sent to other participants.
+    pub bytes_sent: u64,
+    /// Payload bytes received.
+    pub bytes_received: u64,
+}
+
+/// Multiplication by a column of coefficients, with the tables of each distinct column
+/// built once per task.
+#[derive(Default)]
+struct Columns {
+    maps: HashMap<Vec<u8>, LinearMap>,
+}
+
+impl Columns {
+    fn map(&mut self, column: Vec<u8>) -> &LinearMap {
+        self.maps
+            .entry(column)
+            .or_insert_with_key(|c| LinearMap::new(c.len(), 1, c.clone()))
+    }
+
+    /// `outs[i] (^)= column[i] · input`: overwritten when `overwrite`, else added.
+    fn multiply(
+        &mut self,
+        column: Vec<u8>,
+        input: &[u8],
+        mut outs: Vec<&mut [u8]>,
+        overwrite: bool,
+    ) -> Result<(), CodingError> {
+        let map = self.map(column);
+        if overwrite {
+            map.apply(&[input], &mut outs)?;
+        } else {
+            map.accumulate(0, input, &mut outs)?;
+        }
+        Ok(())
+    }
+}
+
+fn xor_into(dst: &mut [u8], src: &[u8]) {
+    for (d, s) in dst.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
+        let v = u64::from_ne_bytes(d[..].try_into().expect("8 bytes"))
+            ^ u64::from_ne_bytes(s.try_into().expect("8 bytes"));
+        d.copy_from_slice(&v.to_ne_bytes());
+    }
+    let tail = dst.len() - dst.len() % 8;
+    for (d, s) in dst[tail..].iter_mut().zip(&src[tail..]) {
+        *d ^= s;
+    }
+}
+
+/// One participant's buffers for the row in progress. `None` stands for all zero, so a
+/// buffer received whole can simply be adopted.
+#[derive(Default)]
+struct RowState {
+    acc: Option<Vec<u8>>,
+    out: Option<Vec<u8>>,
+    input: Option<Vec<u8>>,
+}
+
+impl RowState {
+    fn slot(&mut self, which: Buf) -> &mut Option<Vec<u8>> {
+        match which {
+            Buf::Acc => &mut self.acc,
+            Buf::Out => &mut self.out,
+        }
+    }
+}
+
+/// The `outputs` chunks of a row buffer, in that order.
+fn output_slices<'a>(buf: &'a mut [u8], chunk: usize, outputs: &[usize]) -> Vec<&'a mut [u8]> {
+    let mut parts: Vec<Option<&mut [u8]>> = buf.chunks_mut(chunk).map(Some).collect();
+    outputs
+        .iter()
+        .map(|&o| parts[o].take().expect("outputs are distinct"))
+        .collect()
+}
+
+/// Whether `outputs` is every output of the row in order: the buffer then moves whole.
+fn is_whole(outputs: &[usize], all: usize) -> bool {
+    outputs.len() == all && outputs.iter().enumerate().all(|(i, &o)| i == o)
+}
+
+/// Participant `me` working through a task: its links and chunks, the multiplication tables
+/// built so far, spare buffers for reuse, and what it has done.
+struct Participant<'a, E> {
+    me: usize,
+    chunk: usize,
+    links: &'a mut dyn Links<E>,
+    chunks: &'a mut dyn Chunks<E>,
+    columns: Columns,
+    spare: Vec<Vec<u8>>,
+    stats: ExecStats,
+}
+
+impl<E: From<CodingError>> Participant<'_, E> {
+    /// Performs this participant's steps of one row, in the row's global order.
+    fn run_row(&mut self, rp: &RowPlan, steps: &[Action]) -> Result<(), E> {
+        let mut st = RowState::default();
+        let me = self.me;
+        for step in steps.iter().filter(|a| involves(a, me)) {
+            match step {
+                Action::Contribute {
+                    source,
+                    outputs,
+                    into,
+                    ..
+                } => self.contribute(rp, &mut st, *source, outputs, *into)?,
+                Action::Send {
+                    from,
+                    to,
+                    outputs,
+                    payload,
+                } if *from == me => self.send(rp, &mut st, *to, outputs, payload)?,
+                Action::Send {
+                    from,
+                    outputs,
+                    payload,
+                    ..
+                } => self.receive(rp, &mut st, *from, outputs, payload)?,
+                Action::Keep { outputs, .. } => self.keep(rp, &mut st, outputs),
+                Action::Store { output, .. } => self.store(rp, &mut st, *output)?,
+            }
+        }
+        self.spare.extend(st.acc.take());
+        self.spare.extend(st.out.take());
+        self.spare.truncate(4);
+        Ok(())
+    }
+
+    /// The row buffer `which`, zero-filled from a spare if it does not exist yet.
+    fn buffer<'s>(&mut self, st: &'s mut RowState, which: Buf, all: usize) -> &'s mut Vec<u8> {
+        let len = all * self.chunk;
+        let spare = &mut self.spare;
+        st.slot(which).get_or_insert_with(|| {
+            let mut b = spare.pop().unwrap_or_default();
+            b.clear();
+            b.resize(len, 0);
+            b
+        })
+    }
+
+    /// Reads the local input chunk of `source` once per row.
+    fn read_input(&mut self, rp: &RowPlan, st: &mut RowState, source: usize) -> Result<(), E> {
+        if st.input.is_none() {
+            let mut buf = vec![0u8; self.chunk];
+            self.chunks.read(rp.sources[source].input, &mut buf)?;
+            self.stats.chunks_read += 1;
+            st.input = Some(buf);
+        }
+        Ok(())
+    }
+
+    /// Adds (or writes, into a fresh buffer) this source's products into `into`.
+    fn contribute(
+        &mut self,
+        rp: &RowPlan,
+        st: &mut RowState,
+        source: usize,
+        outputs: &[usize],
+        into: Buf,
+    ) -> Result<(), E> {
+        let all = rp.outputs.len();
+        self.read_input(rp, st, source)?;
+        let input = st.input.take().expect("read above");
+        let fresh = st.slot(into).is_none();
+        let chunk = self.chunk;
+        let column = rp.column(source, outputs);
+        let buf = self.buffer(st, into, all);
+        // A fresh buffer is zero: multiplying over it is the same as adding to it.
+        let result = self.columns.multiply(
+            column,
+            &input,
+            output_slices(buf, chunk, outputs),
+            fresh && outputs.len() == all,
+        );
+        st.input = Some(input);
+        Ok(result?)
+    }
+
+    /// Sends a raw input chunk, the partial sums or delivered outputs to `to`.
+    fn send(
+        &mut self,
+        rp: &RowPlan,
+        st: &mut RowState,
+        to: usize,
+        outputs: &[usize],
+        payload: &Payload,
+    ) -> Result<(), E> {
+        let all = rp.outputs.len();
+        let message = match payload {
+            Payload::Raw(source) => {
+                self.read_input(rp, st, *source)?;
+                st.input.clone().expect("read above")
+            }
+            Payload::Partial | Payload::Deliver(_) => {
+                let which = match payload {
+                    Payload::Deliver(b) => *b,
+                    _ => Buf::Acc,
+                };
+                if is_whole(outputs, all) {
+                    // The whole buffer goes: move it (the sender does not use it again).
+                    st.slot(which)
+                        .take()
+                        .unwrap_or_else(|| vec![0u8; all * self.chunk])
+                } else {
+                    let chunk = self.chunk;
+                    let mut message = self.spare.pop().unwrap_or_default();
+                    message.clear();
+                    let buf = self.buffer(st, which, all);
+                    for &o in outputs {
+                        message.extend_from_slice(&buf[o * chunk..(o + 1) * chunk]);
+                    }
+                    message
+                }
+            }
+        };
+        self.stats.bytes_sent += message.len() as u64;
+        self.links.send(to, message)
+    }
+
+    /// Receives from `from` and folds the message into the row's buffers.
+    fn receive(
+        &mut self,
+        rp: &RowPlan,
+        st: &mut RowState,
+        from: usize,
+        outputs: &[usize],
+        payload: &Payload,
+    ) -> Result<(), E> {
+        let all = rp.outputs.len();
+        let chunk = self.chunk;
+        let message = self.links.recv(from)?;
+        self.stats.bytes_received += message.len() as u64;
+        let expected = match payload {
+            Payload::Raw(_) => chunk,
+            _ => outputs.len() * chunk,
+        };
+        if message.len() != expected {
+            return Err(CodingError::Protocol(format!(
+                "row {}: {} bytes from participant {from}, expected {expected}",
+                rp.row,
+                message.len()
+            ))
+            .into());
+        }
+        let whole = is_whole(outputs, all);
+        match payload {
+            Payload::Partial if whole && st.acc.is_none() => st.acc = Some(message),
+            Payload::Deliver(_) if whole => {
+                if let Some(old) = st.out.replace(message) {
+                    self.spare.push(old);
+                }
+            }
+            Payload::Partial | Payload::Deliver(_) => {
+                let into = if matches!(payload, Payload::Partial) {
+                    Buf::Acc
+                } else {
+                    Buf::Out
+                };
+                let buf = self.buffer(st, into, all);
+                for (part, &o) in message.chunks(chunk).zip(outputs) {
+                    let dst = &mut buf[o * chunk..(o + 1) * chunk];
+                    if into == Buf::Acc {
+                        xor_into(dst, part);
+                    } else {
+                        dst.copy_from_slice(part);
+                    }
+                }
+                self.spare.push(message);
+            }
+            Payload::Raw(source) => {
+                let fresh = st.out.is_none();
+                let column = rp.column(*source, outputs);
+                let buf = self.buffer(st, Buf::Out, all);
+                let result = self.columns.multiply(
+                    column,
+                    &message,
+                    output_slices(buf, chunk, outputs),
+                    fresh && outputs.len() == all,
+                );
+                self.spare.push(message);
+                result?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps `outputs` of the partial sums as this member's own finished outputs.
+    fn keep(&mut self, rp: &RowPlan, st: &mut RowState, outputs: &[usize]) {
+        let all = rp.outputs.len();
+        let chunk = self.chunk;
+        let acc = st.acc.take().unwrap_or_else(|| vec![0u8; all * chunk]);
+        if outputs.len() == all && st.out.is_none() {
+            st.out = Some(acc);
+        } else {
+            let out = self.buffer(st, Buf::Out, all);
+            for &o in outputs {
+                out[o * chunk..(o + 1) * chunk].copy_from_slice(&acc[o * chunk..(o + 1) * chunk]);
+            }
+            st.acc = Some(acc);
+        }
+    }
+
+    /// Writes finished output `output` to its local stream.
+    fn store(&mut self, rp: &RowPlan, st: &mut RowState, output: usize) -> Result<(), E> {
+        let all = rp.outputs.len();
+        let chunk = self.chunk;
+        let out = self.buffer(st, Buf::Out, all);
+        self.chunks
+            .write(&rp.outputs[output], &out[output * chunk..(output + 1) * chunk])?;
+        self.stats.chunks_written += 1;
+        Ok(())
+    }
+}
+
+/// Performs participant `me`'s steps of every row of `plan`, calling `progress(rows_done,
+/// rows_total)` after each row. Fails on the first error of a link, a local read or write,
+/// or a message of the wrong size.
+pub fn run_participant<E: From<CodingError>>(
+    me: usize,
+    plan: &mut CodingPlan,
+    topology: Topology,
+    chunk: usize,
+    links: &mut dyn Links<E>,
+    chunks: &mut dyn Chunks<E>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ExecStats, E> {
+    let rows = plan.geometry().rows();
+    let mut participant = Participant {
+        me,
+        chunk,
+        links,
+        chunks,
+        columns: Columns::default(),
+        spare: Vec::new(),
+        stats: ExecStats::default(),
+    };
+    for row in 0..rows {
+        if let Some(rp) = plan.row(row)? {
+            let steps = actions(&rp, topology);
+            if steps.iter().any(|a| involves(a, me)) {
+                participant.stats.rows += 1;
+                participant.run_row(&rp, &steps)?;
+            }
+        }
+        progress(row + 1, rows);
+    }
+    Ok(participant.stats)
+}
+
+fn involves(action: &Action, me: usize) -> bool {
+    match action {
+        Action::Contribute { node, .. } | Action::Keep { node, .. } | Action::Store { node, .. } => {
+            *node == me
+        }
+        Action::Send { from, to, .. } => *from == me || *to == me,
+    }
+}
