@@ -58,7 +58,8 @@
 #define ECKPT_EIO -3
 
 /*
- Stored data failed its checksum (never restored as wrong bytes).
+ Stored data failed its checksum or does not parse, in this node's store or reached through
+ the cluster (never restored as wrong bytes).
  */
 #define ECKPT_ECORRUPT -4
 

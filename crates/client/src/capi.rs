@@ -25,7 +25,8 @@ pub const ECKPT_EINVAL: c_int = -1;
 pub const ECKPT_ESTATE: c_int = -2;
 /// I/O error in the store or on a protected file.
 pub const ECKPT_EIO: c_int = -3;
-/// Stored data failed its checksum (never restored as wrong bytes).
+/// Stored data failed its checksum or does not parse, in this node's store or reached through
+/// the cluster (never restored as wrong bytes).
 pub const ECKPT_ECORRUPT: c_int = -4;
 /// The checkpoint does not fit what is protected now (sizes, changed input files).
 pub const ECKPT_EMISMATCH: c_int = -5;
@@ -229,4 +230,33 @@ pub extern "C" fn eckpt_strerror(code: c_int) -> *const c_char {
 #[no_mangle]
 pub extern "C" fn eckpt_last_error() -> *const c_char {
     LAST_ERROR.with(|last| last.borrow().as_ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last_error() -> String {
+        // SAFETY: `eckpt_last_error` returns a NUL-terminated string owned by this thread.
+        unsafe { CStr::from_ptr(eckpt_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn an_error_returns_its_kinds_code_and_keeps_the_message() {
+        let code = guarded(|| {
+            Err(eckpt_cluster_api::ClusterError::Corrupt("chunk 9 fails its crc32c".into()).into())
+        });
+        assert_eq!(code, ECKPT_ECORRUPT);
+        assert_eq!(last_error(), "cluster: corrupt: chunk 9 fails its crc32c");
+    }
+
+    /// A crashed thread is a bug in eckpt, not a bad argument: the caller gets
+    /// `ECKPT_EINTERNAL`, and the process goes on.
+    #[test]
+    fn a_panic_is_an_internal_error() {
+        assert_eq!(guarded(|| panic!("worker thread crashed")), ECKPT_EINTERNAL);
+        assert_eq!(last_error(), "internal error (panic)");
+    }
 }

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use eckpt_cluster_api::commands::coordinator_call;
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, EpochOutcome, NodeInfo};
-use eckpt_cluster_api::ClusterError;
 
 use crate::Error;
 
@@ -17,12 +16,6 @@ pub(crate) struct ClusterLink {
     dir: ClusterDir,
     world: u32,
     runtime: tokio::runtime::Runtime,
-}
-
-impl From<ClusterError> for Error {
-    fn from(e: ClusterError) -> Error {
-        Error::Cluster(e.to_string())
-    }
 }
 
 impl ClusterLink {

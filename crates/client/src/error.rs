@@ -1,4 +1,14 @@
 //! The client's error type, with the numeric codes the C API returns.
+//!
+//! The code is chosen by the kind of failure, down to the variants of the store's and the
+//! cluster's errors, so that a C caller can tell "the data is damaged" (`ECKPT_ECORRUPT`)
+//! from "the cluster is unreachable" (`ECKPT_ECLUSTER`) whichever layer found it.
+
+use eckpt_cluster_api::ClusterError;
+use eckpt_codec::CodecError;
+use eckpt_store::StoreError;
+
+use crate::capi;
 
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
@@ -18,10 +28,16 @@ pub enum Error {
     Capture(#[from] eckpt_capture::CaptureError),
     /// The store failed (I/O, or a checksum mismatch: never wrong bytes).
     #[error(transparent)]
-    Store(#[from] eckpt_store::StoreError),
-    /// The cluster could not be reached or refused (cluster mode).
+    Store(#[from] StoreError),
+    /// The cluster could not be reached or refused (cluster mode), in the client's own words
+    /// (an unexpected answer, an aborted epoch).
     #[error("cluster: {0}")]
     Cluster(String),
+    /// A call into the cluster layer failed (cluster mode); kept whole so that its kind picks
+    /// the code: a corrupt block reached through the cluster is corruption, not a generic
+    /// cluster error.
+    #[error("cluster: {0}")]
+    ClusterCall(#[from] ClusterError),
     /// A file operation on a protected file failed.
     #[error("{path}: {source}")]
     Io {
@@ -41,11 +57,10 @@ impl Error {
             Error::State(_) => capi::ECKPT_ESTATE,
             Error::Mismatch(_) => capi::ECKPT_EMISMATCH,
             Error::Capture(_) => capi::ECKPT_ECAPTURE,
-            Error::Store(
-                eckpt_store::StoreError::BlockChecksum { .. } | eckpt_store::StoreError::Corrupt { .. },
-            ) => capi::ECKPT_ECORRUPT,
-            Error::Store(_) | Error::Io { .. } => capi::ECKPT_EIO,
+            Error::Store(e) => store_code(e),
+            Error::Io { .. } => capi::ECKPT_EIO,
             Error::Cluster(_) => capi::ECKPT_ECLUSTER,
+            Error::ClusterCall(e) => cluster_code(e),
         }
     }
 
@@ -57,4 +72,229 @@ impl Error {
     }
 }
 
-use crate::capi;
+/// The code of a store failure, wherever the store ran (this process, or a node agent whose
+/// error the cluster passed on). Every variant is named, so a new one must be given a code.
+fn store_code(e: &StoreError) -> i32 {
+    match e {
+        // Stored or received bytes that fail their checksum or do not parse: never returned.
+        StoreError::BlockChecksum { .. }
+        | StoreError::Corrupt { .. }
+        | StoreError::Manifest(_)
+        | StoreError::Delta(_) => capi::ECKPT_ECORRUPT,
+        StoreError::Invalid(_) => capi::ECKPT_EINVAL,
+        // The store could not do the work: a file operation failed, what should be there is
+        // not, another writer holds the rank, or a delta does not fit its slot.
+        StoreError::Io { .. }
+        | StoreError::NoEpoch { .. }
+        | StoreError::NoItem { .. }
+        | StoreError::Busy { .. }
+        | StoreError::DeltaTooLarge { .. } => capi::ECKPT_EIO,
+    }
+}
+
+/// The code of a cluster failure. Every variant is named, so a new one must be given a code.
+fn cluster_code(e: &ClusterError) -> i32 {
+    match e {
+        ClusterError::Corrupt(_) => capi::ECKPT_ECORRUPT,
+        ClusterError::Store(e) => store_code(e),
+        ClusterError::Io { .. } => capi::ECKPT_EIO,
+        // A group that cannot rebuild its data: too many members lost, or (rs codes) a
+        // survivor pattern whose decode matrix is singular.
+        ClusterError::Unrecoverable(_)
+        | ClusterError::Codec(CodecError::TooManyErasures { .. } | CodecError::SingularMatrix) => {
+            capi::ECKPT_ECLUSTER
+        }
+        // The cluster layer shapes every buffer it hands the codec: a refusal is a bug.
+        ClusterError::Codec(CodecError::Shape(_)) => capi::ECKPT_EINTERNAL,
+        // Refusals (the coordinator's answers arrive as `Invalid`), unreachable nodes and
+        // broken connections.
+        ClusterError::Invalid(_)
+        | ClusterError::Protocol(_)
+        | ClusterError::Node { .. }
+        | ClusterError::Proto(_) => capi::ECKPT_ECLUSTER,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capi::{
+        ECKPT_ECAPTURE, ECKPT_ECLUSTER, ECKPT_ECORRUPT, ECKPT_EINTERNAL, ECKPT_EINVAL, ECKPT_EIO,
+        ECKPT_EMISMATCH, ECKPT_ESTATE,
+    };
+
+    fn os_error() -> std::io::Error {
+        std::io::Error::from_raw_os_error(28) // ENOSPC
+    }
+
+    fn block_checksum() -> StoreError {
+        StoreError::BlockChecksum {
+            rank: 3,
+            epoch: 7,
+            item: "mem/state".into(),
+            block: 40,
+            stored_in: 6,
+        }
+    }
+
+    fn store_corrupt() -> StoreError {
+        StoreError::Corrupt {
+            rank: 3,
+            epoch: 7,
+            detail: "data file truncated".into(),
+        }
+    }
+
+    /// Every store variant, with the code it must map to.
+    fn store_cases() -> Vec<(StoreError, i32)> {
+        vec![
+            (block_checksum(), ECKPT_ECORRUPT),
+            (store_corrupt(), ECKPT_ECORRUPT),
+            (StoreError::Manifest("not JSON".into()), ECKPT_ECORRUPT),
+            (StoreError::Delta("bad magic".into()), ECKPT_ECORRUPT),
+            (StoreError::Invalid("block size 0".into()), ECKPT_EINVAL),
+            (
+                StoreError::Io {
+                    path: "/store/rank.3".into(),
+                    source: os_error(),
+                },
+                ECKPT_EIO,
+            ),
+            (StoreError::NoEpoch { rank: 3, epoch: 7 }, ECKPT_EIO),
+            (
+                StoreError::NoItem {
+                    rank: 3,
+                    epoch: 7,
+                    item: "mem/state".into(),
+                },
+                ECKPT_EIO,
+            ),
+            (StoreError::Busy { rank: 3 }, ECKPT_EIO),
+            (
+                StoreError::DeltaTooLarge {
+                    rank: 3,
+                    epoch: 7,
+                    needed: 10,
+                    len: 5,
+                },
+                ECKPT_EIO,
+            ),
+        ]
+    }
+
+    #[test]
+    fn client_errors_map_to_their_codes() {
+        let cases = [
+            (Error::Invalid("file mode 9".into()), ECKPT_EINVAL),
+            (
+                Error::State("eckpt_init has not been called".into()),
+                ECKPT_ESTATE,
+            ),
+            (
+                Error::Mismatch("region \"a\" changed size".into()),
+                ECKPT_EMISMATCH,
+            ),
+            (
+                Error::Capture(eckpt_capture::CaptureError::UffdUnavailable(
+                    "no kernel support".into(),
+                )),
+                ECKPT_ECAPTURE,
+            ),
+            (
+                Error::io(std::path::Path::new("/data/out.log"), os_error()),
+                ECKPT_EIO,
+            ),
+            (Error::Cluster("epoch 4 aborted".into()), ECKPT_ECLUSTER),
+        ];
+        for (error, code) in cases {
+            assert_eq!(error.code(), code, "{error}");
+        }
+    }
+
+    #[test]
+    fn store_errors_map_by_kind() {
+        for (error, code) in store_cases() {
+            let error = Error::Store(error);
+            assert_eq!(error.code(), code, "{error}");
+        }
+    }
+
+    /// The same store failure means the same thing to the caller whether the rank's own store
+    /// or a node agent found it.
+    #[test]
+    fn store_errors_through_the_cluster_map_like_local_ones() {
+        for (error, code) in store_cases() {
+            let error = Error::from(ClusterError::Store(error));
+            assert_eq!(error.code(), code, "{error}");
+        }
+    }
+
+    #[test]
+    fn a_corrupt_block_reached_through_the_cluster_is_corrupt_not_a_cluster_error() {
+        for error in [
+            ClusterError::Corrupt("obj-5 member 2: chunk 9 fails its crc32c".into()),
+            ClusterError::Store(block_checksum()),
+            ClusterError::Store(store_corrupt()),
+        ] {
+            let error = Error::from(error);
+            assert_eq!(error.code(), ECKPT_ECORRUPT, "{error}");
+        }
+    }
+
+    #[test]
+    fn cluster_errors_map_by_kind() {
+        let cases = [
+            (
+                ClusterError::Invalid("rank 3's node n1 is down".into()),
+                ECKPT_ECLUSTER,
+            ),
+            (ClusterError::Protocol("unexpected answer".into()), ECKPT_ECLUSTER),
+            (
+                ClusterError::Node {
+                    node: "n1".into(),
+                    reason: "connection refused".into(),
+                },
+                ECKPT_ECLUSTER,
+            ),
+            (
+                ClusterError::Unrecoverable("group 0 lost 3 members, m=2".into()),
+                ECKPT_ECLUSTER,
+            ),
+            (
+                ClusterError::Codec(CodecError::TooManyErasures { erased: 3, m: 2 }),
+                ECKPT_ECLUSTER,
+            ),
+            (ClusterError::Codec(CodecError::SingularMatrix), ECKPT_ECLUSTER),
+            (
+                ClusterError::Codec(CodecError::Shape("2 inputs for k=3".into())),
+                ECKPT_EINTERNAL,
+            ),
+            (
+                ClusterError::Io {
+                    path: "/cluster/cluster.json".into(),
+                    source: os_error(),
+                },
+                ECKPT_EIO,
+            ),
+            (
+                ClusterError::Proto(eckpt_proto::ProtoError::Closed),
+                ECKPT_ECLUSTER,
+            ),
+        ];
+        for (error, code) in cases {
+            let error = Error::from(error);
+            assert_eq!(error.code(), code, "{error}");
+        }
+    }
+
+    #[test]
+    fn cluster_errors_keep_their_message() {
+        let error = Error::from(ClusterError::Invalid(
+            "rank 3's node n1 is down: run `eckpt recover`".into(),
+        ));
+        assert_eq!(
+            error.to_string(),
+            "cluster: rank 3's node n1 is down: run `eckpt recover`"
+        );
+    }
+}

@@ -13,13 +13,13 @@ use std::path::Path;
 use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
-use anyhow::{anyhow, bail, Context, Result};
-use eckpt_codec::{Code, Decoder};
+use eckpt_codec::{Code, CodecError, Decoder};
 use serde::Serialize;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::batch::{split_buffers, split_ranges, stripes_per_batch};
 use crate::durable::{self, temp_path};
+use crate::error::ShardsError;
 use crate::shard_set::{BlockBatch, ShardSet};
 
 /// What `eckpt decode --json` prints.
@@ -47,28 +47,23 @@ pub fn decode_dir(
     out: &Path,
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<DecodeSummary> {
+) -> Result<DecodeSummary, ShardsError> {
     let started = Instant::now();
     let set = ShardSet::open(dir)?;
     let manifest = &set.manifest;
     let (k, m) = (manifest.k, manifest.m);
     let missing = set.missing_shards();
     if missing.len() > m {
-        let names: Vec<&str> = missing
-            .iter()
-            .map(|&i| manifest.shards[i].file.as_str())
-            .collect();
-        bail!(
-            "cannot decode {}: {} shard files are missing ({}) but the code tolerates at most m={m}",
-            dir.display(),
-            missing.len(),
-            names.join(", ")
-        );
+        return Err(ShardsError::MissingShards {
+            dir: dir.to_path_buf(),
+            files: missing.iter().map(|&i| manifest.shards[i].file.clone()).collect(),
+            m,
+        });
     }
     let code = Code::new(manifest.code_kind(), k, m)?;
     let temp = temp_path(out);
-    let file = File::create(&temp).with_context(|| format!("cannot create {}", temp.display()))?;
-    let result = rebuild_into(&set, &code, file, threads, progress);
+    let file = File::create(&temp).map_err(ShardsError::io("create", &temp))?;
+    let result = rebuild_into(&set, &code, file, &temp, threads, progress);
     let (stripes_rebuilt, blocks_rebuilt) = match result {
         Ok(counts) => counts,
         Err(e) => {
@@ -76,7 +71,7 @@ pub fn decode_dir(
             return Err(e);
         }
     };
-    durable::publish(&temp, out).with_context(|| format!("cannot write {}", out.display()))?;
+    durable::publish(&temp, out).map_err(ShardsError::io("write", out))?;
     let seconds = started.elapsed().as_secs_f64();
     Ok(DecodeSummary {
         out: out.display().to_string(),
@@ -89,14 +84,16 @@ pub fn decode_dir(
     })
 }
 
-/// Streams every batch through rebuild and into `file`; returns (stripes, blocks) rebuilt.
+/// Streams every batch through rebuild and into `file` (named `path`); returns (stripes,
+/// blocks) rebuilt.
 fn rebuild_into(
     set: &ShardSet,
     code: &Code,
     file: File,
+    path: &Path,
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<(u64, u64)> {
+) -> Result<(u64, u64), ShardsError> {
     let manifest = &set.manifest;
     let (k, block) = (manifest.k, manifest.block_size as usize);
     let per_batch = stripes_per_batch(k, manifest.block_size) as usize;
@@ -104,16 +101,14 @@ fn rebuild_into(
     for _ in 0..2 {
         free_tx.send(set.new_batch(per_batch)).expect("the pool has room");
     }
-    let (full_tx, full_rx) = sync_channel::<Result<BlockBatch>>(1);
+    let (full_tx, full_rx) = sync_channel::<Result<BlockBatch, ShardsError>>(1);
     let mut out = BufWriter::with_capacity(1 << 20, file);
     let mut hasher = Xxh3::new();
     let mut decoders: HashMap<Vec<usize>, Decoder> = HashMap::new();
     let (mut stripes_rebuilt, mut blocks_rebuilt, mut written) = (0u64, 0u64, 0u64);
 
-    std::thread::scope(|scope| -> Result<()> {
-        // Owned by this closure so that returning early (an error) ends the reader too.
-        let free_tx = free_tx;
-        scope.spawn(move || {
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(move || {
             let mut first = 0u64;
             for mut batch in free_rx {
                 if first >= manifest.stripes {
@@ -129,7 +124,8 @@ fn rebuild_into(
                 first += stripes as u64;
             }
         });
-        for batch in full_rx {
+        // Rebuilds and writes one batch, handing its buffers back for recycling.
+        let mut write_batch = |batch: Result<BlockBatch, ShardsError>| -> Result<BlockBatch, ShardsError> {
             let mut batch = batch?;
             let plan = plan_rebuild(set, code, &batch, &mut decoders)?;
             stripes_rebuilt += plan.iter().filter(|p| p.is_some()).count() as u64;
@@ -138,39 +134,59 @@ fn rebuild_into(
                 .flatten()
                 .map(|d| d.erased().iter().filter(|&&e| e < k).count() as u64)
                 .sum::<u64>();
-            rebuild_batch(&mut batch, &plan, block, threads);
+            rebuild_batch(&mut batch, &plan, block, threads)?;
             for s in 0..batch.stripes {
                 for shard in &batch.blocks[..k] {
                     let left = manifest.input_len - written;
                     let take = (block as u64).min(left) as usize;
                     let bytes = &shard[s * block..s * block + take];
-                    out.write_all(bytes).context("cannot write the output")?;
+                    out.write_all(bytes).map_err(ShardsError::io("write", path))?;
                     hasher.update(bytes);
                     written += take as u64;
                 }
             }
             progress(written);
-            // Recycle the buffers; once the reader has finished nobody takes them, which is fine.
-            let _ = free_tx.send(batch);
+            Ok(batch)
+        };
+        let mut consumed = Ok(());
+        for batch in full_rx {
+            match write_batch(batch) {
+                Ok(batch) => {
+                    // Recycle the buffers; once the reader has finished nobody takes them,
+                    // which is fine.
+                    let _ = free_tx.send(batch);
+                }
+                Err(e) => {
+                    consumed = Err(e);
+                    break;
+                }
+            }
         }
-        Ok(())
+        // Leaving the loop dropped the receiver; without the sender too, a reader waiting on
+        // either channel ends, so it can be joined.
+        drop(free_tx);
+        reader.join().map_err(|p| ShardsError::panicked("reader", p))?;
+        consumed
     })?;
-    out.flush().context("cannot write the output")?;
+    out.flush().map_err(ShardsError::io("write", path))?;
     if written != manifest.input_len {
-        bail!("shard set ended after {written} of {} bytes", manifest.input_len);
+        return Err(ShardsError::Internal(format!(
+            "shard set ended after {written} of {} bytes",
+            manifest.input_len
+        )));
     }
     let digest = format!("{:016x}", hasher.digest());
     if digest != manifest.input_xxh3 {
-        bail!(
-            "decoded bytes hash to {digest} but the input hashed to {}: output discarded",
-            manifest.input_xxh3
-        );
+        return Err(ShardsError::OutputMismatch {
+            decoded: digest,
+            expected: manifest.input_xxh3.clone(),
+        });
     }
     Ok((stripes_rebuilt, blocks_rebuilt))
 }
 
 /// Reads the data shards, and the parity shards too if any data block is damaged.
-fn read_batch(set: &ShardSet, batch: &mut BlockBatch) -> Result<()> {
+fn read_batch(set: &ShardSet, batch: &mut BlockBatch) -> Result<(), ShardsError> {
     let (k, n) = (set.manifest.k, set.manifest.k + set.manifest.m);
     for shard in 0..k {
         set.read_shard(batch, shard)?;
@@ -191,7 +207,7 @@ fn plan_rebuild<'a>(
     code: &Code,
     batch: &BlockBatch,
     decoders: &'a mut HashMap<Vec<usize>, Decoder>,
-) -> Result<Vec<Option<&'a Decoder>>> {
+) -> Result<Vec<Option<&'a Decoder>>, ShardsError> {
     let k = code.k();
     let mut patterns = Vec::with_capacity(batch.stripes);
     for s in 0..batch.stripes {
@@ -203,7 +219,7 @@ fn plan_rebuild<'a>(
         if !decoders.contains_key(&damaged) {
             let decoder = code
                 .decoder(&damaged)
-                .map_err(|e| describe_loss(set, batch, s, &damaged, &e.to_string()))?;
+                .map_err(|e| stripe_lost(set, batch, s, &damaged, e))?;
             decoders.insert(damaged.clone(), decoder);
         }
         patterns.push(Some(damaged));
@@ -215,65 +231,74 @@ fn plan_rebuild<'a>(
         .collect())
 }
 
-/// One line naming the stripe, the damaged shards and why decode is impossible.
-fn describe_loss(
+/// The error naming local stripe `s`, its damaged shards and why the codec cannot rebuild it.
+fn stripe_lost(
     set: &ShardSet,
     batch: &BlockBatch,
     s: usize,
     damaged: &[usize],
-    why: &str,
-) -> anyhow::Error {
+    why: CodecError,
+) -> ShardsError {
     let manifest = &set.manifest;
     let stripe = batch.first_stripe + s as u64;
     let stripe_bytes = manifest.k as u64 * manifest.block_size;
-    let what: Vec<String> = damaged
-        .iter()
-        .map(|&i| {
-            format!(
-                "{} {}",
-                manifest.shards[i].file,
-                batch.damage[i][s].expect("damaged").describe()
-            )
-        })
-        .collect();
-    anyhow!(
-        "cannot decode {}: stripe {stripe} (input bytes {}..{}) has {} damaged shards ({}): {why}",
-        set.dir().display(),
-        stripe * stripe_bytes,
-        ((stripe + 1) * stripe_bytes).min(manifest.input_len),
-        damaged.len(),
-        what.join(", ")
-    )
+    ShardsError::DamagedStripe {
+        dir: set.dir().to_path_buf(),
+        stripe,
+        input_bytes: stripe * stripe_bytes..((stripe + 1) * stripe_bytes).min(manifest.input_len),
+        damaged: damaged
+            .iter()
+            .map(|&i| {
+                (
+                    manifest.shards[i].file.clone(),
+                    batch.damage[i][s].expect("damaged"),
+                )
+            })
+            .collect(),
+        source: why,
+    }
 }
 
 /// Rebuilds damaged blocks in place, stripes split over threads.
-fn rebuild_batch(batch: &mut BlockBatch, plan: &[Option<&Decoder>], block: usize, threads: usize) {
+fn rebuild_batch(
+    batch: &mut BlockBatch,
+    plan: &[Option<&Decoder>],
+    block: usize,
+    threads: usize,
+) -> Result<(), ShardsError> {
     if plan.iter().all(|p| p.is_none()) {
-        return;
+        return Ok(());
     }
     let ranges = split_ranges(batch.stripes, threads);
     let parts = split_buffers(&mut batch.blocks, &ranges, block);
     std::thread::scope(|scope| {
-        for (range, mut shards) in ranges.iter().zip(parts) {
-            let plan = &plan[range.clone()];
-            scope.spawn(move || {
-                for (local, decoder) in plan.iter().enumerate() {
-                    let Some(decoder) = decoder else { continue };
-                    let mut inputs: Vec<&[u8]> = Vec::with_capacity(decoder.survivors().len());
-                    let mut outputs: Vec<&mut [u8]> = Vec::with_capacity(decoder.erased().len());
-                    for (i, shard) in shards.iter_mut().enumerate() {
-                        let bytes = &mut shard[local * block..(local + 1) * block];
-                        if decoder.erased().contains(&i) {
-                            outputs.push(bytes);
-                        } else if decoder.survivors().contains(&i) {
-                            inputs.push(bytes);
+        let handles: Vec<_> = ranges
+            .iter()
+            .zip(parts)
+            .map(|(range, mut shards)| {
+                let plan = &plan[range.clone()];
+                scope.spawn(move || {
+                    for (local, decoder) in plan.iter().enumerate() {
+                        let Some(decoder) = decoder else { continue };
+                        let mut inputs: Vec<&[u8]> = Vec::with_capacity(decoder.survivors().len());
+                        let mut outputs: Vec<&mut [u8]> = Vec::with_capacity(decoder.erased().len());
+                        for (i, shard) in shards.iter_mut().enumerate() {
+                            let bytes = &mut shard[local * block..(local + 1) * block];
+                            if decoder.erased().contains(&i) {
+                                outputs.push(bytes);
+                            } else if decoder.survivors().contains(&i) {
+                                inputs.push(bytes);
+                            }
                         }
+                        decoder.decode(&inputs, &mut outputs)?;
                     }
-                    decoder
-                        .decode(&inputs, &mut outputs)
-                        .expect("shapes are consistent by construction");
-                }
-            });
-        }
-    });
+                    Ok::<_, CodecError>(())
+                })
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| {
+            h.join().map_err(|p| ShardsError::panicked("rebuild", p))??;
+            Ok(())
+        })
+    })
 }

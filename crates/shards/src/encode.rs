@@ -7,17 +7,17 @@
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
-use eckpt_codec::{Code, CodeKind};
+use eckpt_codec::{Code, CodeKind, CodecError};
 use serde::Serialize;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::batch::{split_buffers, split_ranges, stripes_per_batch};
 use crate::durable::{self, temp_path};
+use crate::error::ShardsError;
 use crate::manifest::{
     self, push_crc_hex, shard_file_name, Manifest, ShardEntry, MANIFEST_FILE, MAX_BLOCK_SIZE,
 };
@@ -86,27 +86,32 @@ pub fn encode_file(
     out_dir: &Path,
     opts: &EncodeOptions,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<EncodeSummary> {
-    let code = Code::new(opts.kind, opts.k, opts.m)?;
+) -> Result<EncodeSummary, ShardsError> {
+    let code = Code::new(opts.kind, opts.k, opts.m).map_err(|e| ShardsError::Invalid(e.to_string()))?;
     if opts.block_size == 0 || opts.block_size > MAX_BLOCK_SIZE {
-        bail!("block size must be between 1 and {MAX_BLOCK_SIZE} bytes");
+        return Err(ShardsError::Invalid(format!(
+            "block size must be between 1 and {MAX_BLOCK_SIZE} bytes"
+        )));
     }
-    let reader = File::open(input).with_context(|| format!("cannot open {}", input.display()))?;
+    let reader = File::open(input).map_err(ShardsError::io("open", input))?;
     // A device like /dev/zero never ends; a pipe's length is unknown until it does. Only
     // regular files have the fixed length a manifest records.
     if !reader
         .metadata()
-        .with_context(|| format!("cannot stat {}", input.display()))?
+        .map_err(ShardsError::io("stat", input))?
         .is_file()
     {
-        bail!("{}: not a regular file", input.display());
+        return Err(ShardsError::Invalid(format!(
+            "{}: not a regular file",
+            input.display()
+        )));
     }
-    fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+    fs::create_dir_all(out_dir).map_err(ShardsError::io("create", out_dir))?;
     if out_dir.join(MANIFEST_FILE).exists() {
-        bail!(
+        return Err(ShardsError::Invalid(format!(
             "{} already holds an encoded file; choose another --out or remove it first",
             out_dir.display()
-        );
+        )));
     }
     let started = Instant::now();
     let (k, m, block) = (opts.k, opts.m, opts.block_size as usize);
@@ -115,8 +120,8 @@ pub fn encode_file(
         .collect();
     let files = temps
         .iter()
-        .map(|p| File::create(p).with_context(|| format!("cannot create {}", p.display())))
-        .collect::<Result<Vec<_>>>()?;
+        .map(|p| File::create(p).map_err(ShardsError::io("create", p)))
+        .collect::<Result<Vec<_>, _>>()?;
 
     let per_batch = stripes_per_batch(k, opts.block_size) as usize;
     let (free_tx, free_rx) = sync_channel::<Batch>(BATCHES_IN_FLIGHT);
@@ -135,20 +140,24 @@ pub fn encode_file(
     let (coded_tx, coded_rx) = sync_channel::<Batch>(1);
 
     let outcome = std::thread::scope(|scope| {
-        let reader = scope.spawn(move || read_stage(reader, free_rx, full_tx, k * block));
-        let writer = scope.spawn(move || write_stage(files, coded_rx, free_tx, k, block, progress));
+        let reader = scope.spawn(move || read_stage(reader, input, free_rx, full_tx, k * block));
+        let writer = scope.spawn(|| write_stage(files, &temps, coded_rx, free_tx, k, block, progress));
+        let mut encoded = Ok(());
         for mut batch in full_rx {
-            encode_batch(&code, &mut batch, block, opts.threads);
-            if coded_tx.send(batch).is_err() {
-                break; // the writer failed; its error is reported below
+            encoded = encode_batch(&code, &mut batch, block, opts.threads);
+            // A failed send means the writer failed; its error is reported below. Leaving the
+            // loop drops the receiver, which stops the reader.
+            if encoded.is_err() || coded_tx.send(batch).is_err() {
+                break;
             }
         }
         drop(coded_tx);
-        let written = writer.join().expect("writer thread panicked");
-        let read = reader.join().expect("reader thread panicked");
-        let (input_len, hash) = read?;
-        let crcs = written?;
-        Ok::<_, anyhow::Error>((input_len, hash, crcs))
+        let written = writer.join().map_err(|p| ShardsError::panicked("writer", p));
+        let read = reader.join().map_err(|p| ShardsError::panicked("reader", p));
+        let (input_len, hash) = read??;
+        encoded?;
+        let crcs = written??;
+        Ok((input_len, hash, crcs))
     });
     let (input_len, hash, crcs) = match outcome {
         Ok(v) => v,
@@ -159,8 +168,7 @@ pub fn encode_file(
     };
 
     for (i, temp) in temps.iter().enumerate() {
-        durable::publish(temp, &out_dir.join(shard_file_name(i)))
-            .with_context(|| format!("cannot write {}", temp.display()))?;
+        durable::publish(temp, &out_dir.join(shard_file_name(i))).map_err(ShardsError::io("write", temp))?;
     }
     let stripes = manifest::stripe_count(input_len, k, opts.block_size);
     let manifest = Manifest {
@@ -186,8 +194,9 @@ pub fn encode_file(
             })
             .collect(),
     };
-    durable::write_file(&out_dir.join(MANIFEST_FILE), &manifest.to_json())
-        .with_context(|| format!("cannot write the manifest in {}", out_dir.display()))?;
+    let manifest_path = out_dir.join(MANIFEST_FILE);
+    durable::write_file(&manifest_path, &manifest.to_json())
+        .map_err(ShardsError::io("write", &manifest_path))?;
     let seconds = started.elapsed().as_secs_f64();
     Ok(EncodeSummary {
         out_dir: out_dir.display().to_string(),
@@ -207,14 +216,15 @@ pub fn encode_file(
 /// Reads whole-stripe batches; returns the input length and its xxh3.
 fn read_stage(
     mut input: File,
+    path: &Path,
     free: Receiver<Batch>,
     full: SyncSender<Batch>,
     stripe_bytes: usize,
-) -> Result<(u64, u64)> {
+) -> Result<(u64, u64), ShardsError> {
     let mut hasher = Xxh3::new();
     let mut total = 0u64;
     for mut batch in free {
-        let n = read_full(&mut input, &mut batch.data).context("cannot read the input")?;
+        let n = read_full(&mut input, &mut batch.data).map_err(ShardsError::io("read", path))?;
         if n == 0 {
             break;
         }
@@ -246,12 +256,12 @@ pub(crate) fn read_full(input: &mut impl Read, buf: &mut [u8]) -> std::io::Resul
 }
 
 /// Computes the batch's parity and the crc32c of every block, stripes split over threads.
-fn encode_batch(code: &Code, batch: &mut Batch, block: usize, threads: usize) {
+fn encode_batch(code: &Code, batch: &mut Batch, block: usize, threads: usize) -> Result<(), ShardsError> {
     let (k, m) = (code.k(), code.m());
     let ranges = split_ranges(batch.stripes, threads);
     let data = &batch.data;
     let parts = split_buffers(&mut batch.parity, &ranges, block);
-    let crcs_per_range: Vec<Vec<Vec<u32>>> = std::thread::scope(|scope| {
+    let crcs_per_range = std::thread::scope(|scope| {
         let handles: Vec<_> = ranges
             .iter()
             .zip(parts)
@@ -266,8 +276,7 @@ fn encode_batch(code: &Code, batch: &mut Batch, block: usize, threads: usize) {
                             .iter_mut()
                             .map(|p| &mut p[local * block..(local + 1) * block])
                             .collect();
-                        code.encode(&shards, &mut outs)
-                            .expect("shapes are consistent by construction");
+                        code.encode(&shards, &mut outs)?;
                         for (i, shard) in shards
                             .iter()
                             .copied()
@@ -277,15 +286,15 @@ fn encode_batch(code: &Code, batch: &mut Batch, block: usize, threads: usize) {
                             crcs[i].push(crc32c::crc32c(shard));
                         }
                     }
-                    crcs
+                    Ok::<_, CodecError>(crcs)
                 })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("encode thread panicked"))
-            .collect()
-    });
+            .map(|h| Ok(h.join().map_err(|p| ShardsError::panicked("encoder", p))??))
+            .collect::<Result<Vec<Vec<Vec<u32>>>, ShardsError>>()
+    })?;
     for list in batch.crcs.iter_mut() {
         list.clear();
     }
@@ -294,17 +303,20 @@ fn encode_batch(code: &Code, batch: &mut Batch, block: usize, threads: usize) {
             list.extend(part);
         }
     }
+    Ok(())
 }
 
-/// Appends each batch's blocks to the shard files; returns every block's crc32c per shard.
+/// Appends each batch's blocks to the shard files (written under the names `paths`);
+/// returns every block's crc32c per shard.
 fn write_stage(
     files: Vec<File>,
+    paths: &[PathBuf],
     coded: Receiver<Batch>,
     free: SyncSender<Batch>,
     k: usize,
     block: usize,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<Vec<Vec<u32>>> {
+) -> Result<Vec<Vec<u32>>, ShardsError> {
     let mut writers: Vec<_> = files
         .into_iter()
         .map(|f| std::io::BufWriter::with_capacity(1 << 20, f))
@@ -316,12 +328,12 @@ fn write_stage(
             for (i, w) in writers.iter_mut().take(k).enumerate() {
                 let at = (s * k + i) * block;
                 w.write_all(&batch.data[at..at + block])
-                    .context("cannot write a shard")?;
+                    .map_err(ShardsError::io("write", &paths[i]))?;
             }
         }
-        for (w, p) in writers[k..].iter_mut().zip(&batch.parity) {
+        for ((w, p), path) in writers[k..].iter_mut().zip(&batch.parity).zip(&paths[k..]) {
             w.write_all(&p[..batch.stripes * block])
-                .context("cannot write a shard")?;
+                .map_err(ShardsError::io("write", path))?;
         }
         for (all, new) in crcs.iter_mut().zip(&batch.crcs) {
             all.extend_from_slice(new);
@@ -331,8 +343,8 @@ fn write_stage(
         // Recycle the buffers; once the reader has finished nobody takes them, which is fine.
         let _ = free.send(batch);
     }
-    for w in writers.iter_mut() {
-        w.flush().context("cannot write a shard")?;
+    for (w, path) in writers.iter_mut().zip(paths) {
+        w.flush().map_err(ShardsError::io("write", path))?;
     }
     Ok(crcs)
 }

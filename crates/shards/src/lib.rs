@@ -11,12 +11,14 @@ mod batch;
 mod decode;
 pub mod durable;
 mod encode;
+mod error;
 pub mod manifest;
 mod shard_set;
 mod verify;
 
 pub use decode::{decode_dir, DecodeSummary};
 pub use encode::{encode_file, EncodeOptions, EncodeSummary};
+pub use error::ShardsError;
 pub use manifest::{Manifest, ManifestError};
 pub use shard_set::Damage;
 pub use verify::{verify_dir, ShardReport, VerifyReport};

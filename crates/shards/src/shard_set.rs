@@ -6,9 +6,9 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
 use serde::Serialize;
 
+use crate::error::ShardsError;
 use crate::manifest::{Manifest, MANIFEST_FILE};
 
 /// Why a block cannot be used.
@@ -59,10 +59,10 @@ pub struct BlockBatch {
 
 impl ShardSet {
     /// Opens `dir`, parses its manifest and opens every shard file that exists.
-    pub fn open(dir: &Path) -> Result<ShardSet> {
+    pub fn open(dir: &Path) -> Result<ShardSet, ShardsError> {
         let path = dir.join(MANIFEST_FILE);
-        let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        let manifest = Manifest::parse(&bytes).with_context(|| path.display().to_string())?;
+        let bytes = std::fs::read(&path).map_err(ShardsError::io("read", &path))?;
+        let manifest = Manifest::parse(&bytes).map_err(|source| ShardsError::Manifest { path, source })?;
         let files = manifest
             .shards
             .iter()
@@ -121,7 +121,7 @@ impl ShardSet {
     }
 
     /// Reads shard `shard`'s blocks for the batch and checks each against the manifest.
-    pub fn read_shard(&self, batch: &mut BlockBatch, shard: usize) -> Result<()> {
+    pub fn read_shard(&self, batch: &mut BlockBatch, shard: usize) -> Result<(), ShardsError> {
         let block = self.manifest.block_size as usize;
         batch.read[shard] = true;
         let Some((file, len)) = &self.files[shard] else {
@@ -130,11 +130,10 @@ impl ShardSet {
         let start = batch.first_stripe * block as u64;
         let available = len.saturating_sub(start).min((batch.stripes * block) as u64) as usize;
         let buf = &mut batch.blocks[shard][..available];
-        file.read_exact_at(buf, start).with_context(|| {
-            format!(
-                "cannot read {}",
-                self.dir.join(&self.manifest.shards[shard].file).display()
-            )
+        file.read_exact_at(buf, start).map_err(|source| ShardsError::Io {
+            action: "read",
+            path: self.dir.join(&self.manifest.shards[shard].file),
+            source,
         })?;
         for s in 0..batch.stripes {
             let (from, to) = (s * block, (s + 1) * block);

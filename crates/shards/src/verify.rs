@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use anyhow::Result;
 use serde::Serialize;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::batch::stripes_per_batch;
+use crate::error::ShardsError;
 use crate::shard_set::ShardSet;
 
 /// State of one shard file.
@@ -56,7 +56,7 @@ pub struct VerifyReport {
 }
 
 /// Reads every block of the set and reports the damage.
-pub fn verify_dir(dir: &Path, progress: &(dyn Fn(u64) + Sync)) -> Result<VerifyReport> {
+pub fn verify_dir(dir: &Path, progress: &(dyn Fn(u64) + Sync)) -> Result<VerifyReport, ShardsError> {
     let set = ShardSet::open(dir)?;
     let manifest = &set.manifest;
     let n = manifest.k + manifest.m;
