@@ -4,7 +4,7 @@
 use anyhow::Result;
 use eckpt_proto::compare_transports;
 
-use super::bench::median;
+use super::stats::median;
 use crate::output::print_json;
 use crate::size::parse_size;
 

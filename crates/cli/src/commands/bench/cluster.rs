@@ -17,8 +17,8 @@ use eckpt_cluster::netns::parse_rate;
 use eckpt_cluster::{client, CodingConfig};
 use serde::Serialize;
 
-use super::bench::median;
-use super::cluster::{this_exe, CodingArgs};
+use super::stats::median;
+use crate::commands::cluster::{this_exe, CodingArgs};
 use crate::output::print_json;
 use crate::size::parse_size;
 

@@ -7,7 +7,7 @@ use eckpt_codec::system_isal::SystemIsal;
 use eckpt_codec::{Code, CodeKind};
 use serde::Serialize;
 
-use super::bench::{interleaved_samples, median, median_ratio};
+use super::stats::{interleaved_samples, median, median_ratio};
 use crate::output::print_json;
 use crate::size::parse_size;
 
