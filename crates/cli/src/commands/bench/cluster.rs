@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use eckpt_capture::bench::{apply_pattern, workload_image, Pattern};
 use eckpt_cluster::dirs::ClusterDir;
 use eckpt_cluster::geometry::Geometry;
 use eckpt_cluster::launch::{self, UpOptions};
@@ -18,6 +17,7 @@ use eckpt_cluster::{client, CodingConfig};
 use serde::Serialize;
 
 use super::stats::median;
+use super::workload::{apply_pattern, workload_image, Pattern};
 use crate::commands::cluster::{this_exe, CodingArgs};
 use crate::output::print_json;
 use crate::size::parse_size;

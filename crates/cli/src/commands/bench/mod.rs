@@ -7,6 +7,7 @@ mod cluster;
 mod codec;
 mod stats;
 mod transport;
+mod workload;
 
 #[derive(clap::Subcommand)]
 pub enum Bench {
