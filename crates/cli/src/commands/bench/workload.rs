@@ -14,8 +14,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pattern {
-    /// Like a blocked matrix multiply (the MAT workload): ~0.1 % of pages, scattered, each
-    /// changed in one word.
+    /// Like a matrix multiply that updates one tile per step (examples/c/mat.c): ~0.1 % of
+    /// pages, scattered, each changed in one word.
     Mat,
     /// Like NPB LU: ~60 % of pages rewritten entirely, in sweeps (6 of every 10 pages).
     Lu,
