@@ -1,7 +1,7 @@
 /*
- * lu: SSOR sweeps over a 3-D grid of 5 unknowns per point, like NPB LU (seed 000's second
- * workload, where incremental checkpoints saved only 40%): every step rewrites almost every
- * page of the state.
+ * lu: SSOR sweeps over a 3-D grid of 5 unknowns per point, like NPB LU (the hard case for
+ * incremental checkpointing, which saves only about 40% there): every step rewrites almost
+ * every page of the state.
  *
  * Step t is one symmetric SOR sweep (lower-triangular pass in ascending order, then the
  * upper-triangular pass in descending order) of a 7-point Laplacian with a source term that

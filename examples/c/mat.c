@@ -1,6 +1,6 @@
 /*
- * mat: a matrix-multiply job in which few pages change per epoch, like the MAT workload of
- * seed 000 (where incremental checkpoints were 99.9% smaller than full ones).
+ * mat: a matrix-multiply job in which few pages change per epoch: the case incremental
+ * checkpointing is made for (incremental checkpoints about 99.9% smaller than full ones).
  *
  * State: C (n x n) and two large matrices A, B that never change after initialisation. Step s
  * recomputes one TILE x TILE block of C (tile s mod tiles) as C = C/2 + A_rows * B_cols / n,

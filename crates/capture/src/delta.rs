@@ -22,6 +22,8 @@
 
 use std::io::{self, Read, Write};
 
+use eckpt_cursor::{Cursor, Truncated};
+
 /// Magic bytes at the start of every delta.
 pub const MAGIC: [u8; 8] = *b"ECKDELTA";
 /// Format version this code writes and reads.
@@ -41,9 +43,9 @@ const TAG_END: u8 = 0xFF;
 /// Why a delta was rejected.
 #[derive(Debug, thiserror::Error)]
 pub enum DeltaError {
-    /// The input ended inside the structure named.
-    #[error("delta truncated: input ends inside the {0}")]
-    Truncated(&'static str),
+    /// The input ended inside the field named.
+    #[error("delta truncated: {0}")]
+    Truncated(#[from] Truncated),
     /// The first 8 bytes are not [`MAGIC`].
     #[error("not a delta: bad magic")]
     BadMagic,
@@ -142,22 +144,23 @@ impl DeltaHeader {
         h
     }
 
-    fn parse(h: &[u8; HEADER_LEN]) -> Result<Self, DeltaError> {
-        if h[0..8] != MAGIC {
+    /// Reads and checks the header at the cursor.
+    fn parse(h: &mut Cursor<'_>) -> Result<Self, DeltaError> {
+        if h.array::<8>("header")? != MAGIC {
             return Err(DeltaError::BadMagic);
         }
-        let version = u16::from_le_bytes([h[8], h[9]]);
+        let version = h.u16("header")?;
         if version != VERSION {
             return Err(DeltaError::UnsupportedVersion(version));
         }
-        let reserved = u16::from_le_bytes([h[10], h[11]]);
+        let reserved = h.u16("header")?;
         if reserved != 0 {
             return Err(DeltaError::BadReserved(reserved));
         }
         let hd = Self {
-            block_size: u32::from_le_bytes(h[12..16].try_into().expect("4 bytes")),
-            old_len: u64::from_le_bytes(h[16..24].try_into().expect("8 bytes")),
-            new_len: u64::from_le_bytes(h[24..32].try_into().expect("8 bytes")),
+            block_size: h.u32("header")?,
+            old_len: h.u64("header")?,
+            new_len: h.u64("header")?,
         };
         check_block_size(hd.block_size)?;
         Ok(hd)
@@ -297,13 +300,13 @@ impl Delta<'_> {
 /// Parses and validates a complete delta held in memory: the entry point for fuzzing.
 /// Never panics; memory used is proportional to the number of runs actually present.
 pub fn decode(bytes: &[u8]) -> Result<Delta<'_>, DeltaError> {
-    let mut cur = Cursor { bytes, pos: 0 };
-    let header = DeltaHeader::parse(cur.take_array::<HEADER_LEN>("header")?)?;
+    let mut cur = Cursor::new(bytes);
+    let header = DeltaHeader::parse(&mut Cursor::new(cur.take(HEADER_LEN as u64, "header")?))?;
     let mut layout = Layout::new(header);
     let mut runs = Vec::new();
     loop {
-        let at = cur.pos as u64;
-        match cur.take_array::<1>("record tag")?[0] {
+        let at = cur.position() as u64;
+        match cur.u8("record tag")? {
             TAG_RUN => {
                 let offset = cur.u64("run header")?;
                 let len = cur.u64("run header")?;
@@ -314,45 +317,19 @@ pub fn decode(bytes: &[u8]) -> Result<Delta<'_>, DeltaError> {
             TAG_END => {
                 let claimed_runs = cur.u64("trailer")?;
                 let claimed_bytes = cur.u64("trailer")?;
-                let computed = crc32c::crc32c(&bytes[..cur.pos]);
-                let stored = u32::from_le_bytes(*cur.take_array::<4>("trailer")?);
+                let computed = crc32c::crc32c(cur.consumed());
+                let stored = cur.u32("trailer")?;
                 if stored != computed {
                     return Err(DeltaError::Crc { stored, computed });
                 }
                 layout.finish(claimed_runs, claimed_bytes)?;
-                let rest = bytes.len() - cur.pos;
-                if rest != 0 {
-                    return Err(DeltaError::TrailingBytes(rest as u64));
+                if !cur.is_empty() {
+                    return Err(DeltaError::TrailingBytes(cur.remaining() as u64));
                 }
                 return Ok(Delta { header, runs });
             }
             tag => return Err(DeltaError::BadTag { tag, at }),
         }
-    }
-}
-
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8], DeltaError> {
-        let rest = &self.bytes[self.pos..];
-        let n = usize::try_from(n)
-            .ok()
-            .filter(|&n| n <= rest.len())
-            .ok_or(DeltaError::Truncated(what))?;
-        self.pos += n;
-        Ok(&rest[..n])
-    }
-
-    fn take_array<const N: usize>(&mut self, what: &'static str) -> Result<&'a [u8; N], DeltaError> {
-        Ok(self.take(N as u64, what)?.try_into().expect("length checked"))
-    }
-
-    fn u64(&mut self, what: &'static str) -> Result<u64, DeltaError> {
-        Ok(u64::from_le_bytes(*self.take_array::<8>(what)?))
     }
 }
 
@@ -529,8 +506,8 @@ impl<R: Read> DeltaReader<R> {
     /// Reads and checks the header.
     pub fn new(mut r: R) -> Result<Self, DeltaError> {
         let mut h = [0u8; HEADER_LEN];
-        read_exact(&mut r, &mut h, "header")?;
-        let header = DeltaHeader::parse(&h)?;
+        read_exact(&mut r, &mut h, 0, "header")?;
+        let header = DeltaHeader::parse(&mut Cursor::new(&h))?;
         Ok(Self {
             r,
             crc: crc32c::crc32c(&h),
@@ -547,7 +524,7 @@ impl<R: Read> DeltaReader<R> {
     }
 
     fn get(&mut self, buf: &mut [u8], what: &'static str) -> Result<(), DeltaError> {
-        read_exact(&mut self.r, buf, what)?;
+        read_exact(&mut self.r, buf, self.pos, what)?;
         self.crc = crc32c::crc32c_append(self.crc, buf);
         self.pos += buf.len() as u64;
         Ok(())
@@ -570,26 +547,26 @@ impl<R: Read> DeltaReader<R> {
             TAG_RUN => {
                 let mut rh = [0u8; RUN_HEADER_LEN - 1];
                 self.get(&mut rh, "run header")?;
-                let offset = u64::from_le_bytes(rh[0..8].try_into().expect("8"));
-                let len = u64::from_le_bytes(rh[8..16].try_into().expect("8"));
+                let mut rh = Cursor::new(&rh);
+                let (offset, len) = (rh.u64("run header")?, rh.u64("run header")?);
                 self.layout.run(offset, len)?;
                 self.pending = len;
                 Ok(Some((offset, len)))
             }
             TAG_END => {
-                let mut t = [0u8; 16];
-                self.get(&mut t, "trailer")?;
+                // The counts are checksummed, the checksum that follows them is not.
+                let mut t = [0u8; TRAILER_LEN - 1];
+                let (counts, crc) = t.split_at_mut(16);
+                self.get(counts, "trailer")?;
                 let computed = self.crc;
-                let mut c = [0u8; 4];
-                read_exact(&mut self.r, &mut c, "trailer")?;
-                let stored = u32::from_le_bytes(c);
+                read_exact(&mut self.r, crc, self.pos, "trailer")?;
+                let mut t = Cursor::new(&t);
+                let (claimed_runs, claimed_bytes) = (t.u64("trailer")?, t.u64("trailer")?);
+                let stored = t.u32("trailer")?;
                 if stored != computed {
                     return Err(DeltaError::Crc { stored, computed });
                 }
-                self.layout.finish(
-                    u64::from_le_bytes(t[0..8].try_into().expect("8")),
-                    u64::from_le_bytes(t[8..16].try_into().expect("8")),
-                )?;
+                self.layout.finish(claimed_runs, claimed_bytes)?;
                 let extra = io::copy(&mut (&mut self.r).take(1 << 20), &mut io::sink())?;
                 if extra != 0 {
                     return Err(DeltaError::TrailingBytes(extra));
@@ -619,10 +596,15 @@ impl<R: Read> DeltaReader<R> {
     }
 }
 
-fn read_exact(r: &mut impl Read, buf: &mut [u8], what: &'static str) -> Result<(), DeltaError> {
+/// Fills `buf` from the stream at offset `at`; the end of input is [`DeltaError::Truncated`].
+fn read_exact(r: &mut impl Read, buf: &mut [u8], at: u64, what: &'static str) -> Result<(), DeltaError> {
     r.read_exact(buf).map_err(|e| {
         if e.kind() == io::ErrorKind::UnexpectedEof {
-            DeltaError::Truncated(what)
+            DeltaError::Truncated(Truncated {
+                what,
+                at,
+                need: buf.len() as u64,
+            })
         } else {
             DeltaError::Io(e)
         }

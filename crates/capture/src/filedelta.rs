@@ -1,6 +1,6 @@
-//! File deltas for images written by external checkpointers (BLCR, DMTCP, CRIU dumps): the
-//! seed's "pseudo-incremental" checkpoint, done by comparing blocks in place instead of with
-//! xdelta's rolling match search. Checkpoint images keep their layout between epochs, so an
+//! File deltas for images written by external checkpointers (BLCR, DMTCP, CRIU dumps): a
+//! "pseudo-incremental" checkpoint (full dumps, diffed afterwards), done by comparing blocks
+//! in place instead of with xdelta's rolling match search. Checkpoint images keep their layout between epochs, so an
 //! in-place block comparison finds the same changes at a fraction of the cost.
 //!
 //! Both directions stream with bounded memory (a few MiB whatever the file size) and publish

@@ -6,11 +6,9 @@
 //! - [`delta`]: a strict, checksummed block-delta format (encode, decode, apply); [`decode`]
 //!   takes `&[u8]` and is the fuzzing entry point.
 //! - [`delta_files`] / [`patch_file`]: streaming file deltas for images written by external
-//!   checkpointers, the fast replacement for the seed's xdelta step.
-//! - [`bench::run_capture_bench`]: the measurements behind `eckpt bench capture`.
+//!   checkpointers, the fast replacement for diffing consecutive dumps with xdelta.
 
 mod align;
-pub mod bench;
 pub mod delta;
 mod error;
 mod filedelta;

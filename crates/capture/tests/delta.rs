@@ -181,7 +181,7 @@ fn huge_lengths_are_rejected_without_allocating() {
     rec.extend_from_slice(&0u64.to_le_bytes());
     rec.extend_from_slice(&(1u64 << 40).to_le_bytes());
     let d = framed(h, &rec);
-    assert!(matches!(decode(&d), Err(DeltaError::Truncated("run data"))));
+    assert!(matches!(decode(&d), Err(DeltaError::Truncated(t)) if t.what == "run data"));
     assert!(matches!(stream_decode_ok(&d), Err(DeltaError::Truncated(_))));
 }
 
@@ -229,7 +229,7 @@ fn header_checks() {
         new_len: 0,
     };
     assert!(DeltaWriter::new(Vec::new(), zero_bs).is_err());
-    assert!(matches!(decode(&[]), Err(DeltaError::Truncated("header"))));
+    assert!(matches!(decode(&[]), Err(DeltaError::Truncated(t)) if t.what == "header"));
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Files and directories a rank registers, and seed 003's rule that what files saw must match
-//! the memory a restart restores:
+//! Files and directories a rank registers, and the rule that what files saw must match the
+//! memory a restart restores (I/O-view consistency):
 //! - `Snapshot` files are stored in the checkpoint and put back at restart;
 //! - `Append` files (logs, results) are cut back to their length at the checkpoint, so lines
 //!   written after it are not duplicated when the rank runs that part again;

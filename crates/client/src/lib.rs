@@ -1,7 +1,7 @@
 //! The rank side of eckpt: register memory regions, files and directories, then
 //! `checkpoint()` writes only what changed since the last epoch to the node-local store, and
 //! `restart()` fills the registered memory in place and puts files back as the checkpoint saw
-//! them (seed 003's I/O-view consistency). The same API is exported to C (see [`capi`] and
+//! them (I/O-view consistency). The same API is exported to C (see [`capi`] and
 //! `include/eckpt.h`) and wrapped for Python by the `eckpt-py` crate.
 //!
 //! With `cluster=DIR` (or `ECKPT_CLUSTER`) and the job size, the rank checkpoints into the

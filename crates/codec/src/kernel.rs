@@ -1,6 +1,8 @@
-//! The GF(2^8) multiply-accumulate kernels behind [`crate::LinearMap`]: ISA-L's (GFNI, AVX-512,
-//! AVX2 … chosen by ISA-L at run time) when built with the `isal` feature, else the portable
-//! reference kernels of [`crate::reference`].
+//! The GF(2^8) multiply-accumulate kernels behind [`crate::LinearMap`]. With the `isal` feature:
+//! on CPUs with AVX-512BW and GFNI, eckpt's own kernel ([`crate::gfni`]) for the whole-256-byte
+//! part of `apply`; ISA-L's (the variant ISA-L picks at run time) for the rest of `apply`, for
+//! `accumulate` and on every other CPU. Without it, the portable reference kernels of
+//! [`crate::reference`].
 
 /// Expanded coefficient tables in the form the active kernels want.
 #[derive(Clone)]
@@ -16,13 +18,16 @@ pub(crate) struct Tables {
 #[cfg(feature = "isal")]
 const MAX_CALL_LEN: usize = 1 << 30;
 
-/// Name of the kernel in use, for benchmarks and the fallback warning.
+/// Names the kernels that run on this CPU, for benchmarks, `eckpt encode`'s summary and the
+/// fallback warning.
 pub fn kernel_name() -> &'static str {
-    if cfg!(feature = "isal") {
-        "isa-l 2.32 (native, runtime-dispatched: GFNI/AVX-512/AVX2)"
-    } else {
-        "portable reference (native ISA-L not built: slow)"
+    #[cfg(feature = "isal")]
+    {
+        static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        NAME.get_or_init(native::name)
     }
+    #[cfg(not(feature = "isal"))]
+    "portable reference (native ISA-L not built: slow)"
 }
 
 /// True when the native ISA-L kernels are compiled in.
@@ -34,6 +39,60 @@ pub fn is_native() -> bool {
 mod native {
     use super::{Tables, MAX_CALL_LEN};
     use erasure_isa_l_sys as isal;
+
+    /// What [`super::kernel_name`] says: eckpt's GFNI kernel where [`apply`] uses it, and
+    /// the ISA-L variant that runs the rest.
+    pub(crate) fn name() -> String {
+        let isal = format!("ISA-L 2.32 {}", isal_variant());
+        #[cfg(target_arch = "x86_64")]
+        if crate::gfni::available() {
+            return format!("eckpt AVX-512 GFNI (apply), {isal} (accumulate, tails)");
+        }
+        isal
+    }
+
+    /// The kernel family ISA-L 2.32's run-time dispatch picks on this CPU: the feature tests
+    /// of its `mbin_dispatch_init8` (include/multibinary.asm, used by
+    /// erasure_code/ec_multibinary.asm) in the same order. (On Hygon families 1–3 ISA-L keeps
+    /// `ec_encode_data_update` on AVX; the name does not say so.)
+    #[cfg(target_arch = "x86_64")]
+    fn isal_variant() -> &'static str {
+        use std::arch::is_x86_feature_detected as has;
+        if !has!("sse4.2") {
+            "base"
+        } else if !has!("avx") {
+            "sse"
+        } else if !has!("avx2") {
+            "avx"
+        } else if has!("avx512f")
+            && has!("avx512vl")
+            && has!("avx512bw")
+            && has!("avx512cd")
+            && has!("avx512dq")
+        {
+            let gen2 = has!("avx512vbmi2")
+                && has!("gfni")
+                && has!("vaes")
+                && has!("vpclmulqdq")
+                && has!("avx512vnni")
+                && has!("avx512bitalg")
+                && has!("avx512vpopcntdq");
+            if gen2 {
+                "avx512_gfni"
+            } else {
+                "avx512"
+            }
+        } else if has!("gfni") && has!("vaes") && has!("vpclmulqdq") {
+            "avx2_gfni"
+        } else {
+            "avx2"
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn isal_variant() -> &'static str {
+        "(its run-time dispatch)"
+    }
 
     pub(crate) fn init_tables(cols: usize, rows: usize, coefficients: &[u8]) -> Tables {
         let mut expanded = vec![0u8; 32 * cols * rows];
@@ -142,4 +201,18 @@ pub(crate) fn apply(tables: &Tables, cols: usize, inputs: &[&[u8]], outputs: &mu
 #[cfg(not(feature = "isal"))]
 pub(crate) fn accumulate(tables: &Tables, cols: usize, col: usize, input: &[u8], outputs: &mut [&mut [u8]]) {
     crate::reference::accumulate(&tables.expanded, cols, col, input, outputs)
+}
+
+#[cfg(all(test, feature = "isal", target_arch = "x86_64"))]
+mod tests {
+    #[test]
+    fn the_name_says_whose_kernel_applies() {
+        let name = super::kernel_name();
+        assert_eq!(
+            name.starts_with("eckpt AVX-512 GFNI"),
+            crate::gfni::available(),
+            "{name}"
+        );
+        assert!(name.contains("ISA-L 2.32 "), "{name}");
+    }
 }

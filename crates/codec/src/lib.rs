@@ -15,7 +15,6 @@ mod kernel;
 mod linear;
 pub mod matrix;
 pub mod reference;
-pub mod system_isal;
 
 pub use code::{Code, Decoder, MAX_SHARDS};
 pub use kernel::{is_native, kernel_name};

@@ -2,8 +2,8 @@
 //! generator matrices, and parity byte-equal to its `ec_encode_data` and `ec_encode_data_update`.
 //! Set `ECKPT_REQUIRE_SYSTEM_ISAL=1` (CI does) to make a missing library a failure, not a skip.
 
-use eckpt_codec::system_isal::SystemIsal;
 use eckpt_codec::{Code, CodeKind};
+use eckpt_system_isal::SystemIsal;
 
 fn system_isal() -> Option<SystemIsal> {
     match SystemIsal::load() {

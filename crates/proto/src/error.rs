@@ -79,9 +79,6 @@ pub enum ProtoError {
         #[source]
         source: io::Error,
     },
-    /// A caller passed an argument outside the supported range.
-    #[error("invalid argument: {0}")]
-    InvalidArgument(String),
 }
 
 /// Adapter for `map_err` that attaches what was being done to an I/O error.

@@ -13,19 +13,17 @@
 //!   fail are refused with one log line. The secret file is created 0600, crash-safely, and
 //!   refused if group or others can read it.
 //! - **Transports** ([`connect`], [`listen`]): TCP or Unix sockets behind one
-//!   [`Endpoint`] (`tcp://host:port`, `unix:///path`); [`bench_transport`] measures both.
+//!   [`Endpoint`] (`tcp://host:port`, `unix:///path`).
 
 #![warn(missing_docs)]
 
 mod auth;
-mod bench;
 mod error;
 pub mod frame;
 mod io;
 mod transport;
 
 pub use auth::{secret_path, ClusterSecret, HANDSHAKE_TIMEOUT, SECRET_LEN};
-pub use bench::{bench_transport, compare_transports, TransportBench, TransportComparison};
 pub use error::ProtoError;
 pub use frame::{decode_frame, encode_frame, Decoded, FrameError, FrameKind, DEFAULT_MAX_PAYLOAD};
 pub use io::{FrameReader, FrameWriter};

@@ -1,7 +1,7 @@
 //! TCP and Unix-socket transports behind one API: `connect`/`listen` on an [`Endpoint`],
 //! both returning connections that are authenticated before they can carry a frame.
-//! Agents on one host use Unix sockets (seed 004: co-located processes switch to faster
-//! local IPC); everything else uses TCP.
+//! Agents on one host use Unix sockets (co-located processes switch to faster local IPC);
+//! everything else uses TCP.
 
 use std::fmt;
 use std::os::fd::AsRawFd;

@@ -33,6 +33,8 @@
 
 use std::collections::HashSet;
 
+use eckpt_cursor::{Cursor, Truncated};
+
 use crate::error::{Result, StoreError};
 use crate::manifest::{block_len, check_item, Manifest, MAX_BLOCK_SIZE};
 
@@ -183,45 +185,10 @@ pub(crate) fn delta_len_of(manifest: &Manifest) -> u64 {
     HEADER_LEN + items.sum::<u64>() + manifest.data_len + TRAILER_LEN
 }
 
-/// Bounds-checked reader over the delta body.
-struct Cursor<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn remaining(&self) -> usize {
-        self.buf.len() - self.pos
-    }
-
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        if n > self.remaining() {
-            return Err(StoreError::Delta(format!(
-                "truncated: need {n} bytes at offset {}",
-                self.pos
-            )));
-        }
-        let s = &self.buf[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
-
-    fn u16(&mut self) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.array()?))
-    }
-
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.array()?))
+/// The serialized delta is the store's only binary format: input that ends early is a bad delta.
+impl From<Truncated> for StoreError {
+    fn from(e: Truncated) -> Self {
+        StoreError::Delta(e.to_string())
     }
 }
 
@@ -232,23 +199,23 @@ pub fn parse_delta(bytes: &[u8]) -> Result<Delta> {
     if (bytes.len() as u64) < HEADER_LEN + TRAILER_LEN {
         return Err(bad("shorter than a header"));
     }
-    let mut head = Cursor { buf: bytes, pos: 0 };
-    if head.take(8)? != MAGIC {
+    let mut head = Cursor::new(bytes);
+    if &head.array::<8>("magic")? != MAGIC {
         return Err(bad("bad magic"));
     }
-    let version = head.u16()?;
+    let version = head.u16("version")?;
     if version != DELTA_FORMAT {
         return Err(StoreError::Delta(format!("unsupported version {version}")));
     }
-    let flags = head.u16()?;
+    let flags = head.u16("flags")?;
     if flags & !FLAG_PARENT != 0 {
         return Err(bad("unknown flags"));
     }
-    let rank = head.u32()?;
-    let epoch = head.u64()?;
-    let parent_raw = head.u64()?;
-    let body_len = head.u64()?;
-    let item_count = head.u32()?;
+    let rank = head.u32("rank")?;
+    let epoch = head.u64("epoch")?;
+    let parent_raw = head.u64("parent")?;
+    let body_len = head.u64("body length")?;
+    let item_count = head.u32("item count")?;
     let parent = if flags & FLAG_PARENT != 0 {
         Some(parent_raw)
     } else if parent_raw != 0 {
@@ -267,43 +234,38 @@ pub fn parse_delta(bytes: &[u8]) -> Result<Delta> {
     if bytes[body_len..].iter().any(|&b| b != 0) {
         return Err(bad("non-zero padding"));
     }
-    let crc_at = body_len - TRAILER_LEN as usize;
-    let mut stored = [0u8; 4];
-    stored.copy_from_slice(&bytes[crc_at..body_len]);
-    if crc32c::crc32c(&bytes[..crc_at]) != u32::from_le_bytes(stored) {
+    let (body, trailer) = bytes[..body_len].split_at(body_len - TRAILER_LEN as usize);
+    if crc32c::crc32c(body) != Cursor::new(trailer).u32("checksum")? {
         return Err(bad("checksum mismatch"));
     }
-    let mut cur = Cursor {
-        buf: &bytes[..crc_at],
-        pos: HEADER_LEN as usize,
-    };
+    let mut cur = Cursor::new(body);
+    cur.take(HEADER_LEN, "header")?;
     if item_count as usize > cur.remaining() / MIN_ITEM_LEN {
         return Err(bad("item count exceeds the data"));
     }
     let mut items = Vec::with_capacity(item_count as usize);
     for _ in 0..item_count {
-        let name_len = cur.u16()? as usize;
-        let name = std::str::from_utf8(cur.take(name_len)?)
+        let name_len = cur.u16("item name length")?;
+        let name = std::str::from_utf8(cur.take(name_len.into(), "item name")?)
             .map_err(|_| bad("item name not UTF-8"))?
             .to_string();
-        let len = cur.u64()?;
-        let block_size = cur.u32()?;
+        let len = cur.u64("item length")?;
+        let block_size = cur.u32("block size")?;
         if block_size == 0 || block_size > MAX_BLOCK_SIZE {
             return Err(StoreError::Delta(format!("block size {block_size}")));
         }
-        let block_count = cur.u64()?;
+        let block_count = cur.u64("block count")?;
         if block_count > (cur.remaining() / MIN_BLOCK_LEN) as u64 {
             return Err(bad("block count exceeds the data"));
         }
         let mut blocks = Vec::with_capacity(block_count as usize);
         for _ in 0..block_count {
-            let index = cur.u64()?;
+            let index = cur.u64("block index")?;
             let n = block_len(len, block_size, index);
             if n == 0 {
                 return Err(StoreError::Delta(format!("item {name:?} block {index} past end")));
             }
-            // n <= block_size, a u32.
-            blocks.push((index, cur.take(n as usize)?.to_vec()));
+            blocks.push((index, cur.take(n, "block")?.to_vec()));
         }
         items.push(DeltaItem {
             name,

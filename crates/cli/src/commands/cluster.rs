@@ -41,7 +41,8 @@ pub struct CodingArgs {
     /// Generator matrix.
     #[arg(long, default_value = "cauchy", value_parser = ["cauchy", "rs"])]
     code: String,
-    /// Incremental mode: full, stripe (the seed's delta stripes) or update (parity updated in place).
+    /// Incremental mode: full (whole images), stripe (each epoch's deltas coded as a stripe of
+    /// their own) or update (parity updated in place).
     #[arg(long, default_value = "full")]
     pub mode: Mode,
     /// Parity layout: dedicated parity nodes, or rotated (every node holds data and parity).

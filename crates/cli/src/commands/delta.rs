@@ -1,6 +1,6 @@
 //! `eckpt delta` and `eckpt patch`: block deltas between two images written by any
-//! checkpointer (BLCR, DMTCP, CRIU, an application's own dump), the fast replacement for the
-//! seed's xdelta step.
+//! checkpointer (BLCR, DMTCP, CRIU, an application's own dump), the fast replacement for
+//! diffing consecutive dumps with xdelta.
 
 use std::path::PathBuf;
 

@@ -1,10 +1,6 @@
 //! One module per subcommand: its arguments and what it runs.
 
 pub mod bench;
-pub mod bench_capture;
-pub mod bench_cluster;
-pub mod bench_codec;
-pub mod bench_transport;
 pub mod ckpt;
 pub mod cluster;
 pub mod daemons;

@@ -3,11 +3,11 @@
 //! data bytes, update counts the one changed shard's `B` bytes.
 
 use anyhow::{Context, Result};
-use eckpt_codec::system_isal::SystemIsal;
 use eckpt_codec::{Code, CodeKind};
+use eckpt_system_isal::SystemIsal;
 use serde::Serialize;
 
-use super::bench::{interleaved_samples, median, median_ratio};
+use super::stats::{interleaved_samples, median, median_ratio};
 use crate::output::print_json;
 use crate::size::parse_size;
 

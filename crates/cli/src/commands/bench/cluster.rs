@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use eckpt_capture::bench::{apply_pattern, workload_image, Pattern};
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster::netns::parse_rate;
 use eckpt_cluster_api::commands;
@@ -20,8 +19,9 @@ use eckpt_coding::geometry::Geometry;
 use eckpt_coding::CodingConfig;
 use serde::Serialize;
 
-use super::bench::median;
-use super::cluster::{this_exe, CodingArgs};
+use super::stats::median;
+use super::workload::{apply_pattern, workload_image, Pattern};
+use crate::commands::cluster::{this_exe, CodingArgs};
 use crate::output::print_json;
 use crate::size::parse_size;
 

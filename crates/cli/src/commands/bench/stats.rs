@@ -1,30 +1,4 @@
-//! `eckpt bench …`: throughput measured next to references taken in the same run.
-
-use anyhow::Result;
-
-use super::{bench_capture, bench_cluster, bench_codec, bench_transport};
-
-#[derive(clap::Subcommand)]
-pub enum Bench {
-    /// GF kernels: encode, one-shard parity update and decode, vs memcpy and the system ISA-L.
-    Codec(bench_codec::Args),
-    /// Incremental capture: dirty tracking + copy vs xdelta3 and `eckpt delta`, same images.
-    Capture(bench_capture::Args),
-    /// A local cluster encodes rank images (full, then incremental): encode time, bytes sent
-    /// per node and efficiency against the link bandwidth measured in the same run.
-    Cluster(bench_cluster::Args),
-    /// Frames over loopback TCP vs a Unix socket (agents on one host use Unix sockets).
-    Transport(bench_transport::Args),
-}
-
-pub fn run(bench: Bench) -> Result<i32> {
-    match bench {
-        Bench::Codec(args) => bench_codec::run(args),
-        Bench::Capture(args) => bench_capture::run(args),
-        Bench::Cluster(args) => bench_cluster::run(args),
-        Bench::Transport(args) => bench_transport::run(args),
-    }
-}
+//! Timing helpers the benchmarks share: interleaved sampling and medians over repetitions.
 
 /// Seconds per call of each operation, sampled round-robin: every repetition times each
 /// operation once in turn (enough calls to last `min_seconds`), so a noisy neighbour slows

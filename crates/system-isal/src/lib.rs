@@ -4,6 +4,9 @@
 //!
 //! It is opened with `RTLD_DEEPBIND` so its internal calls bind to its own symbols, not to the
 //! ISA-L eckpt links statically (same symbol names, different versions).
+//!
+//! A crate of its own so that `libloading` is linked only by what measures or tests against
+//! it (the CLI, the codec's tests), never by the libraries a rank links.
 
 use std::os::raw::{c_int, c_uchar};
 

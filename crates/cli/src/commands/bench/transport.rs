@@ -1,16 +1,71 @@
-//! Transport throughput: streams authenticated data frames over loopback TCP and a Unix
-//! socket, so the gain of seed 004's local IPC is measured on the machine at hand, with the
-//! same framing and checksums the cluster uses.
+//! `eckpt bench transport`: authenticated frames over loopback TCP and over a Unix socket,
+//! back to back in one run, with the framing and checksums the cluster uses — why agents on
+//! one host talk over Unix sockets (local IPC between co-located processes).
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail, Context, Result};
+use eckpt_proto::{connect, listen, ClusterSecret, Endpoint, TransportKind, DEFAULT_MAX_PAYLOAD};
 use serde::{Deserialize, Serialize};
 
-use crate::auth::ClusterSecret;
-use crate::error::ProtoError;
-use crate::frame::DEFAULT_MAX_PAYLOAD;
-use crate::transport::{connect, listen, Endpoint, TransportKind};
+use super::stats::median;
+use crate::output::print_json;
+use crate::size::parse_size;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Bytes streamed per measurement.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    bytes: u64,
+    /// Payload bytes per frame.
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    frame_size: u64,
+    /// Repetitions (TCP then Unix each time); medians are reported.
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(serde::Serialize)]
+struct Report {
+    bytes: u64,
+    frame_size: u64,
+    tcp_gbytes_per_s: f64,
+    unix_gbytes_per_s: f64,
+    /// Median of per-repetition Unix / TCP ratios.
+    unix_speedup: f64,
+}
+
+pub fn run(args: Args) -> Result<i32> {
+    let frame = usize::try_from(args.frame_size)?;
+    let runs = (0..args.reps.max(1))
+        .map(|_| compare_transports(args.bytes, frame))
+        .collect::<Result<Vec<_>>>()?;
+    let pick = |f: &dyn Fn(&TransportComparison) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+    let report = Report {
+        bytes: args.bytes,
+        frame_size: args.frame_size,
+        tcp_gbytes_per_s: pick(&|c| c.tcp.gbytes_per_s),
+        unix_gbytes_per_s: pick(&|c| c.unix.gbytes_per_s),
+        unix_speedup: pick(&|c| c.unix_speedup),
+    };
+    if args.json {
+        print_json(&report);
+    } else {
+        println!(
+            "loopback TCP {:.2} GB/s, Unix socket {:.2} GB/s: Unix {:.2}x ({} B frames, medians of {})",
+            report.tcp_gbytes_per_s,
+            report.unix_gbytes_per_s,
+            report.unix_speedup,
+            report.frame_size,
+            args.reps.max(1)
+        );
+    }
+    Ok(0)
+}
 
 /// How long the receiver waits for the sender to connect before giving up, so a sender
 /// that failed early cannot leave the benchmark hanging.
@@ -18,35 +73,35 @@ const ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One transport's measured throughput.
 #[derive(Debug, Clone, Serialize)]
-pub struct TransportBench {
+struct TransportBench {
     /// Transport measured.
-    pub transport: TransportKind,
+    transport: TransportKind,
     /// Payload bytes streamed.
-    pub bytes: u64,
+    bytes: u64,
     /// Payload bytes per data frame (the last frame may be shorter).
-    pub frame_size: usize,
+    frame_size: usize,
     /// Data frames sent.
-    pub frames: u64,
+    frames: u64,
     /// From the first frame sent to the receiver's acknowledgement of the last (after the
     /// handshake; includes checksumming on both sides).
-    pub seconds: f64,
+    seconds: f64,
     /// Payload throughput in gigabits (10⁹ bits) per second, the unit of link rates.
-    pub gbps: f64,
+    gbps: f64,
     /// Payload throughput in gigabytes (10⁹ bytes) per second.
-    pub gbytes_per_s: f64,
+    gbytes_per_s: f64,
     /// Data frames per second.
-    pub frames_per_s: f64,
+    frames_per_s: f64,
 }
 
 /// TCP and Unix measured back to back in one run, so they compare under the same load.
 #[derive(Debug, Clone, Serialize)]
-pub struct TransportComparison {
+struct TransportComparison {
     /// Loopback TCP.
-    pub tcp: TransportBench,
+    tcp: TransportBench,
     /// Unix domain socket.
-    pub unix: TransportBench,
+    unix: TransportBench,
     /// Unix throughput divided by TCP throughput.
-    pub unix_speedup: f64,
+    unix_speedup: f64,
 }
 
 /// The receiver's acknowledgement: how many payload bytes it received and verified.
@@ -60,20 +115,12 @@ struct Received {
 /// socket in the temporary directory), and reports the throughput. Each side runs its own
 /// single-threaded runtime on its own OS thread, so this may be called from anywhere,
 /// including inside an async runtime (it blocks the calling thread).
-pub fn bench_transport(
-    kind: TransportKind,
-    bytes: u64,
-    frame_size: usize,
-) -> Result<TransportBench, ProtoError> {
+fn bench_transport(kind: TransportKind, bytes: u64, frame_size: usize) -> Result<TransportBench> {
     if bytes == 0 {
-        return Err(ProtoError::InvalidArgument(
-            "bytes to stream must be at least 1".into(),
-        ));
+        bail!("bytes to stream must be at least 1");
     }
     if frame_size == 0 || frame_size > DEFAULT_MAX_PAYLOAD as usize {
-        return Err(ProtoError::InvalidArgument(format!(
-            "frame size {frame_size} must be between 1 and {DEFAULT_MAX_PAYLOAD} bytes"
-        )));
+        bail!("frame size {frame_size} must be between 1 and {DEFAULT_MAX_PAYLOAD} bytes");
     }
     let secret = ClusterSecret::generate()?;
     let endpoint = match kind {
@@ -82,12 +129,10 @@ pub fn bench_transport(
             port: 0,
         },
         TransportKind::Unix => {
-            let mut tag = [0u8; 8];
-            getrandom::fill(&mut tag).map_err(|e| ProtoError::InvalidArgument(e.to_string()))?;
             let name = format!(
                 "eckpt-bench-{}-{:016x}.sock",
                 std::process::id(),
-                u64::from_le_bytes(tag)
+                rand::random::<u64>()
             );
             Endpoint::Unix(std::env::temp_dir().join(name))
         }
@@ -96,9 +141,9 @@ pub fn bench_transport(
     std::thread::scope(|scope| {
         let receiver = scope.spawn(|| run_on_own_runtime(receive(&endpoint, &secret, bytes, ready_tx)));
         let sender = run_on_own_runtime(async {
-            let target = ready_rx.recv().map_err(|_| {
-                ProtoError::InvalidArgument(format!("benchmark receiver could not listen on {endpoint}"))
-            })?;
+            let target = ready_rx
+                .recv()
+                .map_err(|_| anyhow!("benchmark receiver could not listen on {endpoint}"))?;
             send(&target, &secret, bytes, frame_size).await
         });
         let received = receiver
@@ -123,7 +168,7 @@ pub fn bench_transport(
 }
 
 /// Runs [`bench_transport`] for TCP, then for Unix, with the same parameters.
-pub fn compare_transports(bytes: u64, frame_size: usize) -> Result<TransportComparison, ProtoError> {
+fn compare_transports(bytes: u64, frame_size: usize) -> Result<TransportComparison> {
     let tcp = bench_transport(TransportKind::Tcp, bytes, frame_size)?;
     let unix = bench_transport(TransportKind::Unix, bytes, frame_size)?;
     let unix_speedup = if tcp.gbytes_per_s > 0.0 {
@@ -138,16 +183,11 @@ pub fn compare_transports(bytes: u64, frame_size: usize) -> Result<TransportComp
     })
 }
 
-fn run_on_own_runtime<T>(
-    work: impl std::future::Future<Output = Result<T, ProtoError>>,
-) -> Result<T, ProtoError> {
+fn run_on_own_runtime<T>(work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|source| ProtoError::Io {
-            context: "starting a benchmark runtime".into(),
-            source,
-        })?
+        .context("cannot start a benchmark runtime")?
         .block_on(work)
 }
 
@@ -156,13 +196,13 @@ async fn receive(
     secret: &ClusterSecret,
     bytes: u64,
     ready: mpsc::Sender<Endpoint>,
-) -> Result<(), ProtoError> {
+) -> Result<()> {
     let listener = listen(endpoint, secret).await?;
     // The sender may already have failed and gone; then accept times out below.
     let _ = ready.send(listener.local_endpoint().clone());
     let incoming = tokio::time::timeout(ACCEPT_TIMEOUT, listener.accept())
         .await
-        .map_err(|_| ProtoError::InvalidArgument("benchmark sender never connected".into()))??;
+        .map_err(|_| anyhow!("benchmark sender never connected"))??;
     let mut conn = incoming.authenticate().await?;
     let mut buf = Vec::new();
     let mut received = 0u64;
@@ -170,7 +210,7 @@ async fn receive(
         conn.recv_data(&mut buf).await?;
         received += buf.len() as u64;
     }
-    conn.send_control(&Received { bytes: received }).await
+    Ok(conn.send_control(&Received { bytes: received }).await?)
 }
 
 async fn send(
@@ -178,7 +218,7 @@ async fn send(
     secret: &ClusterSecret,
     bytes: u64,
     frame_size: usize,
-) -> Result<(u64, f64), ProtoError> {
+) -> Result<(u64, f64)> {
     let mut conn = connect(target, secret).await?;
     // Not all zeros, so nothing along the path can shortcut the data.
     let block: Vec<u8> = (0..frame_size)
@@ -196,10 +236,57 @@ async fn send(
     let ack: Received = conn.recv_control().await?;
     let seconds = start.elapsed().as_secs_f64();
     if ack.bytes != bytes {
-        return Err(ProtoError::InvalidArgument(format!(
-            "receiver acknowledged {} bytes, {bytes} were sent",
-            ack.bytes
-        )));
+        bail!("receiver acknowledged {} bytes, {bytes} were sent", ack.bytes);
     }
     Ok((frames, seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    //! On small sizes: the numbers are consistent, not a performance claim.
+
+    use super::*;
+
+    #[test]
+    fn bench_reports_consistent_numbers_for_both_transports() {
+        for kind in [TransportKind::Tcp, TransportKind::Unix] {
+            let r = bench_transport(kind, 8 << 20, 1 << 20).unwrap();
+            assert_eq!(r.transport, kind);
+            assert_eq!(r.bytes, 8 << 20);
+            assert_eq!(r.frame_size, 1 << 20);
+            assert_eq!(r.frames, 8);
+            assert!(r.seconds > 0.0 && r.seconds < 60.0, "{r:?}");
+            assert!(r.gbps > 0.0, "{r:?}");
+            assert!(
+                (r.gbps - 8.0 * r.gbytes_per_s).abs() < 1e-9 * r.gbps.max(1.0),
+                "{r:?}"
+            );
+            assert!((r.frames_per_s * r.seconds - 8.0).abs() < 1e-6, "{r:?}");
+            let json = serde_json::to_value(&r).unwrap();
+            assert_eq!(json["transport"], kind.to_string());
+        }
+    }
+
+    #[test]
+    fn last_frame_may_be_short() {
+        let r = bench_transport(TransportKind::Unix, 1000, 300).unwrap();
+        assert_eq!(r.frames, 4);
+        assert_eq!(r.bytes, 1000);
+    }
+
+    #[test]
+    fn comparison_runs_both_in_one_call() {
+        let c = compare_transports(2 << 20, 256 << 10).unwrap();
+        assert_eq!(c.tcp.transport, TransportKind::Tcp);
+        assert_eq!(c.unix.transport, TransportKind::Unix);
+        assert!((c.unix_speedup - c.unix.gbytes_per_s / c.tcp.gbytes_per_s).abs() < 1e-9);
+    }
+
+    #[test]
+    fn nonsense_sizes_are_refused() {
+        assert!(bench_transport(TransportKind::Tcp, 0, 1024).is_err());
+        assert!(bench_transport(TransportKind::Tcp, 1024, 0).is_err());
+        let err = bench_transport(TransportKind::Unix, 1024, 1 << 30).unwrap_err();
+        assert!(err.to_string().contains("1073741824"), "{err}");
+    }
 }

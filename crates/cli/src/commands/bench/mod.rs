@@ -1,0 +1,32 @@
+//! `eckpt bench …`: throughput measured next to references taken in the same run.
+
+use anyhow::Result;
+
+mod capture;
+mod cluster;
+mod codec;
+mod stats;
+mod transport;
+mod workload;
+
+#[derive(clap::Subcommand)]
+pub enum Bench {
+    /// GF kernels: encode, one-shard parity update and decode, vs memcpy and the system ISA-L.
+    Codec(codec::Args),
+    /// Incremental capture: dirty tracking + copy vs xdelta3 and `eckpt delta`, same images.
+    Capture(capture::Args),
+    /// A local cluster encodes rank images (full, then incremental): encode time, bytes sent
+    /// per node and efficiency against the link bandwidth measured in the same run.
+    Cluster(cluster::Args),
+    /// Frames over loopback TCP vs a Unix socket (agents on one host use Unix sockets).
+    Transport(transport::Args),
+}
+
+pub fn run(bench: Bench) -> Result<i32> {
+    match bench {
+        Bench::Codec(args) => codec::run(args),
+        Bench::Capture(args) => capture::run(args),
+        Bench::Cluster(args) => cluster::run(args),
+        Bench::Transport(args) => transport::run(args),
+    }
+}
