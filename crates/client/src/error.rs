@@ -4,7 +4,7 @@
 //! cluster's errors, so that a C caller can tell "the data is damaged" (`ECKPT_ECORRUPT`)
 //! from "the cluster is unreachable" (`ECKPT_ECLUSTER`) whichever layer found it.
 
-use eckpt_cluster_api::ClusterError;
+use eckpt_cluster_api::{ClusterError, ErrorKind};
 use eckpt_codec::CodecError;
 use eckpt_store::StoreError;
 
@@ -111,7 +111,21 @@ fn cluster_code(e: &ClusterError) -> i32 {
         ClusterError::Invalid(_)
         | ClusterError::Protocol(_)
         | ClusterError::Node { .. }
+        | ClusterError::Link(_)
         | ClusterError::Proto(_) => capi::ECKPT_ECLUSTER,
+        ClusterError::Internal(_) => capi::ECKPT_EINTERNAL,
+        // Another process's failure keeps the code of its kind: a corrupt block an agent
+        // found is as corrupt as one found here.
+        ClusterError::Remote { kind, .. } => match kind {
+            ErrorKind::Corrupt => capi::ECKPT_ECORRUPT,
+            ErrorKind::Io => capi::ECKPT_EIO,
+            ErrorKind::Internal => capi::ECKPT_EINTERNAL,
+            ErrorKind::Invalid
+            | ErrorKind::Protocol
+            | ErrorKind::Node
+            | ErrorKind::Link
+            | ErrorKind::Unrecoverable => capi::ECKPT_ECLUSTER,
+        },
     }
 }
 
@@ -249,6 +263,32 @@ mod tests {
                 ECKPT_ECLUSTER,
             ),
             (ClusterError::Protocol("unexpected answer".into()), ECKPT_ECLUSTER),
+            (
+                ClusterError::Link("node n2: stream ended early".into()),
+                ECKPT_ECLUSTER,
+            ),
+            (
+                ClusterError::Internal("coding thread: panicked".into()),
+                ECKPT_EINTERNAL,
+            ),
+            (
+                // A corrupt block an agent found while serving this rank.
+                ClusterError::remote(
+                    "n2",
+                    eckpt_cluster_api::WireError {
+                        kind: ErrorKind::Corrupt,
+                        message: "epoch 4 rank 1 mem/a block 3 fails its checksum".into(),
+                    },
+                ),
+                ECKPT_ECORRUPT,
+            ),
+            (
+                ClusterError::from_coordinator(eckpt_cluster_api::WireError {
+                    kind: ErrorKind::Io,
+                    message: "/c/journal.json: No space left on device".into(),
+                }),
+                ECKPT_EIO,
+            ),
             (
                 ClusterError::Node {
                     node: "n1".into(),

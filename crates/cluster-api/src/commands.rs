@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::dirs::ClusterDir;
 use crate::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, EpochOutcome, Hello};
 use crate::msg::{DATA_FRAME, FILE_ITEM};
-use crate::net::{host_identity, node_error, open, open_node};
+use crate::net::{host_identity, open, open_node};
 use crate::ClusterError;
 
 /// Opens a control connection to the coordinator of the cluster in `dir`.
@@ -39,7 +39,7 @@ pub async fn coordinator_call(
     loop {
         match conn.recv_control().await? {
             p @ CoordResponse::Progress { .. } => on_progress(&p),
-            CoordResponse::Error(e) => return Err(ClusterError::Invalid(e)),
+            CoordResponse::Error(e) => return Err(ClusterError::from_coordinator(e)),
             other => return Ok(other),
         }
     }
@@ -117,7 +117,7 @@ pub async fn checkpoint_file(
     }
     match conn.recv_control().await? {
         AgentResponse::Ok => {}
-        AgentResponse::Error(e) => return Err(node_error(&node.name, e)),
+        AgentResponse::Error(e) => return Err(ClusterError::remote(&node.name, e)),
         other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
     }
     let outcome = if wait {
@@ -154,7 +154,7 @@ async fn receive_item(
         while got < *len {
             if conn.recv_into(&mut buf).await? == FrameKind::Control {
                 return Err(match serde_json::from_slice(&buf) {
-                    Ok(AgentResponse::Error(e)) => node_error(node, e),
+                    Ok(AgentResponse::Error(e)) => ClusterError::remote(node, e),
                     _ => ClusterError::Protocol("unexpected control frame in an export".into()),
                 });
             }
@@ -215,7 +215,7 @@ pub async fn restore(
         .await?;
     let items = match conn.recv_control().await? {
         AgentResponse::Items(items) => items,
-        AgentResponse::Error(e) => return Err(node_error(&node.name, e)),
+        AgentResponse::Error(e) => return Err(ClusterError::remote(&node.name, e)),
         other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
     };
     let names: Vec<&str> = items.iter().map(|(n, _)| n.as_str()).collect();

@@ -1,9 +1,12 @@
-//! Errors of the cluster layer: each names what failed and where, in one line.
+//! Errors of the cluster layer: each names what failed and where, in one line, and has a
+//! [`ErrorKind`] that travels with it over the wire, so that a receiver acts on what
+//! happened (blame a node, map to a C API code) without reading the text.
 
 use eckpt_codec::CodecError;
 use eckpt_coding::CodingError;
 use eckpt_proto::ProtoError;
 use eckpt_store::StoreError;
+use serde::{Deserialize, Serialize};
 
 /// Why a cluster operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +25,24 @@ pub enum ClusterError {
         /// What happened.
         reason: String,
     },
+    /// A link to a peer broke or never came up: usually a symptom of a failure elsewhere (a
+    /// peer that died or gave up), not the cause.
+    #[error("{0}")]
+    Link(String),
+    /// Another process answered with a failure of its own: an agent (`node` names it) or the
+    /// coordinator (`node` is `None`; its messages already say where).
+    #[error("{}", remote_text(node.as_deref(), message))]
+    Remote {
+        /// Node that failed, if an agent.
+        node: Option<String>,
+        /// What kind of failure it reported.
+        kind: ErrorKind,
+        /// Its one-line message.
+        message: String,
+    },
+    /// A bug or a crashed worker thread, not something the input did.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// More members of a group are lost than its code tolerates: the data is gone.
     #[error("{0}")]
     Unrecoverable(String),
@@ -47,6 +68,120 @@ pub enum ClusterError {
     Proto(#[from] ProtoError),
 }
 
+/// What kind of failure an error reports, as it travels between processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorKind {
+    /// A request or configuration that cannot be honoured.
+    Invalid,
+    /// A peer broke the protocol.
+    Protocol,
+    /// A node could not be reached.
+    Node,
+    /// A link broke because something else failed.
+    Link,
+    /// More members of a group are lost than its code tolerates.
+    Unrecoverable,
+    /// Bytes failed their checksum or do not parse.
+    Corrupt,
+    /// A file operation failed (full disk, permissions).
+    Io,
+    /// A bug or a crashed worker thread.
+    Internal,
+}
+
+/// An error as it crosses the wire: its kind and its one-line message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireError {
+    /// What kind of failure.
+    pub kind: ErrorKind,
+    /// The sender's one-line message.
+    pub message: String,
+}
+
+impl From<&ClusterError> for WireError {
+    fn from(e: &ClusterError) -> WireError {
+        WireError {
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl ClusterError {
+    /// The kind of this failure, for the wire and for callers that act on it.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ClusterError::Invalid(_) => ErrorKind::Invalid,
+            ClusterError::Protocol(_) => ErrorKind::Protocol,
+            ClusterError::Node { .. } => ErrorKind::Node,
+            ClusterError::Link(_) => ErrorKind::Link,
+            ClusterError::Remote { kind, .. } => *kind,
+            ClusterError::Internal(_) => ErrorKind::Internal,
+            ClusterError::Unrecoverable(_) => ErrorKind::Unrecoverable,
+            ClusterError::Corrupt(_) => ErrorKind::Corrupt,
+            ClusterError::Io { .. } => ErrorKind::Io,
+            ClusterError::Store(e) => match e {
+                StoreError::Io { .. } => ErrorKind::Io,
+                StoreError::BlockChecksum { .. }
+                | StoreError::Corrupt { .. }
+                | StoreError::Manifest(_)
+                | StoreError::Delta(_) => ErrorKind::Corrupt,
+                _ => ErrorKind::Invalid,
+            },
+            ClusterError::Codec(CodecError::TooManyErasures { .. } | CodecError::SingularMatrix) => {
+                ErrorKind::Unrecoverable
+            }
+            ClusterError::Codec(CodecError::Shape(_)) => ErrorKind::Internal,
+            ClusterError::Proto(e) => match e {
+                ProtoError::Closed | ProtoError::Truncated { .. } => ErrorKind::Link,
+                ProtoError::Io { source, .. } if is_broken_link(source) => ErrorKind::Link,
+                ProtoError::Io { .. } => ErrorKind::Node,
+                _ => ErrorKind::Protocol,
+            },
+        }
+    }
+
+    /// The failure agent `node` reported over the wire.
+    pub fn remote(node: &str, e: WireError) -> ClusterError {
+        ClusterError::Remote {
+            node: Some(node.to_string()),
+            kind: e.kind,
+            message: e.message,
+        }
+    }
+
+    /// The failure the coordinator reported over the wire, in its own words.
+    pub fn from_coordinator(e: WireError) -> ClusterError {
+        ClusterError::Remote {
+            node: None,
+            kind: e.kind,
+            message: e.message,
+        }
+    }
+
+    /// Whether this only says that a link broke: the cause lies elsewhere.
+    pub fn is_link_symptom(&self) -> bool {
+        self.kind() == ErrorKind::Link
+    }
+}
+
+fn remote_text(node: Option<&str>, message: &str) -> String {
+    match node {
+        Some(node) => format!("node {node}: {message}"),
+        None => message.to_string(),
+    }
+}
+
+/// Whether an OS error is a connection broken by the other side.
+fn is_broken_link(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        e.kind(),
+        K::BrokenPipe | K::ConnectionReset | K::ConnectionAborted | K::UnexpectedEof
+    )
+}
+
 impl From<CodingError> for ClusterError {
     fn from(e: CodingError) -> ClusterError {
         match e {
@@ -61,4 +196,56 @@ impl From<CodingError> for ClusterError {
 pub fn io_at(path: impl AsRef<std::path::Path>) -> impl FnOnce(std::io::Error) -> ClusterError {
     let path = path.as_ref().display().to_string();
     move |source| ClusterError::Io { path, source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msg::AgentResponse;
+
+    fn across_the_wire(e: &ClusterError) -> ClusterError {
+        let json = serde_json::to_vec(&AgentResponse::Error(WireError::from(e))).unwrap();
+        match serde_json::from_slice(&json).unwrap() {
+            AgentResponse::Error(w) => ClusterError::remote("n3", w),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_error_keeps_its_kind_and_words_across_the_wire() {
+        let corrupt = ClusterError::Corrupt("obj g1-e4 member 2: chunk 9 fails its crc32c".into());
+        let got = across_the_wire(&corrupt);
+        assert_eq!(got.kind(), ErrorKind::Corrupt);
+        assert_eq!(got.to_string(), format!("node n3: {corrupt}"));
+        let io = ClusterError::Io {
+            path: "/d/coded/p0".into(),
+            source: std::io::Error::from_raw_os_error(28),
+        };
+        assert_eq!(across_the_wire(&io).kind(), ErrorKind::Io);
+        assert!(!across_the_wire(&io).is_link_symptom());
+    }
+
+    #[test]
+    fn broken_connections_are_link_symptoms_and_crashes_are_internal() {
+        let closed = ClusterError::Proto(ProtoError::Closed);
+        assert!(closed.is_link_symptom());
+        assert!(across_the_wire(&closed).is_link_symptom());
+        let pipe = ClusterError::Proto(ProtoError::Io {
+            context: "sending".into(),
+            source: std::io::Error::from(std::io::ErrorKind::BrokenPipe),
+        });
+        assert!(pipe.is_link_symptom());
+        assert_eq!(
+            ClusterError::Internal("worker thread".into()).kind(),
+            ErrorKind::Internal
+        );
+        assert_eq!(
+            ClusterError::from_coordinator(WireError {
+                kind: ErrorKind::Invalid,
+                message: "rank 3 is unknown".into()
+            })
+            .to_string(),
+            "rank 3 is unknown"
+        );
+    }
 }

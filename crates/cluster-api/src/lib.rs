@@ -18,4 +18,4 @@ pub mod net;
 pub mod shard_layout;
 
 pub use eckpt_coding::{CodingConfig, Layout, Mode, Topology};
-pub use error::{io_at, ClusterError};
+pub use error::{io_at, ClusterError, ErrorKind, WireError};

@@ -8,6 +8,7 @@ use eckpt_coding::{CodingConfig, Layout, Mode, ObjectId, Topology};
 use eckpt_proto::Endpoint;
 use serde::{Deserialize, Serialize};
 
+use crate::error::WireError;
 use crate::shard_layout::ShardLayout;
 
 /// The item name `eckpt checkpoint FILE` stores a file under.
@@ -357,8 +358,8 @@ pub enum AgentRequest {
 pub enum AgentResponse {
     /// Done.
     Ok,
-    /// Failed, with the reason.
-    Error(String),
+    /// Failed: what kind of failure, and the reason.
+    Error(WireError),
     /// Answer to `Describe`.
     Shard(ShardInfo),
     /// Answer to `Code` and `Update`.
@@ -545,8 +546,8 @@ pub enum CoordRequest {
 pub enum CoordResponse {
     /// Done.
     Ok,
-    /// Failed, with the reason.
-    Error(String),
+    /// Failed: what kind of failure, and the reason.
+    Error(WireError),
     /// `Status`.
     Status(Box<StatusReport>),
     /// `Nodes`.

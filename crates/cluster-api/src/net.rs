@@ -154,7 +154,7 @@ impl Inbox {
         loop {
             let notified = self.inner.arrived.notified();
             if let Some((reason, _)) = self.inner.cancelled.lock().expect("inbox lock").get(&task) {
-                return Err(ClusterError::Invalid(format!("task {task} cancelled: {reason}")));
+                return Err(ClusterError::Link(format!("task {task} cancelled: {reason}")));
             }
             if let Some((reader, _)) = self
                 .inner
@@ -167,7 +167,7 @@ impl Inbox {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || tokio::time::timeout(left, notified).await.is_err() {
-                return Err(ClusterError::Protocol(format!(
+                return Err(ClusterError::Link(format!(
                     "task {task}: participant {from} did not connect within {}s",
                     PEER_WAIT.as_secs()
                 )));

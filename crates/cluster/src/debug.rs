@@ -7,26 +7,62 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The phases a test can stop the cluster at.
-pub const PHASES: &[&str] = &[
-    "before-encode",
-    "mid-encode",
-    "before-commit",
-    "after-commit",
-    "mid-recovery",
-];
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The coordinator is about to send an epoch's coding tasks.
+    BeforeEncode,
+    /// An agent is inside a coding task, after its first row.
+    MidEncode,
+    /// Every member prepared the epoch; the coordinator has not decided yet.
+    BeforeCommit,
+    /// The epoch is committed in the journal; agents have not been told.
+    AfterCommit,
+    /// A recovery is between decode and re-encode.
+    MidRecovery,
+}
 
-fn wanted(debug_dir: &Path, phase: &str) -> bool {
-    std::fs::read_to_string(debug_dir.join("pause")).is_ok_and(|p| p.trim() == phase)
+impl Phase {
+    /// Every phase, in the order an epoch and a recovery reach them.
+    pub const ALL: [Phase; 5] = [
+        Phase::BeforeEncode,
+        Phase::MidEncode,
+        Phase::BeforeCommit,
+        Phase::AfterCommit,
+        Phase::MidRecovery,
+    ];
+
+    /// The name `eckpt debug pause --at` takes and the pause file holds.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::BeforeEncode => "before-encode",
+            Phase::MidEncode => "mid-encode",
+            Phase::BeforeCommit => "before-commit",
+            Phase::AfterCommit => "after-commit",
+            Phase::MidRecovery => "mid-recovery",
+        }
+    }
+
+    /// The phase called `name`, or a one-line error listing the phases.
+    pub fn parse(name: &str) -> Result<Phase, String> {
+        Phase::ALL.into_iter().find(|p| p.name() == name).ok_or_else(|| {
+            let names: Vec<&str> = Phase::ALL.iter().map(|p| p.name()).collect();
+            format!("phase {name:?}: expected one of {}", names.join(", "))
+        })
+    }
+}
+
+fn wanted(debug_dir: &Path, phase: Phase) -> bool {
+    std::fs::read_to_string(debug_dir.join("pause")).is_ok_and(|p| p.trim() == phase.name())
 }
 
 /// Marks `who` as paused at `phase` if a pause is asked for there; the marker to remove.
-fn enter(debug_dir: &Path, phase: &str, who: &str) -> Option<PathBuf> {
+fn enter(debug_dir: &Path, phase: Phase, who: &str) -> Option<PathBuf> {
     if !wanted(debug_dir, phase) {
         return None;
     }
     let reached = debug_dir.join(format!("reached-{who}"));
-    let _ = std::fs::write(&reached, phase);
-    tracing::warn!(phase, who, "paused for fault injection");
+    let _ = std::fs::write(&reached, phase.name());
+    tracing::warn!(phase = phase.name(), who, "paused for fault injection");
     Some(reached)
 }
 
@@ -34,7 +70,7 @@ fn enter(debug_dir: &Path, phase: &str, who: &str) -> Option<PathBuf> {
 const POLL: Duration = Duration::from_millis(20);
 
 /// Blocks while `D/debug/pause` names `phase` (for threads that may block).
-pub fn pause_point(debug_dir: &Path, phase: &str, who: &str) {
+pub fn pause_point(debug_dir: &Path, phase: Phase, who: &str) {
     if let Some(reached) = enter(debug_dir, phase, who) {
         while wanted(debug_dir, phase) {
             std::thread::sleep(POLL);
@@ -44,11 +80,25 @@ pub fn pause_point(debug_dir: &Path, phase: &str, who: &str) {
 }
 
 /// [`pause_point`] for async code.
-pub async fn pause_point_async(debug_dir: &Path, phase: &str, who: &str) {
+pub async fn pause_point_async(debug_dir: &Path, phase: Phase, who: &str) {
     if let Some(reached) = enter(debug_dir, phase, who) {
         while wanted(debug_dir, phase) {
             tokio::time::sleep(POLL).await;
         }
         let _ = std::fs::remove_file(reached);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_phase_parses_back_from_its_name() {
+        for p in Phase::ALL {
+            assert_eq!(Phase::parse(p.name()), Ok(p));
+        }
+        let e = Phase::parse("mid-commit").unwrap_err();
+        assert!(e.contains("before-encode") && e.contains("mid-recovery"), "{e}");
     }
 }

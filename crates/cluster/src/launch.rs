@@ -405,7 +405,7 @@ pub fn down(dir: &Path, purge: bool) -> Result<(), ClusterError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| ClusterError::Invalid(e.to_string()))?;
+        .map_err(|e| ClusterError::Internal(format!("starting a runtime: {e}")))?;
     let _ = rt.block_on(async {
         tokio::time::timeout(
             Duration::from_secs(10),

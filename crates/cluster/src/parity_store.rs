@@ -21,6 +21,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use eckpt_coding::ObjectId;
+use eckpt_cursor::{Cursor, Truncated};
 use serde::{Deserialize, Serialize};
 
 use eckpt_cluster_api::dirs::{fsync_dir, write_atomic};
@@ -212,14 +213,12 @@ impl ParityStore {
             .write(true)
             .open(&ppath)
             .map_err(io_at(&ppath))?;
-        let record = 12 + chunk;
-        if bytes.len() % record != 0 {
-            return Err(ClusterError::Corrupt(format!("{}: truncated", stage.display())));
-        }
-        for rec in bytes.chunks_exact(record) {
-            let index = u64::from_le_bytes(rec[..8].try_into().expect("8 bytes"));
-            let crc = u32::from_le_bytes(rec[8..12].try_into().expect("4 bytes"));
-            let data = &rec[12..];
+        let mut cursor = Cursor::new(&bytes);
+        let truncated = |e: Truncated| ClusterError::Corrupt(format!("{}: truncated: {e}", stage.display()));
+        while !cursor.is_empty() {
+            let index = cursor.u64("chunk index").map_err(truncated)?;
+            let crc = cursor.u32("chunk checksum").map_err(truncated)?;
+            let data = cursor.take(chunk as u64, "chunk").map_err(truncated)?;
             if crc32c::crc32c(data) != crc || index as usize >= manifest.crcs.len() {
                 return Err(ClusterError::Corrupt(format!("{}: bad record", stage.display())));
             }

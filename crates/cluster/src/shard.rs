@@ -19,6 +19,7 @@ use eckpt_store::{parse_delta, Delta, EpochView, Store};
 use serde::{Deserialize, Serialize};
 
 use eckpt_cluster_api::{io_at, ClusterError};
+use eckpt_cursor::Cursor;
 
 /// Every item of `ranks` at `epoch` (committed or prepared) in the node's store.
 pub fn node_items(store: &Store, ranks: &[u32], epoch: u64) -> Result<ItemList, ClusterError> {
@@ -117,19 +118,20 @@ pub fn build_stripe_blob(
 /// the input as hostile: every offset is checked and every delta fully validated.
 pub fn parse_stripe_blob(bytes: &[u8]) -> Result<Vec<Delta>, ClusterError> {
     let bad = |why: String| ClusterError::Corrupt(format!("stripe blob: {why}"));
-    if bytes.len() < 16 || &bytes[..8] != BLOB_MAGIC {
+    let mut cursor = Cursor::new(bytes);
+    if cursor.array::<8>("magic").ok().as_ref() != Some(BLOB_MAGIC) {
         return Err(bad("bad magic".into()));
     }
-    let header_len = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize;
-    let crc = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
-    let header = bytes
-        .get(16..16 + header_len)
-        .ok_or_else(|| bad(format!("header of {header_len} bytes past the end")))?;
+    let header_len = cursor.u32("header length").map_err(|e| bad(e.to_string()))?;
+    let crc = cursor.u32("header checksum").map_err(|e| bad(e.to_string()))?;
+    let header = cursor
+        .take(header_len.into(), "header")
+        .map_err(|_| bad(format!("header of {header_len} bytes past the end")))?;
     if crc32c::crc32c(header) != crc {
         return Err(bad("header checksum mismatch".into()));
     }
     let header: BlobHeader = serde_json::from_slice(header).map_err(|e| bad(format!("header: {e}")))?;
-    let body = &bytes[16 + header_len..];
+    let body = cursor.rest();
     let mut deltas: Vec<Delta> = Vec::with_capacity(header.ranks.len());
     for (rank, offset, len) in header.ranks {
         let end = offset.checked_add(len).filter(|&e| e <= body.len() as u64);

@@ -1,6 +1,8 @@
 //! The wire format of `update` epochs: batches of records, each `(row, offset in the chunk,
 //! data shard, old ⊕ new)`. Parsed as untrusted input (fuzzed).
 
+use eckpt_cursor::{Cursor, Truncated};
+
 use crate::CodingError;
 
 /// Header of one record in a batch: row, offset in the chunk, length, data shard index.
@@ -33,19 +35,15 @@ pub struct RecordRef<'a> {
 /// Splits a batch into its records; refuses malformed input.
 pub fn parse_batch(batch: &[u8], chunk: usize) -> Result<Vec<RecordRef<'_>>, CodingError> {
     let mut out = Vec::new();
-    let mut at = 0;
-    while at < batch.len() {
-        let header = batch
-            .get(at..at + RECORD_HEADER)
-            .ok_or_else(|| CodingError::Protocol("truncated update record".into()))?;
-        let row = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
-        let offset = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
-        let len = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes")) as usize;
-        let shard = u16::from_le_bytes(header[16..18].try_into().expect("2 bytes"));
-        let bytes = batch
-            .get(at + RECORD_HEADER..at + RECORD_HEADER + len)
-            .ok_or_else(|| CodingError::Protocol("truncated update record".into()))?;
-        if offset as usize + len > chunk {
+    let mut cursor = Cursor::new(batch);
+    let truncated = |e: Truncated| CodingError::Protocol(format!("truncated update record: {e}"));
+    while !cursor.is_empty() {
+        let row = cursor.u64("row").map_err(truncated)?;
+        let offset = cursor.u32("offset").map_err(truncated)?;
+        let len = cursor.u32("length").map_err(truncated)?;
+        let shard = cursor.u16("shard").map_err(truncated)?;
+        let bytes = cursor.take(len.into(), "record bytes").map_err(truncated)?;
+        if offset as usize + bytes.len() > chunk {
             return Err(CodingError::Protocol(format!(
                 "update record at {offset}+{len} crosses a {chunk}-byte chunk"
             )));
@@ -56,7 +54,6 @@ pub fn parse_batch(batch: &[u8], chunk: usize) -> Result<Vec<RecordRef<'_>>, Cod
             shard,
             bytes,
         });
-        at += RECORD_HEADER + len;
     }
     Ok(out)
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use eckpt_cluster::debug::PHASES;
+use eckpt_cluster::debug::Phase;
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::ClusterDir;
@@ -334,12 +334,10 @@ pub enum Debug {
 pub fn run_debug(debug: Debug) -> Result<i32> {
     match debug {
         Debug::Pause { dir, at } => {
-            if !PHASES.contains(&at.as_str()) {
-                bail!("phase {at:?}: expected one of {}", PHASES.join(", "));
-            }
+            let at = Phase::parse(&at).map_err(anyhow::Error::msg)?;
             let dir = ClusterDir::new(&dir)?;
             std::fs::create_dir_all(dir.debug())?;
-            std::fs::write(dir.debug().join("pause"), &at)?;
+            std::fs::write(dir.debug().join("pause"), at.name())?;
         }
         Debug::Wait { dir, timeout } => {
             let dir = ClusterDir::new(&dir)?;

@@ -158,7 +158,7 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
         let mut local = local;
         let mut progress = |done: u64, _total: u64| {
             if pause == Some(done) {
-                crate::debug::pause_point(&debug, "mid-encode", &who);
+                crate::debug::pause_point(&debug, crate::debug::Phase::MidEncode, &who);
             }
         };
         let result = run_participant(
@@ -173,7 +173,7 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
         (result, links, local)
     })
     .await
-    .map_err(|e| ClusterError::Invalid(format!("coding thread: {e}")))?;
+    .map_err(|e| ClusterError::Internal(format!("coding thread: {e}")))?;
     let stats = result?;
     links.finish().await?;
     let report = TaskReport {
@@ -184,7 +184,7 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
     };
     tokio::task::spawn_blocking(move || finish_local(local))
         .await
-        .map_err(|e| ClusterError::Invalid(format!("coding thread: {e}")))??;
+        .map_err(|e| ClusterError::Internal(format!("coding thread: {e}")))??;
     Ok(TaskReport {
         seconds: started.elapsed().as_secs_f64(),
         ..report

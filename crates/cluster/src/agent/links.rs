@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use eckpt_cluster_api::msg::{Hello, NodeInfo};
 use eckpt_cluster_api::net::{node_error, open, Inbox};
-use eckpt_cluster_api::ClusterError;
+use eckpt_cluster_api::{ClusterError, ErrorKind};
 use eckpt_coding::exec::Links;
 
 /// Messages in flight per link in each direction (double buffering and a little more).
@@ -31,7 +31,8 @@ pub struct TaskLinks {
 
 fn failure_of(f: &Failure, name: &str, what: &str) -> ClusterError {
     let reason = f.lock().expect("failure lock").clone();
-    node_error(name, reason.unwrap_or_else(|| format!("{what} ended early")))
+    let reason = reason.unwrap_or_else(|| format!("{what} ended early"));
+    ClusterError::Link(format!("node {name}: {reason}"))
 }
 
 impl TaskLinks {
@@ -132,9 +133,16 @@ impl TaskLinks {
         self.out.clear();
         let mut first = None;
         for (name, writer) in self.writers.drain(..) {
-            let result = writer.await.map_err(|e| node_error(&name, e)).and_then(|r| r);
+            let result = writer
+                .await
+                .map_err(|e| ClusterError::Internal(format!("writer to {name}: {e}")))
+                .and_then(|r| r);
             if let Err(e) = result {
-                first.get_or_insert(node_error(&name, e));
+                first.get_or_insert(match e.kind() {
+                    ErrorKind::Link => ClusterError::Link(format!("node {name}: {e}")),
+                    ErrorKind::Internal => e,
+                    _ => node_error(&name, e),
+                });
             }
         }
         for reader in self.readers.drain(..) {

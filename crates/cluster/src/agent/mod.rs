@@ -22,7 +22,7 @@ use eckpt_cluster_api::dirs::{check_node_name, ClusterDir, ClusterFile};
 use eckpt_cluster_api::msg::DATA_FRAME;
 use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello, NodeInfo};
 use eckpt_cluster_api::net::{accept_loop, call, host_identity, next_request, open, Inbox};
-use eckpt_cluster_api::ClusterError;
+use eckpt_cluster_api::{ClusterError, WireError};
 
 /// How often an agent tells the coordinator it is alive.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
@@ -138,7 +138,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
                 }
             },
         )
-        .map_err(|e| ClusterError::Invalid(format!("starting the session thread: {e}")))?;
+        .map_err(|e| ClusterError::Internal(format!("starting the session thread: {e}")))?;
     tracing::info!(node = %agent.info.name, tcp = %agent.info.tcp, "agent started");
     tokio::select! {
         _ = stop_rx.recv() => tracing::info!("shutting down on request"),
@@ -175,10 +175,10 @@ async fn session(agent: &Arc<Agent>) -> Result<(), ClusterError> {
             let a = agent.clone();
             tokio::task::spawn_blocking(move || a.resolve(committed, &keep, &versions))
                 .await
-                .map_err(|e| ClusterError::Invalid(e.to_string()))??;
+                .map_err(|e| ClusterError::Internal(e.to_string()))??;
         }
         CoordResponse::Error(e) => {
-            tracing::error!(error = %e, "the coordinator refused this agent");
+            tracing::error!(error = %e.message, "the coordinator refused this agent");
             std::process::exit(2);
         }
         other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
@@ -210,7 +210,7 @@ async fn serve(
             let shutdown = matches!(request, AgentRequest::Shutdown);
             let response = match handle(&agent, &mut conn, request).await {
                 Ok(r) => r,
-                Err(e) => Some(AgentResponse::Error(e.to_string())),
+                Err(e) => Some(AgentResponse::Error(WireError::from(&e))),
             };
             if let Some(r) = response {
                 conn.send_control(&r).await?;
@@ -285,7 +285,7 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, ClusterError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| ClusterError::Invalid(format!("worker thread: {e}")))?
+        .map_err(|e| ClusterError::Internal(format!("worker thread: {e}")))?
 }
 
 /// Handles one request; `None` when the handler answered itself.
@@ -317,7 +317,9 @@ async fn handle(
             {
                 CoordResponse::Ok => AgentResponse::Ok,
                 CoordResponse::Error(e) => AgentResponse::Error(e),
-                other => AgentResponse::Error(format!("unexpected answer {other:?}")),
+                other => AgentResponse::Error(WireError::from(&ClusterError::Protocol(format!(
+                    "unexpected answer {other:?}"
+                )))),
             }
         }
         AgentRequest::ImportRank { rank, epoch, items } => {

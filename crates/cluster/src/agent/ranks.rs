@@ -316,7 +316,7 @@ impl Agent {
         }
         match conn.recv_control().await? {
             AgentResponse::Ok => Ok(()),
-            AgentResponse::Error(e) => Err(eckpt_cluster_api::net::node_error(&node.name, e)),
+            AgentResponse::Error(e) => Err(ClusterError::remote(&node.name, e)),
             other => Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
         }
     }
@@ -350,7 +350,7 @@ pub async fn expect_ok(
 ) -> Result<(), ClusterError> {
     match call(conn, request).await? {
         AgentResponse::Ok => Ok(()),
-        AgentResponse::Error(e) => Err(eckpt_cluster_api::net::node_error(node, e)),
+        AgentResponse::Error(e) => Err(ClusterError::remote(node, e)),
         other => Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
     }
 }

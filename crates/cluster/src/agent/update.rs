@@ -22,7 +22,6 @@ use super::Agent;
 use crate::parity_store::ParityReader;
 use crate::shard::ImageShard;
 use eckpt_cluster_api::msg::{TaskReport, UpdateTask};
-use eckpt_cluster_api::net::node_error;
 use eckpt_cluster_api::shard_layout::ShardLayout;
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::config::Topology;
@@ -203,7 +202,7 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
             let DataUpdate { records, crcs } =
                 tokio::task::spawn_blocking(move || data_records(&a, &layout, epoch, &g2, me, chunk))
                     .await
-                    .map_err(|e| ClusterError::Invalid(format!("update thread: {e}")))??;
+                    .map_err(|e| ClusterError::Internal(format!("update thread: {e}")))??;
             let mut sent = 0u64;
             let send = |p: usize, to: usize, batch: Vec<u8>| {
                 let s = outs.get(&(p, to)).cloned();
@@ -211,7 +210,7 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
                     s.ok_or_else(|| ClusterError::Protocol(format!("no link to member {to}")))?
                         .send(batch)
                         .await
-                        .map_err(|_| ClusterError::Protocol(format!("link to member {to} failed")))
+                        .map_err(|_| ClusterError::Link(format!("link to member {to} failed")))
                 }
             };
             for p in phases {
@@ -231,7 +230,7 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
                     send(p, dest, batch).await?;
                 }
                 // Fault injection: records are on their way but no stream has ended.
-                crate::debug::pause_point_async(&debug, "mid-encode", &who).await;
+                crate::debug::pause_point_async(&debug, crate::debug::Phase::MidEncode, &who).await;
                 // Phase 0 (and every phase of a broadcast) has data members as its only
                 // senders: they end their streams here.
                 for &(q, to) in outs.keys().filter(|(q, _)| *q == p) {
@@ -284,10 +283,8 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
                     loop {
                         let Some(batch) = rx.recv().await else {
                             let reason = failure.lock().expect("failure lock").clone();
-                            return Err(node_error(
-                                &name,
-                                reason.unwrap_or_else(|| "stream ended early".into()),
-                            ));
+                            let reason = reason.unwrap_or_else(|| "stream ended early".into());
+                            return Err(ClusterError::Link(format!("node {name}: {reason}")));
                         };
                         if batch.is_empty() {
                             return Ok(());
@@ -327,7 +324,7 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
                                     ClusterError::Protocol(format!("no relay link to member {dest}"))
                                 })?;
                                 sender.send(batch).await.map_err(|_| {
-                                    ClusterError::Protocol(format!("relay to member {dest} failed"))
+                                    ClusterError::Link(format!("relay to member {dest} failed"))
                                 })?;
                             }
                         }
@@ -349,12 +346,12 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
             for reader in readers {
                 reader
                     .await
-                    .map_err(|e| ClusterError::Invalid(format!("update reader: {e}")))??;
+                    .map_err(|e| ClusterError::Internal(format!("update reader: {e}")))??;
             }
             for end in enders {
                 end.send(Vec::new())
                     .await
-                    .map_err(|_| ClusterError::Protocol("relay link failed".into()))?;
+                    .map_err(|_| ClusterError::Link("relay link failed".into()))?;
             }
             Ok::<(), ClusterError>(())
         }));
@@ -362,12 +359,12 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
     for phase in phases {
         phase
             .await
-            .map_err(|e| ClusterError::Invalid(format!("update phase: {e}")))??;
+            .map_err(|e| ClusterError::Internal(format!("update phase: {e}")))??;
     }
     if let Some(data_role) = data_role {
         let (sent, crcs) = data_role
             .await
-            .map_err(|e| ClusterError::Invalid(format!("update sender: {e}")))??;
+            .map_err(|e| ClusterError::Internal(format!("update sender: {e}")))??;
         report.bytes_sent += sent;
         report.crcs = crcs;
     }
@@ -378,13 +375,13 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
     }
     if let Some(stage) = stage {
         let stage = Arc::try_unwrap(stage)
-            .map_err(|_| ClusterError::Invalid("update stage still shared".into()))?
+            .map_err(|_| ClusterError::Internal("update stage still shared".into()))?
             .into_inner()
             .expect("stage lock");
         let (coded, id, epoch) = (agent.coded.clone(), task.object.id, task.epoch);
         tokio::task::spawn_blocking(move || coded.stage_update(id, epoch, &stage.chunks))
             .await
-            .map_err(|e| ClusterError::Invalid(format!("update thread: {e}")))??;
+            .map_err(|e| ClusterError::Internal(format!("update thread: {e}")))??;
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)

@@ -14,22 +14,6 @@ use eckpt_cluster_api::ClusterError;
 /// How often a running task's participants are checked for a lost agent.
 const WATCH_EVERY: Duration = Duration::from_millis(200);
 
-/// Words of errors that only say a link broke because something else failed.
-const LINK_SYMPTOMS: &[&str] = &[
-    "ended early",
-    "Broken pipe",
-    "Connection reset",
-    "connection closed",
-    "did not connect within",
-    "cancelled: participant",
-];
-
-/// Whether `e` only says that a link broke (the cause lies elsewhere).
-fn is_link_symptom(e: &ClusterError) -> bool {
-    let text = e.to_string();
-    LINK_SYMPTOMS.iter().any(|s| text.contains(s))
-}
-
 /// The failure to report among a task's results: the first that is not a link symptom
 /// (a full disk, a checksum, a refusal), else the first; `Ok` with every answer when none
 /// failed.
@@ -41,7 +25,7 @@ pub(super) fn root_cause(
     for r in results {
         match r {
             Ok(a) => answers.push(a),
-            Err(e) if is_link_symptom(&e) => {
+            Err(e) if e.is_link_symptom() => {
                 symptom.get_or_insert(e);
             }
             Err(e) => return Err(e),
@@ -125,22 +109,27 @@ impl Coordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use eckpt_cluster_api::{ErrorKind, WireError};
 
-    fn node(name: &str, reason: &str) -> Result<AgentResponse, ClusterError> {
-        Err(ClusterError::Node {
-            node: name.into(),
-            reason: reason.into(),
-        })
+    fn node(name: &str, kind: ErrorKind, message: &str) -> Result<AgentResponse, ClusterError> {
+        Err(ClusterError::remote(
+            name,
+            WireError {
+                kind,
+                message: message.into(),
+            },
+        ))
     }
 
     #[test]
     fn the_cause_is_preferred_over_the_broken_links_it_left() {
         let results = vec![
-            node("n0", "node n1: Broken pipe (os error 32)"),
+            node("n0", ErrorKind::Link, "node n1: Broken pipe (os error 32)"),
             Ok(AgentResponse::Ok),
-            node("n3", "node n4: stream ended early"),
+            node("n3", ErrorKind::Link, "node n4: stream ended early"),
             node(
                 "n4",
+                ErrorKind::Io,
                 "/d/nodes/n4/coded/prepared-1.2/p0: No space left on device (os error 28)",
             ),
         ];
@@ -153,7 +142,11 @@ mod tests {
 
     #[test]
     fn only_symptoms_report_the_first_and_no_failure_gives_every_answer() {
-        let e = root_cause(vec![node("n0", "stream ended early"), node("n1", "Broken pipe")]).unwrap_err();
+        let e = root_cause(vec![
+            node("n0", ErrorKind::Link, "stream ended early"),
+            node("n1", ErrorKind::Link, "Broken pipe"),
+        ])
+        .unwrap_err();
         assert!(e.to_string().starts_with("node n0"), "{e}");
         assert_eq!(
             root_cause(vec![Ok(AgentResponse::Ok), Ok(AgentResponse::Ok)])

@@ -324,7 +324,7 @@ impl Coordinator {
     pub(super) async fn run_epoch(self: Arc<Self>, epoch: u64) {
         let _op = self.op.lock().await;
         let debug = self.dir.debug();
-        pause_point_async(&debug, "before-encode", "coordinator").await;
+        pause_point_async(&debug, crate::debug::Phase::BeforeEncode, "coordinator").await;
         let journal = self.snapshot();
         let started = Instant::now();
         let results = self
@@ -350,7 +350,7 @@ impl Coordinator {
             }
         }
         if outcome.reason.is_none() {
-            pause_point_async(&debug, "before-commit", "coordinator").await;
+            pause_point_async(&debug, crate::debug::Phase::BeforeCommit, "coordinator").await;
             let commit: Vec<(ObjectId, Option<u64>)> =
                 encoded.iter().flat_map(|e| e.commit.clone()).collect();
             for e in &encoded {
@@ -372,7 +372,7 @@ impl Coordinator {
             match saved {
                 Ok(()) => {
                     outcome.committed = true;
-                    pause_point_async(&debug, "after-commit", "coordinator").await;
+                    pause_point_async(&debug, crate::debug::Phase::AfterCommit, "coordinator").await;
                     self.send_commit(epoch, &commit, true).await;
                 }
                 Err(e) => outcome.reason = Some(e.to_string()),

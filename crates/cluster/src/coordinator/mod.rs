@@ -28,7 +28,7 @@ use eckpt_cluster_api::msg::{
     NodeStatus, StatusReport,
 };
 use eckpt_cluster_api::net::{accept_loop, call, host_identity, next_request, node_error, open_node};
-use eckpt_cluster_api::ClusterError;
+use eckpt_cluster_api::{ClusterError, WireError};
 
 /// An agent silent for this long is considered dead.
 pub const DEAD_AFTER: Duration = Duration::from_secs(3);
@@ -163,7 +163,7 @@ impl Coordinator {
                         .await
                         .map_err(|e| node_error(&node.name, e))?
                     {
-                        AgentResponse::Error(e) => Err(node_error(&node.name, e)),
+                        AgentResponse::Error(e) => Err(ClusterError::remote(&node.name, e)),
                         other => Ok(other),
                     }
                 }
@@ -179,7 +179,7 @@ impl Coordinator {
             }
         }
         out.into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(ClusterError::Invalid("request task failed".into()))))
+            .map(|r| r.unwrap_or_else(|| Err(ClusterError::Internal("request task failed".into()))))
             .collect()
     }
 
@@ -540,7 +540,7 @@ async fn serve(
             let shutdown = matches!(request, CoordRequest::Shutdown);
             let response = match handle(&coord, &mut conn, request).await {
                 Ok(r) => r,
-                Err(e) => CoordResponse::Error(e.to_string()),
+                Err(e) => CoordResponse::Error(WireError::from(&e)),
             };
             conn.send_control(&response).await?;
             if shutdown {
@@ -580,10 +580,9 @@ async fn session(coord: Arc<Coordinator>, mut conn: Connection, info: NodeInfo) 
         .filter(|other| other.info.pid != info.pid && other.last_seen.elapsed() < DEAD_AFTER)
         .map(|other| other.info.pid);
     if let Some(pid) = duplicate {
-        conn.send_control(&CoordResponse::Error(format!(
-            "node {} is already running (pid {pid})",
-            info.name
-        )))
+        conn.send_control(&CoordResponse::Error(WireError::from(&ClusterError::Invalid(
+            format!("node {} is already running (pid {pid})", info.name),
+        ))))
         .await?;
         return Ok(());
     }

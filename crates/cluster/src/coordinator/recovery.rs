@@ -265,7 +265,7 @@ impl Coordinator {
             }
         }
         report.decode_seconds = started.elapsed().as_secs_f64();
-        pause_point_async(&self.dir.debug(), "mid-recovery", "coordinator").await;
+        pause_point_async(&self.dir.debug(), crate::debug::Phase::MidRecovery, "coordinator").await;
 
         progress(conn, "restoring redundancy", 2, 3).await;
         let started = Instant::now();
