@@ -73,3 +73,62 @@ fn ranks_restart_in_place_after_their_node_is_lost() {
         assert!(restored == memory[2], "{mode}: rank 2 restored different bytes");
     }
 }
+
+#[test]
+fn a_restart_that_meets_a_damaged_block_says_how_to_rebuild_it_and_recover_does() {
+    let c = Cluster::up(&["--nodes", "5", "--k", "3", "--m", "2", "--block-size", "8KiB"]);
+    let mut memory: Vec<Vec<u8>> = (0..3).map(|r| bytes(60_000, r as u64 + 70)).collect();
+    let mut ranks: Vec<Checkpointer> = (0..3).map(|r| checkpointer(&c, r)).collect();
+    for (ck, m) in ranks.iter_mut().zip(memory.iter_mut()) {
+        // SAFETY: `memory` outlives the checkpointers and is not reallocated.
+        unsafe { ck.protect("state", m.as_mut_ptr(), m.len()).unwrap() };
+    }
+    for ck in ranks.iter_mut() {
+        assert_eq!(ck.checkpoint().unwrap(), 1);
+    }
+    assert_eq!(ranks[0].wait().unwrap(), Some(1));
+    drop(ranks);
+    // Flip a bit of rank 1's committed image on its node.
+    let node = c.status_placement(1);
+    let rank_dir = c.dir.join("nodes").join(&node).join("store").join("rank.1");
+    let epoch_dir = std::fs::read_dir(&rank_dir)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("epoch-"))
+        .unwrap()
+        .path();
+    let data_file = epoch_dir.join("data");
+    let mut on_disk = std::fs::read(&data_file).unwrap();
+    let middle = on_disk.len() / 2;
+    on_disk[middle] ^= 0x40;
+    std::fs::write(&data_file, on_disk).unwrap();
+
+    let mut restored = vec![0u8; memory[1].len()];
+    let mut ck = checkpointer(&c, 1);
+    // SAFETY: as above.
+    unsafe {
+        ck.protect("state", restored.as_mut_ptr(), restored.len())
+            .unwrap()
+    };
+    let err = ck.restart().unwrap_err();
+    assert_eq!(
+        err.code(),
+        -4,
+        "a damaged block is corruption (ECKPT_ECORRUPT): {err}"
+    );
+    assert!(err.to_string().contains("eckpt recover"), "{err}");
+    drop(ck);
+
+    ok(&["recover", "--dir", c.d()]);
+    let mut ck = checkpointer(&c, 1);
+    // SAFETY: as above.
+    unsafe {
+        ck.protect("state", restored.as_mut_ptr(), restored.len())
+            .unwrap()
+    };
+    assert_eq!(ck.restart().unwrap(), Some(1));
+    assert!(
+        restored == memory[1],
+        "rank 1 restored different bytes after the repair"
+    );
+}

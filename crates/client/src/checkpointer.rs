@@ -11,7 +11,8 @@ use eckpt_store::{Options, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::files::{self, DirRecord, FileMode, FileRecord, Protected};
-use crate::{Config, Error};
+use crate::{capi, Config, Error};
+use eckpt_cluster_api::ClusterError;
 
 /// The store item holding an epoch's [`Meta`].
 const META_ITEM: &str = "eckpt/meta";
@@ -342,6 +343,22 @@ impl Checkpointer {
             self.baseline.cut_back(&self.files)?;
             return Ok(None);
         };
+        match self.restore_epoch(epoch) {
+            // The node's copy is damaged but its group holds parity for it: say how to
+            // rebuild it rather than only that a block is bad.
+            Err(e) if self.cluster.is_some() && e.code() == capi::ECKPT_ECORRUPT => {
+                Err(Error::ClusterCall(ClusterError::Corrupt(format!(
+                    "{e}; rank {rank}'s copy on its node is damaged: run `eckpt recover` to rebuild it from its group"
+                ))))
+            }
+            result => result.map(Some),
+        }
+    }
+
+    /// Fills the regions and puts files and directories back from committed `epoch` of
+    /// the store in use.
+    fn restore_epoch(&mut self, epoch: u64) -> Result<u64, Error> {
+        let rank = self.config.rank;
         let store = self.store()?.clone();
         let manifest = store.manifest(rank, epoch)?;
         let meta_len = manifest
@@ -390,6 +407,6 @@ impl Checkpointer {
         // The restored memory is the baseline the next epoch's delta is taken against.
         self.tracker.collect_dirty()?;
         self.resync = false;
-        Ok(Some(epoch))
+        Ok(epoch)
     }
 }

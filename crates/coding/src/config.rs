@@ -15,7 +15,7 @@ use crate::CodingError;
 pub enum Mode {
     /// Every epoch encodes the whole image of every node (the baseline, "CP").
     Full,
-    /// The seed's method: each epoch's deltas, padded to the group's largest, are encoded as
+    /// Incremental stripes: each epoch's deltas, padded to the group's largest, are encoded as
     /// a stripe of their own; the chain of stripes is kept until a full stripe replaces it.
     Stripe,
     /// Parity is updated in place with `X·(old ⊕ new)` of the changed blocks only.
@@ -37,7 +37,7 @@ pub enum Layout {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Topology {
-    /// Seeds 000/002: the partial parity blocks flow source to source, each adding its
+    /// The pipelined parallel encode: the partial parity blocks flow source to source, each adding its
     /// product; the last source delivers each output to its holder.
     Pipeline,
     /// A binary reduction tree over the sources: log-depth critical path.

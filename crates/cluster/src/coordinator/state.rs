@@ -179,7 +179,7 @@ impl Journal {
     }
 
     /// The node with the fewest ranks per core among `candidates` (natural order breaks
-    /// ties): seed 004's per-process placement by free cores.
+    /// ties): per-process relocation, placing by free cores rather than moving whole nodes.
     pub fn least_loaded<'a>(
         &self,
         candidates: impl IntoIterator<Item = &'a String>,
