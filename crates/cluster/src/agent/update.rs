@@ -17,7 +17,7 @@ use std::time::Instant;
 use eckpt_codec::{Code, LinearMap};
 use tokio::sync::mpsc;
 
-use super::links::TaskLinks;
+use super::links::{LinkPlan, TaskLinks};
 use super::Agent;
 use crate::parity_store::ParityReader;
 use crate::shard::ImageShard;
@@ -169,15 +169,15 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
                 BTreeSet::new()
             };
             TaskLinks::open(
-                task.task,
-                p as u32,
-                me,
-                &nodes,
-                &send_to,
-                &recv_from,
-                &agent.host,
-                &agent.secret,
-                &agent.inbox,
+                &agent,
+                &LinkPlan {
+                    task: task.task,
+                    phase: p as u32,
+                    me,
+                    nodes: &nodes,
+                    send_to: &send_to,
+                    recv_from: &recv_from,
+                },
             )
         })
         .collect();
