@@ -34,6 +34,7 @@ use eckpt_cluster_api::ClusterError;
 use eckpt_coding::config::Topology;
 use eckpt_coding::geometry::Geometry;
 use eckpt_coding::records::{parse_batch, push_record, RecordRef, BATCH};
+use eckpt_store::XorBlock;
 
 /// A stream of record batches to one peer.
 type Out = mpsc::Sender<Vec<u8>>;
@@ -241,12 +242,7 @@ struct DataUpdate {
 /// The data role: reads `old ⊕ new` of this member's changed blocks from the store, and
 /// sends each piece to the parity holder of its row in each of its phases.
 struct DataRole {
-    agent: Arc<Agent>,
-    layout: ShardLayout,
-    epoch: u64,
-    geometry: Geometry,
-    me: usize,
-    chunk: usize,
+    changes: Arc<Changes>,
     phases: Vec<usize>,
     outs: BTreeMap<(usize, usize), Out>,
 }
@@ -262,13 +258,16 @@ impl DataRole {
                     .filter_map(move |to| links[p].sender(to).map(|s| ((p, to), s)))
             })
             .collect();
-        DataRole {
+        let changes = Changes {
             agent: part.agent.clone(),
             layout: part.task.layouts[part.me].clone(),
             epoch: part.task.epoch,
             geometry: part.geometry.clone(),
             me: part.me,
             chunk: part.chunk(),
+        };
+        DataRole {
+            changes: Arc::new(changes),
             phases,
             outs,
         }
@@ -286,19 +285,19 @@ impl DataRole {
 
     /// The changed pieces, read on a blocking thread.
     async fn read_changes(&self) -> Result<DataUpdate, ClusterError> {
-        let (agent, layout, geometry) = (self.agent.clone(), self.layout.clone(), self.geometry.clone());
-        let (epoch, me, chunk) = (self.epoch, self.me, self.chunk);
-        blocking(move || data_records(&agent, &layout, epoch, &geometry, me, chunk)).await
+        let changes = self.changes.clone();
+        blocking(move || changes.read()).await
     }
 
     /// Sends `records` in batches to the holders of parity `p` and ends this phase's
     /// streams; the bytes sent.
     async fn send_phase(&self, p: usize, records: &[Record]) -> Result<u64, ClusterError> {
-        let k = self.geometry.k();
+        let geometry = &self.changes.geometry;
+        let k = geometry.k();
         let mut sent = 0u64;
         let mut batches: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
         for r in records {
-            let dest = self.geometry.holder(r.row, k + p);
+            let dest = geometry.holder(r.row, k + p);
             let batch = batches.entry(dest).or_default();
             push_record(batch, r.row, r.offset, r.shard, &r.bytes);
             if batch.len() >= BATCH {
@@ -312,8 +311,8 @@ impl DataRole {
             self.send(p, dest, batch).await?;
         }
         // Fault injection: records are on their way but no stream has ended.
-        let (debug, who) = (self.agent.dir.debug(), &self.agent.info.name);
-        crate::debug::pause_point_async(&debug, "mid-encode", who).await;
+        let agent = &self.changes.agent;
+        crate::debug::pause_point_async(&agent.dir.debug(), "mid-encode", &agent.info.name).await;
         // Phase 0 (and every phase of a broadcast) has data members as its only senders:
         // they end their streams here.
         for &(q, to) in self.outs.keys().filter(|(q, _)| *q == p) {
@@ -332,50 +331,75 @@ impl DataRole {
     }
 }
 
-/// Cuts the `old ⊕ new` blocks of this member's ranks into per-chunk records, and takes the
-/// CRCs of the changed chunks' new contents (blocking: reads the store).
-fn data_records(
-    agent: &Agent,
-    layout: &ShardLayout,
+/// Where this member's changes are: its shard's layout at `epoch`, as member `me` of the
+/// object's geometry.
+struct Changes {
+    agent: Arc<Agent>,
+    layout: ShardLayout,
     epoch: u64,
-    geometry: &Geometry,
+    geometry: Geometry,
     me: usize,
     chunk: usize,
-) -> Result<DataUpdate, ClusterError> {
-    let mut records = Vec::new();
-    let mut touched = BTreeSet::new();
-    for rank in layout.ranks() {
-        for block in agent.store.dirty_xor(rank, epoch)? {
-            let extent = layout.extent(rank, &block.item).ok_or_else(|| {
-                ClusterError::Invalid(format!("rank {rank} item {:?} is not in the layout", block.item))
-            })?;
-            let mut at = extent.offset + block.index * u64::from(block.block_size);
-            let mut rest: &[u8] = &block.bytes;
-            while !rest.is_empty() {
-                let q = at / chunk as u64;
-                let offset = (at % chunk as u64) as usize;
-                let n = rest.len().min(chunk - offset);
-                let row = geometry.data_row(me, q);
-                records.push(Record {
-                    row,
-                    offset: offset as u32,
-                    shard: geometry.shard_at(row, me) as u16,
-                    bytes: rest[..n].to_vec(),
-                });
-                touched.insert(q);
-                rest = &rest[n..];
-                at += n as u64;
+}
+
+impl Changes {
+    /// Cuts the `old ⊕ new` blocks of this member's ranks into per-chunk records, and takes
+    /// the CRCs of the changed chunks' new contents (blocking: reads the store).
+    fn read(&self) -> Result<DataUpdate, ClusterError> {
+        let mut records = Vec::new();
+        let mut touched = BTreeSet::new();
+        for rank in self.layout.ranks() {
+            for block in self.agent.store.dirty_xor(rank, self.epoch)? {
+                self.cut(rank, &block, &mut records, &mut touched)?;
             }
         }
+        let crcs = self.crcs(touched)?;
+        Ok(DataUpdate { records, crcs })
     }
-    let shard = ImageShard::open(&agent.store, layout.clone(), epoch)?;
-    let mut buf = vec![0u8; chunk];
-    let mut crcs = Vec::with_capacity(touched.len());
-    for q in touched {
-        shard.read(q * chunk as u64, &mut buf)?;
-        crcs.push((q, crc32c::crc32c(&buf)));
+
+    /// Cuts one changed block into records, one per chunk it spans, noting the chunks.
+    fn cut(
+        &self,
+        rank: u32,
+        block: &XorBlock,
+        records: &mut Vec<Record>,
+        touched: &mut BTreeSet<u64>,
+    ) -> Result<(), ClusterError> {
+        let (geometry, me, chunk) = (&self.geometry, self.me, self.chunk);
+        let extent = self.layout.extent(rank, &block.item).ok_or_else(|| {
+            ClusterError::Invalid(format!("rank {rank} item {:?} is not in the layout", block.item))
+        })?;
+        let mut at = extent.offset + block.index * u64::from(block.block_size);
+        let mut rest: &[u8] = &block.bytes;
+        while !rest.is_empty() {
+            let q = at / chunk as u64;
+            let offset = (at % chunk as u64) as usize;
+            let n = rest.len().min(chunk - offset);
+            let row = geometry.data_row(me, q);
+            records.push(Record {
+                row,
+                offset: offset as u32,
+                shard: geometry.shard_at(row, me) as u16,
+                bytes: rest[..n].to_vec(),
+            });
+            touched.insert(q);
+            rest = &rest[n..];
+            at += n as u64;
+        }
+        Ok(())
     }
-    Ok(DataUpdate { records, crcs })
+
+    /// The CRC-32C of the new contents of each chunk in `touched`.
+    fn crcs(&self, touched: BTreeSet<u64>) -> Result<Vec<(u64, u32)>, ClusterError> {
+        let shard = ImageShard::open(&self.agent.store, self.layout.clone(), self.epoch)?;
+        let mut buf = vec![0u8; self.chunk];
+        let mut crcs = Vec::with_capacity(touched.len());
+        for q in touched {
+            shard.read(q * self.chunk as u64, &mut buf)?;
+            crcs.push((q, crc32c::crc32c(&buf)));
+        }
+        Ok(crcs)
+    }
 }
 
 /// Staged new contents of this member's changed parity chunks, and what it takes to fold
