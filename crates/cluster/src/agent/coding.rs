@@ -12,7 +12,7 @@ use std::time::Instant;
 use eckpt_codec::Code;
 
 use super::links::{LinkPlan, TaskLinks};
-use super::Agent;
+use super::{blocking, Agent};
 use crate::parity_store::{ParityReader, ParityWriter};
 use crate::shard::{BlobShard, ImageShard};
 use eckpt_cluster_api::io_at;
@@ -113,7 +113,17 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
 
     let needs = needs(me, &mut plan, task.coding.topology)?;
     let chunk = task.object.chunk as usize;
-    let local = open_local(&agent, &task, me, &geometry, &work, &needs)?;
+    // Opening shards and parity reads manifests and creates files: not on the runtime.
+    let local = {
+        let (a, t, g, w, n) = (
+            agent.clone(),
+            task.clone(),
+            geometry.clone(),
+            work.clone(),
+            needs.clone(),
+        );
+        blocking(move || open_local(&a, &t, me, &g, &w, &n)).await?
+    };
     let links = TaskLinks::open(
         &agent,
         &LinkPlan {
