@@ -60,19 +60,39 @@ pub struct CheckpointReport {
     pub outcome: Option<EpochOutcome>,
 }
 
-/// Checkpoints `file` as rank `rank` of a job of `world` ranks: the file becomes the rank's
-/// image for the open epoch on its node; with `wait`, returns once the epoch is decided.
-#[allow(clippy::too_many_arguments)]
+/// What [`checkpoint_file`] checkpoints: `file` as rank `rank` of a job of `world` ranks.
+#[derive(Debug, Clone)]
+pub struct FileCheckpoint<'a> {
+    /// Ranks in the job.
+    pub world: u32,
+    /// This rank.
+    pub rank: u32,
+    /// The epoch to write (`None`: the one the coordinator opens).
+    pub epoch: Option<u64>,
+    /// The node to keep the rank on (`None`: the coordinator's choice).
+    pub node: Option<String>,
+    /// The checkpoint file.
+    pub file: &'a Path,
+    /// Return only once the epoch is decided.
+    pub wait: bool,
+}
+
+/// Checkpoints `what.file` as rank `what.rank` of a job of `what.world` ranks: the file
+/// becomes the rank's image for the open epoch on its node; with `what.wait`, returns once
+/// the epoch is decided.
 pub async fn checkpoint_file(
     dir: &ClusterDir,
-    world: u32,
-    rank: u32,
-    epoch: Option<u64>,
-    node: Option<String>,
-    file: &Path,
-    wait: bool,
+    what: FileCheckpoint<'_>,
     on_bytes: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<CheckpointReport, ClusterError> {
+    let FileCheckpoint {
+        world,
+        rank,
+        epoch,
+        node,
+        file,
+        wait,
+    } = what;
     let mut input = std::fs::File::open(file).map_err(crate::io_at(file))?;
     let meta = input.metadata().map_err(crate::io_at(file))?;
     // A device or a pipe has no length to checkpoint (`/dev/zero` would be stored as 0 bytes).

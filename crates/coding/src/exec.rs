@@ -9,7 +9,7 @@
 //! file error); the executor's own failures (a message of the wrong size, a codec refusal)
 //! become `E` through `From<CodingError>`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use eckpt_codec::LinearMap;
 
@@ -357,6 +357,47 @@ impl<E: From<CodingError>> Participant<'_, E> {
     }
 }
 
+/// What participant `me` needs before it runs its part of a task: the links to open and
+/// the local inputs to open.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// Participants it sends to in some row.
+    pub send_to: BTreeSet<usize>,
+    /// Participants it receives from in some row.
+    pub recv_from: BTreeSet<usize>,
+    /// Whether it reads chunks of its data shard.
+    pub reads_data: bool,
+    /// Whether it reads chunks of its parity.
+    pub reads_parity: bool,
+}
+
+/// What participant `me` needs for `plan` under `topology`. Rows differ only in chunk
+/// indices from one cycle of the geometry to the next (the assignment of shards to members
+/// repeats every cycle, at most `members` rows, and a task covers whole cycles), so one
+/// cycle of rows tells them all.
+pub fn needs(me: usize, plan: &mut CodingPlan, topology: Topology) -> Result<Needs, CodingError> {
+    let g = plan.geometry();
+    let rows = g.rows().min(g.members() as u64);
+    let mut needs = Needs::default();
+    for row in 0..rows {
+        let Some(rp) = plan.row(row)? else { continue };
+        for action in actions(&rp, topology) {
+            match action {
+                Action::Send { from, to, .. } if from == me => needs.send_to.insert(to),
+                Action::Send { from, to, .. } if to == me => needs.recv_from.insert(from),
+                _ => false,
+            };
+        }
+        for s in rp.sources.iter().filter(|s| s.node == me) {
+            match s.input {
+                Input::Data(_) => needs.reads_data = true,
+                Input::Parity(_) => needs.reads_parity = true,
+            }
+        }
+    }
+    Ok(needs)
+}
+
 /// Performs participant `me`'s steps of every row of `plan`, calling `progress(rows_done,
 /// rows_total)` after each row. Fails on the first error of a link, a local read or write,
 /// or a message of the wrong size.
@@ -398,5 +439,100 @@ fn involves(action: &Action, me: usize) -> bool {
             *node == me
         }
         Action::Send { from, to, .. } => *from == me || *to == me,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Layout;
+    use crate::geometry::Geometry;
+    use crate::plan::Work;
+    use eckpt_codec::{Code, CodeKind};
+
+    /// [`needs`] the long way: every row of the task.
+    fn needs_over_every_row(me: usize, plan: &mut CodingPlan, topology: Topology) -> Needs {
+        let mut needs = Needs::default();
+        for row in 0..plan.geometry().rows() {
+            let Some(rp) = plan.row(row).unwrap() else {
+                continue;
+            };
+            for action in actions(&rp, topology) {
+                if let Action::Send { from, to, .. } = action {
+                    if from == me {
+                        needs.send_to.insert(to);
+                    }
+                    if to == me {
+                        needs.recv_from.insert(from);
+                    }
+                }
+            }
+            for s in rp.sources.iter().filter(|s| s.node == me) {
+                match s.input {
+                    Input::Data(_) => needs.reads_data = true,
+                    Input::Parity(_) => needs.reads_parity = true,
+                }
+            }
+        }
+        needs
+    }
+
+    fn plan(layout: Layout, k: usize, m: usize, chunks: u64, work: Work) -> CodingPlan {
+        let code = Code::new(CodeKind::Cauchy, k, m).unwrap();
+        let members = (0..k + m).map(Some).collect();
+        CodingPlan::new(Geometry::new(layout, k, m, chunks), code, members, work).unwrap()
+    }
+
+    #[test]
+    fn a_pipeline_member_sends_to_the_next_and_hears_from_the_previous() {
+        let mut p = plan(Layout::Dedicated, 3, 2, 4, Work::Encode);
+        let got = needs(1, &mut p, Topology::Pipeline).unwrap();
+        assert_eq!(got.send_to, BTreeSet::from([2]));
+        assert_eq!(got.recv_from, BTreeSet::from([0]));
+        assert!(got.reads_data && !got.reads_parity);
+        let last = needs(2, &mut p, Topology::Pipeline).unwrap();
+        assert_eq!(last.send_to, BTreeSet::from([3, 4]));
+        let parity = needs(4, &mut p, Topology::Pipeline).unwrap();
+        assert_eq!(parity.recv_from, BTreeSet::from([2]));
+        assert!(parity.send_to.is_empty() && !parity.reads_data && !parity.reads_parity);
+    }
+
+    #[test]
+    fn one_cycle_tells_what_every_row_needs() {
+        let decode =
+            |unavailable: Vec<usize>, rebuild: Vec<(usize, usize)>| Work::Decode { unavailable, rebuild };
+        for layout in [Layout::Dedicated, Layout::Rotated] {
+            for (k, m) in [(1, 1), (3, 2), (4, 2), (5, 3)] {
+                let n = k + m;
+                for chunks in [0, 1, 2, 7] {
+                    let works = [
+                        Work::Encode,
+                        decode(vec![1], vec![(1, 1)]),
+                        decode(vec![0, n - 1], vec![(0, 1)]),
+                        decode((0..m).collect(), (0..m).map(|x| (x, (x + m) % n)).collect()),
+                    ];
+                    for work in works.into_iter().filter(|w| match w {
+                        Work::Decode { unavailable, .. } => unavailable.len() <= m,
+                        Work::Encode => true,
+                    }) {
+                        for topology in [
+                            Topology::Pipeline,
+                            Topology::Ring,
+                            Topology::Fanin,
+                            Topology::Broadcast,
+                        ] {
+                            let mut p = plan(layout, k, m, chunks, work.clone());
+                            for me in 0..n {
+                                assert_eq!(
+                                    needs(me, &mut p, topology).unwrap(),
+                                    needs_over_every_row(me, &mut p, topology),
+                                    "{layout:?} {k}+{m} {chunks} chunks {work:?} {topology:?} member {me}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

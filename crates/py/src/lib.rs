@@ -126,7 +126,6 @@ struct PyCheckpointer {
 impl PyCheckpointer {
     #[new]
     #[pyo3(signature = (dir=None, rank=None, *, track=None, block_size=None, cluster=None, world=None))]
-    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         dir: Option<PathBuf>,

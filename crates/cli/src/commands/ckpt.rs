@@ -43,16 +43,17 @@ pub fn run_checkpoint(args: CheckpointArgs) -> Result<i32> {
     let dir = ClusterDir::new(&args.dir)?;
     let total = std::fs::metadata(&args.file).map(|m| m.len()).unwrap_or(0);
     let bar = byte_progress(total, "send", args.json);
-    let report = block_on(commands::checkpoint_file(
-        &dir,
-        args.world,
-        args.rank,
-        args.epoch,
-        args.node.clone(),
-        &args.file,
-        args.wait,
-        &mut |done, _| bar.set_position(done),
-    ));
+    let what = commands::FileCheckpoint {
+        world: args.world,
+        rank: args.rank,
+        epoch: args.epoch,
+        node: args.node.clone(),
+        file: &args.file,
+        wait: args.wait,
+    };
+    let report = block_on(commands::checkpoint_file(&dir, what, &mut |done, _| {
+        bar.set_position(done)
+    }));
     bar.finish_and_clear();
     let report = report??;
     let failed = report.outcome.as_ref().is_some_and(|o| !o.committed);

@@ -2,7 +2,7 @@
 //! parity, rebuilt shards) behind [`Chunks`], its peers behind [`TaskLinks`], and the
 //! executor in a blocking thread between them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -11,16 +11,16 @@ use std::time::Instant;
 
 use eckpt_codec::Code;
 
-use super::links::TaskLinks;
-use super::Agent;
+use super::links::{LinkPlan, TaskLinks};
+use super::{blocking, Agent};
 use crate::parity_store::{ParityReader, ParityWriter};
 use crate::shard::{BlobShard, ImageShard};
 use eckpt_cluster_api::io_at;
 use eckpt_cluster_api::msg::{CodingTask, ObjectKind, TaskReport};
 use eckpt_cluster_api::ClusterError;
-use eckpt_coding::exec::{run_participant, Chunks};
+use eckpt_coding::exec::{needs, run_participant, Chunks, Needs};
 use eckpt_coding::geometry::Geometry;
-use eckpt_coding::plan::{actions, Action, CodingPlan, Input, Output, Work};
+use eckpt_coding::plan::{CodingPlan, Input, Output, Work};
 
 /// Where a participant's data shard comes from.
 enum DataSource {
@@ -111,43 +111,29 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
     };
     let mut plan = CodingPlan::new(geometry.clone(), code, members, work.clone())?;
 
-    // Peers: everyone this participant sends to or receives from in some row.
-    let (mut send_to, mut recv_from) = (BTreeSet::new(), BTreeSet::new());
-    let mut reads_data = false;
-    let mut reads_parity = false;
-    for row in 0..geometry.rows() {
-        let Some(rp) = plan.row(row)? else { continue };
-        for a in actions(&rp, task.coding.topology) {
-            match a {
-                Action::Send { from, to, .. } if from == me => {
-                    send_to.insert(to);
-                }
-                Action::Send { from, to, .. } if to == me => {
-                    recv_from.insert(from);
-                }
-                _ => {}
-            }
-        }
-        for s in rp.sources.iter().filter(|s| s.node == me) {
-            match s.input {
-                Input::Data(_) => reads_data = true,
-                Input::Parity(_) => reads_parity = true,
-            }
-        }
-    }
-
+    let needs = needs(me, &mut plan, task.coding.topology)?;
     let chunk = task.object.chunk as usize;
-    let local = open_local(&agent, &task, me, &geometry, &work, reads_data, reads_parity)?;
+    // Opening shards and parity reads manifests and creates files: not on the runtime.
+    let local = {
+        let (a, t, g, w, n) = (
+            agent.clone(),
+            task.clone(),
+            geometry.clone(),
+            work.clone(),
+            needs.clone(),
+        );
+        blocking(move || open_local(&a, &t, me, &g, &w, &n)).await?
+    };
     let links = TaskLinks::open(
-        task.task,
-        0,
-        me,
-        &task.participants,
-        &send_to,
-        &recv_from,
-        &agent.host,
-        &agent.secret,
-        &agent.inbox,
+        &agent,
+        &LinkPlan {
+            task: task.task,
+            phase: 0,
+            me,
+            nodes: &task.participants,
+            send_to: &needs.send_to,
+            recv_from: &needs.recv_from,
+        },
     );
     let debug = agent.dir.debug();
     let who = agent.info.name.clone();
@@ -197,13 +183,12 @@ fn open_local(
     me: usize,
     geometry: &Geometry,
     work: &Work,
-    reads_data: bool,
-    reads_parity: bool,
+    needs: &Needs,
 ) -> Result<LocalChunks, ClusterError> {
     let object = &task.object;
     let chunk = object.chunk as usize;
     let n = task.group.k + task.group.m;
-    let data = if reads_data {
+    let data = if needs.reads_data {
         Some(match object.kind {
             ObjectKind::Image => DataSource::Image(ImageShard::open(
                 &agent.store,
@@ -217,7 +202,7 @@ fn open_local(
     } else {
         None
     };
-    let parity = if reads_parity {
+    let parity = if needs.reads_parity {
         Some(agent.coded.parity_reader(object.id)?)
     } else {
         None

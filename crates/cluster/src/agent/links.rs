@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use eckpt_proto::ClusterSecret;
+use eckpt_proto::{ClusterSecret, Endpoint};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -14,11 +14,13 @@ use eckpt_cluster_api::net::{node_error, open, Inbox};
 use eckpt_cluster_api::{ClusterError, ErrorKind};
 use eckpt_coding::exec::Links;
 
+use super::Agent;
+
 /// Messages in flight per link in each direction (double buffering and a little more).
 const DEPTH: usize = 3;
 
 /// What broke a link, for the error the executor reports.
-type Failure = Arc<Mutex<Option<String>>>;
+pub type Failure = Arc<Mutex<Option<String>>>;
 
 /// The links of one participant of one task.
 pub struct TaskLinks {
@@ -29,102 +31,93 @@ pub struct TaskLinks {
     readers: Vec<JoinHandle<()>>,
 }
 
-fn failure_of(f: &Failure, name: &str, what: &str) -> ClusterError {
+/// The error for a link that ended: what broke it, else that `what` ended early.
+pub fn failure_of(f: &Failure, name: &str, what: &str) -> ClusterError {
     let reason = f.lock().expect("failure lock").clone();
     let reason = reason.unwrap_or_else(|| format!("{what} ended early"));
     ClusterError::Link(format!("node {name}: {reason}"))
 }
 
+/// The links participant `me` of `task` opens in `phase`: to `send_to` and from
+/// `recv_from` (participant indices into `nodes`).
+pub struct LinkPlan<'a> {
+    /// Task id.
+    pub task: u64,
+    /// Phase of the task (an update has one per parity index; a coding task only 0).
+    pub phase: u32,
+    /// This participant.
+    pub me: usize,
+    /// Participants' nodes (`None`: takes no part).
+    pub nodes: &'a [Option<NodeInfo>],
+    /// Participants this one sends to.
+    pub send_to: &'a BTreeSet<usize>,
+    /// Participants this one receives from.
+    pub recv_from: &'a BTreeSet<usize>,
+}
+
 impl TaskLinks {
-    /// Opens writers to `send_to` and readers from `recv_from` (participant indices into
-    /// `nodes`) for `task` and `phase`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn open(
-        task: u64,
-        phase: u32,
-        me: usize,
-        nodes: &[Option<NodeInfo>],
-        send_to: &BTreeSet<usize>,
-        recv_from: &BTreeSet<usize>,
-        my_host: &str,
-        secret: &ClusterSecret,
-        inbox: &Inbox,
-    ) -> TaskLinks {
+    /// Opens `agent`'s writers and readers of `plan`.
+    pub fn open(agent: &Agent, plan: &LinkPlan<'_>) -> TaskLinks {
+        let mut links = TaskLinks::unopened(plan.nodes);
+        for &to in plan.send_to {
+            links.open_writer(agent, plan, to);
+        }
+        for &from in plan.recv_from {
+            links.open_reader(&agent.inbox, plan, from);
+        }
+        links
+    }
+
+    fn unopened(nodes: &[Option<NodeInfo>]) -> TaskLinks {
         let name = |p: usize| {
             nodes[p]
                 .as_ref()
                 .map_or_else(|| format!("participant {p}"), |n| n.name.clone())
         };
-        let mut links = TaskLinks {
+        TaskLinks {
             out: HashMap::new(),
             inp: HashMap::new(),
             names: (0..nodes.len()).map(|p| (p, name(p))).collect(),
             writers: Vec::new(),
             readers: Vec::new(),
+        }
+    }
+
+    /// A writer task connecting to participant `to` and sending what its channel carries.
+    fn open_writer(&mut self, agent: &Agent, plan: &LinkPlan<'_>, to: usize) {
+        let (tx, rx) = mpsc::channel::<Vec<u8>>(DEPTH);
+        let failure: Failure = Arc::default();
+        let node = plan.nodes[to].clone().expect("a receiver has a node");
+        let endpoint = node.endpoint_from(&agent.host).clone();
+        let hello = Hello::Peer {
+            task: plan.task,
+            from: plan.me,
+            phase: plan.phase,
         };
-        for &to in send_to {
-            let (tx, mut rx) = mpsc::channel::<Vec<u8>>(DEPTH);
-            let failure: Failure = Arc::default();
-            let node = nodes[to].clone().expect("a receiver has a node");
-            let endpoint = node.endpoint_from(my_host).clone();
-            let secret = secret.clone();
-            let fail = failure.clone();
-            let writer = tokio::spawn(async move {
-                let result = async {
-                    let mut conn = open(
-                        &endpoint,
-                        &secret,
-                        &Hello::Peer {
-                            task,
-                            from: me,
-                            phase,
-                        },
-                    )
-                    .await?;
-                    while let Some(message) = rx.recv().await {
-                        conn.send_data(&message).await?;
-                    }
-                    conn.shutdown().await?;
-                    Ok::<(), ClusterError>(())
-                }
-                .await;
-                if let Err(e) = &result {
-                    *fail.lock().expect("failure lock") = Some(e.to_string());
-                }
-                result
-            });
-            links.out.insert(to, (tx, failure));
-            links.writers.push((node.name.clone(), writer));
-        }
-        for &from in recv_from {
-            let (tx, rx) = mpsc::channel::<Vec<u8>>(DEPTH);
-            let failure: Failure = Arc::default();
-            let fail = failure.clone();
-            let inbox = inbox.clone();
-            links.readers.push(tokio::spawn(async move {
-                let result = async {
-                    let mut reader = inbox.take(task, phase, from).await?;
-                    loop {
-                        let mut buf = Vec::new();
-                        match reader.recv_data(&mut buf).await {
-                            Ok(()) => {
-                                if tx.send(buf).await.is_err() {
-                                    return Ok(());
-                                }
-                            }
-                            Err(eckpt_proto::ProtoError::Closed) => return Ok(()),
-                            Err(e) => return Err(ClusterError::from(e)),
-                        }
-                    }
-                }
-                .await;
-                if let Err(e) = result {
-                    *fail.lock().expect("failure lock") = Some(e.to_string());
-                }
-            }));
-            links.inp.insert(from, (rx, failure));
-        }
-        links
+        let (secret, fail) = (agent.secret.clone(), failure.clone());
+        let writer = tokio::spawn(async move {
+            let result = write_stream(endpoint, secret, hello, rx).await;
+            if let Err(e) = &result {
+                *fail.lock().expect("failure lock") = Some(e.to_string());
+            }
+            result
+        });
+        self.out.insert(to, (tx, failure));
+        self.writers.push((node.name.clone(), writer));
+    }
+
+    /// A reader task taking participant `from`'s connection from the inbox and passing its
+    /// messages into a channel.
+    fn open_reader(&mut self, inbox: &Inbox, plan: &LinkPlan<'_>, from: usize) {
+        let (tx, rx) = mpsc::channel::<Vec<u8>>(DEPTH);
+        let failure: Failure = Arc::default();
+        let (fail, inbox, task, phase) = (failure.clone(), inbox.clone(), plan.task, plan.phase);
+        self.readers.push(tokio::spawn(async move {
+            if let Err(e) = read_stream(inbox, task, phase, from, tx).await {
+                *fail.lock().expect("failure lock") = Some(e.to_string());
+            }
+        }));
+        self.inp.insert(from, (rx, failure));
     }
 
     /// Closes the writers and waits until everything sent has been handed to the kernel;
@@ -173,5 +166,44 @@ impl Links<ClusterError> for TaskLinks {
         let (rx, failure) = self.inp.get_mut(&from).expect("a link was opened from this peer");
         rx.blocking_recv()
             .ok_or_else(|| failure_of(failure, &self.names[&from], "stream"))
+    }
+}
+
+/// Connects with `hello` and sends every message of `rx` until it closes.
+async fn write_stream(
+    endpoint: Endpoint,
+    secret: ClusterSecret,
+    hello: Hello,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+) -> Result<(), ClusterError> {
+    let mut conn = open(&endpoint, &secret, &hello).await?;
+    while let Some(message) = rx.recv().await {
+        conn.send_data(&message).await?;
+    }
+    conn.shutdown().await?;
+    Ok(())
+}
+
+/// Takes the connection of participant `from` for `task` and `phase` from the inbox and
+/// passes its messages to `tx` until either side closes.
+async fn read_stream(
+    inbox: Inbox,
+    task: u64,
+    phase: u32,
+    from: usize,
+    tx: mpsc::Sender<Vec<u8>>,
+) -> Result<(), ClusterError> {
+    let mut reader = inbox.take(task, phase, from).await?;
+    loop {
+        let mut buf = Vec::new();
+        match reader.recv_data(&mut buf).await {
+            Ok(()) => {
+                if tx.send(buf).await.is_err() {
+                    return Ok(());
+                }
+            }
+            Err(eckpt_proto::ProtoError::Closed) => return Ok(()),
+            Err(e) => return Err(ClusterError::from(e)),
+        }
     }
 }

@@ -9,16 +9,23 @@
 //! parity `p`. Every sender of a phase ends each of its streams with an empty message, and a
 //! relay ends its phase-`p+1` streams only after all its phase-`p` streams ended, so the
 //! phases cannot wait on each other in a circle.
+//!
+//! A member plays the data role ([`DataRole`]), the parity role ([`ParityRole`]) or both
+//! (rotated layout), at once. Store reads and the GF arithmetic run on blocking threads;
+//! the async tasks only move messages, one batch at a time per stream, so a slow consumer
+//! still pushes back on its producers.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use eckpt_codec::{Code, LinearMap};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
-use super::links::TaskLinks;
-use super::Agent;
+use super::links::{failure_of, Failure, LinkPlan, TaskLinks};
+use super::{blocking, Agent};
 use crate::parity_store::ParityReader;
 use crate::shard::ImageShard;
 use eckpt_cluster_api::msg::{TaskReport, UpdateTask};
@@ -27,6 +34,195 @@ use eckpt_cluster_api::ClusterError;
 use eckpt_coding::config::Topology;
 use eckpt_coding::geometry::Geometry;
 use eckpt_coding::records::{parse_batch, push_record, RecordRef, BATCH};
+use eckpt_store::XorBlock;
+
+/// A stream of record batches to one peer.
+type Out = mpsc::Sender<Vec<u8>>;
+
+/// Runs this agent's part of an update: the roles it holds, at once (in the rotated layout
+/// members send to each other, and both directions must drain), then stages the new parity.
+pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, ClusterError> {
+    let started = Instant::now();
+    let (part, generator) = Part::new(agent, task)?;
+    let mut links = part.open_links();
+    let data = part
+        .phases
+        .holds_data()
+        .then(|| tokio::spawn(DataRole::new(&part, &links).run()));
+    let mut parity = match part.phases.holds_parity() {
+        true => Some(ParityRole::start(&part, generator, &mut links).await?),
+        false => None,
+    };
+    let mut report = TaskReport::default();
+    if let Some(parity) = &mut parity {
+        parity.drain().await?;
+        report.bytes_received = parity.traffic.received.load(Ordering::Relaxed);
+        report.bytes_sent += parity.traffic.forwarded.load(Ordering::Relaxed);
+    }
+    if let Some(data) = data {
+        let (sent, crcs) = joined(data, "update sender").await??;
+        report.bytes_sent += sent;
+        report.crcs = crcs;
+    }
+    for l in links {
+        l.finish().await?;
+    }
+    if let Some(parity) = parity {
+        parity.stage(&part).await?;
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// A spawned task's result, its panic or cancellation named after `what`.
+async fn joined<T>(handle: JoinHandle<T>, what: &str) -> Result<T, ClusterError> {
+    handle
+        .await
+        .map_err(|e| ClusterError::Internal(format!("{what}: {e}")))
+}
+
+/// This member's view of an update task.
+struct Part {
+    agent: Arc<Agent>,
+    task: UpdateTask,
+    me: usize,
+    geometry: Geometry,
+    phases: Phases,
+}
+
+impl Part {
+    /// The member's position, the object's geometry and who talks to whom; and the code's
+    /// generator matrix.
+    fn new(agent: Arc<Agent>, task: UpdateTask) -> Result<(Part, Vec<u8>), ClusterError> {
+        let me = task
+            .participants
+            .iter()
+            .position(|p| p.name == agent.info.name)
+            .ok_or_else(|| {
+                ClusterError::Invalid(format!("{} is not in update task {}", agent.info.name, task.task))
+            })?;
+        let (k, m) = (task.group.k, task.group.m);
+        let geometry = Geometry::new(task.coding.layout, k, m, task.object.data_chunks);
+        let generator = Code::new(task.coding.code, k, m)?.generator().to_vec();
+        let phases = Phases::new(&geometry, task.coding.topology, me);
+        let part = Part {
+            agent,
+            task,
+            me,
+            geometry,
+            phases,
+        };
+        Ok((part, generator))
+    }
+
+    /// One set of links per phase.
+    fn open_links(&self) -> Vec<TaskLinks> {
+        let nodes: Vec<_> = self.task.participants.iter().cloned().map(Some).collect();
+        (0..self.phases.count())
+            .map(|p| {
+                let plan = LinkPlan {
+                    task: self.task.task,
+                    phase: p as u32,
+                    me: self.me,
+                    nodes: &nodes,
+                    send_to: &self.phases.send_to(p),
+                    recv_from: &self.phases.recv_from(p),
+                };
+                TaskLinks::open(&self.agent, &plan)
+            })
+            .collect()
+    }
+
+    fn chunk(&self) -> usize {
+        self.task.object.chunk as usize
+    }
+}
+
+/// Who sends to and receives from whom in each phase (one per parity index), as seen by
+/// member `me`.
+struct Phases {
+    me: usize,
+    relay: bool,
+    data_holders: BTreeSet<usize>,
+    /// `receivers[p]`: the holders of parity `p`.
+    receivers: Vec<BTreeSet<usize>>,
+    /// `senders[p]`: the data holders, or (relaying, `p > 0`) the holders of parity `p - 1`.
+    senders: Vec<BTreeSet<usize>>,
+}
+
+impl Phases {
+    fn new(geometry: &Geometry, topology: Topology, me: usize) -> Phases {
+        let (k, m) = (geometry.k(), geometry.m());
+        let relay = matches!(topology, Topology::Pipeline | Topology::Ring);
+        let data_holders: BTreeSet<usize> = (0..k + m).filter(|&x| geometry.holds_data(x)).collect();
+        let receivers: Vec<BTreeSet<usize>> = (0..m).map(|p| holders_of(geometry, p)).collect();
+        let senders = (0..m)
+            .map(|p| match relay && p > 0 {
+                true => receivers[p - 1].clone(),
+                false => data_holders.clone(),
+            })
+            .collect();
+        Phases {
+            me,
+            relay,
+            data_holders,
+            receivers,
+            senders,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.receivers.len()
+    }
+
+    fn others(&self, members: &BTreeSet<usize>) -> BTreeSet<usize> {
+        members.iter().copied().filter(|&x| x != self.me).collect()
+    }
+
+    /// The members this one sends to in phase `p`.
+    fn send_to(&self, p: usize) -> BTreeSet<usize> {
+        match self.senders[p].contains(&self.me) {
+            true => self.others(&self.receivers[p]),
+            false => BTreeSet::new(),
+        }
+    }
+
+    /// The members this one receives from in phase `p`.
+    fn recv_from(&self, p: usize) -> BTreeSet<usize> {
+        match self.receivers[p].contains(&self.me) {
+            true => self.others(&self.senders[p]),
+            false => BTreeSet::new(),
+        }
+    }
+
+    fn holds_data(&self) -> bool {
+        self.data_holders.contains(&self.me)
+    }
+
+    fn holds_parity(&self) -> bool {
+        self.receivers.iter().any(|r| r.contains(&self.me))
+    }
+
+    /// The phases data members send in: the first only when parity holders relay.
+    fn data_phases(&self) -> Vec<usize> {
+        match self.relay {
+            true => vec![0],
+            false => (0..self.count()).collect(),
+        }
+    }
+
+    /// Whether this member passes the records of phase `p` on into phase `p + 1`.
+    fn relays(&self, p: usize) -> bool {
+        self.relay && p + 1 < self.count() && self.senders[p + 1].contains(&self.me)
+    }
+}
+
+/// Members holding parity `p` in some row (the assignment repeats within `members` rows).
+fn holders_of(geometry: &Geometry, p: usize) -> BTreeSet<usize> {
+    (0..geometry.rows().min(geometry.members() as u64))
+        .map(|row| geometry.holder(row, geometry.k() + p))
+        .collect()
+}
 
 /// One changed piece of a data shard, within one chunk.
 struct Record {
@@ -43,59 +239,224 @@ struct DataUpdate {
     crcs: Vec<(u64, u32)>,
 }
 
-fn data_records(
-    agent: &Agent,
-    layout: &ShardLayout,
-    epoch: u64,
-    geometry: &Geometry,
-    me: usize,
-    chunk: usize,
-) -> Result<DataUpdate, ClusterError> {
-    let mut records = Vec::new();
-    let mut touched = BTreeSet::new();
-    for rank in layout.ranks() {
-        for block in agent.store.dirty_xor(rank, epoch)? {
-            let extent = layout.extent(rank, &block.item).ok_or_else(|| {
-                ClusterError::Invalid(format!("rank {rank} item {:?} is not in the layout", block.item))
-            })?;
-            let mut at = extent.offset + block.index * u64::from(block.block_size);
-            let mut rest: &[u8] = &block.bytes;
-            while !rest.is_empty() {
-                let q = at / chunk as u64;
-                let offset = (at % chunk as u64) as usize;
-                let n = rest.len().min(chunk - offset);
-                let row = geometry.data_row(me, q);
-                records.push(Record {
-                    row,
-                    offset: offset as u32,
-                    shard: geometry.shard_at(row, me) as u16,
-                    bytes: rest[..n].to_vec(),
-                });
-                touched.insert(q);
-                rest = &rest[n..];
-                at += n as u64;
-            }
-        }
-    }
-    let shard = ImageShard::open(&agent.store, layout.clone(), epoch)?;
-    let mut buf = vec![0u8; chunk];
-    let mut crcs = Vec::with_capacity(touched.len());
-    for q in touched {
-        shard.read(q * chunk as u64, &mut buf)?;
-        crcs.push((q, crc32c::crc32c(&buf)));
-    }
-    Ok(DataUpdate { records, crcs })
+/// The data role: reads `old ⊕ new` of this member's changed blocks from the store, and
+/// sends each piece to the parity holder of its row in each of its phases.
+struct DataRole {
+    changes: Arc<Changes>,
+    phases: Vec<usize>,
+    outs: BTreeMap<(usize, usize), Out>,
 }
 
-/// Staged new contents of this member's changed parity chunks.
+impl DataRole {
+    fn new(part: &Part, links: &[TaskLinks]) -> DataRole {
+        let phases = part.phases.data_phases();
+        let outs = phases
+            .iter()
+            .flat_map(|&p| {
+                let to = part.phases.send_to(p);
+                to.into_iter()
+                    .filter_map(move |to| links[p].sender(to).map(|s| ((p, to), s)))
+            })
+            .collect();
+        let changes = Changes {
+            agent: part.agent.clone(),
+            layout: part.task.layouts[part.me].clone(),
+            epoch: part.task.epoch,
+            geometry: part.geometry.clone(),
+            me: part.me,
+            chunk: part.chunk(),
+        };
+        DataRole {
+            changes: Arc::new(changes),
+            phases,
+            outs,
+        }
+    }
+
+    /// Sends every phase; the bytes sent and the CRCs of the changed chunks.
+    async fn run(self) -> Result<(u64, Vec<(u64, u32)>), ClusterError> {
+        let DataUpdate { records, crcs } = self.read_changes().await?;
+        let mut sent = 0;
+        for &p in &self.phases {
+            sent += self.send_phase(p, &records).await?;
+        }
+        Ok((sent, crcs))
+    }
+
+    /// The changed pieces, read on a blocking thread.
+    async fn read_changes(&self) -> Result<DataUpdate, ClusterError> {
+        let changes = self.changes.clone();
+        blocking(move || changes.read()).await
+    }
+
+    /// Sends `records` in batches to the holders of parity `p` and ends this phase's
+    /// streams; the bytes sent.
+    async fn send_phase(&self, p: usize, records: &[Record]) -> Result<u64, ClusterError> {
+        let geometry = &self.changes.geometry;
+        let k = geometry.k();
+        let mut sent = 0u64;
+        let mut batches: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+        for r in records {
+            let dest = geometry.holder(r.row, k + p);
+            let batch = batches.entry(dest).or_default();
+            push_record(batch, r.row, r.offset, r.shard, &r.bytes);
+            if batch.len() >= BATCH {
+                let full = std::mem::take(batch);
+                sent += full.len() as u64;
+                self.send(p, dest, full).await?;
+            }
+        }
+        for (dest, batch) in batches.into_iter().filter(|(_, b)| !b.is_empty()) {
+            sent += batch.len() as u64;
+            self.send(p, dest, batch).await?;
+        }
+        // Fault injection: records are on their way but no stream has ended.
+        let agent = &self.changes.agent;
+        crate::debug::pause_point_async(
+            &agent.dir.debug(),
+            crate::debug::Phase::MidEncode,
+            &agent.info.name,
+        )
+        .await;
+        // Phase 0 (and every phase of a broadcast) has data members as its only senders:
+        // they end their streams here.
+        for &(q, to) in self.outs.keys().filter(|(q, _)| *q == p) {
+            self.send(q, to, Vec::new()).await?;
+        }
+        Ok(sent)
+    }
+
+    async fn send(&self, p: usize, to: usize, batch: Vec<u8>) -> Result<(), ClusterError> {
+        self.outs
+            .get(&(p, to))
+            .ok_or_else(|| ClusterError::Protocol(format!("no link to member {to}")))?
+            .send(batch)
+            .await
+            .map_err(|_| ClusterError::Link(format!("link to member {to} failed")))
+    }
+}
+
+/// Where this member's changes are: its shard's layout at `epoch`, as member `me` of the
+/// object's geometry.
+struct Changes {
+    agent: Arc<Agent>,
+    layout: ShardLayout,
+    epoch: u64,
+    geometry: Geometry,
+    me: usize,
+    chunk: usize,
+}
+
+impl Changes {
+    /// Cuts the `old ⊕ new` blocks of this member's ranks into per-chunk records, and takes
+    /// the CRCs of the changed chunks' new contents (blocking: reads the store).
+    fn read(&self) -> Result<DataUpdate, ClusterError> {
+        let mut records = Vec::new();
+        let mut touched = BTreeSet::new();
+        for rank in self.layout.ranks() {
+            for block in self.agent.store.dirty_xor(rank, self.epoch)? {
+                self.cut(rank, &block, &mut records, &mut touched)?;
+            }
+        }
+        let crcs = self.crcs(touched)?;
+        Ok(DataUpdate { records, crcs })
+    }
+
+    /// Cuts one changed block into records, one per chunk it spans, noting the chunks.
+    fn cut(
+        &self,
+        rank: u32,
+        block: &XorBlock,
+        records: &mut Vec<Record>,
+        touched: &mut BTreeSet<u64>,
+    ) -> Result<(), ClusterError> {
+        let (geometry, me, chunk) = (&self.geometry, self.me, self.chunk);
+        let extent = self.layout.extent(rank, &block.item).ok_or_else(|| {
+            ClusterError::Invalid(format!("rank {rank} item {:?} is not in the layout", block.item))
+        })?;
+        let mut at = extent.offset + block.index * u64::from(block.block_size);
+        let mut rest: &[u8] = &block.bytes;
+        while !rest.is_empty() {
+            let q = at / chunk as u64;
+            let offset = (at % chunk as u64) as usize;
+            let n = rest.len().min(chunk - offset);
+            let row = geometry.data_row(me, q);
+            records.push(Record {
+                row,
+                offset: offset as u32,
+                shard: geometry.shard_at(row, me) as u16,
+                bytes: rest[..n].to_vec(),
+            });
+            touched.insert(q);
+            rest = &rest[n..];
+            at += n as u64;
+        }
+        Ok(())
+    }
+
+    /// The CRC-32C of the new contents of each chunk in `touched`.
+    fn crcs(&self, touched: BTreeSet<u64>) -> Result<Vec<(u64, u32)>, ClusterError> {
+        let shard = ImageShard::open(&self.agent.store, self.layout.clone(), self.epoch)?;
+        let mut buf = vec![0u8; self.chunk];
+        let mut crcs = Vec::with_capacity(touched.len());
+        for q in touched {
+            shard.read(q * self.chunk as u64, &mut buf)?;
+            crcs.push((q, crc32c::crc32c(&buf)));
+        }
+        Ok(crcs)
+    }
+}
+
+/// Staged new contents of this member's changed parity chunks, and what it takes to fold
+/// records into them. Used on blocking threads only: it reads parity and multiplies.
 struct Stage {
     reader: ParityReader,
+    geometry: Geometry,
+    generator: Vec<u8>,
+    me: usize,
     chunk: usize,
     chunks: BTreeMap<u64, Vec<u8>>,
     maps: HashMap<u8, LinearMap>,
 }
 
 impl Stage {
+    /// Folds a batch of phase `p` into the staged chunks; with `relay`, also returns its
+    /// records regrouped by the holder of parity `p + 1` of their row.
+    fn fold(
+        &mut self,
+        p: usize,
+        batch: &[u8],
+        relay: bool,
+    ) -> Result<BTreeMap<usize, Vec<u8>>, ClusterError> {
+        let k = self.geometry.k();
+        let mut relayed: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+        for RecordRef {
+            row,
+            offset,
+            shard,
+            bytes,
+        } in parse_batch(batch, self.chunk)?
+        {
+            if row >= self.geometry.rows()
+                || self.geometry.holder(row, k + p) != self.me
+                || shard as usize >= k
+            {
+                return Err(ClusterError::Protocol(format!(
+                    "update record for row {row} shard {shard} sent to the wrong member"
+                )));
+            }
+            let pc = self.geometry.parity_chunk(row, self.me).expect("parity holder");
+            let coefficient = self.generator[(k + p) * k + shard as usize];
+            self.add(pc, offset, coefficient, bytes)?;
+            if relay {
+                let dest = self.geometry.holder(row, k + p + 1);
+                push_record(relayed.entry(dest).or_default(), row, offset, shard, bytes);
+            }
+        }
+        Ok(relayed)
+    }
+
+    /// `parity_chunk[offset..] ^= coefficient · delta`, reading the chunk on first touch.
     fn add(
         &mut self,
         parity_chunk: u64,
@@ -119,270 +480,179 @@ impl Stage {
     }
 }
 
-/// Members holding parity `p` in some row.
-fn holders_of(geometry: &Geometry, p: usize) -> BTreeSet<usize> {
-    (0..geometry.rows().min(geometry.members() as u64))
-        .map(|row| geometry.holder(row, geometry.k() + p))
-        .collect()
+/// Bytes the parity role received, and forwarded as a relay.
+#[derive(Default)]
+struct Traffic {
+    received: AtomicU64,
+    forwarded: AtomicU64,
 }
 
-/// Runs this agent's part of an update.
-pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, ClusterError> {
-    let started = Instant::now();
-    let me = task
-        .participants
-        .iter()
-        .position(|p| p.name == agent.info.name)
-        .ok_or_else(|| {
-            ClusterError::Invalid(format!("{} is not in update task {}", agent.info.name, task.task))
-        })?;
-    let (k, m) = (task.group.k, task.group.m);
-    let geometry = Geometry::new(task.coding.layout, k, m, task.object.data_chunks);
-    let code = Code::new(task.coding.code, k, m)?;
-    let chunk = task.object.chunk as usize;
-    let relay = matches!(task.coding.topology, Topology::Pipeline | Topology::Ring);
-    let data_holders: BTreeSet<usize> = (0..k + m).filter(|&x| geometry.holds_data(x)).collect();
-    let receivers: Vec<BTreeSet<usize>> = (0..m).map(|p| holders_of(&geometry, p)).collect();
-    let senders: Vec<BTreeSet<usize>> = (0..m)
-        .map(|p| {
-            if relay && p > 0 {
-                receivers[p - 1].clone()
-            } else {
-                data_holders.clone()
-            }
-        })
-        .collect();
-    let nodes: Vec<_> = task.participants.iter().cloned().map(Some).collect();
-    let mut links: Vec<TaskLinks> = (0..m)
-        .map(|p| {
-            let without_me =
-                |s: &BTreeSet<usize>| s.iter().copied().filter(|&x| x != me).collect::<BTreeSet<_>>();
-            let send_to = if senders[p].contains(&me) {
-                without_me(&receivers[p])
-            } else {
-                BTreeSet::new()
-            };
-            let recv_from = if receivers[p].contains(&me) {
-                without_me(&senders[p])
-            } else {
-                BTreeSet::new()
-            };
-            TaskLinks::open(
-                task.task,
-                p as u32,
-                me,
-                &nodes,
-                &send_to,
-                &recv_from,
-                &agent.host,
-                &agent.secret,
-                &agent.inbox,
-            )
-        })
-        .collect();
+/// The parity role: one task per phase drains that phase's incoming streams (every phase at
+/// once: a relay forwards phase-`p` records into phase `p + 1` while it still receives
+/// phase `p`, so a phase that waited for the previous one could stall the relays feeding
+/// it), folds them into the [`Stage`], relays them onwards, and ends its next-phase streams.
+struct ParityRole {
+    stage: Arc<Mutex<Stage>>,
+    traffic: Arc<Traffic>,
+    phases: Vec<JoinHandle<Result<(), ClusterError>>>,
+}
 
-    let mut report = TaskReport::default();
-    // Data role, concurrently with the parity role: in the rotated layout members send to
-    // each other, and both directions must drain.
-    let data_role = if data_holders.contains(&me) {
-        let phases: Vec<usize> = if relay { vec![0] } else { (0..m).collect() };
-        let mut outs: BTreeMap<(usize, usize), mpsc::Sender<Vec<u8>>> = BTreeMap::new();
-        for &p in &phases {
-            for &to in receivers[p].iter().filter(|&&x| x != me) {
-                if let Some(s) = links[p].sender(to) {
-                    outs.insert((p, to), s);
-                }
-            }
-        }
-        let layout = task.layouts[me].clone();
-        let (a, g, epoch) = (agent.clone(), geometry.clone(), task.epoch);
-        let (debug, who) = (agent.dir.debug(), agent.info.name.clone());
-        Some(tokio::spawn(async move {
-            let g2 = g.clone();
-            let DataUpdate { records, crcs } =
-                tokio::task::spawn_blocking(move || data_records(&a, &layout, epoch, &g2, me, chunk))
-                    .await
-                    .map_err(|e| ClusterError::Internal(format!("update thread: {e}")))??;
-            let mut sent = 0u64;
-            let send = |p: usize, to: usize, batch: Vec<u8>| {
-                let s = outs.get(&(p, to)).cloned();
-                async move {
-                    s.ok_or_else(|| ClusterError::Protocol(format!("no link to member {to}")))?
-                        .send(batch)
-                        .await
-                        .map_err(|_| ClusterError::Link(format!("link to member {to} failed")))
-                }
-            };
-            for p in phases {
-                let mut batches: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
-                for r in &records {
-                    let dest = g.holder(r.row, k + p);
-                    let batch = batches.entry(dest).or_default();
-                    push_record(batch, r.row, r.offset, r.shard, &r.bytes);
-                    if batch.len() >= BATCH {
-                        let full = std::mem::take(batch);
-                        sent += full.len() as u64;
-                        send(p, dest, full).await?;
-                    }
-                }
-                for (dest, batch) in batches.into_iter().filter(|(_, b)| !b.is_empty()) {
-                    sent += batch.len() as u64;
-                    send(p, dest, batch).await?;
-                }
-                // Fault injection: records are on their way but no stream has ended.
-                crate::debug::pause_point_async(&debug, crate::debug::Phase::MidEncode, &who).await;
-                // Phase 0 (and every phase of a broadcast) has data members as its only
-                // senders: they end their streams here.
-                for &(q, to) in outs.keys().filter(|(q, _)| *q == p) {
-                    send(q, to, Vec::new()).await?;
-                }
-            }
-            Ok::<_, ClusterError>((sent, crcs))
-        }))
-    } else {
-        None
-    };
-
-    // Parity role: fold incoming records phase by phase, relaying onwards.
-    let holds_parity = (0..m).any(|p| receivers[p].contains(&me));
-    let stage = if holds_parity {
-        Some(Arc::new(Mutex::new(Stage {
-            reader: agent.coded.parity_reader(task.object.id)?,
-            chunk,
+impl ParityRole {
+    /// Opens the parity to update and starts draining every phase.
+    async fn start(
+        part: &Part,
+        generator: Vec<u8>,
+        links: &mut [TaskLinks],
+    ) -> Result<ParityRole, ClusterError> {
+        let (coded, id) = (part.agent.coded.clone(), part.task.object.id);
+        let reader = blocking(move || coded.parity_reader(id)).await?;
+        let stage = Arc::new(Mutex::new(Stage {
+            reader,
+            geometry: part.geometry.clone(),
+            generator,
+            me: part.me,
+            chunk: part.chunk(),
             chunks: BTreeMap::new(),
             maps: HashMap::new(),
-        })))
-    } else {
-        None
-    };
-    let generator = code.generator().to_vec();
-    let received = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let forwarded = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    // Every phase's streams are drained at once: a relay forwards phase-p records into
-    // phase p+1 while it still receives phase p, so a phase that waited for the previous
-    // one to finish could stall the relays feeding it.
-    let mut phases = Vec::new();
-    for p in 0..m {
-        let mut readers = Vec::new();
-        if receivers[p].contains(&me) {
-            let stage = stage.clone().expect("a receiver holds parity");
-            let next: Option<BTreeMap<usize, mpsc::Sender<Vec<u8>>>> = (relay && p + 1 < m).then(|| {
-                receivers[p + 1]
-                    .iter()
-                    .filter(|&&x| x != me)
-                    .filter_map(|&x| links[p + 1].sender(x).map(|s| (x, s)))
-                    .collect()
-            });
-            for from in senders[p].iter().copied().filter(|&x| x != me) {
-                let (mut rx, failure) = links[p].take_receiver(from).expect("a link from each sender");
-                let (stage, next, geometry, generator) =
-                    (stage.clone(), next.clone(), geometry.clone(), generator.clone());
-                let (received, forwarded) = (received.clone(), forwarded.clone());
-                let name = task.participants[from].name.clone();
-                readers.push(tokio::spawn(async move {
-                    loop {
-                        let Some(batch) = rx.recv().await else {
-                            let reason = failure.lock().expect("failure lock").clone();
-                            let reason = reason.unwrap_or_else(|| "stream ended early".into());
-                            return Err(ClusterError::Link(format!("node {name}: {reason}")));
-                        };
-                        if batch.is_empty() {
-                            return Ok(());
-                        }
-                        received.fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                        let mut relayed: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
-                        {
-                            let mut stage = stage.lock().expect("stage lock");
-                            for RecordRef {
-                                row,
-                                offset,
-                                shard,
-                                bytes,
-                            } in parse_batch(&batch, chunk)?
-                            {
-                                if row >= geometry.rows()
-                                    || geometry.holder(row, k + p) != me
-                                    || shard as usize >= k
-                                {
-                                    return Err(ClusterError::Protocol(format!(
-                                        "update record for row {row} shard {shard} sent to the wrong member"
-                                    )));
-                                }
-                                let pc = geometry.parity_chunk(row, me).expect("parity holder");
-                                let coefficient = generator[(k + p) * k + shard as usize];
-                                stage.add(pc, offset, coefficient, bytes)?;
-                                if next.is_some() {
-                                    let dest = geometry.holder(row, k + p + 1);
-                                    push_record(relayed.entry(dest).or_default(), row, offset, shard, bytes);
-                                }
-                            }
-                        }
-                        if let Some(next) = &next {
-                            for (dest, batch) in relayed {
-                                forwarded.fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                                let sender = next.get(&dest).ok_or_else(|| {
-                                    ClusterError::Protocol(format!("no relay link to member {dest}"))
-                                })?;
-                                sender.send(batch).await.map_err(|_| {
-                                    ClusterError::Link(format!("relay to member {dest} failed"))
-                                })?;
-                            }
-                        }
-                    }
-                }));
-            }
-        }
-        // A relay ends its next-phase streams once everything of this phase is in.
-        let enders: Vec<mpsc::Sender<Vec<u8>>> = if relay && p + 1 < m && senders[p + 1].contains(&me) {
-            receivers[p + 1]
-                .iter()
-                .filter(|&&x| x != me)
-                .filter_map(|&x| links[p + 1].sender(x))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        phases.push(tokio::spawn(async move {
-            for reader in readers {
-                reader
-                    .await
-                    .map_err(|e| ClusterError::Internal(format!("update reader: {e}")))??;
-            }
-            for end in enders {
-                end.send(Vec::new())
-                    .await
-                    .map_err(|_| ClusterError::Link("relay link failed".into()))?;
-            }
-            Ok::<(), ClusterError>(())
         }));
+        let mut role = ParityRole {
+            stage,
+            traffic: Arc::default(),
+            phases: Vec::new(),
+        };
+        for p in 0..part.phases.count() {
+            let phase = role.start_phase(part, p, links);
+            role.phases.push(phase);
+        }
+        Ok(role)
     }
-    for phase in phases {
-        phase
-            .await
-            .map_err(|e| ClusterError::Internal(format!("update phase: {e}")))??;
+
+    /// Spawns a reader per incoming stream of phase `p`, and a task that waits for them and
+    /// then, as a relay, ends this member's streams of phase `p + 1`.
+    fn start_phase(
+        &self,
+        part: &Part,
+        p: usize,
+        links: &mut [TaskLinks],
+    ) -> JoinHandle<Result<(), ClusterError>> {
+        let relays = part.phases.relays(p);
+        let next: BTreeMap<usize, Out> = match relays {
+            true => part
+                .phases
+                .send_to(p + 1)
+                .into_iter()
+                .filter_map(|x| links[p + 1].sender(x).map(|s| (x, s)))
+                .collect(),
+            false => BTreeMap::new(),
+        };
+        let readers: Vec<_> = part
+            .phases
+            .recv_from(p)
+            .into_iter()
+            .map(|from| {
+                let (rx, failure) = links[p].take_receiver(from).expect("a link from each sender");
+                let stream = StreamIn {
+                    phase: p,
+                    name: part.task.participants[from].name.clone(),
+                    rx,
+                    failure,
+                    stage: self.stage.clone(),
+                    next: relays.then(|| next.clone()),
+                    traffic: self.traffic.clone(),
+                };
+                tokio::spawn(stream.run())
+            })
+            .collect();
+        tokio::spawn(end_phase(readers, next.into_values().collect()))
     }
-    if let Some(data_role) = data_role {
-        let (sent, crcs) = data_role
-            .await
-            .map_err(|e| ClusterError::Internal(format!("update sender: {e}")))??;
-        report.bytes_sent += sent;
-        report.crcs = crcs;
+
+    /// Waits until every phase is drained.
+    async fn drain(&mut self) -> Result<(), ClusterError> {
+        for phase in self.phases.drain(..) {
+            joined(phase, "update phase").await??;
+        }
+        Ok(())
     }
-    report.bytes_sent += forwarded.load(std::sync::atomic::Ordering::Relaxed);
-    report.bytes_received = received.load(std::sync::atomic::Ordering::Relaxed);
-    for l in links {
-        l.finish().await?;
-    }
-    if let Some(stage) = stage {
-        let stage = Arc::try_unwrap(stage)
+
+    /// Stages the new parity chunks for the commit.
+    async fn stage(self, part: &Part) -> Result<(), ClusterError> {
+        let stage = Arc::try_unwrap(self.stage)
             .map_err(|_| ClusterError::Internal("update stage still shared".into()))?
             .into_inner()
             .expect("stage lock");
-        let (coded, id, epoch) = (agent.coded.clone(), task.object.id, task.epoch);
-        tokio::task::spawn_blocking(move || coded.stage_update(id, epoch, &stage.chunks))
-            .await
-            .map_err(|e| ClusterError::Internal(format!("update thread: {e}")))??;
+        let (coded, id, epoch) = (part.agent.coded.clone(), part.task.object.id, part.task.epoch);
+        blocking(move || coded.stage_update(id, epoch, &stage.chunks)).await
     }
-    report.seconds = started.elapsed().as_secs_f64();
-    Ok(report)
+}
+
+/// Waits for a phase's readers, then ends the next phase's streams (`enders`, a relay's).
+async fn end_phase(
+    readers: Vec<JoinHandle<Result<(), ClusterError>>>,
+    enders: Vec<Out>,
+) -> Result<(), ClusterError> {
+    for reader in readers {
+        joined(reader, "update reader").await??;
+    }
+    for end in enders {
+        end.send(Vec::new())
+            .await
+            .map_err(|_| ClusterError::Link("relay link failed".into()))?;
+    }
+    Ok(())
+}
+
+/// One incoming stream of the parity role: phase `phase`'s records from member `name`,
+/// folded batch by batch on a blocking thread and, by a relay, passed on to `next`.
+struct StreamIn {
+    phase: usize,
+    name: String,
+    rx: mpsc::Receiver<Vec<u8>>,
+    failure: Failure,
+    stage: Arc<Mutex<Stage>>,
+    next: Option<BTreeMap<usize, Out>>,
+    traffic: Arc<Traffic>,
+}
+
+impl StreamIn {
+    /// Folds and relays every batch until the sender ends the stream.
+    async fn run(mut self) -> Result<(), ClusterError> {
+        while let Some(batch) = self.next_batch().await? {
+            self.traffic
+                .received
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            let relayed = self.fold(batch).await?;
+            self.relay(relayed).await?;
+        }
+        Ok(())
+    }
+
+    /// The next batch; `None` at the sender's end of stream, an error if the link broke.
+    async fn next_batch(&mut self) -> Result<Option<Vec<u8>>, ClusterError> {
+        match self.rx.recv().await {
+            Some(batch) => Ok((!batch.is_empty()).then_some(batch)),
+            None => Err(failure_of(&self.failure, &self.name, "stream")),
+        }
+    }
+
+    async fn fold(&self, batch: Vec<u8>) -> Result<BTreeMap<usize, Vec<u8>>, ClusterError> {
+        let (stage, p, relay) = (self.stage.clone(), self.phase, self.next.is_some());
+        blocking(move || stage.lock().expect("stage lock").fold(p, &batch, relay)).await
+    }
+
+    async fn relay(&self, relayed: BTreeMap<usize, Vec<u8>>) -> Result<(), ClusterError> {
+        let Some(next) = &self.next else { return Ok(()) };
+        for (dest, batch) in relayed {
+            self.traffic
+                .forwarded
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            let sender = next
+                .get(&dest)
+                .ok_or_else(|| ClusterError::Protocol(format!("no relay link to member {dest}")))?;
+            sender
+                .send(batch)
+                .await
+                .map_err(|_| ClusterError::Link(format!("relay to member {dest} failed")))?;
+        }
+        Ok(())
+    }
 }

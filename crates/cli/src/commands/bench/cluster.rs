@@ -133,7 +133,15 @@ async fn epoch(dir: &ClusterDir, files: &[(u32, String, PathBuf)]) -> Result<Epo
     for (rank, node, path) in files.iter().cloned() {
         let dir = dir.clone();
         set.spawn(async move {
-            commands::checkpoint_file(&dir, world, rank, None, Some(node), &path, false, &mut |_, _| {}).await
+            let what = commands::FileCheckpoint {
+                world,
+                rank,
+                epoch: None,
+                node: Some(node),
+                file: &path,
+                wait: false,
+            };
+            commands::checkpoint_file(&dir, what, &mut |_, _| {}).await
         });
     }
     let mut epoch = 0;
