@@ -138,7 +138,7 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
             ClusterError::Invalid(format!("{} is not in update task {}", agent.info.name, task.task))
         })?;
     let (k, m) = (task.group.k, task.group.m);
-    let geometry = Geometry::new(task.coding.layout, k, m, task.object.data_chunks);
+    let geometry = task.check()?;
     let code = Code::new(task.coding.code, k, m)?;
     let chunk = task.object.chunk as usize;
     let relay = matches!(task.coding.topology, Topology::Pipeline | Topology::Ring);
@@ -311,7 +311,9 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
                                         "update record for row {row} shard {shard} sent to the wrong member"
                                     )));
                                 }
-                                let pc = geometry.parity_chunk(row, me).expect("parity holder");
+                                let pc = geometry.parity_chunk(row, me).ok_or_else(|| {
+                                    ClusterError::Protocol(format!("no parity of row {row} here"))
+                                })?;
                                 let coefficient = generator[(k + p) * k + shard as usize];
                                 stage.add(pc, offset, coefficient, bytes)?;
                                 if next.is_some() {
