@@ -10,6 +10,7 @@
 
 #![warn(missing_docs)]
 
+mod checks;
 pub mod commands;
 pub mod dirs;
 mod error;

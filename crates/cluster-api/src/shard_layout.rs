@@ -61,6 +61,25 @@ impl ShardLayout {
         ShardLayout { extents }
     }
 
+    /// Checks a layout read from a message before anything is cut or read by it: extents
+    /// ascending and apart, each item within its capacity, no end past `u64::MAX`.
+    pub fn check(&self) -> Result<(), ClusterError> {
+        let mut end = 0u64;
+        for e in &self.extents {
+            match e.offset.checked_add(e.capacity) {
+                Some(stop) if e.offset >= end && e.len <= e.capacity => end = stop,
+                _ => {
+                    return Err(ClusterError::Invalid(format!(
+                        "layout extent of rank {} item {:?} at {} ({} of {} bytes) overlaps, is out of \
+                         order or overflows",
+                        e.rank, e.item, e.offset, e.len, e.capacity
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Bytes the shard spans.
     pub fn len(&self) -> u64 {
         self.extents.last().map_or(0, |e| e.offset + e.capacity)
@@ -105,15 +124,20 @@ impl ShardLayout {
     pub fn images(&self, shard: &[u8]) -> Result<BTreeMap<u32, Image>, ClusterError> {
         let mut images: BTreeMap<u32, Image> = BTreeMap::new();
         for e in &self.extents {
-            let end = e.offset + e.len;
-            if end > shard.len() as u64 {
+            let end = e
+                .offset
+                .checked_add(e.len)
+                .filter(|&end| end <= shard.len() as u64);
+            let Some(end) = end else {
                 return Err(ClusterError::Corrupt(format!(
-                    "shard of {} bytes is too short for rank {} item {:?} ending at {end}",
+                    "shard of {} bytes is too short for rank {} item {:?} at {}+{}",
                     shard.len(),
                     e.rank,
-                    e.item
+                    e.item,
+                    e.offset,
+                    e.len
                 )));
-            }
+            };
             images
                 .entry(e.rank)
                 .or_default()
@@ -184,5 +208,23 @@ mod tests {
         assert_eq!(images[&0].items["file"].len(), 10);
         assert_eq!(images[&1].items["mem/b"][4999], (7 + 4999u64) as u8);
         assert!(layout.images(&shard[..100]).is_err());
+        let mut past_the_end = layout.clone();
+        past_the_end.extents[2].offset = u64::MAX - 10;
+        assert!(past_the_end.images(&shard).is_err());
+    }
+
+    #[test]
+    fn layouts_from_messages_are_checked() {
+        let layout = ShardLayout::pack(&items());
+        assert!(layout.check().is_ok());
+        let mut bad = layout.clone();
+        bad.extents[1].offset = 0;
+        assert!(bad.check().is_err(), "overlap");
+        let mut bad = layout.clone();
+        bad.extents[2].len = bad.extents[2].capacity + 1;
+        assert!(bad.check().is_err(), "longer than its capacity");
+        let mut bad = layout;
+        bad.extents[2].offset = u64::MAX;
+        assert!(bad.check().is_err(), "past u64::MAX");
     }
 }

@@ -383,6 +383,14 @@ impl ParityReader {
 
     /// Reads chunk `index` into `buf` (one chunk) and checks its CRC.
     pub fn read(&self, index: u64, buf: &mut [u8]) -> Result<(), ClusterError> {
+        if buf.len() != self.chunk() {
+            return Err(ClusterError::Invalid(format!(
+                "a {}-byte chunk asked of object {}, whose parity has {}-byte chunks",
+                buf.len(),
+                self.id,
+                self.chunk()
+            )));
+        }
         let expected = *self.manifest.crcs.get(index as usize).ok_or_else(|| {
             ClusterError::Invalid(format!("parity chunk {index} of object {} out of range", self.id))
         })?;

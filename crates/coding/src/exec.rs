@@ -400,7 +400,7 @@ pub fn needs(me: usize, plan: &mut CodingPlan, topology: Topology) -> Result<Nee
 
 /// Performs participant `me`'s steps of every row of `plan`, calling `progress(rows_done,
 /// rows_total)` after each row. Fails on the first error of a link, a local read or write,
-/// or a message of the wrong size.
+/// or a message of the wrong size; refuses a chunk of 0 bytes.
 pub fn run_participant<E: From<CodingError>>(
     me: usize,
     plan: &mut CodingPlan,
@@ -410,6 +410,9 @@ pub fn run_participant<E: From<CodingError>>(
     chunks: &mut dyn Chunks<E>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ExecStats, E> {
+    if chunk == 0 {
+        return Err(CodingError::Invalid("a coding task with 0-byte chunks".into()).into());
+    }
     let rows = plan.geometry().rows();
     let mut participant = Participant {
         me,

@@ -12,6 +12,14 @@
 //! rows of every `n`.
 
 use crate::config::Layout;
+use crate::CodingError;
+
+/// Most chunks a member's data shard may have. Every chunk's checksum travels in one control
+/// frame (a participant's task report after an encode, the object record of a decode task),
+/// and a 64 MiB frame holds far fewer than this many, so no object a cluster can code is
+/// refused; a larger count only comes from a malformed task, and would make a participant
+/// walk (and allocate checksums for) billions of rows.
+pub const MAX_DATA_CHUNKS: u64 = 1 << 24;
 
 /// The row structure of one coded object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,8 +39,28 @@ pub struct Geometry {
 }
 
 impl Geometry {
+    /// [`Geometry::new`] for a shape from outside (a peer's task): refuses `k` or `m` of 0,
+    /// more than [`eckpt_codec::MAX_SHARDS`] members and more than [`MAX_DATA_CHUNKS`]
+    /// chunks instead of building something absurd.
+    pub fn try_new(layout: Layout, k: usize, m: usize, data_chunks: u64) -> Result<Geometry, CodingError> {
+        if k == 0 || m == 0 || k.saturating_add(m) > eckpt_codec::MAX_SHARDS {
+            return Err(CodingError::Invalid(format!(
+                "a group of k={k} m={m}: need k ≥ 1, m ≥ 1 and k + m ≤ {}",
+                eckpt_codec::MAX_SHARDS
+            )));
+        }
+        if data_chunks > MAX_DATA_CHUNKS {
+            return Err(CodingError::Invalid(format!(
+                "{data_chunks} chunks per data shard, at most {MAX_DATA_CHUNKS}"
+            )));
+        }
+        Ok(Geometry::new(layout, k, m, data_chunks))
+    }
+
     /// The geometry for a group of `k + m` members whose longest data shard has
-    /// `data_chunks` chunks.
+    /// `data_chunks` chunks. For shapes the caller has checked (a validated
+    /// [`CodingConfig`](crate::CodingConfig), a group formed from one); a shape read from a
+    /// message goes through [`Geometry::try_new`].
     pub fn new(layout: Layout, k: usize, m: usize, data_chunks: u64) -> Geometry {
         let n = k + m;
         let holders: Vec<Vec<usize>> = match layout {
@@ -104,7 +132,8 @@ impl Geometry {
         self.holders[self.slot(row).1][shard]
     }
 
-    /// The shard `member` holds in `row`.
+    /// The shard `member` holds in `row`. `member` must be below [`Geometry::members`], as
+    /// for every method taking a member or a shard.
     pub fn shard_at(&self, row: u64, member: usize) -> usize {
         let slot = self.slot(row).1;
         self.holders[slot]
@@ -224,6 +253,21 @@ mod tests {
             assert!(g.holds_data(member));
         }
         check_consistency(&g);
+    }
+
+    #[test]
+    fn shapes_from_outside_are_checked() {
+        assert!(Geometry::try_new(Layout::Rotated, 4, 2, 10).is_ok());
+        for (k, m, chunks) in [
+            (0, 2, 1),
+            (4, 0, 1),
+            (200, 100, 1),
+            (usize::MAX, 1, 1),
+            (4, 2, u64::MAX),
+        ] {
+            let err = Geometry::try_new(Layout::Rotated, k, m, chunks).unwrap_err();
+            assert!(matches!(err, CodingError::Invalid(_)), "{k}+{m}, {chunks}: {err}");
+        }
     }
 
     #[test]

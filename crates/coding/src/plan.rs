@@ -13,7 +13,7 @@
 //! source, and `out`, the outputs it is delivered or computes as a holder (kept apart
 //! because in a decode a source can also be the rebuild target).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use eckpt_codec::{Code, Decoder};
 
@@ -298,36 +298,59 @@ pub struct CodingPlan {
 
 impl CodingPlan {
     /// A plan for `work` on the object described by `geometry`, coded with `code`, where
-    /// member `i` is participant `members[i]`.
+    /// member `i` is participant `members[i]`. The work comes from a peer's task, so it is
+    /// checked here and a malformed one refused: members out of range or listed twice, more
+    /// unavailable members than the code tolerates, a rebuilt member that is not unavailable,
+    /// two members on one participant, or a member whose shard the work reads or writes
+    /// without a participant.
     pub fn new(
         geometry: Geometry,
         code: Code,
         members: Vec<Option<usize>>,
         work: Work,
     ) -> Result<CodingPlan, CodingError> {
-        if members.len() != geometry.members() || code.k() != geometry.k() || code.m() != geometry.m() {
-            return Err(CodingError::Invalid(format!(
+        let invalid = |why: String| Err(CodingError::Invalid(why));
+        let (n, m) = (geometry.members(), geometry.m());
+        if members.len() != n || code.k() != geometry.k() || code.m() != m {
+            return invalid(format!(
                 "plan for {} members with a {}+{} code over a {}+{} geometry",
                 members.len(),
                 code.k(),
                 code.m(),
                 geometry.k(),
-                geometry.m()
-            )));
+                m
+            ));
         }
-        if let Work::Decode { unavailable, rebuild } = &work {
-            if unavailable.len() > geometry.m() {
-                return Err(CodingError::Invalid(format!(
-                    "{} members unavailable, the code tolerates {}",
-                    unavailable.len(),
-                    geometry.m()
-                )));
+        let mut participants = HashSet::new();
+        if let Some(p) = members.iter().flatten().find(|&&p| !participants.insert(p)) {
+            return invalid(format!("participant {p} stands for two members"));
+        }
+        let unavailable: &[usize] = match &work {
+            Work::Encode => &[],
+            Work::Decode { unavailable, rebuild } => {
+                if let Some(u) = unavailable.iter().find(|&&u| u >= n) {
+                    return invalid(format!("unavailable member {u} outside the group of {n}"));
+                }
+                if has_duplicate(unavailable.iter()) {
+                    return invalid(format!("unavailable members {unavailable:?} repeat"));
+                }
+                if unavailable.len() > m {
+                    return invalid(format!(
+                        "{} members unavailable, the code tolerates {m}",
+                        unavailable.len()
+                    ));
+                }
+                if let Some((lost, _)) = rebuild.iter().find(|(l, _)| !unavailable.contains(l)) {
+                    return invalid(format!("member {lost} is rebuilt but not marked unavailable"));
+                }
+                if has_duplicate(rebuild.iter().map(|(l, _)| l)) {
+                    return invalid("a member is rebuilt twice".into());
+                }
+                unavailable
             }
-            if let Some((lost, _)) = rebuild.iter().find(|(l, _)| !unavailable.contains(l)) {
-                return Err(CodingError::Invalid(format!(
-                    "member {lost} is rebuilt but not marked unavailable"
-                )));
-            }
+        };
+        if let Some(x) = (0..n).find(|x| !unavailable.contains(x) && members[*x].is_none()) {
+            return invalid(format!("member {x} is read or written but has no participant"));
         }
         Ok(CodingPlan {
             geometry,
@@ -343,21 +366,26 @@ impl CodingPlan {
         &self.geometry
     }
 
-    fn participant(&self, member: usize) -> usize {
-        self.members[member].expect("a member that takes part in the row has a participant")
+    fn participant(&self, member: usize) -> Result<usize, CodingError> {
+        self.members
+            .get(member)
+            .copied()
+            .flatten()
+            .ok_or_else(|| inconsistent(format!("member {member} has no participant")))
     }
 
-    fn input(&self, row: u64, shard: usize) -> Source {
-        let member = self.geometry.holder(row, shard);
-        let input = if shard < self.geometry.k() {
-            Input::Data(self.geometry.data_chunk(row, member).expect("data holder"))
+    fn input(&self, row: u64, shard: usize) -> Result<Source, CodingError> {
+        let g = &self.geometry;
+        let member = g.holder(row, shard);
+        let input = if shard < g.k() {
+            Input::Data(data_chunk(g, row, member)?)
         } else {
-            Input::Parity(self.geometry.parity_chunk(row, member).expect("parity holder"))
+            Input::Parity(parity_chunk(g, row, member)?)
         };
-        Source {
-            node: self.participant(member),
+        Ok(Source {
+            node: self.participant(member)?,
             input,
-        }
+        })
     }
 
     /// The plan of `row`, or `None` when the row has nothing to compute (a decode row where
@@ -367,17 +395,17 @@ impl CodingPlan {
         let (k, m) = (g.k(), g.m());
         match &self.work {
             Work::Encode => {
-                let sources = (0..k).map(|l| self.input(row, l)).collect();
+                let sources = (0..k).map(|l| self.input(row, l)).collect::<Result<_, _>>()?;
                 let outputs = (k..k + m)
                     .map(|shard| {
                         let member = g.holder(row, shard);
-                        Output {
-                            node: self.participant(member),
+                        Ok(Output {
+                            node: self.participant(member)?,
                             stream: member,
-                            chunk: g.parity_chunk(row, member).expect("parity holder"),
-                        }
+                            chunk: parity_chunk(g, row, member)?,
+                        })
                     })
-                    .collect();
+                    .collect::<Result<_, CodingError>>()?;
                 Ok(Some(RowPlan {
                     row,
                     sources,
@@ -406,20 +434,22 @@ impl CodingPlan {
                         d
                     }
                 };
-                let sources = decoder.survivors().iter().map(|&s| self.input(row, s)).collect();
+                let sources = decoder
+                    .survivors()
+                    .iter()
+                    .map(|&s| self.input(row, s))
+                    .collect::<Result<_, _>>()?;
                 let mut outputs = Vec::with_capacity(wanted.len());
                 let mut coef = Vec::with_capacity(wanted.len() * k);
                 for (shard, member, target) in wanted {
-                    let at = decoder
-                        .erased()
-                        .iter()
-                        .position(|&e| e == shard)
-                        .expect("a rebuilt member's shard is erased");
+                    let at = decoder.erased().iter().position(|&e| e == shard).ok_or_else(|| {
+                        inconsistent(format!("rebuilt member {member} is not erased in row {row}"))
+                    })?;
                     coef.extend_from_slice(&decoder.map().coefficients()[at * k..(at + 1) * k]);
                     outputs.push(Output {
                         node: target,
                         stream: member,
-                        chunk: g.data_chunk(row, member).expect("data holder"),
+                        chunk: data_chunk(g, row, member)?,
                     });
                 }
                 Ok(Some(RowPlan {
@@ -431,6 +461,27 @@ impl CodingPlan {
             }
         }
     }
+}
+
+/// A plan that contradicts its own geometry: [`CodingPlan::new`] refuses the tasks that
+/// could lead here, so this is a bug, reported instead of a panic.
+fn inconsistent(what: String) -> CodingError {
+    CodingError::Invalid(format!("inconsistent coding plan: {what}"))
+}
+
+fn data_chunk(g: &Geometry, row: u64, member: usize) -> Result<u64, CodingError> {
+    g.data_chunk(row, member)
+        .ok_or_else(|| inconsistent(format!("member {member} holds no data in row {row}")))
+}
+
+fn parity_chunk(g: &Geometry, row: u64, member: usize) -> Result<u64, CodingError> {
+    g.parity_chunk(row, member)
+        .ok_or_else(|| inconsistent(format!("member {member} holds no parity in row {row}")))
+}
+
+fn has_duplicate<'a>(mut items: impl Iterator<Item = &'a usize>) -> bool {
+    let mut seen = HashSet::new();
+    items.any(|x| !seen.insert(*x))
 }
 
 #[cfg(test)]
@@ -523,5 +574,61 @@ mod tests {
             }
         }
         assert_eq!(computed, g.data_chunks(1));
+    }
+
+    #[test]
+    fn malformed_work_is_refused() {
+        let g = Geometry::new(crate::config::Layout::Rotated, 3, 2, 6);
+        let code = Code::new(CodeKind::Cauchy, 3, 2).unwrap();
+        let all: Vec<Option<usize>> = (0..5).map(Some).collect();
+        let decode =
+            |unavailable: Vec<usize>, rebuild: Vec<(usize, usize)>| Work::Decode { unavailable, rebuild };
+        let mut without_1 = all.clone();
+        without_1[1] = None;
+        let mut twice = all.clone();
+        twice[4] = Some(0);
+        let cases: Vec<(Vec<Option<usize>>, Work, &str)> = vec![
+            (all[..4].to_vec(), Work::Encode, "plan for 4 members"),
+            (twice, Work::Encode, "participant 0 stands for two members"),
+            (without_1.clone(), Work::Encode, "member 1 is read or written"),
+            (all.clone(), decode(vec![5], vec![(5, 0)]), "outside the group"),
+            (all.clone(), decode(vec![usize::MAX], vec![]), "outside the group"),
+            (all.clone(), decode(vec![1, 1], vec![(1, 0)]), "repeat"),
+            (
+                all.clone(),
+                decode(vec![0, 1, 2], vec![(1, 0)]),
+                "3 members unavailable",
+            ),
+            (
+                all.clone(),
+                decode(vec![1], vec![(2, 0)]),
+                "member 2 is rebuilt but not",
+            ),
+            (
+                all.clone(),
+                decode(vec![1, 2], vec![(1, 0), (1, 3)]),
+                "rebuilt twice",
+            ),
+            (
+                without_1.clone(),
+                decode(vec![2], vec![(2, 0)]),
+                "member 1 is read or written",
+            ),
+        ];
+        for (members, work, expected) in cases {
+            let err = match CodingPlan::new(g.clone(), code.clone(), members, work.clone()) {
+                Ok(_) => panic!("{work:?} accepted"),
+                Err(e) => e,
+            };
+            assert!(
+                matches!(&err, CodingError::Invalid(why) if why.contains(expected)),
+                "{work:?}: {err}, expected {expected:?}"
+            );
+        }
+        // An unavailable member needs no participant.
+        let mut plan = CodingPlan::new(g.clone(), code, without_1, decode(vec![1], vec![(1, 7)])).unwrap();
+        for row in 0..g.rows() {
+            plan.row(row).unwrap();
+        }
     }
 }

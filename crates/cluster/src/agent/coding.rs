@@ -97,10 +97,9 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
                 agent.info.name, task.task
             ))
         })?;
-    let group = &task.group;
-    let n = group.k + group.m;
-    let geometry = Geometry::new(task.coding.layout, group.k, group.m, task.object.data_chunks);
-    let code = Code::new(task.coding.code, group.k, group.m)?;
+    let geometry = task.check()?;
+    let n = geometry.members();
+    let code = Code::new(task.coding.code, geometry.k(), geometry.m())?;
     let members: Vec<Option<usize>> = (0..n).map(|i| task.participants[i].as_ref().map(|_| i)).collect();
     let work = match &task.decode {
         Some(spec) => Work::Decode {

@@ -157,13 +157,19 @@ impl TaskLinks {
 
 impl Links<ClusterError> for TaskLinks {
     fn send(&mut self, to: usize, message: Vec<u8>) -> Result<(), ClusterError> {
-        let (tx, failure) = &self.out[&to];
+        let (tx, failure) = self
+            .out
+            .get(&to)
+            .ok_or_else(|| ClusterError::Invalid(format!("no link to participant {to}")))?;
         tx.blocking_send(message)
             .map_err(|_| failure_of(failure, &self.names[&to], "connection"))
     }
 
     fn recv(&mut self, from: usize) -> Result<Vec<u8>, ClusterError> {
-        let (rx, failure) = self.inp.get_mut(&from).expect("a link was opened from this peer");
+        let (rx, failure) = self
+            .inp
+            .get_mut(&from)
+            .ok_or_else(|| ClusterError::Invalid(format!("no link from participant {from}")))?;
         rx.blocking_recv()
             .ok_or_else(|| failure_of(failure, &self.names[&from], "stream"))
     }

@@ -199,6 +199,16 @@ async fn serve(
 ) -> Result<(), ClusterError> {
     match conn.recv_control::<Hello>().await? {
         Hello::Peer { task, from, phase } => {
+            // A participant index is a member or an extra rebuild target (at most one per
+            // member), a phase a parity index: anything larger belongs to no task.
+            if from >= 2 * eckpt_codec::MAX_SHARDS || phase as usize >= eckpt_codec::MAX_SHARDS {
+                let why = format!("peer stream of task {task} from participant {from} in phase {phase}");
+                conn.send_control(&AgentResponse::Error(WireError::from(&ClusterError::Invalid(
+                    format!("refused: {why}"),
+                ))))
+                .await?;
+                return Err(ClusterError::Protocol(why));
+            }
             let (reader, _writer) = conn.into_split();
             agent.inbox.put(task, phase, from, reader);
             Ok(())
@@ -224,9 +234,32 @@ async fn serve(
     }
 }
 
-/// Receives `len` bytes of data frames.
+/// Refuses to take in `len` bytes (`what`) that could not be held: what a peer announces is
+/// held whole in memory before the store writes it, so more than the node's memory can
+/// never be received.
+fn check_announced(what: &str, len: u64) -> Result<(), ClusterError> {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let memory = u64::try_from(pages)
+        .unwrap_or(0)
+        .saturating_mul(u64::try_from(page).unwrap_or(0));
+    if memory > 0 && len > memory {
+        return Err(ClusterError::Invalid(format!(
+            "{what} of {len} bytes announced, more than this node's {memory} bytes of memory"
+        )));
+    }
+    Ok(())
+}
+
+/// Receives `len` bytes of data frames. Memory grows with what arrives, never with what was
+/// announced.
 async fn recv_bytes(conn: &mut Connection, len: u64) -> Result<Vec<u8>, ClusterError> {
-    let mut out = Vec::with_capacity(len as usize);
+    let mut out = Vec::with_capacity(len.min(DATA_FRAME as u64) as usize);
     let mut buf = Vec::new();
     while (out.len() as u64) < len {
         conn.recv_data(&mut buf).await?;
@@ -302,6 +335,7 @@ async fn handle(
             item,
             len,
         } => {
+            check_announced(&format!("rank {rank} item {item:?}"), len)?;
             let content = recv_bytes(conn, len).await?;
             blocking(move || a.put_rank(rank, epoch, &item, &content)).await?;
             let mut coord = open(agent.coordinator(), &agent.secret, &Hello::Control).await?;
@@ -323,6 +357,8 @@ async fn handle(
             }
         }
         AgentRequest::ImportRank { rank, epoch, items } => {
+            let total = items.iter().try_fold(0u64, |sum, (_, len)| sum.checked_add(*len));
+            check_announced(&format!("image of rank {rank}"), total.unwrap_or(u64::MAX))?;
             let mut image = Image::default();
             for (name, len) in items {
                 image.items.insert(name, recv_bytes(conn, len).await?);

@@ -215,7 +215,9 @@ impl Agent {
             if let Some(parent) = path.parent() {
                 let _ = std::fs::remove_dir(parent);
             }
-            let shard = &record.shards[member];
+            let shard = record.shards.get(member).ok_or_else(|| {
+                ClusterError::Invalid(format!("object {} has no member {member}", record.id))
+            })?;
             let chunk = record.chunk as usize;
             for (q, expected) in shard.crcs.iter().enumerate() {
                 let piece = bytes.get(q * chunk..(q + 1) * chunk).ok_or_else(|| {
@@ -228,10 +230,21 @@ impl Agent {
                     )));
                 }
             }
+            let data = usize::try_from(shard.len)
+                .ok()
+                .and_then(|len| bytes.get(..len))
+                .ok_or_else(|| {
+                    ClusterError::Invalid(format!(
+                        "member {member} of object {} is {} bytes long, the rebuilt shard {}",
+                        record.id,
+                        shard.len,
+                        bytes.len()
+                    ))
+                })?;
             match record.kind {
-                ObjectKind::Image => images = shard.layout.images(&bytes[..shard.len as usize])?,
+                ObjectKind::Image => images = shard.layout.images(data)?,
                 ObjectKind::Stripe { .. } => {
-                    for delta in crate::shard::parse_stripe_blob(&bytes[..shard.len as usize])? {
+                    for delta in crate::shard::parse_stripe_blob(data)? {
                         chain.apply_delta(delta.rank, &delta.encode()?)?;
                     }
                 }

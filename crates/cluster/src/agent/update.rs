@@ -102,7 +102,7 @@ impl Part {
                 ClusterError::Invalid(format!("{} is not in update task {}", agent.info.name, task.task))
             })?;
         let (k, m) = (task.group.k, task.group.m);
-        let geometry = Geometry::new(task.coding.layout, k, m, task.object.data_chunks);
+        let geometry = task.check()?;
         let generator = Code::new(task.coding.code, k, m)?.generator().to_vec();
         let phases = Phases::new(&geometry, task.coding.topology, me);
         let part = Part {
@@ -445,7 +445,10 @@ impl Stage {
                     "update record for row {row} shard {shard} sent to the wrong member"
                 )));
             }
-            let pc = self.geometry.parity_chunk(row, self.me).expect("parity holder");
+            let pc = self
+                .geometry
+                .parity_chunk(row, self.me)
+                .ok_or_else(|| ClusterError::Protocol(format!("no parity of row {row} here")))?;
             let coefficient = self.generator[(k + p) * k + shard as usize];
             self.add(pc, offset, coefficient, bytes)?;
             if relay {
