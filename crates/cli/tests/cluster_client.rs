@@ -89,19 +89,7 @@ fn a_restart_that_meets_a_damaged_block_says_how_to_rebuild_it_and_recover_does(
     assert_eq!(ranks[0].wait().unwrap(), Some(1));
     drop(ranks);
     // Flip a bit of rank 1's committed image on its node.
-    let node = c.status_placement(1);
-    let rank_dir = c.dir.join("nodes").join(&node).join("store").join("rank.1");
-    let epoch_dir = std::fs::read_dir(&rank_dir)
-        .unwrap()
-        .flatten()
-        .find(|e| e.file_name().to_string_lossy().starts_with("epoch-"))
-        .unwrap()
-        .path();
-    let data_file = epoch_dir.join("data");
-    let mut on_disk = std::fs::read(&data_file).unwrap();
-    let middle = on_disk.len() / 2;
-    on_disk[middle] ^= 0x40;
-    std::fs::write(&data_file, on_disk).unwrap();
+    c.corrupt_rank_block(1, 30_000);
 
     let mut restored = vec![0u8; memory[1].len()];
     let mut ck = checkpointer(&c, 1);

@@ -60,26 +60,8 @@ fn silent_corruption_is_found_and_repaired() {
     let d = data(3, 7);
     epoch_of(&mut c, &d);
     // Flip a byte in a stored block of rank 1 and in a parity file.
-    let node = c.status()["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["ranks"].as_array().unwrap().contains(&1.into()))
-        .unwrap()["name"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let rank_dir = c.dir.join("nodes").join(&node).join("store").join("rank.1");
-    let epoch_dir = std::fs::read_dir(&rank_dir)
-        .unwrap()
-        .flatten()
-        .find(|e| e.file_name().to_string_lossy().starts_with("epoch-"))
-        .unwrap()
-        .path();
-    let data_file = epoch_dir.join("data");
-    let mut bytes_on_disk = std::fs::read(&data_file).unwrap();
-    bytes_on_disk[5000] ^= 0x40;
-    std::fs::write(&data_file, bytes_on_disk).unwrap();
+    let node = c.status_placement(1);
+    c.corrupt_rank_block(1, 5000);
     let err = c.restore(1).unwrap_err();
     assert!(
         err.contains("checksum"),

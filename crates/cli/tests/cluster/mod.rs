@@ -224,6 +224,28 @@ impl Cluster {
         }
     }
 
+    /// Flips one bit of byte `byte` of the data file of rank `rank`'s committed epoch on
+    /// the node that hosts it: silent corruption of a stored block.
+    pub fn corrupt_rank_block(&self, rank: u64, byte: usize) {
+        let node = self.status_placement(rank);
+        let rank_dir = self
+            .dir
+            .join("nodes")
+            .join(&node)
+            .join("store")
+            .join(format!("rank.{rank}"));
+        let epoch_dir = std::fs::read_dir(&rank_dir)
+            .unwrap()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with("epoch-"))
+            .unwrap()
+            .path();
+        let data_file = epoch_dir.join("data");
+        let mut on_disk = std::fs::read(&data_file).unwrap();
+        on_disk[byte] ^= 0x40;
+        std::fs::write(&data_file, on_disk).unwrap();
+    }
+
     pub fn kill(&self, node: &str, wipe: bool) {
         let mut args = vec!["kill-node", "--dir", self.d(), node];
         if wipe {
