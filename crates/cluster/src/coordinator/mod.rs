@@ -4,6 +4,7 @@
 //! is a journal rewritten atomically on every decision, so a restarted coordinator resumes.
 
 mod blame;
+mod encode_plan;
 mod epoch;
 mod journal_file;
 mod protection;
