@@ -8,6 +8,7 @@ use std::time::Instant;
 use tokio::task::JoinSet;
 
 use super::encode_plan::{participants, plan_encode, Choice, EncodePlan, Encoded};
+use super::epoch_state::outcome;
 use super::protection::check_protection;
 use super::Coordinator;
 use crate::debug::pause_point_async;
@@ -155,13 +156,8 @@ impl Coordinator {
             .await;
         let encode_seconds = started.elapsed().as_secs_f64();
         let mut outcome = EpochOutcome {
-            epoch,
-            committed: false,
-            reason: None,
             encode_seconds,
-            kinds: Vec::new(),
-            bytes_sent: BTreeMap::new(),
-            shard_bytes: 0,
+            ..outcome(epoch, false, None)
         };
         let mut encoded = Vec::new();
         for r in results {
