@@ -2,6 +2,11 @@
 //! heartbeats), places ranks, runs each epoch's encode across every group and commits it by
 //! two-phase commit (the journal write is the commit point), and runs recovery. Its state
 //! is a journal rewritten atomically on every decision, so a restarted coordinator resumes.
+//!
+//! Here: the shared state, the listeners and the request dispatch. `sessions` tracks the
+//! agents' liveness; `epoch_state` is the epoch state machine and `epoch` runs an epoch's
+//! encode and commit, planned by `encode_plan`; `recovery` executes what `recovery_plan`
+//! decides.
 
 mod blame;
 mod encode_plan;
@@ -18,7 +23,7 @@ pub use epoch_state::OPEN_WAIT;
 pub use sessions::DEAD_AFTER;
 pub use state::{form_groups, natural_key, Journal, NodeEntry};
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -28,8 +33,8 @@ use tokio::task::JoinSet;
 
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
-    AgentRequest, AgentResponse, CoordRequest, CoordResponse, GroupStatus, Hello, NodeInfo, NodeStatus,
-    StatusReport,
+    AgentRequest, AgentResponse, CoordRequest, CoordResponse, GroupRecord, GroupStatus, Hello, NodeInfo,
+    NodeStatus, StatusReport,
 };
 use eckpt_cluster_api::net::{accept_loop, call, host_identity, next_request, node_error, open_node};
 use eckpt_cluster_api::{ClusterError, WireError};
@@ -60,6 +65,22 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
+    /// A coordinator resuming `journal`: no agent alive yet, its next epoch open.
+    fn new(dir: ClusterDir, secret: ClusterSecret, journal: Journal) -> Coordinator {
+        let open = journal.next_epoch;
+        Coordinator {
+            dir,
+            secret,
+            host: host_identity(),
+            journal: std::sync::Mutex::new(journal),
+            live: std::sync::Mutex::new(HashMap::new()),
+            epochs: std::sync::Mutex::new(EpochState::new(open)),
+            changed: Notify::new(),
+            op: tokio::sync::Mutex::new(()),
+            next_session: 1.into(),
+        }
+    }
+
     fn save(&self, journal: &Journal) -> Result<(), ClusterError> {
         journal.save(&self.dir.journal())
     }
@@ -126,44 +147,9 @@ impl Coordinator {
         let nodes = journal
             .nodes
             .iter()
-            .map(|(name, entry)| NodeStatus {
-                name: name.clone(),
-                alive: alive.contains_key(name),
-                addr: entry
-                    .info
-                    .as_ref()
-                    .map(|i| match &i.tcp {
-                        Endpoint::Tcp { host, port } => format!("{host}:{port}"),
-                        other => other.to_string(),
-                    })
-                    .unwrap_or_default(),
-                ranks: journal.ranks_on(name),
-                spare: entry.spare,
-                group: journal
-                    .group_of(name)
-                    .map(|(g, pos)| (journal.groups[g].group.id, pos)),
-                removed: entry.removed,
-            })
+            .map(|(name, entry)| node_status(&journal, &alive, name, entry))
             .collect();
-        let groups = journal
-            .groups
-            .iter()
-            .map(|g| GroupStatus {
-                id: g.group.id,
-                k: g.group.k,
-                m: g.group.m,
-                members: g.group.members.clone(),
-                lost: g
-                    .group
-                    .members
-                    .iter()
-                    .filter(|m| !alive.contains_key(*m))
-                    .cloned()
-                    .collect(),
-                protected_epoch: g.objects.last().map_or(0, |o| o.version),
-                objects: g.objects.len(),
-            })
-            .collect();
+        let groups = journal.groups.iter().map(|g| group_status(g, &alive)).collect();
         StatusReport {
             coding: journal.coding,
             committed_epoch: journal.committed,
@@ -199,6 +185,52 @@ impl Coordinator {
     }
 }
 
+/// One node's line in `eckpt status`.
+fn node_status(
+    journal: &Journal,
+    alive: &BTreeMap<String, NodeInfo>,
+    name: &str,
+    entry: &NodeEntry,
+) -> NodeStatus {
+    NodeStatus {
+        name: name.to_string(),
+        alive: alive.contains_key(name),
+        addr: entry
+            .info
+            .as_ref()
+            .map(|i| match &i.tcp {
+                Endpoint::Tcp { host, port } => format!("{host}:{port}"),
+                other => other.to_string(),
+            })
+            .unwrap_or_default(),
+        ranks: journal.ranks_on(name),
+        spare: entry.spare,
+        group: journal
+            .group_of(name)
+            .map(|(g, pos)| (journal.groups[g].group.id, pos)),
+        removed: entry.removed,
+    }
+}
+
+/// One group's line in `eckpt status`.
+fn group_status(g: &GroupRecord, alive: &BTreeMap<String, NodeInfo>) -> GroupStatus {
+    GroupStatus {
+        id: g.group.id,
+        k: g.group.k,
+        m: g.group.m,
+        members: g.group.members.clone(),
+        lost: g
+            .group
+            .members
+            .iter()
+            .filter(|m| !alive.contains_key(*m))
+            .cloned()
+            .collect(),
+        protected_epoch: g.objects.last().map_or(0, |o| o.version),
+        objects: g.objects.len(),
+    }
+}
+
 /// Runs the coordinator until told to shut down.
 pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
     let dir = ClusterDir::new(&options.dir)?;
@@ -222,18 +254,7 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
         &dir.cluster_file(),
         &serde_json::to_vec_pretty(&cluster).expect("cluster.json serializes"),
     )?;
-    let open = journal.next_epoch;
-    let coord = Arc::new(Coordinator {
-        dir: dir.clone(),
-        secret,
-        host: host_identity(),
-        journal: std::sync::Mutex::new(journal),
-        live: std::sync::Mutex::new(HashMap::new()),
-        epochs: std::sync::Mutex::new(EpochState::new(open)),
-        changed: Notify::new(),
-        op: tokio::sync::Mutex::new(()),
-        next_session: 1.into(),
-    });
+    let coord = Arc::new(Coordinator::new(dir.clone(), secret, journal));
     eckpt_cluster_api::dirs::write_atomic(
         &ClusterDir::pid_file(&dir.coordinator()),
         std::process::id().to_string().as_bytes(),
