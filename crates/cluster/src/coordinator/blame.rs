@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{Coordinator, DEAD_AFTER};
+use super::Coordinator;
 use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, NodeInfo};
 use eckpt_cluster_api::ClusterError;
 
@@ -38,19 +38,6 @@ pub(super) fn root_cause(
 }
 
 impl Coordinator {
-    /// Why `node` is not alive, or `None` if it is.
-    fn not_alive(&self, node: &str) -> Option<String> {
-        let live = self.live.lock().expect("live lock");
-        match live.get(node) {
-            None => Some("down: its agent is gone".into()),
-            Some(l) if l.last_seen.elapsed() >= DEAD_AFTER => Some(format!(
-                "stopped responding (no heartbeat for {} s)",
-                DEAD_AFTER.as_secs()
-            )),
-            Some(_) => None,
-        }
-    }
-
     /// Sends task `task`'s requests and waits for every answer. A participant whose agent
     /// is gone while the task runs gets the task cancelled at the others (they would wait
     /// for its streams); the coordinator still waits for every answer, so no participant
@@ -67,13 +54,7 @@ impl Coordinator {
         tokio::pin!(answers);
         let gone = async {
             loop {
-                let live = self
-                    .live
-                    .lock()
-                    .expect("live lock")
-                    .keys()
-                    .cloned()
-                    .collect::<Vec<_>>();
+                let live = self.in_session();
                 if let Some(n) = nodes.iter().find(|n| !live.contains(&n.name)) {
                     return n.name.clone();
                 }

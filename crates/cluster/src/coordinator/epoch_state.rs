@@ -1,0 +1,317 @@
+//! The epoch state machine: ranks open the epoch (`OpenEpoch`), write it and say so
+//! (`RankReady`); the last rank starts its encode (`epoch.rs`), whose outcome opens the
+//! next one. An aborted epoch is dropped everywhere and never reused.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Coordinator;
+use eckpt_cluster_api::msg::{AgentRequest, CoordResponse, EpochOutcome, NodeInfo};
+use eckpt_cluster_api::ClusterError;
+
+/// How long `OpenEpoch` waits for a rank's previous epoch to be decided before it gives up
+/// with an error: long enough for the other ranks to reach their checkpoint and for the
+/// encode, bounded so that a rank whose peers never come does not hang without a word.
+pub const OPEN_WAIT: Duration = Duration::from_secs(600);
+
+/// Ranks' progress through the open epoch.
+pub(super) struct EpochState {
+    /// The epoch ranks write now.
+    pub open: u64,
+    /// Ranks that wrote it, and their nodes.
+    pub ready: BTreeMap<u32, String>,
+    /// Whether its encode and commit are running.
+    pub running: bool,
+    /// Decided epochs.
+    pub outcomes: BTreeMap<u64, EpochOutcome>,
+}
+
+impl EpochState {
+    /// Epoch `open` open, no rank ready yet.
+    pub fn new(open: u64) -> EpochState {
+        EpochState {
+            open,
+            ready: BTreeMap::new(),
+            running: false,
+            outcomes: BTreeMap::new(),
+        }
+    }
+
+    /// Whether `rank` has written the open epoch (it is ready, or the epoch is being
+    /// committed, which needs every rank).
+    fn wrote(&self, rank: u32) -> bool {
+        self.ready.contains_key(&rank) || self.running
+    }
+
+    /// The epoch an `OpenEpoch` of `rank` is for: the open one, or the next one when the
+    /// rank already wrote the open one (the call then waits for the decision). An explicit
+    /// `expected` epoch never waits: it must be open and not yet written by the rank.
+    fn target(&self, rank: u32, expected: Option<u64>) -> Result<u64, ClusterError> {
+        let wrote = self.wrote(rank);
+        match expected {
+            Some(e) if e == self.open && wrote => Err(ClusterError::Invalid(format!(
+                "rank {rank} already wrote epoch {e}{}: its next checkpoint is epoch {}",
+                if self.running {
+                    " (being committed)"
+                } else {
+                    " (waiting for the other ranks)"
+                },
+                e + 1
+            ))),
+            Some(e) if e != self.open => Err(ClusterError::Invalid(format!(
+                "epoch {e} is not open (ranks write epoch {}{})",
+                self.open,
+                if wrote {
+                    format!("; rank {rank} already wrote it")
+                } else {
+                    String::new()
+                }
+            ))),
+            Some(e) => Ok(e),
+            None => Ok(self.open + u64::from(wrote)),
+        }
+    }
+
+    /// Whether `rank` may now write `target`: `Some(Ok)` yes, `Some(Err)` never (a later
+    /// epoch opened, or another checkpoint of the rank wrote it), `None` not yet.
+    fn opened(&self, rank: u32, target: u64) -> Option<Result<(), ClusterError>> {
+        if self.open == target && !self.wrote(rank) {
+            return Some(Ok(()));
+        }
+        if self.open < target {
+            return None;
+        }
+        Some(Err(ClusterError::Invalid(if self.open > target {
+            format!(
+                "rank {rank} waited to write epoch {target}, but epoch {} opened meanwhile: not writing a later epoch than the one asked for",
+                self.open
+            )
+        } else {
+            format!("rank {rank} waited to write epoch {target}, but another checkpoint of rank {rank} wrote it meanwhile")
+        })))
+    }
+}
+
+/// The outcome of an epoch decided without an encode (or before one ran).
+pub(super) fn outcome(epoch: u64, committed: bool, reason: Option<String>) -> EpochOutcome {
+    EpochOutcome {
+        epoch,
+        committed,
+        reason,
+        encode_seconds: 0.0,
+        kinds: Vec::new(),
+        bytes_sent: BTreeMap::new(),
+        shard_bytes: 0,
+    }
+}
+
+impl Coordinator {
+    /// `OpenEpoch`: places the rank if new; the rank's next epoch, once its previous one is
+    /// decided (waiting at most `OPEN_WAIT`). It never hands out a later epoch than the one
+    /// the call was for: two checkpoints of one rank racing, or an epoch aborted by
+    /// recovery while the call waited, give an error rather than a silently skipped epoch.
+    pub(super) async fn open_epoch(
+        self: &Arc<Self>,
+        rank: u32,
+        world: u32,
+        node: Option<String>,
+        expected: Option<u64>,
+    ) -> Result<CoordResponse, ClusterError> {
+        let alive = self.alive();
+        let target = self.epochs.lock().expect("epoch lock").target(rank, expected)?;
+        let name = self.place_rank(rank, world, node, &alive)?;
+        let info = alive.get(&name).cloned().ok_or_else(|| {
+            ClusterError::Invalid(format!(
+                "rank {rank} lives on {name}, which is down: run `eckpt recover`"
+            ))
+        })?;
+        self.wait_open(rank, target).await?;
+        Ok(CoordResponse::Opened {
+            epoch: target,
+            node: info,
+        })
+    }
+
+    /// The node hosting `rank`: where it lives, else `node` if it can host ranks, else the
+    /// least loaded alive data member. A new placement (or job size) is saved.
+    fn place_rank(
+        &self,
+        rank: u32,
+        world: u32,
+        node: Option<String>,
+        alive: &BTreeMap<String, NodeInfo>,
+    ) -> Result<String, ClusterError> {
+        let mut journal = self.journal.lock().expect("journal lock");
+        if let Some(w) = journal.world.filter(|&w| w != world) {
+            return Err(ClusterError::Invalid(format!(
+                "the job has {w} ranks; this checkpoint says {world}"
+            )));
+        }
+        if rank >= world {
+            return Err(ClusterError::Invalid(format!(
+                "rank {rank} outside a job of {world} ranks"
+            )));
+        }
+        let candidates: Vec<String> = journal
+            .members()
+            .into_iter()
+            .filter(|n| journal.holds_data(n) && alive.contains_key(n))
+            .collect();
+        let name = match (journal.placement.get(&rank), node) {
+            (Some(placed), Some(wanted)) if *placed != wanted => {
+                return Err(ClusterError::Invalid(format!(
+                    "rank {rank} lives on {placed}, not {wanted}"
+                )))
+            }
+            (Some(placed), _) => placed.clone(),
+            (None, Some(wanted)) if !candidates.contains(&wanted) => {
+                return Err(ClusterError::Invalid(format!(
+                    "node {wanted} cannot host ranks (not an alive data member of a group)"
+                )))
+            }
+            (None, Some(wanted)) => wanted,
+            (None, None) => journal
+                .least_loaded(&candidates, &BTreeMap::new())
+                .ok_or_else(|| ClusterError::Invalid("no alive node can host ranks".into()))?,
+        };
+        if journal.world != Some(world) || journal.placement.get(&rank) != Some(&name) {
+            journal.world = Some(world);
+            journal.placement.insert(rank, name.clone());
+            self.save(&journal)?;
+        }
+        Ok(name)
+    }
+
+    /// Waits until `rank` may write `target` (its previous epoch decided), at most `OPEN_WAIT`.
+    async fn wait_open(&self, rank: u32, target: u64) -> Result<(), ClusterError> {
+        let deadline = tokio::time::Instant::now() + OPEN_WAIT;
+        loop {
+            let notified = self.changed.notified();
+            if let Some(opened) = self.epochs.lock().expect("epoch lock").opened(rank, target) {
+                return opened;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(ClusterError::Invalid(format!(
+                    "rank {rank} already wrote epoch {}, still undecided after {} s: every rank must checkpoint it before rank {rank} can write epoch {target} (see `eckpt status`)",
+                    target - 1,
+                    OPEN_WAIT.as_secs()
+                )));
+            }
+        }
+    }
+
+    /// `RankReady`: records the rank; the last one starts the epoch's encode.
+    pub(super) fn rank_ready(
+        self: &Arc<Self>,
+        rank: u32,
+        epoch: u64,
+        node: String,
+    ) -> Result<(), ClusterError> {
+        let journal = self.snapshot();
+        if journal.placement.get(&rank) != Some(&node) {
+            return Err(ClusterError::Invalid(format!(
+                "rank {rank} does not live on {node}"
+            )));
+        }
+        let world = journal.world.unwrap_or(0);
+        let mut epochs = self.epochs.lock().expect("epoch lock");
+        if epoch != epochs.open || epochs.running {
+            return Err(ClusterError::Invalid(format!(
+                "epoch {epoch} is not open for checkpoints (open: {}{})",
+                epochs.open,
+                if epochs.running { ", being committed" } else { "" }
+            )));
+        }
+        epochs.ready.insert(rank, node);
+        if epochs.ready.len() as u32 == world {
+            epochs.running = true;
+            let coord = self.clone();
+            tokio::spawn(async move { coord.run_epoch(epoch).await });
+        }
+        drop(epochs);
+        self.changed.notify_waiters();
+        Ok(())
+    }
+
+    /// Records an epoch's outcome and opens the next one.
+    pub(super) fn finish_epoch(&self, outcome: EpochOutcome) {
+        let mut epochs = self.epochs.lock().expect("epoch lock");
+        epochs.open = outcome.epoch + 1;
+        epochs.ready.clear();
+        epochs.running = false;
+        epochs.outcomes.insert(outcome.epoch, outcome);
+        drop(epochs);
+        self.changed.notify_waiters();
+    }
+
+    /// `WaitEpoch`: the outcome of `epoch` once decided.
+    pub(super) async fn wait_epoch(&self, epoch: u64) -> EpochOutcome {
+        loop {
+            let notified = self.changed.notified();
+            {
+                let epochs = self.epochs.lock().expect("epoch lock");
+                if let Some(o) = epochs.outcomes.get(&epoch) {
+                    return o.clone();
+                }
+                if epoch < epochs.open {
+                    let committed = self.journal.lock().expect("journal lock").committed >= epoch;
+                    let reason = (!committed).then(|| "decided before the coordinator restarted".into());
+                    return outcome(epoch, committed, reason);
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Decides `epoch` aborted: the next epoch gets a new number, and every alive agent drops
+    /// what it prepared (an agent that misses this resolves it when it registers again).
+    pub(super) async fn abort_everywhere(&self, epoch: u64) {
+        let _ = self.update(|j| j.next_epoch = epoch + 1);
+        let requests = self
+            .alive()
+            .into_values()
+            .map(|n| (n, AgentRequest::Abort { epoch }))
+            .collect();
+        self.ask_all(requests).await;
+    }
+
+    /// Sends `Abort` for the open epoch if ranks had started it (recovery moves ranks).
+    pub(super) async fn abort_open_epoch(&self) {
+        let epoch = {
+            let mut epochs = self.epochs.lock().expect("epoch lock");
+            if epochs.ready.is_empty() {
+                return;
+            }
+            epochs.ready.clear();
+            epochs.open
+        };
+        self.abort_everywhere(epoch).await;
+        let reason = "aborted by recovery: re-checkpoint on the ranks' new nodes";
+        self.finish_epoch(outcome(epoch, false, Some(reason.into())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_that_wrote_the_open_epoch_waits_for_the_next() {
+        let mut s = EpochState::new(3);
+        assert_eq!(s.target(0, None).unwrap(), 3);
+        assert!(matches!(s.opened(0, 3), Some(Ok(()))));
+        s.ready.insert(0, "n0".into());
+        assert_eq!(s.target(0, None).unwrap(), 4);
+        assert!(s.opened(0, 4).is_none(), "not yet: epoch 3 undecided");
+        assert!(s.target(0, Some(3)).is_err(), "an explicit epoch never waits");
+        assert!(s.target(0, Some(5)).is_err());
+        assert_eq!(s.target(1, Some(3)).unwrap(), 3);
+        s.ready.clear();
+        s.open = 5;
+        assert!(
+            s.opened(0, 4).is_some_and(|r| r.is_err()),
+            "a later epoch opened meanwhile"
+        );
+    }
+}
