@@ -12,6 +12,7 @@ mod blame;
 mod encode_plan;
 mod epoch;
 mod epoch_state;
+mod export;
 mod journal_file;
 mod protection;
 mod recovery;
