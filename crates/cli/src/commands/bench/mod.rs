@@ -5,8 +5,8 @@ use anyhow::Result;
 mod capture;
 mod cluster;
 mod codec;
-mod stats;
-mod transport;
+pub mod stats;
+pub mod transport;
 mod workload;
 
 #[derive(clap::Subcommand)]
