@@ -74,30 +74,31 @@ fn found(program: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// One HTTP/1.1 request to the driver; the JSON body of the answer.
-fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> Value {
+/// One HTTP/1.1 request to the driver; the JSON body of a 200 answer.
+fn request(port: u16, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
     let payload = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("driver reachable");
-    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let fail = |e: std::io::Error| format!("{method} {path}: {e}");
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(fail)?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(fail)?;
     write!(
         stream,
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{payload}",
         payload.len()
     )
-    .unwrap();
+    .map_err(fail)?;
     // The driver may keep the connection open: read the head, then Content-Length bytes.
-    let mut answer = Vec::new();
+    let mut head = Vec::new();
     let mut byte = [0u8; 1];
-    while !answer.ends_with(b"\r\n\r\n") {
-        assert_eq!(
-            stream.read(&mut byte).unwrap(),
-            1,
-            "{method} {path}: connection closed"
-        );
-        answer.push(byte[0]);
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).map_err(fail)? == 0 {
+            return Err(format!("{method} {path}: connection closed"));
+        }
+        head.push(byte[0]);
     }
-    let head = String::from_utf8_lossy(&answer).to_string();
+    let head = String::from_utf8_lossy(&head).to_string();
     let length: usize = head
         .lines()
         .find_map(|l| {
@@ -105,31 +106,73 @@ fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> Value {
             k.eq_ignore_ascii_case("content-length")
                 .then(|| v.trim().parse().ok())?
         })
-        .expect("a Content-Length");
+        .ok_or_else(|| format!("{method} {path}: no Content-Length in {head}"))?;
     let mut body = vec![0u8; length];
-    stream.read_exact(&mut body).unwrap();
+    stream.read_exact(&mut body).map_err(fail)?;
     let body = String::from_utf8_lossy(&body);
-    assert!(
-        head.starts_with("HTTP/1.1 200"),
-        "{method} {path}: {head}\n{body}"
-    );
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{method} {path}: {e}: {body}"))
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("{method} {path}: {head}\n{body}"));
+    }
+    serde_json::from_str(&body).map_err(|e| format!("{method} {path}: {e}: {body}"))
 }
 
-/// chromedriver on a free port, killed when dropped.
+/// [`request`], which must succeed.
+fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> Value {
+    request(port, method, path, body).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A browser session, ended (the browser quits) when dropped, even when a check failed.
+struct Session {
+    port: u16,
+    id: String,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = request(self.port, "DELETE", &format!("/session/{}", self.id), None);
+    }
+}
+
+/// chromedriver on a free port, its browsers started with `profile`. When dropped, it is
+/// asked to shut down (it quits its browsers), killed if it has not within seconds, and any
+/// browser process still running with the profile is ended by its pid.
 struct Driver {
     child: Child,
     port: u16,
+    profile: String,
 }
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        let _ = request(self.port, "GET", "/shutdown", None);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        for pid in processes_with(&self.profile) {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        }
     }
 }
 
-fn start_driver() -> Driver {
+/// Processes whose command line mentions `text`.
+fn processes_with(text: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(text))
+        })
+        .collect()
+}
+
+fn start_driver(profile: &Path) -> Driver {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -141,7 +184,11 @@ fn start_driver() -> Driver {
         .stderr(Stdio::null())
         .spawn()
         .expect("chromedriver starts");
-    let driver = Driver { child, port };
+    let driver = Driver {
+        child,
+        port,
+        profile: profile.display().to_string(),
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "chromedriver did not listen");
@@ -180,8 +227,8 @@ fn the_report_loads_in_chromium_with_its_plots_drawn() {
     assert_eq!(summary["bench_results"], 3);
     assert_eq!(summary["runs"], 1);
 
-    let driver = start_driver();
     let profile = tmp.path().join("profile");
+    let driver = start_driver(&profile);
     let args = [
         "--headless",
         "--no-sandbox",
@@ -200,11 +247,14 @@ fn the_report_loads_in_chromium_with_its_plots_drawn() {
         "goog:loggingPrefs": {"browser": "ALL"}
     }}});
     let session = http(driver.port, "POST", "/session", Some(&caps));
-    let id = session["value"]["sessionId"]
-        .as_str()
-        .expect("a session")
-        .to_string();
-    let at = |p: &str| format!("/session/{id}{p}");
+    let session = Session {
+        port: driver.port,
+        id: session["value"]["sessionId"]
+            .as_str()
+            .expect("a session")
+            .to_string(),
+    };
+    let at = |p: &str| format!("/session/{}{p}", session.id);
     http(
         driver.port,
         "POST",
@@ -233,7 +283,7 @@ fn the_report_loads_in_chromium_with_its_plots_drawn() {
         Some(&json!({"type": "browser"})),
     );
     let shot = http(driver.port, "GET", &at("/screenshot"), None);
-    http(driver.port, "DELETE", &at(""), None);
+    drop(session);
     drop(driver);
 
     let errors: Vec<&Value> = log["value"]

@@ -267,6 +267,81 @@ fn run_section(name: &str, run: &RunRecord) -> Section {
 mod tests {
     use super::*;
     use eckpt_model::Machine;
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    /// Any JSON value a field might hold: numbers of every size and sign, strings, lists.
+    fn any_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (-1e300f64..1e300).prop_map(Value::from),
+            prop::sample::select(vec![0.0, -1.0, 1e-300, 5e-324, 1e308]).prop_map(Value::from),
+            "[a-z0-9 <>&\"]{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            prop::collection::vec(inner, 0..6).prop_map(Value::Array)
+        })
+    }
+
+    const FIELDS: &[&str] = &[
+        "nodes",
+        "coding",
+        "size_per_node",
+        "pattern",
+        "netns",
+        "link_rate",
+        "link_gbps",
+        "full_encode_seconds",
+        "encode_seconds",
+        "encode_seconds_samples",
+        "kinds",
+        "changed_bytes_per_node",
+        "command",
+        "ranks",
+        "seconds",
+        "attempts",
+        "epochs",
+        "failures",
+        "recoveries",
+        "epoch",
+        "t_s",
+        "start_s",
+        "end_s",
+        "moved",
+        "placement",
+    ];
+
+    fn any_record() -> impl Strategy<Value = Value> {
+        prop::collection::btree_map(prop::sample::select(FIELDS.to_vec()), any_value(), 0..12).prop_map(|m| {
+            let mut o: serde_json::Map<String, Value> =
+                m.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            // Half look like runs, half like bench results, nested entries included.
+            o.entry("full_encode_seconds").or_insert(json!(1.0));
+            Value::Object(o)
+        })
+    }
+
+    proptest! {
+        /// Whatever a result file holds, a report of it renders: one document, no script.
+        #[test]
+        fn any_result_renders(record in any_record(), run in any::<bool>()) {
+            let mut record = record;
+            if run {
+                record["epochs"] = json!([record.clone()]);
+                record["failures"] = json!([record.clone()]);
+                record["recoveries"] = json!([record.clone()]);
+            }
+            let bytes = serde_json::to_vec(&record).unwrap();
+            if let Ok(input) = inputs::parse("p.json", &bytes) {
+                let costs = Costs { machine: Machine::reference(1e9), host_cores: 2.0 };
+                let page = report(&[("p.json".into(), input)], &costs, "prop");
+                prop_assert!(page.ends_with("</html>\n"));
+                prop_assert!(!page.contains("<script") && !page.contains("NaN"));
+            }
+        }
+    }
 
     #[test]
     fn a_report_of_a_bench_result_and_a_run_has_their_sections() {

@@ -226,8 +226,11 @@ impl Mapping {
     }
 }
 
+/// Larger magnitudes are left out: no result is that large, and ranges stay finite.
+const LARGEST: f64 = 1e150;
+
 fn drawable(v: f64, scale: Scale) -> bool {
-    v.is_finite() && (scale == Scale::Linear || v > 0.0)
+    v.abs() < LARGEST && (scale == Scale::Linear || v > 1.0 / LARGEST)
 }
 
 /// The range shown for `values`: linear axes start at zero for non-negative data; log axes
@@ -586,7 +589,7 @@ impl Timeline {
                     .flat_map(|s| [s.start, s.end])
                     .chain(l.markers.iter().map(|m| m.at))
             })
-            .filter(|t| t.is_finite())
+            .filter(|t| drawable(*t, Scale::Linear))
             .collect();
         if times.is_empty() {
             let _ = write!(
@@ -671,11 +674,8 @@ fn draw_lane(out: &mut String, lane: &Lane, y: f64, m: &Mapping) {
         y + LANE / 2.0 + 4.0,
         n = escape(&lane.name)
     );
-    for s in lane
-        .spans
-        .iter()
-        .filter(|s| s.start.is_finite() && s.end.is_finite())
-    {
+    let shown = |t: f64| drawable(t, Scale::Linear);
+    for s in lane.spans.iter().filter(|s| shown(s.start) && shown(s.end)) {
         let (a, b) = (m.value(s.start.min(s.end)), m.value(s.start.max(s.end)));
         let _ = write!(
             out,
@@ -696,7 +696,7 @@ fn draw_lane(out: &mut String, lane: &Lane, y: f64, m: &Mapping) {
             );
         }
     }
-    for mk in lane.markers.iter().filter(|mk| mk.at.is_finite()) {
+    for mk in lane.markers.iter().filter(|mk| shown(mk.at)) {
         let x = m.value(mk.at);
         let colour = mk.kind.colour();
         match mk.kind {
