@@ -16,6 +16,31 @@ use crate::time::{cpu_seconds, task_seconds, Estimate};
 use crate::work::{self, NodeWork, TaskWork};
 use crate::ModelError;
 
+/// Times a data member opens each rank's epoch during a full encode (`describe` listing the
+/// items, the image shard the coding task reads).
+const OPENS_ENCODE: f64 = 2.0;
+/// The same during an update (`describe`: items, parent check, changed bytes; the update:
+/// new and old epoch for `old ⊕ new`, the image shard for the CRCs of touched chunks).
+const OPENS_UPDATE: f64 = 6.0;
+
+/// Rounds of a full encode (or stripe) per member: describe (data members) and the coding
+/// task.
+const ROUNDS_ENCODE: f64 = 2.0;
+/// Rounds of an update per member: describe, and the update with its `m` phases of links.
+const ROUNDS_UPDATE: f64 = 4.0;
+
+/// Charges every data member of `task` for opening its ranks' epochs `opens` times, and
+/// every member for `rounds` rounds of the task.
+fn fixed_work(task: &mut TaskWork, layout: Layout, g: GroupShape, d: u64, opens: f64, rounds: f64) {
+    let probe = Geometry::new(layout, g.k, g.m, 1);
+    for (x, w) in task.before.iter_mut().enumerate().take(g.members()) {
+        w.rounds += rounds;
+        if probe.holds_data(x) {
+            w.opened_blocks += opens * (d / BLOCK) as f64;
+        }
+    }
+}
+
 /// Bytes a serialized delta adds per stored page (its block index).
 const DELTA_PER_BLOCK: f64 = 8.0;
 /// Bytes of a stripe blob's fixed headers (delta header, item, trailer, blob header).
@@ -204,14 +229,18 @@ fn full(scenario: &Scenario, machine: &Machine, groups: &[GroupShape], d: u64) -
     let chunk = encode_chunk(c.layout, groups[0], d, u64::from(c.chunk));
     let tasks = groups
         .iter()
-        .map(|g| work::encode(c.layout, c.topology, *g, d, chunk))
+        .map(|g| {
+            let mut t = work::encode(c.layout, c.topology, *g, d, chunk);
+            fixed_work(&mut t, c.layout, *g, d, OPENS_ENCODE, ROUNDS_ENCODE);
+            t
+        })
         .collect();
     epoch(scenario, machine, "full", chunk, tasks)
 }
 
 /// A stripe of `pages` stored pages per data member: each serializes them into a blob
-/// (reading them from the store, writing the blob) while describing its shard, then the
-/// group encodes the blobs, padded to the largest.
+/// (opening its ranks' epoch, reading the pages from the store, writing the blob) while
+/// describing its shard, then the group encodes the blobs, padded to the largest.
 fn stripe(
     scenario: &Scenario,
     machine: &Machine,
@@ -233,6 +262,7 @@ fn stripe(
                     w.written += blob as f64;
                 }
             }
+            fixed_work(&mut t, c.layout, *g, scenario.size_per_node, 1.0, ROUNDS_ENCODE);
             t
         })
         .collect();
@@ -244,7 +274,11 @@ fn update(scenario: &Scenario, machine: &Machine, groups: &[GroupShape], d: u64)
     let chunk = u64::from(c.chunk);
     let tasks = groups
         .iter()
-        .map(|g| work::update(c.layout, c.topology, *g, d, chunk, scenario.dirty_fraction))
+        .map(|g| {
+            let mut t = work::update(c.layout, c.topology, *g, d, chunk, scenario.dirty_fraction);
+            fixed_work(&mut t, c.layout, *g, d, OPENS_UPDATE, ROUNDS_UPDATE);
+            t
+        })
         .collect();
     epoch(scenario, machine, "update", chunk, tasks)
 }

@@ -6,7 +6,7 @@
 //! changed piece goes once to the first parity holder of its row, which relays it to the
 //! next (pipeline, ring), or to every parity holder (broadcast, fan-in).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use eckpt_coding::geometry::Geometry;
 use eckpt_coding::plan::{actions, Action, Input, Output, Payload, RowPlan, Source};
@@ -32,6 +32,10 @@ pub struct NodeWork {
     pub written: f64,
     /// Bytes of rank images looked at for changes (a checkpoint).
     pub scanned: f64,
+    /// Stored blocks of the epochs the node opens (each opening reads their manifests).
+    pub opened_blocks: f64,
+    /// Rounds of the task the node takes part in (connections, start, report).
+    pub rounds: f64,
 }
 
 impl NodeWork {
@@ -43,6 +47,8 @@ impl NodeWork {
         self.read += other.read * scale;
         self.written += other.written * scale;
         self.scanned += other.scanned * scale;
+        self.opened_blocks += other.opened_blocks * scale;
+        self.rounds += other.rounds * scale;
     }
 }
 
@@ -64,6 +70,9 @@ pub struct TaskWork {
     pub depth: usize,
     /// Bytes of the largest message on those hops.
     pub hop_bytes: f64,
+    /// What a node does with a hop's message before it can pass it on (one row of a coding
+    /// task; an update's relay folding its first batches).
+    pub hop_work: NodeWork,
 }
 
 impl TaskWork {
@@ -74,6 +83,7 @@ impl TaskWork {
             after: vec![NodeWork::default(); participants],
             depth: 0,
             hop_bytes: 0.0,
+            hop_work: NodeWork::default(),
         }
     }
 
@@ -168,6 +178,9 @@ fn count_task(
     }
     for (w, o) in task.during.iter_mut().zip(&one) {
         w.add_scaled(o, cycles);
+    }
+    if let Some(busiest) = one.iter().max_by(|a, b| a.sent.total_cmp(&b.sent)) {
+        task.hop_work.add_scaled(busiest, 1.0 / rows as f64);
     }
     task
 }
@@ -264,9 +277,11 @@ pub fn touched(bytes: u64, dirty: f64) -> f64 {
 
 /// An update of the parity after a fraction `dirty` of every data member's pages changed:
 /// each changed page travels as a record (`RECORD_HEADER` + the page's `old ⊕ new`).
-/// Data members read old and new of each changed page and the new contents of every touched
-/// chunk (its CRC) before sending; parity holders read each touched parity chunk on first
-/// touch while folding, and write the staged chunks at the end.
+/// Data members read old and new of each changed page, and every touched chunk's new
+/// contents for its CRC (the store checks each block as it reads, then the chunk is
+/// checksummed: read twice), before sending; parity holders read each touched parity
+/// chunk on first touch into a fresh buffer while folding, and at the end stage the
+/// touched chunks (copied into the redo log's buffer, then written).
 pub fn update(
     layout: Layout,
     topology: Topology,
@@ -296,7 +311,7 @@ pub fn update(
         let holder = |p: usize| g.holder(row, k + p);
         for l in 0..k {
             let from = g.holder(row, l);
-            before[from].read += 2.0 * changed + touched_data * c;
+            before[from].read += 2.0 * changed + 2.0 * touched_data * c;
             let phases = if relay { 1 } else { m };
             for p in 0..phases {
                 during[from].sent += record;
@@ -308,7 +323,8 @@ pub fn update(
             let h = holder(p);
             during[h].gf += k as f64 * changed;
             during[h].read += touched_row * c;
-            after[h].written += touched_row * c;
+            during[h].written += touched_row * c;
+            after[h].written += 2.0 * touched_row * c;
             if relay && p + 1 < m {
                 during[h].sent += k as f64 * record;
                 during[holder(p + 1)].received += k as f64 * record;
@@ -331,12 +347,30 @@ pub fn update(
         during[from].messages += 1.0;
         during[to].messages += 1.0;
     }
-    let per_stream = during.iter().map(|w| w.sent).fold(0.0, f64::max);
+    // A relay forwards a batch once it has it whole; its first batches arrive together from
+    // every sender, so the relay hops wait for one batch of each of its senders.
+    let mut stream_bytes: BTreeMap<(usize, usize, usize), f64> = BTreeMap::new();
+    for row in 0..rows {
+        for l in 0..k {
+            let (from, to) = (g.holder(row, l), g.holder(row, k));
+            *stream_bytes.entry((from, to, 0)).or_default() += record * cycles;
+        }
+    }
+    let mut first_batches: BTreeMap<usize, f64> = BTreeMap::new();
+    for (&(_, to, _), &bytes) in &stream_bytes {
+        *first_batches.entry(to).or_default() += bytes.min(BATCH as f64);
+    }
     task.before = before;
     task.during = during;
     task.after = after;
-    task.depth = if relay { m } else { 1 };
-    task.hop_bytes = per_stream.min(BATCH as f64);
+    task.depth = if relay { m - 1 } else { 0 };
+    task.hop_bytes = first_batches.values().copied().fold(0.0, f64::max);
+    let relay_node = (0..rows).map(|row| g.holder(row, k)).next();
+    if let Some(h) = relay_node {
+        let w = &task.during[h];
+        task.hop_work
+            .add_scaled(w, (task.hop_bytes / w.received.max(1.0)).min(1.0));
+    }
     task
 }
 

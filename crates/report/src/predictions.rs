@@ -20,13 +20,11 @@ impl Costs {
     /// ran in namespaces (with the shaper's burst), hosts of their own otherwise.
     pub fn machine_for(&self, result: &BenchResult) -> Machine {
         let mut m = self.machine;
-        if result.netns && result.link_rate.is_some() && m.burst_bytes == 0.0 {
+        if result.netns && m.hosts == Hosts::PerNode {
             m = m.emulated(1e9, self.host_cores);
-        }
-        if result.netns {
-            m.hosts = Hosts::Shared {
-                cores: self.host_cores,
-            };
+            if result.link_rate.is_none() {
+                m.burst_bytes = 0.0;
+            }
         }
         if result.link_gbps > 0.0 && result.link_gbps.is_finite() {
             m = m.with_link_rate(result.link_gbps * 1e9 / TCP_PAYLOAD);
@@ -74,7 +72,12 @@ mod tests {
             host_cores: 2.0,
         };
         let m = costs.machine_for(&result);
-        assert_eq!(m.hosts, Hosts::Shared { cores: 2.0 });
+        assert_eq!(
+            m.hosts,
+            Hosts::Shared {
+                cores: 2.0 * eckpt_model::machine::SHARED_HOST_SHARE
+            }
+        );
         assert!((m.link_bps - 0.965e9 / 8.0).abs() < 1.0);
         assert!(m.burst_bytes > 0.0);
         assert!(prediction_for(&result, &costs).is_some());

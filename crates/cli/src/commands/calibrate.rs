@@ -19,7 +19,7 @@ use eckpt_cluster_api::dirs::{ClusterDir, ClusterFile};
 use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, NodeInfo};
 use eckpt_cluster_api::net::{call, host_identity, open_node};
 use eckpt_codec::LinearMap;
-use eckpt_model::machine::{netns_burst, Cpu, Hosts, Machine};
+use eckpt_model::machine::{netns_burst, Cpu, Hosts, Machine, SHARED_HOST_SHARE, TCP_PAYLOAD};
 use serde::{Deserialize, Serialize};
 
 use eckpt_proto::{connect, listen, ClusterSecret, Endpoint, TransportKind};
@@ -110,19 +110,6 @@ fn cpu_of(pid: u32) -> Result<f64> {
     Ok((ticks(11)? + ticks(12)?) / clock_ticks())
 }
 
-/// CPU seconds all cores of this host have been busy (everything but idle and I/O wait).
-fn host_busy() -> Result<f64> {
-    let stat = std::fs::read_to_string("/proc/stat")?;
-    let line = stat.lines().next().context("empty /proc/stat")?;
-    let ticks: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|t| t.parse::<f64>())
-        .collect::<Result<_, _>>()?;
-    let idle = ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0);
-    Ok((ticks.iter().take(8).sum::<f64>() - idle) / clock_ticks())
-}
-
 /// Clock ticks per second of `/proc` CPU times (USER_HZ, 100 on Linux).
 fn clock_ticks() -> f64 {
     100.0
@@ -133,6 +120,18 @@ fn agent_pid(dir: &ClusterDir, name: &str) -> Result<u32> {
     let path = ClusterDir::pid_file(&dir.node(name));
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     Ok(text.trim().parse()?)
+}
+
+/// Samples by name.
+type Samples = BTreeMap<String, Vec<f64>>;
+
+fn push(samples: &mut Samples, name: &str, value: f64) {
+    samples.entry(name.into()).or_default().push(value);
+}
+
+/// CPU seconds the processes `pids` have used, together.
+fn cpu_of_all(pids: &[u32]) -> Result<f64> {
+    pids.iter().map(|&p| cpu_of(p)).sum()
 }
 
 /// Measures the cluster in `dir` and this host.
@@ -154,88 +153,13 @@ pub fn calibrate(dir: &ClusterDir) -> Result<Calibration> {
             nodes.len()
         );
     }
-    let (a, b) = (&nodes[0], &nodes[1]);
-    let pids = [agent_pid(dir, &a.name)?, agent_pid(dir, &b.name)?];
-    let mut samples: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    // About a second of traffic at the nominal rate (256 MiB unshaped), three times.
+    // About a second of traffic at the nominal rate (256 MiB unshaped).
     let bytes = nominal.map_or(256 << 20, |bits| ((bits / 8.0) as u64).clamp(8 << 20, 256 << 20));
-    for _ in 0..3 {
-        let host_before = host_busy()?;
-        let before: f64 = pids.iter().map(|&p| cpu_of(p)).sum::<Result<f64>>()?;
-        let seconds = rt.block_on(link_test(dir, a, b, bytes))?;
-        let after: f64 = pids.iter().map(|&p| cpu_of(p)).sum::<Result<f64>>()?;
-        let host_after = host_busy()?;
-        samples
-            .entry("host_cpu_s_per_byte".into())
-            .or_default()
-            .push((host_after - host_before) / bytes as f64);
-        samples
-            .entry("link_bps".into())
-            .or_default()
-            .push(bytes as f64 / seconds);
-        samples
-            .entry("link_cpu_s_per_byte".into())
-            .or_default()
-            .push((after - before) / bytes as f64);
-    }
-    for _ in 0..5 {
-        let seconds = rt.block_on(link_test(dir, a, b, 1))?;
-        samples.entry("rtt_s".into()).or_default().push(seconds);
-    }
-    let all_pids: Vec<u32> = nodes
-        .iter()
-        .map(|n| agent_pid(dir, &n.name))
-        .collect::<Result<_>>()?;
-    for _ in 0..2 {
-        let before: f64 = all_pids.iter().map(|&p| cpu_of(p)).sum::<Result<f64>>()?;
-        let started = Instant::now();
-        rt.block_on(ring_test(dir, &nodes, bytes))?;
-        let wall = started.elapsed().as_secs_f64();
-        let after: f64 = all_pids.iter().map(|&p| cpu_of(p)).sum::<Result<f64>>()?;
-        let total = (bytes * nodes.len() as u64) as f64;
-        samples.entry("ring_bps".into()).or_default().push(total / wall);
-        samples
-            .entry("ring_cpu_s_per_byte".into())
-            .or_default()
-            .push((after - before) / total);
-        samples
-            .entry("ring_host_s_per_byte".into())
-            .or_default()
-            .push(default_threads() as f64 * wall / total);
-    }
-    let store = dir.node(&a.name);
-    let local = measure_local(&store)?;
-    samples.extend(local.samples);
-    let pick = |name: &str| median(&samples[name]);
-    let best = samples["link_bps"].iter().copied().fold(0.0, f64::max);
-    let rtt = pick("rtt_s");
-    // Per byte over a link, both ends: what the two agents used in the pair test, or in the
-    // ring test with every agent streaming at once; when the ring could not reach the links'
-    // rate, the host's cores were the limit, and all of their time counts.
-    let ring_bound = pick("ring_bps") < 0.8 * nodes.len() as f64 * best;
-    let mut link_cpu = pick("link_cpu_s_per_byte").max(pick("ring_cpu_s_per_byte"));
-    if ring_bound {
-        link_cpu = link_cpu.max(pick("ring_host_s_per_byte"));
-    }
-    let machine = Machine {
-        link_bps: best,
-        burst_bytes: nominal.map_or(0.0, netns_burst),
-        latency_s: rtt / 2.0,
-        hosts: Hosts::Shared {
-            cores: default_threads() as f64,
-        },
-        cpu: Cpu {
-            message_s: pick("message_s"),
-            link_byte_s: link_cpu / 2.0 + pick("relay_extra_byte_s"),
-            gf_byte_s: pick("gf_byte_s"),
-            read_byte_s: pick("read_byte_s"),
-            write_byte_s: pick("write_byte_s"),
-            scan_byte_s: pick("scan_byte_s"),
-        },
-        task_s: 0.005,
-        detect_s: eckpt_cluster::coordinator::DEAD_AFTER.as_secs_f64(),
-    };
-    machine.validate()?;
+    let mut samples = Samples::new();
+    rt.block_on(measure_pair(dir, &nodes, bytes, &mut samples))?;
+    rt.block_on(measure_ring(dir, &nodes, bytes, &mut samples))?;
+    measure_local(&dir.node(&nodes[0].name), &mut samples)?;
+    let machine = machine_of(&samples, nodes.len(), nominal)?;
     Ok(Calibration {
         format: CALIBRATION_FORMAT,
         measured_unix: std::time::SystemTime::now()
@@ -248,9 +172,87 @@ pub fn calibrate(dir: &ClusterDir) -> Result<Calibration> {
     })
 }
 
-/// Costs of the agents' code paths measured in this process.
-struct Local {
-    samples: BTreeMap<String, Vec<f64>>,
+/// The link between the first two agents: its rate and the CPU both agents spend per byte
+/// (three times), and the round trip of a one-byte message (five times).
+async fn measure_pair(dir: &ClusterDir, nodes: &[NodeInfo], bytes: u64, samples: &mut Samples) -> Result<()> {
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let pids = [agent_pid(dir, &a.name)?, agent_pid(dir, &b.name)?];
+    for _ in 0..3 {
+        let before = cpu_of_all(&pids)?;
+        let seconds = link_test(dir, a, b, bytes).await?;
+        let after = cpu_of_all(&pids)?;
+        push(samples, "link_bps", bytes as f64 / seconds);
+        push(samples, "link_cpu_s_per_byte", (after - before) / bytes as f64);
+    }
+    for _ in 0..5 {
+        let seconds = link_test(dir, a, b, 1).await?;
+        push(samples, "rtt_s", seconds);
+    }
+    Ok(())
+}
+
+/// Every agent streaming to the next at once (twice): the aggregate rate, the agents' CPU
+/// per byte, and the host's cores' time per byte.
+async fn measure_ring(dir: &ClusterDir, nodes: &[NodeInfo], bytes: u64, samples: &mut Samples) -> Result<()> {
+    let pids: Vec<u32> = nodes
+        .iter()
+        .map(|n| agent_pid(dir, &n.name))
+        .collect::<Result<_>>()?;
+    for _ in 0..2 {
+        let before = cpu_of_all(&pids)?;
+        let started = Instant::now();
+        ring_test(dir, nodes, bytes).await?;
+        let wall = started.elapsed().as_secs_f64();
+        let after = cpu_of_all(&pids)?;
+        let total = (bytes * nodes.len() as u64) as f64;
+        push(samples, "ring_bps", total / wall);
+        push(samples, "ring_cpu_s_per_byte", (after - before) / total);
+        push(
+            samples,
+            "ring_host_s_per_byte",
+            default_threads() as f64 * wall / total,
+        );
+    }
+    Ok(())
+}
+
+/// The machine the samples describe. A link byte costs what the agents used per byte in the
+/// pair or the ring test (the more). When the ring could not reach the links' rate, the
+/// host's cores were the limit: the agents then got the share `ring CPU / (cores × wall)` of
+/// them, and the model's shared host gets that many cores; otherwise the reference share.
+/// Fixed costs are the reference's: no measurement of a running cluster shows them.
+fn machine_of(samples: &Samples, nodes: usize, nominal: Option<f64>) -> Result<Machine> {
+    let pick = |name: &str| median(&samples[name]);
+    let best = samples["link_bps"].iter().copied().fold(0.0, f64::max);
+    let ring_bound = pick("ring_bps") < 0.8 * nodes as f64 * best;
+    let share = match ring_bound {
+        true => (pick("ring_cpu_s_per_byte") / pick("ring_host_s_per_byte")).clamp(0.3, 1.0),
+        false => SHARED_HOST_SHARE,
+    };
+    let link_cpu = pick("link_cpu_s_per_byte").max(pick("ring_cpu_s_per_byte"));
+    let reference = Machine::reference(best * 8.0 / TCP_PAYLOAD);
+    let machine = Machine {
+        link_bps: best,
+        burst_bytes: nominal.map_or(0.0, netns_burst),
+        latency_s: pick("rtt_s") / 2.0,
+        hosts: Hosts::Shared {
+            cores: default_threads() as f64 * share,
+        },
+        cpu: Cpu {
+            message_s: pick("message_s"),
+            link_byte_s: link_cpu / 2.0 + pick("relay_extra_byte_s"),
+            gf_byte_s: pick("gf_byte_s"),
+            read_byte_s: pick("read_byte_s"),
+            write_byte_s: pick("write_byte_s"),
+            scan_byte_s: pick("scan_byte_s"),
+            chain_block_s: pick("chain_block_s"),
+            ..reference.cpu
+        },
+        detect_s: eckpt_cluster::coordinator::DEAD_AFTER.as_secs_f64(),
+        ..reference
+    };
+    machine.validate()?;
+    Ok(machine)
 }
 
 /// Seconds per byte of `work` over `bytes`, median of five.
@@ -265,12 +267,12 @@ fn per_byte(bytes: usize, mut work: impl FnMut() -> Result<()>) -> Result<Vec<f6
         .collect()
 }
 
-/// GF arithmetic, checksummed reads and writes of a 64 MiB file next to the agent's store
-/// in 1 MiB chunks, hashing, and frames through queues.
-fn measure_local(near: &Path) -> Result<Local> {
+/// The costs of the agents' code paths, in this process: GF arithmetic, checksummed reads
+/// and writes of a 64 MiB file next to the agent's store in 1 MiB chunks, hashing, and
+/// messages through queues.
+fn measure_local(near: &Path, samples: &mut Samples) -> Result<()> {
     const CHUNK: usize = 1 << 20;
     const FILE: usize = 64 << 20;
-    let mut samples = BTreeMap::new();
     let input: Vec<u8> = (0..CHUNK).map(|i| (i * 31 % 251) as u8).collect();
     let mut outs = vec![vec![0u8; CHUNK]; 2];
     let map = LinearMap::new(2, 1, vec![3, 7]);
@@ -285,7 +287,7 @@ fn measure_local(near: &Path) -> Result<Local> {
         })?,
     );
     let path = near.join(format!("calibrate-{}.tmp", std::process::id()));
-    let result = file_costs(&path, &input, FILE, &mut samples);
+    let result = file_costs(&path, &input, FILE, samples);
     let _ = std::fs::remove_file(&path);
     result?;
     let image = vec![0x5au8; FILE];
@@ -301,8 +303,39 @@ fn measure_local(near: &Path) -> Result<Local> {
             Ok(())
         })?,
     );
-    message_costs(&mut samples)?;
-    Ok(Local { samples })
+    message_costs(samples)?;
+    connection_costs(samples)?;
+    let store = near.join(format!("calibrate-store-{}", std::process::id()));
+    let result = chain_costs(&store, samples);
+    let _ = std::fs::remove_dir_all(&store);
+    result
+}
+
+/// CPU seconds per stored block of opening an epoch of a rank (its manifest and its
+/// parent's, checked), as the agents do several times per encode and update: a 32 MiB
+/// image, then an epoch that changed one page.
+fn chain_costs(root: &Path, samples: &mut Samples) -> Result<()> {
+    const IMAGE: usize = 32 << 20;
+    let store = eckpt_store::Store::open(root)?;
+    let mut image = vec![0x5au8; IMAGE];
+    for epoch in 1..=2 {
+        image[IMAGE / 2] = epoch as u8;
+        let mut writer = store.writer(0, epoch)?;
+        writer.put_full("image", &image)?;
+        writer.commit()?;
+    }
+    let blocks = IMAGE.div_ceil(store.options().block_size as usize);
+    let per_block = per_byte(blocks, || {
+        for _ in 0..4 {
+            std::hint::black_box(store.view(0, 2)?);
+        }
+        Ok(())
+    })?;
+    samples.insert(
+        "chain_block_s".into(),
+        per_block.into_iter().map(|s| s / 4.0).collect(),
+    );
+    Ok(())
 }
 
 /// Writes `size` bytes to `path` in chunks of `chunk.len()` and syncs, then reads them back
@@ -395,10 +428,45 @@ fn relay_cpu(messages: usize, payload: usize) -> Result<f64> {
     Ok((cpu_of(std::process::id())? - before) / messages as f64)
 }
 
+/// CPU seconds per end of an authenticated TCP connection (connect or accept, the HMAC
+/// handshake both ways, the close), as every task opens several: the coordinator's calls
+/// and the links between members. Loopback in this process, 200 connections, three times.
+fn connection_costs(samples: &mut Samples) -> Result<()> {
+    const CONNECTIONS: usize = 200;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let secret = ClusterSecret::generate()?;
+    let listener = rt.block_on(listen(
+        &Endpoint::Tcp {
+            host: "127.0.0.1".into(),
+            port: 0,
+        },
+        &secret,
+    ))?;
+    let endpoint = listener.local_endpoint().clone();
+    for _ in 0..3 {
+        let before = cpu_of(std::process::id())?;
+        rt.block_on(async {
+            for _ in 0..CONNECTIONS {
+                let accept = async { listener.accept().await?.authenticate().await };
+                let (a, b) = tokio::try_join!(connect(&endpoint, &secret), accept)?;
+                drop((a, b));
+            }
+            Ok::<_, eckpt_proto::ProtoError>(())
+        })?;
+        let after = cpu_of(std::process::id())?;
+        push(
+            samples,
+            "connection_s",
+            (after - before) / CONNECTIONS as f64 / 2.0,
+        );
+    }
+    Ok(())
+}
+
 /// Per-message CPU (each end) and the relay's extra CPU per byte beyond streaming frames
 /// (each end): the queues, fresh receive buffers and wake-ups of an agent's links, which a
 /// `LinkTest` (reused buffers, no queues) does not pay.
-fn message_costs(samples: &mut BTreeMap<String, Vec<f64>>) -> Result<()> {
+fn message_costs(samples: &mut Samples) -> Result<()> {
     const SMALL: usize = 64;
     const LARGE: usize = 256 << 10;
     for _ in 0..3 {
@@ -407,11 +475,9 @@ fn message_costs(samples: &mut BTreeMap<String, Vec<f64>>) -> Result<()> {
         let before = cpu_of(std::process::id())?;
         bench_transport(TransportKind::Unix, 2_000 * LARGE as u64, LARGE)?;
         let streamed = (cpu_of(std::process::id())? - before) / 2_000.0;
-        samples.entry("message_s".into()).or_default().push(small / 2.0);
-        samples
-            .entry("relay_extra_byte_s".into())
-            .or_default()
-            .push(((large - small - streamed) / LARGE as f64 / 2.0).max(0.0));
+        push(samples, "message_s", small / 2.0);
+        let extra = (large - small - streamed) / LARGE as f64 / 2.0;
+        push(samples, "relay_extra_byte_s", extra.max(0.0));
     }
     Ok(())
 }

@@ -62,7 +62,8 @@ pub struct Args {
     /// Link rate of every node (e.g. 100mbit, 1gbit, 100gbit); nodes on hosts of their own.
     #[arg(long)]
     link_rate: Option<String>,
-    /// All nodes share one host with this many cores (an emulated cluster).
+    /// All nodes share one host with this many cores (an emulated cluster; its agents get
+    /// the reference share of them).
     #[arg(long)]
     host_cores: Option<f64>,
     /// Mean time between failures of one node (e.g. 5y, 30d, 12h, 600s).
@@ -279,7 +280,9 @@ fn machine(
         machine = machine.with_link_rate(rate(r)?);
     }
     if let Some(cores) = args.host_cores {
-        machine.hosts = Hosts::Shared { cores };
+        machine.hosts = Hosts::Shared {
+            cores: cores * eckpt_model::machine::SHARED_HOST_SHARE,
+        };
     }
     machine.validate()?;
     Ok((machine, source))
@@ -320,7 +323,7 @@ fn print_text(r: &Report) {
     );
     let hosts = match r.machine.hosts {
         Hosts::PerNode => "a host per node".to_string(),
-        Hosts::Shared { cores } => format!("one host of {cores} cores"),
+        Hosts::Shared { cores } => format!("one host, {cores:.2} cores' worth for the agents"),
     };
     println!(
         "machine: link {}/s per node, {hosts}; costs: {}{}",
