@@ -114,7 +114,7 @@ pub async fn checkpoint_file(
         |_| {},
     )
     .await?;
-    let CoordResponse::Opened { epoch, node } = opened else {
+    let CoordResponse::Opened { epoch, node, .. } = opened else {
         return Err(ClusterError::Protocol(format!("unexpected answer {opened:?}")));
     };
     let secret = dir.load_secret()?;

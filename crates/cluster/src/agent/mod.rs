@@ -20,7 +20,9 @@ use eckpt_store::{Image, Options, Store};
 use crate::parity_store::ParityStore;
 use eckpt_cluster_api::dirs::{check_node_name, ClusterDir, ClusterFile};
 use eckpt_cluster_api::msg::DATA_FRAME;
-use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello, NodeInfo};
+use eckpt_cluster_api::msg::{
+    AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello, NodeInfo, RankReport,
+};
 use eckpt_cluster_api::net::{accept_loop, call, host_identity, next_request, open, Inbox};
 use eckpt_cluster_api::{ClusterError, WireError};
 
@@ -345,6 +347,11 @@ async fn handle(
                     rank,
                     epoch,
                     node: agent.info.name.clone(),
+                    report: RankReport {
+                        image_bytes: len,
+                        stored_bytes: len,
+                        pace: None,
+                    },
                 },
             )
             .await?
