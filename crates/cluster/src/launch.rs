@@ -63,9 +63,19 @@ fn spawn_detached(mut command: Command, log: &Path) -> Result<Child, ClusterErro
         .map_err(|e| ClusterError::Invalid(format!("starting {command:?}: {e}")))
 }
 
+/// Whether process `pid` runs: it exists and is not a zombie. A daemon started by this
+/// process (`eckpt run` brings its cluster up itself) stays a zombie after it died until it
+/// is reaped, which is tried here too.
 fn pid_alive(pid: u32) -> bool {
+    // SAFETY: waitpid with WNOHANG only reaps `pid` if it is our child and has exited.
+    unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
     // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid as i32, 0) == 0 }
+    let exists = unsafe { libc::kill(pid as i32, 0) == 0 };
+    exists
+        && !fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z'))
+        })
 }
 
 fn read_pid(dir: &Path) -> Option<u32> {
