@@ -148,7 +148,7 @@ static uint64_t example_random(uint64_t *state) {
 }
 
 /* A double in [0, 1). */
-static double example_uniform(uint64_t *state) {
+static inline double example_uniform(uint64_t *state) {
     return (double)(example_random(state) >> 11) * 0x1.0p-53;
 }
 

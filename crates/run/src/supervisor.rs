@@ -28,6 +28,9 @@ use crate::{RunError, RunOptions};
 /// How often the supervisor looks at the ranks and the nodes.
 const TICK: Duration = Duration::from_millis(50);
 
+/// How long a run waits for agents that never registered (started by another launcher).
+const AGENT_WAIT: Duration = Duration::from_secs(60);
+
 /// Recoveries in a row that may fail for another reason than too many losses (a node dying
 /// while it runs) before the run gives up.
 const RECOVERY_TRIES: u32 = 5;
@@ -261,7 +264,37 @@ impl<'a> Supervisor<'a> {
         Ok(())
     }
 
+    /// Waits (at most [`AGENT_WAIT`]) for agents that never registered: a cluster whose
+    /// agents other launchers start on their hosts is up before they are.
+    fn await_agents(&self, events: &mut dyn FnMut(Event)) -> Result<(), RunError> {
+        let deadline = Instant::now() + AGENT_WAIT;
+        let mut said = false;
+        loop {
+            self.check_interrupt()?;
+            let status = self.cluster.status()?;
+            let missing: Vec<String> = status
+                .nodes
+                .iter()
+                .filter(|n| n.addr.is_empty() && !n.removed)
+                .map(|n| n.name.clone())
+                .collect();
+            if missing.is_empty() || Instant::now() > deadline {
+                return Ok(());
+            }
+            if !said {
+                events(Event::Note(format!(
+                    "waiting for the agents of {} to register (at most {} s)",
+                    missing.join(" "),
+                    AGENT_WAIT.as_secs()
+                )));
+                said = true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     fn run(&mut self, events: &mut dyn FnMut(Event)) -> Result<i32, RunError> {
+        self.await_agents(events)?;
         let status = self.cluster.status()?;
         if status.committed_epoch > 0 {
             events(Event::Note(format!(

@@ -94,6 +94,14 @@ pub struct ShapeArgs {
     /// Shape every namespace's link with tc tbf (e.g. 1gbit, 100mbit).
     #[arg(long)]
     link_rate: Option<String>,
+    /// Start only the coordinator: the agents n0 … (and s0 …) run on their own hosts,
+    /// started by another launcher (`eckpt agent --dir D --name n0 --store /local/ssd …`).
+    #[arg(long)]
+    no_agents: bool,
+    /// Address of the coordinator's TCP listener, reachable by agents on other hosts
+    /// (default: loopback, or the bridge of --netns).
+    #[arg(long)]
+    bind: Option<String>,
 }
 
 impl ShapeArgs {
@@ -113,6 +121,8 @@ impl ShapeArgs {
             netns: self.netns,
             link_rate: self.link_rate.clone(),
             exe: this_exe()?,
+            agents: !self.no_agents,
+            bind: self.bind.clone(),
         })
     }
 }

@@ -256,15 +256,13 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
     )
     .await?;
     cluster.coordinator_tcp = Some(tcp.local_endpoint().clone());
+    cluster.coordinator_host = Some(host_identity());
     eckpt_cluster_api::dirs::write_atomic(
         &dir.cluster_file(),
         &serde_json::to_vec_pretty(&cluster).expect("cluster.json serializes"),
     )?;
     let coord = Arc::new(Coordinator::new(dir.clone(), secret, journal));
-    eckpt_cluster_api::dirs::write_atomic(
-        &ClusterDir::pid_file(&dir.coordinator()),
-        std::process::id().to_string().as_bytes(),
-    )?;
+    eckpt_cluster_api::dirs::write_pid_file(&dir.coordinator())?;
     let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
     for listener in [unix, tcp] {
         let (coord, stop) = (coord.clone(), stop_tx.clone());

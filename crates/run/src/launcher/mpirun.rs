@@ -1,6 +1,6 @@
 //! The `mpirun` launcher (Open MPI): the whole job is one `mpirun`, its ranks mapped one
 //! host-file line per rank (`rmaps seq`) from the placement. A node on this host and in
-//! this network namespace is `localhost`; a node in a network namespace of its own is a
+//! this network namespace is this host; a node in a network namespace of its own is a
 //! host of its own, reached through `eckpt mpirun-agent` as Open MPI's rsh agent, which
 //! starts Open MPI's daemon inside the node's network namespace with the node's name as
 //! host name — so ranks on one node share memory and ranks on different nodes talk over
@@ -30,10 +30,17 @@ pub struct MpirunAttempt {
     ended: bool,
 }
 
+/// This host's name, as Open MPI knows the local host.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
 /// The host-file name of node `node` (see the module doc).
 fn mpi_host(node: &str, host: &NodeHost) -> String {
     match host {
-        NodeHost::Here => "localhost".into(),
+        NodeHost::Here => hostname(),
         NodeHost::Namespace { .. } => node.into(),
         NodeHost::Remote { hostname } => hostname.clone(),
     }
@@ -81,6 +88,17 @@ fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
     );
     command.args(["--mca", "plm_rsh_agent", &agent]);
     command.args(["--mca", "plm_rsh_no_tree_spawn", "1"]);
+    // More ranks on this machine than cores: ranks waiting for a message must give the core
+    // to the rank it waits for, or every exchange costs a scheduler time slice.
+    let here = spec
+        .placement
+        .values()
+        .filter(|n| !matches!(spec.hosts.get(*n), Some(NodeHost::Remote { .. })))
+        .count();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if here > cores {
+        command.args(["--mca", "mpi_yield_when_idle", "1"]);
+    }
     if let Some(subnet) = &spec.subnet {
         command.args(["--mca", "oob_tcp_if_include", subnet]);
         command.args(["--mca", "btl_tcp_if_include", subnet]);
