@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use eckpt_cluster::launch;
 use eckpt_cluster_api::msg::{NodeInfo, RecoveryReport, StatusReport};
-use eckpt_cluster_api::ClusterError;
+use eckpt_cluster_api::ErrorKind;
 
 use crate::cluster::{Cluster, EpochWatch};
 use crate::faults::{choose_victims, GroupView, KillPlan};
@@ -376,8 +376,8 @@ impl<'a> Supervisor<'a> {
             };
             match result {
                 Ok(report) => self.absorb(&report),
-                Err(RunError::Cluster(ClusterError::Unrecoverable(why))) => {
-                    return Err(RunError::Unrecoverable(why));
+                Err(RunError::Cluster(e)) if e.kind() == ErrorKind::Unrecoverable => {
+                    return Err(RunError::Unrecoverable(e.to_string()));
                 }
                 Err(e) => {
                     tries += 1;

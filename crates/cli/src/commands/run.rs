@@ -80,6 +80,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         anyhow::bail!("-n: a job needs at least one rank");
     }
     let kill_at = KillPlan::parse(&args.kill_at).map_err(anyhow::Error::msg)?;
+    check_interval(args.interval.as_deref(), args.mtbf.as_deref())?;
     let default_nodes = args.shape.default_nodes()?;
     let up = args.shape.up_options(PathBuf::new(), Some(default_nodes))?;
     let options = RunOptions {
@@ -115,6 +116,24 @@ pub fn run(args: RunArgs) -> Result<i32> {
         }
     }
     Ok(code)
+}
+
+/// Refuses an interval or MTBF the ranks would refuse only once running.
+fn check_interval(interval: Option<&str>, mtbf: Option<&str>) -> Result<()> {
+    let duration = |what: &str, text: &str| {
+        humantime::parse_duration(text)
+            .map(|_| ())
+            .or_else(|_| text.parse::<f64>().map(|_| ()))
+            .map_err(|_| anyhow::anyhow!("--{what} {text:?}: expected a duration such as 30s, 5m or 24h"))
+    };
+    if let Some(mtbf) = mtbf {
+        duration("mtbf", mtbf)?;
+    }
+    match interval {
+        Some("auto") if mtbf.is_none() => anyhow::bail!("--interval auto needs --mtbf (e.g. --mtbf 24h)"),
+        Some("auto") | None => Ok(()),
+        Some(every) => duration("interval", every),
+    }
 }
 
 /// The median of `values` (0 when empty).
