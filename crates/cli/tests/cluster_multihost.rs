@@ -58,7 +58,7 @@ impl Hosts {
         sh("ip", &["link", "set", &bridge, "address", "02:ec:00:00:00:09"]);
         sh("ip", &["addr", "add", "10.203.9.1/24", "dev", &bridge]);
         sh("ip", &["link", "set", &bridge, "up"]);
-        for i in 0..nodes.len() {
+        for (i, name) in nodes.iter().enumerate() {
             let ns = hosts.namespace(i);
             let (outside, inside) = (format!("eckmh{tag}v{i}"), format!("eckmh{tag}p{i}"));
             let _ = Command::new("ip").args(["netns", "del", &ns]).output();
@@ -79,7 +79,7 @@ impl Hosts {
                 ],
             );
             sh("ip", &["netns", "exec", &ns, "ip", "link", "set", &inside, "up"]);
-            let local = root.join(format!("local-{}", nodes[i]));
+            let local = root.join(format!("local-{name}"));
             std::fs::create_dir_all(&local).unwrap();
             sh(
                 "mount",
