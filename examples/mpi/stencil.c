@@ -2,9 +2,11 @@
  * stencil: a 2-D heat diffusion (Jacobi, 5-point stencil) decomposed over an MPI process
  * grid, with a halo exchange every step — the communication pattern of most HPC codes.
  *
- * Each rank owns a TILE x TILE block of the global plate plus a one-cell halo, in two
- * grids (the current step's and the next), inside one page-aligned protected region whose
- * first page holds the step counter. Every step exchanges halos with the four neighbours
+ * Each rank owns a TILE x TILE block of the global plate plus a one-cell halo: two
+ * temperature grids (the current step's and the next) and the plate's conductivity, which
+ * never changes after the start — all in one page-aligned protected region whose first page
+ * holds the step counter. Incremental checkpoints store the grids written since the last
+ * epoch, not the conductivity. Every step exchanges halos with the four neighbours
  * (MPI_Sendrecv), relaxes the interior into the other grid and logs one line with a
  * fingerprint of the tile. The initial plate depends only on global coordinates, so the
  * result is the same for any process grid.
@@ -47,9 +49,9 @@ int main(int argc, char **argv) {
 
     struct example ex;
     example_parse(&ex, argc, argv, "stencil.%r.log");
-    /* Two (TILE + 2)^2 grids of doubles fill the requested size after the header page. */
+    /* Three (TILE + 2)^2 arrays of doubles fill the requested size after the header page. */
     size_t bytes = (size_t)ex.mib << 20;
-    size_t stride = (size_t)sqrt((double)(bytes - EXAMPLE_PAGE) / (2.0 * sizeof(double)));
+    size_t stride = (size_t)sqrt((double)(bytes - EXAMPLE_PAGE) / (3.0 * sizeof(double)));
     if (stride < 8) {
         fprintf(stderr, "%s: -m %lu is too small\n", ex.prog, ex.mib);
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -66,16 +68,19 @@ int main(int argc, char **argv) {
     MPI_Cart_shift(grid, 1, 1, &left, &right);
     long side = (long)tile * (dims[0] > dims[1] ? dims[0] : dims[1]);
 
-    int restored = example_start(&ex, 2 * stride * stride * sizeof(double));
+    int restored = example_start(&ex, 3 * stride * stride * sizeof(double));
     double *grids[2];
     grids[0] = (double *)(ex.region + EXAMPLE_PAGE);
     grids[1] = grids[0] + stride * stride;
+    double *kappa = grids[1] + stride * stride;
     if (restored == 0) {
         for (size_t i = 0; i < stride; i++)
             for (size_t j = 0; j < stride; j++) {
                 long gy = (long)coords[0] * (long)tile + (long)i - 1, gx = (long)coords[1] * (long)tile + (long)j - 1;
                 double t = (gy < 0 || gx < 0 || gy >= side || gx >= side) ? 0.0 : initial(gx, gy, side);
                 grids[0][i * stride + j] = grids[1][i * stride + j] = t;
+                /* Two materials: a slow-conducting band across the plate. */
+                kappa[i * stride + j] = (gy > side / 3 && gy < side / 2) ? 0.05 : 0.2;
             }
     }
 
@@ -107,7 +112,7 @@ int main(int argc, char **argv) {
         for (size_t i = 1; i <= tile; i++)
             for (size_t j = 1; j <= tile; j++) {
                 size_t c = i * stride + j;
-                next[c] = cur[c] + 0.2 * (cur[c - stride] + cur[c + stride] + cur[c - 1] + cur[c + 1] - 4.0 * cur[c]);
+                next[c] = cur[c] + kappa[c] * (cur[c - stride] + cur[c + stride] + cur[c - 1] + cur[c + 1] - 4.0 * cur[c]);
             }
         uint64_t h = 0;
         for (size_t i = 1; i <= tile; i++)
