@@ -327,10 +327,17 @@ impl Cluster {
         }
     }
 
+    /// The pid of a cluster process: `coordinator`, or `nodes/<name>` (its pid file's first
+    /// line; the second names the host).
+    pub fn pid(&self, process: &str) -> String {
+        let text = std::fs::read_to_string(self.dir.join(process).join("pid")).unwrap();
+        text.lines().next().unwrap_or_default().trim().to_string()
+    }
+
     /// SIGKILLs the coordinator (the agents keep running and reconnect to a new one).
     pub fn kill_coordinator(&self) {
-        let pid = std::fs::read_to_string(self.dir.join("coordinator/pid")).unwrap();
-        let status = Command::new("kill").args(["-9", pid.trim()]).status().unwrap();
+        let pid = self.pid("coordinator");
+        let status = Command::new("kill").args(["-9", &pid]).status().unwrap();
         assert!(status.success());
     }
 
