@@ -180,7 +180,7 @@ fn random_node_kills_end_with_the_failure_free_result() {
     let expected = reference(&mat, &tmp.path().join("reference"), ranks, &mat_args);
     let epochs = u64::from(steps / every);
 
-    for trial in 0..2 {
+    for trial in 0..3 {
         let mode = ["full", "update", "stripe"][random.below(3) as usize];
         let layout = ["dedicated", "rotated"][random.below(2) as usize];
         // Two or three losses of one or two nodes (m = 2), a node more in the middle of the

@@ -103,3 +103,37 @@ def test_ranks_of_different_speeds_decide_alike(tmp_path, interval):
         # calls, where the fastest rank alone would have waited 100.
         gaps = [b - a for a, b in zip(calls[1:], calls[2:])]
         assert max(gaps) <= 25, calls
+
+
+def test_ranks_killed_by_a_signal_are_relaunched_from_the_last_checkpoint(tmp_path):
+    """Every rank SIGKILLs itself once, right after the checkpoint of step 40: no node is lost,
+    so no recovery — the ranks are relaunched, resume and finish as if nothing happened."""
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    args = ["--steps", "120", "--size", "64", "--every", "10"]
+    done = subprocess.run(
+        [sys.executable, str(HEAT), *args, "--dir", reference / "store", "--rank", "0", "--log", "ref.log"],
+        cwd=reference,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    work = tmp_path / "job"
+    work.mkdir()
+    run = eckpt_run(
+        work,
+        *["--nodes", 4, "--k", 2, "--m", 2, "--block-size", "16KiB", "-n", 2],
+        "--",
+        sys.executable,
+        HEAT,
+        *args,
+        "--kill-at",
+        40,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "killed by signal 9: restarting from the last committed epoch" in run.stderr, run.stderr
+    assert "recovered" not in run.stderr, run.stderr
+    for rank in range(2):
+        assert rank_lines(run.stdout, rank)[-1] == done.stdout.splitlines()[-1]
+        assert (work / f"heat.{rank}.log").read_text() == (reference / "ref.log").read_text()
