@@ -207,18 +207,11 @@ fn random_node_kills_end_with_the_failure_free_result() {
         let seed_arg = random.below(1000).to_string();
         let context = format!("trial {trial}: --mode {mode} --layout {layout} --kill-at {kill_at}");
         eprintln!("{context}");
-        let mut args = vec![
-            "--nodes",
-            "8",
-            "--spares",
-            "1",
-            "--k",
-            "6",
-            "--m",
-            "2",
-            "--block-size",
-            "64KiB",
-            "--mode",
+        let mut args: Vec<&str> = "--nodes 8 --spares 1 --k 6 --m 2 --block-size 64KiB --mode"
+            .split(' ')
+            .collect();
+        let record_arg = record.display().to_string();
+        args.extend([
             mode,
             "--layout",
             layout,
@@ -226,10 +219,8 @@ fn random_node_kills_end_with_the_failure_free_result() {
             &kill_at,
             "--seed",
             &seed_arg,
-            "--record",
-        ];
-        let record_arg = record.display().to_string();
-        args.push(&record_arg);
+        ]);
+        args.extend(["--record", &record_arg]);
         args.extend(["-n", "6", "--", mat.to_str().unwrap()]);
         args.extend(mat_args);
         let out = run_in(&work, &args, Duration::from_secs(300));

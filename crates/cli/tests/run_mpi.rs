@@ -59,24 +59,13 @@ fn the_mpi_example_survives_two_node_losses() {
         "-l",
         "log%r",
     ];
-    let cluster = [
-        "--nodes",
-        "8",
-        "--spares",
-        "1",
-        "--k",
-        "6",
-        "--m",
-        "2",
-        "--block-size",
-        "64KiB",
-        "--mode",
-        "update",
-    ];
+    let cluster: Vec<&str> = "--nodes 8 --spares 1 --k 6 --m 2 --block-size 64KiB --mode update"
+        .split(' ')
+        .collect();
 
     let reference = tmp.path().join("reference");
     std::fs::create_dir_all(&reference).unwrap();
-    let mut args = cluster.to_vec();
+    let mut args = cluster.clone();
     args.extend(["--launcher", "mpirun", "-n", "6", "--"]);
     args.extend(program);
     let out = run_in(&reference, &args);
@@ -85,7 +74,7 @@ fn the_mpi_example_survives_two_node_losses() {
 
     let work = tmp.path().join("losses");
     std::fs::create_dir_all(&work).unwrap();
-    let mut args = cluster.to_vec();
+    let mut args = cluster.clone();
     if is_root() {
         args.extend(["--netns", "--link-rate", "1gbit"]);
     }

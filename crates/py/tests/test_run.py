@@ -27,19 +27,23 @@ def rank_lines(stdout, rank):
     return [line[len(prefix) :] for line in stdout.splitlines() if line.startswith(prefix)]
 
 
-def test_heat_survives_node_losses_with_the_failure_free_result(tmp_path):
+def heat_reference(tmp_path, args):
+    """A failure-free standalone run of heat.py: its last line (the checksum) and its log."""
     reference = tmp_path / "reference"
     reference.mkdir()
     done = subprocess.run(
-        [sys.executable, str(HEAT), *HEAT_ARGS, "--dir", reference / "store", "--rank", "0", "--log", "ref.log"],
+        [sys.executable, str(HEAT), *args, "--dir", reference / "store", "--rank", "0", "--log", "ref.log"],
         cwd=reference,
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     )
-    expected = done.stdout.splitlines()[-1]
-    expected_log = (reference / "ref.log").read_text()
+    return done.stdout.splitlines()[-1], (reference / "ref.log").read_text()
+
+
+def test_heat_survives_node_losses_with_the_failure_free_result(tmp_path):
+    expected, expected_log = heat_reference(tmp_path, HEAT_ARGS)
 
     work = tmp_path / "job"
     work.mkdir()
@@ -108,17 +112,8 @@ def test_ranks_of_different_speeds_decide_alike(tmp_path, interval):
 def test_ranks_killed_by_a_signal_are_relaunched_from_the_last_checkpoint(tmp_path):
     """Every rank SIGKILLs itself once, right after the checkpoint of step 40: no node is lost,
     so no recovery — the ranks are relaunched, resume and finish as if nothing happened."""
-    reference = tmp_path / "reference"
-    reference.mkdir()
     args = ["--steps", "120", "--size", "64", "--every", "10"]
-    done = subprocess.run(
-        [sys.executable, str(HEAT), *args, "--dir", reference / "store", "--rank", "0", "--log", "ref.log"],
-        cwd=reference,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    expected, expected_log = heat_reference(tmp_path, args)
     work = tmp_path / "job"
     work.mkdir()
     run = eckpt_run(
@@ -135,5 +130,5 @@ def test_ranks_killed_by_a_signal_are_relaunched_from_the_last_checkpoint(tmp_pa
     assert "killed by signal 9: restarting from the last committed epoch" in run.stderr, run.stderr
     assert "recovered" not in run.stderr, run.stderr
     for rank in range(2):
-        assert rank_lines(run.stdout, rank)[-1] == done.stdout.splitlines()[-1]
-        assert (work / f"heat.{rank}.log").read_text() == (reference / "ref.log").read_text()
+        assert rank_lines(run.stdout, rank)[-1] == expected
+        assert (work / f"heat.{rank}.log").read_text() == expected_log

@@ -625,6 +625,11 @@ mod tests {
         j.committed = epoch;
     }
 
+    /// The per-process plan of `j` losing `lost`.
+    fn plan_losing(j: &Journal, lost: &[&str]) -> Result<RecoveryPlan, ClusterError> {
+        plan_recovery(j, &alive_without(j, lost), &BTreeSet::new(), Relocation::Process)
+    }
+
     fn alive_without(j: &Journal, lost: &[&str]) -> BTreeSet<String> {
         j.nodes
             .iter()
@@ -699,13 +704,7 @@ mod tests {
     #[test]
     fn without_spares_ranks_spread_over_the_survivors_per_process() {
         let j = cluster(8, 0, 6, 2, Layout::Dedicated, 12);
-        let plan = plan_recovery(
-            &j,
-            &alive_without(&j, &["n2"]),
-            &BTreeSet::new(),
-            Relocation::Process,
-        )
-        .unwrap();
+        let plan = plan_losing(&j, &["n2"]).unwrap();
         let moved_to: BTreeSet<&String> = plan.rebuilt[0].1.values().collect();
         assert_eq!(
             moved_to.len(),
@@ -735,24 +734,12 @@ mod tests {
     #[test]
     fn a_lost_parity_member_without_spare_moves_ranks_off_the_new_parity_positions() {
         let j = cluster(6, 0, 4, 2, Layout::Dedicated, 4);
-        let plan = plan_recovery(
-            &j,
-            &alive_without(&j, &["n5"]),
-            &BTreeSet::new(),
-            Relocation::Process,
-        )
-        .unwrap();
+        let plan = plan_losing(&j, &["n5"]).unwrap();
         assert_eq!(plan.moves.len(), 1, "4 hosting nodes, 3 data positions: {plan:?}");
         recover(&j, &alive_without(&j, &["n5"]), &BTreeSet::new());
         // The rotated layout has no parity-only position: nothing moves.
         let j = cluster(6, 0, 4, 2, Layout::Rotated, 6);
-        let plan = plan_recovery(
-            &j,
-            &alive_without(&j, &["n5"]),
-            &BTreeSet::new(),
-            Relocation::Process,
-        )
-        .unwrap();
+        let plan = plan_losing(&j, &["n5"]).unwrap();
         assert!(plan.moves.is_empty());
         recover(&j, &alive_without(&j, &["n5"]), &BTreeSet::new());
     }
@@ -781,13 +768,7 @@ mod tests {
     #[test]
     fn more_than_m_losses_are_unrecoverable_and_named() {
         let j = cluster(6, 1, 4, 2, Layout::Dedicated, 4);
-        let plan = plan_recovery(
-            &j,
-            &alive_without(&j, &["n0", "n1", "n2"]),
-            &BTreeSet::new(),
-            Relocation::Process,
-        )
-        .unwrap();
+        let plan = plan_losing(&j, &["n0", "n1", "n2"]).unwrap();
         assert_eq!(plan.unrecoverable.len(), 1);
         assert!(
             plan.unrecoverable[0].contains("ranks 0, 1, 2"),
@@ -803,26 +784,14 @@ mod tests {
     #[test]
     fn too_few_nodes_to_protect_is_an_error_not_an_unprotected_commit() {
         let j = cluster(3, 0, 1, 2, Layout::Dedicated, 1);
-        let e = plan_recovery(
-            &j,
-            &alive_without(&j, &["n2"]),
-            &BTreeSet::new(),
-            Relocation::Process,
-        )
-        .unwrap_err();
+        let e = plan_losing(&j, &["n2"]).unwrap_err();
         assert!(e.to_string().contains("fewer than m+1=3"), "{e}");
     }
 
     #[test]
     fn a_shrunk_group_says_its_new_overhead() {
         let j = cluster(6, 0, 4, 2, Layout::Dedicated, 4);
-        let plan = plan_recovery(
-            &j,
-            &alive_without(&j, &["n0"]),
-            &BTreeSet::new(),
-            Relocation::Process,
-        )
-        .unwrap();
+        let plan = plan_losing(&j, &["n0"]).unwrap();
         assert!(
             plan.warnings
                 .iter()
