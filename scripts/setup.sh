@@ -14,6 +14,7 @@ packages=(
   python3 python3-venv            # the Python binding and its tests
   iproute2                        # ip netns / tc tbf: emulated hosts on shaped links
   chromium chromium-driver        # the headless-browser test of `eckpt report`'s page
+  openmpi-bin libopenmpi-dev      # eckpt run --launcher mpirun and the MPI example
 )
 
 missing=()

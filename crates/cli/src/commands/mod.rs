@@ -10,4 +10,5 @@ pub mod delta;
 pub mod encode;
 pub mod model;
 pub mod report;
+pub mod run;
 pub mod verify;
