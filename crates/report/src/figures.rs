@@ -331,11 +331,12 @@ pub fn run_timeline(run: &RunRecord) -> Timeline {
             .map(|e| Marker {
                 at: e.t_s,
                 label: format!(
-                    "epoch {} {} ({}, {})",
+                    "epoch {} {} ({}, {}){}",
                     e.epoch,
                     if e.committed { "committed" } else { "aborted" },
                     e.kinds.join("/"),
-                    format(e.encode_seconds, Unit::Seconds)
+                    format(e.encode_seconds, Unit::Seconds),
+                    e.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
                 ),
                 kind: if e.committed { Kind::Epoch } else { Kind::Aborted },
             })
@@ -487,6 +488,7 @@ mod tests {
                     epoch: e,
                     t_s: e as f64,
                     committed: true,
+                    reason: None,
                     kinds: vec![if e == 1 { "full" } else { "update" }.into()],
                     encode_seconds: 0.1,
                     image_bytes: 1e9,

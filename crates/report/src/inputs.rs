@@ -130,6 +130,9 @@ pub struct Epoch {
     pub t_s: f64,
     /// Whether it committed.
     pub committed: bool,
+    /// Why not.
+    #[serde(deserialize_with = "lenient")]
+    pub reason: Option<String>,
     /// What each group's encode was.
     #[serde(deserialize_with = "strings")]
     pub kinds: Vec<String>,
@@ -192,6 +195,9 @@ pub struct Recovery {
     /// Seconds relaunching the job.
     #[serde(deserialize_with = "number")]
     pub relaunch_seconds: f64,
+    /// From the node's death to every rank running again.
+    #[serde(deserialize_with = "number")]
+    pub downtime_seconds: f64,
 }
 
 /// An `eckpt run` record (`<cluster>/runs/<name>.json`).
@@ -336,6 +342,76 @@ mod tests {
         assert_eq!(r.attempts.len(), 1);
         assert_eq!(r.failures[0].nodes, vec!["n1", "n3"]);
         assert_eq!(r.recoveries[0].moved.as_ref().unwrap()[0].2, "n0");
+    }
+
+    /// What `eckpt run` writes (`eckpt_run::record::RunRecord`) reads back whole.
+    #[test]
+    fn eckpt_runs_records_parse() {
+        use eckpt_run::record as run;
+        let record = run::RunRecord {
+            format: run::RECORD_FORMAT,
+            command: vec!["./stencil".into(), "-s".into(), "200".into()],
+            ranks: 8,
+            launcher: "mpirun".into(),
+            placement: "balanced".into(),
+            coding: Some(CodingConfig::default()),
+            nodes: vec!["n0".into(), "n1".into()],
+            spares: vec!["s0".into()],
+            link_rate: Some("1gbit".into()),
+            seconds: 93.2,
+            exit_code: Some(0),
+            attempts: vec![run::AttemptRecord {
+                attempt: 1,
+                end_s: 35.2,
+                placement: BTreeMap::from([(0, "n0".to_string())]),
+                end: "node n1 lost".into(),
+                ..Default::default()
+            }],
+            epochs: vec![run::EpochRecord {
+                epoch: 1,
+                t_s: 3.2,
+                committed: true,
+                kinds: vec!["full".into()],
+                encode_seconds: 0.51,
+                image_bytes: 1 << 28,
+                stored_bytes: 1 << 20,
+                ..Default::default()
+            }],
+            failures: vec![run::FailureRecord {
+                t_s: 30.1,
+                nodes: vec!["n1".into()],
+                cause: "kill-at 30:1".into(),
+            }],
+            recoveries: vec![run::RecoveryRecord {
+                start_s: 30.2,
+                end_s: 32.0,
+                epoch: 30,
+                lost: vec!["n1".into()],
+                placement: BTreeMap::from([(1, "s0".to_string())]),
+                moved: vec![(3, "n4".into(), "n0".into())],
+                downtime_seconds: 1.9,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let text = serde_json::to_vec(&record).unwrap();
+        let Input::Run(r) = parse("run.json", &text).unwrap() else {
+            panic!("not a run")
+        };
+        assert_eq!(r.command, record.command);
+        assert_eq!(r.ranks, 8);
+        assert_eq!(r.coding, record.coding);
+        assert_eq!(r.attempts[0].placement.as_ref().unwrap()["0"], "n0");
+        assert_eq!(r.attempts[0].end.as_deref(), Some("node n1 lost"));
+        assert_eq!(r.epochs[0].image_bytes, (1u64 << 28) as f64);
+        assert_eq!(r.epochs[0].stored_bytes, (1u64 << 20) as f64);
+        assert_eq!(r.failures[0].cause.as_deref(), Some("kill-at 30:1"));
+        assert_eq!(r.recoveries[0].placement.as_ref().unwrap()["1"], "s0");
+        assert_eq!(
+            r.recoveries[0].moved.as_ref().unwrap()[0],
+            (3, "n4".into(), "n0".into())
+        );
+        assert_eq!(r.recoveries[0].downtime_seconds, 1.9);
     }
 
     #[test]

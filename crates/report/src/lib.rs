@@ -210,6 +210,7 @@ fn run_section(name: &str, run: &RunRecord) -> Section {
             "encode",
             "relaunch",
             "total",
+            "downtime",
             "ranks placed or moved",
         ]
         .map(String::from)
@@ -240,6 +241,7 @@ fn run_section(name: &str, run: &RunRecord) -> Section {
                     Cell::num(format(r.encode_seconds, Unit::Seconds)),
                     Cell::num(format(r.relaunch_seconds, Unit::Seconds)),
                     Cell::num(format(r.end_s - r.start_s, Unit::Seconds)),
+                    Cell::num(format(r.downtime_seconds, Unit::Seconds)),
                     Cell::text(placed.join(", ")),
                 ]
             })
