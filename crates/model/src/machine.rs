@@ -45,9 +45,12 @@ pub struct Cpu {
     pub read_byte_s: f64,
     /// Per byte written to the node-local store (a RAM disk: a copy).
     pub write_byte_s: f64,
-    /// Per byte of a rank's image looked at to find what changed at a checkpoint (hashing
-    /// for files; kernel tracking costs far less).
+    /// Per byte of a rank's protected memory looked at to find what changed at a checkpoint
+    /// (kernel write tracking's `PAGEMAP_SCAN`; hashing, the fallback, costs about 100×).
     pub scan_byte_s: f64,
+    /// Per byte a rank's checkpoint writes into its node-local store (copy, block
+    /// checksums, files, sync).
+    pub store_byte_s: f64,
     /// Per stored block of a rank's epoch, each time an agent opens the epoch (its manifest
     /// and its parents', read and checked): a fixed cost of every encode and update that
     /// grows with the size of the images, not with what changed.
@@ -102,7 +105,8 @@ impl Machine {
                 gf_byte_s: 0.02e-9,
                 read_byte_s: 0.3e-9,
                 write_byte_s: 0.25e-9,
-                scan_byte_s: 0.05e-9,
+                scan_byte_s: 0.4e-12,
+                store_byte_s: 0.9e-9,
                 chain_block_s: 50e-9,
                 round_s: 0.2e-3,
             },
@@ -140,6 +144,7 @@ impl Machine {
             ("read byte cost", c.read_byte_s),
             ("write byte cost", c.write_byte_s),
             ("scan byte cost", c.scan_byte_s),
+            ("store byte cost", c.store_byte_s),
             ("chain block cost", c.chain_block_s),
             ("round cost", c.round_s),
         ] {

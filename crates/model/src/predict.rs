@@ -284,10 +284,10 @@ fn update(scenario: &Scenario, machine: &Machine, groups: &[GroupShape], d: u64)
 }
 
 /// A rank's local checkpoint: look at the whole image for changes, write `written` bytes
-/// to the node-local store. Every data node's ranks checkpoint at once.
+/// into the node-local store. Every data node's ranks checkpoint at once.
 fn checkpoint(scenario: &Scenario, machine: &Machine, written: u64) -> f64 {
     let w = NodeWork {
-        written: written as f64,
+        stored: written as f64,
         scanned: scenario.size_per_node as f64,
         ..NodeWork::default()
     };

@@ -70,6 +70,7 @@ fn node_cpu(cpu: &Cpu, w: &NodeWork) -> (f64, f64) {
         + w.read * cpu.read_byte_s
         + w.written * cpu.write_byte_s
         + w.scanned * cpu.scan_byte_s
+        + w.stored * cpu.store_byte_s
         + w.opened_blocks * cpu.chain_block_s
         + w.rounds * cpu.round_s;
     let net = w.messages * cpu.message_s + (w.sent + w.received) * cpu.link_byte_s;
@@ -149,6 +150,7 @@ mod tests {
             read_byte_s: 0.0,
             write_byte_s: 0.0,
             scan_byte_s: 0.0,
+            store_byte_s: 0.0,
             chain_block_s: 0.0,
             round_s: 0.0,
         };

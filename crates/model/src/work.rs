@@ -32,6 +32,8 @@ pub struct NodeWork {
     pub written: f64,
     /// Bytes of rank images looked at for changes (a checkpoint).
     pub scanned: f64,
+    /// Bytes a checkpoint writes into the store.
+    pub stored: f64,
     /// Stored blocks of the epochs the node opens (each opening reads their manifests).
     pub opened_blocks: f64,
     /// Rounds of the task the node takes part in (connections, start, report).
@@ -47,6 +49,7 @@ impl NodeWork {
         self.read += other.read * scale;
         self.written += other.written * scale;
         self.scanned += other.scanned * scale;
+        self.stored += other.stored * scale;
         self.opened_blocks += other.opened_blocks * scale;
         self.rounds += other.rounds * scale;
     }

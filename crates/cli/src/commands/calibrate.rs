@@ -216,8 +216,9 @@ async fn measure_ring(dir: &ClusterDir, nodes: &[NodeInfo], bytes: u64, samples:
     Ok(())
 }
 
-/// The machine the samples describe. A link byte costs what the agents used per byte in the
-/// pair or the ring test (the more). When the ring could not reach the links' rate, the
+/// The machine the samples describe (scanning for changes keeps the reference's kernel
+/// tracking cost: the hashing measured is the fallback's). A link byte costs what the
+/// agents used per byte in the pair or the ring test (the more). When the ring could not reach the links' rate, the
 /// host's cores were the limit: the agents then got the share `ring CPU / (cores × wall)` of
 /// them, and the model's shared host gets that many cores; otherwise the reference share.
 /// Fixed costs are the reference's: no measurement of a running cluster shows them.
@@ -244,7 +245,7 @@ fn machine_of(samples: &Samples, nodes: usize, nominal: Option<f64>) -> Result<M
             gf_byte_s: pick("gf_byte_s"),
             read_byte_s: pick("read_byte_s"),
             write_byte_s: pick("write_byte_s"),
-            scan_byte_s: pick("scan_byte_s"),
+            store_byte_s: pick("store_byte_s"),
             chain_block_s: pick("chain_block_s"),
             ..reference.cpu
         },
@@ -292,7 +293,7 @@ fn measure_local(near: &Path, samples: &mut Samples) -> Result<()> {
     result?;
     let image = vec![0x5au8; FILE];
     samples.insert(
-        "scan_byte_s".into(),
+        "hash_byte_s".into(),
         per_byte(FILE, || {
             std::hint::black_box(
                 image
@@ -309,33 +310,6 @@ fn measure_local(near: &Path, samples: &mut Samples) -> Result<()> {
     let result = chain_costs(&store, samples);
     let _ = std::fs::remove_dir_all(&store);
     result
-}
-
-/// CPU seconds per stored block of opening an epoch of a rank (its manifest and its
-/// parent's, checked), as the agents do several times per encode and update: a 32 MiB
-/// image, then an epoch that changed one page.
-fn chain_costs(root: &Path, samples: &mut Samples) -> Result<()> {
-    const IMAGE: usize = 32 << 20;
-    let store = eckpt_store::Store::open(root)?;
-    let mut image = vec![0x5au8; IMAGE];
-    for epoch in 1..=2 {
-        image[IMAGE / 2] = epoch as u8;
-        let mut writer = store.writer(0, epoch)?;
-        writer.put_full("image", &image)?;
-        writer.commit()?;
-    }
-    let blocks = IMAGE.div_ceil(store.options().block_size as usize);
-    let per_block = per_byte(blocks, || {
-        for _ in 0..4 {
-            std::hint::black_box(store.view(0, 2)?);
-        }
-        Ok(())
-    })?;
-    samples.insert(
-        "chain_block_s".into(),
-        per_block.into_iter().map(|s| s / 4.0).collect(),
-    );
-    Ok(())
 }
 
 /// Writes `size` bytes to `path` in chunks of `chunk.len()` and syncs, then reads them back
@@ -371,6 +345,77 @@ fn file_costs(
     samples.insert("write_byte_s".into(), write);
     samples.insert("read_byte_s".into(), read);
     let _ = (&file).flush();
+    Ok(())
+}
+
+/// A rank's checkpoint into a store next to the agents' (seconds per byte of a 32 MiB full
+/// epoch written and committed), and the CPU seconds per stored block of opening an epoch
+/// (its manifest and its parent's, checked), as the agents do several times per encode and
+/// update: the image, then an epoch that changed one page.
+fn chain_costs(root: &Path, samples: &mut Samples) -> Result<()> {
+    const IMAGE: usize = 32 << 20;
+    let store = eckpt_store::Store::open(root)?;
+    let mut image = vec![0x5au8; IMAGE];
+    for epoch in 1..=2u64 {
+        image[IMAGE / 2] = epoch as u8;
+        let started = Instant::now();
+        let mut writer = store.writer(0, epoch)?;
+        writer.put_full("image", &image)?;
+        writer.commit()?;
+        if epoch == 1 {
+            push(
+                samples,
+                "store_byte_s",
+                started.elapsed().as_secs_f64() / IMAGE as f64,
+            );
+        }
+    }
+    let blocks = IMAGE.div_ceil(store.options().block_size as usize);
+    let per_block = per_byte(blocks, || {
+        for _ in 0..4 {
+            std::hint::black_box(store.view(0, 2)?);
+        }
+        Ok(())
+    })?;
+    samples.insert(
+        "chain_block_s".into(),
+        per_block.into_iter().map(|s| s / 4.0).collect(),
+    );
+    Ok(())
+}
+
+/// CPU seconds per end of an authenticated TCP connection (connect or accept, the HMAC
+/// handshake both ways, the close), as every task opens several: the coordinator's calls
+/// and the links between members. Loopback in this process, 200 connections, three times.
+fn connection_costs(samples: &mut Samples) -> Result<()> {
+    const CONNECTIONS: usize = 200;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let secret = ClusterSecret::generate()?;
+    let listener = rt.block_on(listen(
+        &Endpoint::Tcp {
+            host: "127.0.0.1".into(),
+            port: 0,
+        },
+        &secret,
+    ))?;
+    let endpoint = listener.local_endpoint().clone();
+    for _ in 0..3 {
+        let before = cpu_of(std::process::id())?;
+        rt.block_on(async {
+            for _ in 0..CONNECTIONS {
+                let accept = async { listener.accept().await?.authenticate().await };
+                let (a, b) = tokio::try_join!(connect(&endpoint, &secret), accept)?;
+                drop((a, b));
+            }
+            Ok::<_, eckpt_proto::ProtoError>(())
+        })?;
+        let after = cpu_of(std::process::id())?;
+        push(
+            samples,
+            "connection_s",
+            (after - before) / CONNECTIONS as f64 / 2.0,
+        );
+    }
     Ok(())
 }
 
@@ -426,41 +471,6 @@ fn relay_cpu(messages: usize, payload: usize) -> Result<f64> {
     rt.block_on(writing)??;
     rt.block_on(reading)??;
     Ok((cpu_of(std::process::id())? - before) / messages as f64)
-}
-
-/// CPU seconds per end of an authenticated TCP connection (connect or accept, the HMAC
-/// handshake both ways, the close), as every task opens several: the coordinator's calls
-/// and the links between members. Loopback in this process, 200 connections, three times.
-fn connection_costs(samples: &mut Samples) -> Result<()> {
-    const CONNECTIONS: usize = 200;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let secret = ClusterSecret::generate()?;
-    let listener = rt.block_on(listen(
-        &Endpoint::Tcp {
-            host: "127.0.0.1".into(),
-            port: 0,
-        },
-        &secret,
-    ))?;
-    let endpoint = listener.local_endpoint().clone();
-    for _ in 0..3 {
-        let before = cpu_of(std::process::id())?;
-        rt.block_on(async {
-            for _ in 0..CONNECTIONS {
-                let accept = async { listener.accept().await?.authenticate().await };
-                let (a, b) = tokio::try_join!(connect(&endpoint, &secret), accept)?;
-                drop((a, b));
-            }
-            Ok::<_, eckpt_proto::ProtoError>(())
-        })?;
-        let after = cpu_of(std::process::id())?;
-        push(
-            samples,
-            "connection_s",
-            (after - before) / CONNECTIONS as f64 / 2.0,
-        );
-    }
-    Ok(())
 }
 
 /// Per-message CPU (each end) and the relay's extra CPU per byte beyond streaming frames
