@@ -260,9 +260,15 @@ pub fn bench_epochs(results: &[BenchResult], limit: usize) -> Option<(Chart, Cha
     ))
 }
 
+/// A run's committed epochs (aborted ones encoded nothing; the timeline shows them).
+fn committed(run: &RunRecord) -> Vec<crate::inputs::Epoch> {
+    let done: Vec<_> = run.epochs.iter().filter(|e| e.committed).cloned().collect();
+    thin(&done)
+}
+
 /// A run's checkpoint bytes per epoch: all ranks' full images against what they stored.
 pub fn run_bytes(run: &RunRecord) -> Chart {
-    let epochs = thin(&run.epochs);
+    let epochs = committed(run);
     Chart {
         title: "Checkpoint bytes per epoch: full images vs incremental".into(),
         x: Axis::linear("epoch", Unit::Plain),
@@ -282,10 +288,10 @@ pub fn run_bytes(run: &RunRecord) -> Chart {
     }
 }
 
-/// A run's encode seconds per epoch, by kind of encode.
+/// A run's encode seconds per committed epoch, by kind of encode.
 pub fn run_encodes(run: &RunRecord) -> Chart {
     let mut by_kind: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-    for e in thin(&run.epochs) {
+    for e in committed(run) {
         let kind = e.kinds.first().cloned().unwrap_or_else(|| "?".into());
         by_kind
             .entry(kind)
