@@ -15,7 +15,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use eckpt_cluster::netns::parse_rate;
 use eckpt_cluster_api::commands;
-use eckpt_cluster_api::dirs::{ClusterDir, ClusterFile};
+use eckpt_cluster_api::dirs::{read_pid_file, ClusterDir, ClusterFile};
 use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, NodeInfo};
 use eckpt_cluster_api::net::{call, host_identity, open_node};
 use eckpt_codec::LinearMap;
@@ -115,11 +115,11 @@ fn clock_ticks() -> f64 {
     100.0
 }
 
-/// An agent's process id, from its pid file.
+/// An agent's process id, from its pid file: it must run on this host (its CPU time is
+/// read from `/proc`).
 fn agent_pid(dir: &ClusterDir, name: &str) -> Result<u32> {
-    let path = ClusterDir::pid_file(&dir.node(name));
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(text.trim().parse()?)
+    read_pid_file(&dir.node(name))
+        .with_context(|| format!("agent {name} has no process on this host to measure"))
 }
 
 /// Samples by name.
