@@ -126,10 +126,8 @@ impl Machine {
             )));
         }
         if let Hosts::Shared { cores } = self.hosts {
-            if !(cores.is_finite() && cores >= 1.0) {
-                return Err(ModelError::Invalid(format!(
-                    "a host needs at least one core, not {cores}"
-                )));
+            if !(cores.is_finite() && cores > 0.0) {
+                return Err(ModelError::Invalid(format!("a host needs cores, not {cores}")));
             }
         }
         let c = &self.cpu;

@@ -59,13 +59,17 @@ pub struct Args {
     /// Fraction of pages a rank changes between checkpoints (0.001: MAT-like, 0.6: LU-like).
     #[arg(long, default_value_t = 0.001)]
     dirty_fraction: f64,
-    /// Link rate of every node (e.g. 100mbit, 1gbit, 100gbit); nodes on hosts of their own.
+    /// Link rate of every node (e.g. 100mbit, 1gbit, 100gbit).
     #[arg(long)]
     link_rate: Option<String>,
     /// All nodes share one host with this many cores (an emulated cluster; its agents get
     /// the reference share of them).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "own_hosts")]
     host_cores: Option<f64>,
+    /// Every node on a host of its own with real links (no shaper's burst), whatever the
+    /// calibrated cluster was: to predict a real cluster from costs measured on an emulated one.
+    #[arg(long)]
+    own_hosts: bool,
     /// Mean time between failures of one node (e.g. 5y, 30d, 12h, 600s).
     #[arg(long, default_value = "5y", value_parser = parse_duration)]
     mtbf: f64,
@@ -278,6 +282,10 @@ fn machine(
     };
     if let (Some(r), Some(_)) = (&args.link_rate, calibration) {
         machine = machine.with_link_rate(rate(r)?);
+    }
+    if args.own_hosts {
+        machine.hosts = Hosts::PerNode;
+        machine.burst_bytes = 0.0;
     }
     if let Some(cores) = args.host_cores {
         machine.hosts = Hosts::Shared {
