@@ -10,12 +10,16 @@
 #   recovery   on a namespaced cluster with 1 Gbit/s links: two nodes killed with their disks;
 #              from the loss to every rank running again, next to the decode and encode
 #              times it contains.
+#   ipc        2 ranks (no more than the cores) on a namespaced cluster with 1 Gbit/s links:
+#              the halo-exchange time per step with both ranks on one node (--placement pack:
+#              shared memory) next to one rank per node (balanced: TCP over the link) — seed
+#              004's point that co-located processes should use local IPC.
 #   halo       16 ranks of 4 MiB on 8 nodes (rotated parity: every node holds data), two
 #              nodes lost: the stencil's halo-exchange time per step before the loss and after
 #              relocation per process (the lost nodes' ranks spread) and per node (each lost
 #              node's ranks together on one survivor) — seed 004's comparison.
 #
-# Usage: scripts/bench-run.sh [overhead|recovery|halo|all] (root for recovery and halo).
+# Usage: scripts/bench-run.sh [overhead|recovery|ipc|halo|all] (root for recovery and halo).
 # Environment: REPS (3), STEPS (3000), ECKPT (target/release/eckpt).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,7 +28,7 @@ what=${1:-all}
 reps=${REPS:-3}
 steps=${STEPS:-3000}
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+[ -n "${KEEP:-}" ] && echo "keeping $work" || trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 mpicc -O2 -std=c11 -I"$repo/include" "$repo/examples/mpi/stencil.c" -o "$work/stencil" \
@@ -68,11 +72,13 @@ halo_means() { # file, before|after: the mean of every rank's halo windows
   python3 - "$1" "$2" <<'PY'
 import re, sys
 path, when = sys.argv[1:]
-lines = open(path).read().splitlines()
-# Windows printed before the first restart line belong to the first attempt.
-cut = next((i for i, l in enumerate(lines) if "restarted from epoch" in l), len(lines))
-part = lines[:cut] if when == "before" else lines[cut:]
-values = [float(m.group(1)) for l in part if (m := re.search(r"halo steps \d+-\d+: ([0-9.]+) us", l))]
+# Ranks that resumed from a checkpoint mark their windows "(resumed)".
+values = [
+    float(m.group(2))
+    for line in open(path)
+    if (m := re.search(r"halo steps \d+-\d+( \(resumed\))?: ([0-9.]+) us", line))
+    and (m.group(1) is not None) == (when == "after")
+]
 print(f"{sum(values) / len(values):.0f} us over {len(values)} rank-windows" if values else "no windows")
 PY
 }
@@ -88,6 +94,16 @@ for x in r["recoveries"]:
           f"detect {x['detect_seconds']:.2f} + decode {x['decode_seconds']:.2f} + encode {x['encode_seconds']:.2f} "
           f"+ relaunch and the rest {x['downtime_seconds'] - x['detect_seconds'] - x['decode_seconds'] - x['encode_seconds']:.2f} s")
 PY
+fi
+
+if [ "$what" = ipc ] || [ "$what" = all ]; then
+  echo "== halo exchange per step, 2 ranks x 4 MiB, namespaced cluster with 1 Gbit/s links"
+  for placement in pack balanced; do
+    rm -f log.*
+    "$eckpt" run --nodes 4 --k 2 --m 2 --netns --link-rate 1gbit --launcher mpirun --placement "$placement" \
+      -n 2 -- ./stencil -m 4 -s 1000 -k 100 -l log.%r > "ipc-$placement.out" 2> "ipc-$placement.err"
+    echo "  $placement [$(grep -m1 launched "ipc-$placement.err" | sed 's/.*ranks: //')]: $(halo_means "ipc-$placement.out" before)"
+  done
 fi
 
 if [ "$what" = halo ] || [ "$what" = all ]; then

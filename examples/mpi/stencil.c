@@ -122,8 +122,8 @@ int main(int argc, char **argv) {
         example_step_done(&ex, line);
 
         if (halo_steps == HALO_WINDOW || ex.header->step == ex.steps) {
-            printf("halo steps %lu-%llu: %.1f us per step\n", window_start, (unsigned long long)ex.header->step - 1,
-                   1e6 * halo_seconds / (double)halo_steps);
+            printf("halo steps %lu-%llu%s: %.1f us per step\n", window_start, (unsigned long long)ex.header->step - 1,
+                   restored ? " (resumed)" : "", 1e6 * halo_seconds / (double)halo_steps);
             fflush(stdout);
             halo_seconds = 0.0;
             halo_steps = 0;
