@@ -373,4 +373,25 @@ mod tests {
         }
         assert!(page.matches("<svg").count() >= 5);
     }
+
+    /// A record `eckpt run` wrote for a real run that lost one node and then two
+    /// (docs/results/run-two-failures.json, the run docs/REPRODUCTION.md shows): its
+    /// timeline carries both failures and the relocations of both recoveries.
+    #[test]
+    fn a_real_run_with_two_failures_shows_both_on_its_timeline() {
+        let bytes = include_bytes!("../../../docs/results/run-two-failures.json");
+        let input = inputs::parse("run.json", bytes).unwrap();
+        let Input::Run(run) = &input else {
+            panic!("not read as a run record")
+        };
+        assert_eq!(run.failures.len(), 2);
+        assert_eq!(run.recoveries.len(), 2);
+        let costs = Costs {
+            machine: Machine::reference(1e9),
+            host_cores: 2.0,
+        };
+        let page = report(&[("run.json".into(), input)], &costs, "test");
+        assert_eq!(page.matches("class=\"marker failure\"").count(), 2);
+        assert!(page.matches("class=\"marker relocation\"").count() >= 2);
+    }
 }
