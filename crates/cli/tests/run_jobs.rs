@@ -272,31 +272,12 @@ fn more_losses_than_m_end_with_a_clear_error_and_keep_what_was_committed() {
     let dir_arg = dir.display().to_string();
     let out = run_in(
         tmp.path(),
-        &[
-            "--dir",
-            &dir_arg,
-            "--keep",
-            "--nodes",
-            "6",
-            "--k",
-            "4",
-            "--m",
-            "2",
-            "-n",
-            "4",
-            "--kill-at",
-            "3:3",
-            "--",
-            mat.to_str().unwrap(),
-            "-m",
-            "2",
-            "-s",
-            "40",
-            "-k",
-            "4",
-            "-l",
-            "log%r",
-        ],
+        &format!(
+            "--dir {dir_arg} --keep --nodes 6 --k 4 --m 2 -n 4 --kill-at 3:3 -- {} -m 2 -s 40 -k 4 -l log%r",
+            mat.display()
+        )
+        .split(' ')
+        .collect::<Vec<_>>(),
         Duration::from_secs(120),
     );
     let err = text(&out.stderr);
