@@ -15,6 +15,7 @@
 //! the async tasks only move messages, one batch at a time per stream, so a slow consumer
 //! still pushes back on its producers.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -473,10 +474,10 @@ impl Stage {
             self.chunks.insert(parity_chunk, buf);
         }
         let target = self.chunks.get_mut(&parity_chunk).expect("inserted above");
-        let map = self
-            .maps
-            .entry(coefficient)
-            .or_insert_with(|| LinearMap::new(1, 1, vec![coefficient]));
+        let map = match self.maps.entry(coefficient) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(LinearMap::new(1, 1, vec![coefficient])?),
+        };
         let offset = offset as usize;
         map.accumulate(0, delta, &mut [&mut target[offset..offset + delta.len()]])?;
         Ok(())

@@ -5,13 +5,15 @@ use anyhow::Result;
 mod capture;
 mod cluster;
 mod codec;
+mod klauspost;
 mod stats;
 mod transport;
 mod workload;
 
 #[derive(clap::Subcommand)]
 pub enum Bench {
-    /// GF kernels: encode, one-shard parity update and decode, vs memcpy and the system ISA-L.
+    /// GF kernels: encode, one-shard parity update and decode, vs memcpy, the system ISA-L
+    /// and klauspost/reedsolomon (when its harness is built).
     Codec(codec::Args),
     /// Incremental capture: dirty tracking + copy vs xdelta3 and `eckpt delta`, same images.
     Capture(capture::Args),
