@@ -4,6 +4,7 @@
 //! ```text
 //! coded/
 //!   obj-g<G>-e<E>/          committed object: parity + parity.json, and/or blob
+//!                           (prepared: blob.plan, then blob.tmp while the encode writes it)
 //!     stage-<V>             update mode: new contents of changed parity chunks for version V
 //!   prepared-g<G>-e<E>/     written by an encode, awaiting the coordinator's decision
 //!   rebuild-*/              shards being decoded here
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 use eckpt_coding::ObjectId;
 use eckpt_cursor::{Cursor, Truncated};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use eckpt_cluster_api::dirs::{fsync_dir, write_atomic};
@@ -41,6 +43,7 @@ struct ParityManifest {
 const PARITY: &str = "parity";
 const PARITY_MANIFEST: &str = "parity.json";
 const BLOB: &str = "blob";
+const BLOB_PLAN: &str = "blob.plan";
 
 /// The coded objects of one agent.
 #[derive(Debug, Clone)]
@@ -94,11 +97,39 @@ impl ParityStore {
         Ok(dir)
     }
 
-    /// Stores this node's stripe blob for `id` (prepared), durably.
-    pub fn put_blob(&self, id: ObjectId, blob: &[u8]) -> Result<PathBuf, ClusterError> {
-        let path = self.prepared_dir_created(id)?.join(BLOB);
-        write_atomic(&path, blob)?;
-        Ok(path)
+    /// Records what this node's stripe blob for `id` will hold (prepared): describe plans
+    /// it, the encode writes it.
+    pub fn put_blob_plan(&self, id: ObjectId, plan: &impl Serialize) -> Result<(), ClusterError> {
+        let path = self.prepared_dir_created(id)?.join(BLOB_PLAN);
+        write_atomic(&path, &serde_json::to_vec(plan).expect("a plan serializes"))
+    }
+
+    /// The blob plan of `id`, if describe made one here.
+    pub fn blob_plan<T: DeserializeOwned>(&self, id: ObjectId) -> Result<T, ClusterError> {
+        let path = self.existing_dir(id)?.join(BLOB_PLAN);
+        let bytes = fs::read(&path).map_err(io_at(&path))?;
+        serde_json::from_slice(&bytes).map_err(|e| ClusterError::Corrupt(format!("{}: {e}", path.display())))
+    }
+
+    /// Whether a blob for `id` is planned here and not yet written.
+    pub fn has_blob_plan(&self, id: ObjectId) -> bool {
+        self.prepared_dir(id).join(BLOB_PLAN).is_file()
+    }
+
+    /// Where the blob of `id` is written before [`ParityStore::publish_blob`].
+    pub fn blob_temp(&self, id: ObjectId) -> Result<PathBuf, ClusterError> {
+        Ok(self.prepared_dir_created(id)?.join(format!("{BLOB}.tmp")))
+    }
+
+    /// Makes the written (and fsynced) blob of `id` the object's blob, durably, and drops
+    /// its plan.
+    pub fn publish_blob(&self, id: ObjectId) -> Result<(), ClusterError> {
+        let dir = self.prepared_dir(id);
+        let (tmp, path) = (dir.join(format!("{BLOB}.tmp")), dir.join(BLOB));
+        fs::rename(&tmp, &path).map_err(io_at(&path))?;
+        let plan = dir.join(BLOB_PLAN);
+        fs::remove_file(&plan).map_err(io_at(&plan))?;
+        fsync_dir(&dir)
     }
 
     /// The blob file of `id`.
@@ -467,8 +498,12 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let coded = ParityStore::open(tmp.path()).unwrap();
         let other = ObjectId { group: 1, epoch: 2 };
-        coded.put_blob(ID, b"a").unwrap();
-        coded.put_blob(other, b"b").unwrap();
+        for id in [ID, other] {
+            coded.put_blob_plan(id, &"plan").unwrap();
+            fs::write(coded.blob_temp(id).unwrap(), b"blob").unwrap();
+            coded.publish_blob(id).unwrap();
+            assert!(!coded.has_blob_plan(id));
+        }
         coded.commit(other).unwrap();
         coded.retain(&[ID]).unwrap();
         assert!(coded.blob_path(ID).is_ok());

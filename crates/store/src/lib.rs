@@ -43,8 +43,10 @@
 //! # Cluster hooks
 //!
 //! [`Store::dirty_xor`] gives the parity-update input (old ⊕ new per changed block),
-//! [`Store::padded_delta`] / [`Store::delta_len`] the zero-padded serialized delta the
-//! group erasure-codes, [`parse_delta`] / [`Store::apply_delta`] the inverse after decode,
+//! [`Store::padded_delta`] / [`Store::delta_len`] the zero-padded serialized delta, and
+//! [`Store::write_delta`] / [`Store::encoded_delta_len`] the same (or a complete image as a
+//! delta) streamed to a file, that the group erasure-codes; [`parse_delta`] /
+//! [`Store::apply_delta`] the inverse after decode,
 //! and [`Store::import_image`] installs a decoded image on a spare node. The first three
 //! accept a prepared epoch, since the cluster encodes before it commits.
 

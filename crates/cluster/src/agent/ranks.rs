@@ -8,7 +8,8 @@ use eckpt_store::{Image, Store};
 
 use super::coding::rebuilt_path;
 use super::{blocking, Agent};
-use crate::shard::{build_stripe_blob, node_items};
+use crate::shard::node_items;
+use crate::stripe_blob::{parse_stripe_blob, StripePlan};
 use eckpt_cluster_api::msg::DATA_FRAME;
 use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, Deliver, DescribeRequest, ObjectKind, ObjectRecord, ShardInfo,
@@ -32,14 +33,21 @@ impl Agent {
     }
 
     /// Answers a [`DescribeRequest`]: the shard's layout and length (image modes), or the
-    /// stripe blob written under the new object (stripe mode).
+    /// stripe blob planned under the new object, and its length (stripe mode; the encode
+    /// writes it).
     pub fn describe(&self, req: &DescribeRequest) -> Result<ShardInfo, ClusterError> {
         match req.mode {
             Mode::Stripe => {
-                let blob = build_stripe_blob(&self.store, &req.ranks, req.epoch, req.complete)?;
-                self.coded.put_blob(req.object, &blob)?;
+                // Planned only: the encode writes the blob as it reads it.
+                let plan = StripePlan {
+                    ranks: req.ranks.clone(),
+                    epoch: req.epoch,
+                    complete: req.complete,
+                };
+                let len = plan.len(&self.store)?;
+                self.coded.put_blob_plan(req.object, &plan)?;
                 Ok(ShardInfo {
-                    len: blob.len() as u64,
+                    len,
                     layout: ShardLayout::default(),
                     updatable: false,
                     changed: 0,
@@ -176,9 +184,7 @@ impl Agent {
                 .blob_path(id)
                 .ok()
                 .and_then(|path| match std::fs::read(&path) {
-                    Ok(bytes) => crate::shard::parse_stripe_blob(&bytes)
-                        .err()
-                        .map(|e| e.to_string()),
+                    Ok(bytes) => parse_stripe_blob(&bytes).err().map(|e| e.to_string()),
                     Err(e) => Some(e.to_string()),
                 });
             if let Some(p) = problem.or(blob_problem) {
@@ -244,7 +250,7 @@ impl Agent {
             match record.kind {
                 ObjectKind::Image => images = shard.layout.images(data)?,
                 ObjectKind::Stripe { .. } => {
-                    for delta in crate::shard::parse_stripe_blob(data)? {
+                    for delta in parse_stripe_blob(data)? {
                         chain.apply_delta(delta.rank, &delta.encode()?)?;
                     }
                 }
