@@ -65,7 +65,20 @@ fn spawn_detached(mut command: Command, log: &Path) -> Result<Child, ClusterErro
 
 fn pid_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid as i32, 0) == 0 }
+    let exists = unsafe { libc::kill(pid as i32, 0) == 0 };
+    // A killed child of this very process (`eckpt bench cluster` starts its cluster
+    // in-process) stays a zombie until reaped: dead all the same.
+    exists && !is_zombie(pid)
+}
+
+fn is_zombie(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, after_name) = stat.rsplit_once(')')?;
+            after_name.split_whitespace().next().map(|state| state == "Z")
+        })
+        .unwrap_or(false)
 }
 
 fn read_pid(dir: &Path) -> Option<u32> {

@@ -19,6 +19,7 @@ use eckpt_coding::geometry::Geometry;
 use eckpt_coding::CodingConfig;
 use serde::Serialize;
 
+use super::recover::{recover, Recovery};
 use super::stats::median;
 use super::workload::{apply_pattern, workload_image, Pattern};
 use crate::commands::cluster::{this_exe, CodingArgs};
@@ -47,6 +48,14 @@ pub struct Args {
     /// Shape the namespaces' links (e.g. 1gbit, 100mbit).
     #[arg(long)]
     link_rate: Option<String>,
+    /// Spare nodes (with `--recover`, the lost nodes' data is decoded onto them; without
+    /// spares, onto the survivors).
+    #[arg(long, default_value_t = 0)]
+    spares: usize,
+    /// After the epochs, kill m data-holding nodes of the first group (and wipe their
+    /// disks), recover, and report the decode against the link.
+    #[arg(long)]
+    recover: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -87,6 +96,8 @@ struct Report {
     sent_per_changed: f64,
     /// Per-node payload bytes of the last incremental epoch.
     bytes_sent: BTreeMap<String, u64>,
+    /// With `--recover`: what losing m nodes cost.
+    recovery: Option<Recovery>,
 }
 
 /// The directory the benchmark's cluster lives in: tmpfs when there is one (a node-local RAM
@@ -100,7 +111,8 @@ fn scratch() -> Result<tempfile::TempDir> {
     })
 }
 
-async fn coordinator(dir: &ClusterDir, request: CoordRequest) -> Result<CoordResponse> {
+/// Asks the coordinator of the benchmark's cluster.
+pub(super) async fn coordinator(dir: &ClusterDir, request: CoordRequest) -> Result<CoordResponse> {
     Ok(commands::coordinator_call(dir, &request, |_| {}).await?)
 }
 
@@ -162,7 +174,7 @@ pub fn run(args: Args) -> Result<i32> {
     launch::up(&UpOptions {
         dir: dir_path.clone(),
         nodes: Some(args.nodes),
-        spares: 0,
+        spares: args.spares,
         coding,
         netns: args.netns,
         link_rate: args.link_rate.clone(),
@@ -195,6 +207,21 @@ pub fn run(args: Args) -> Result<i32> {
             report.changed_bytes_per_node,
             report.sent_per_changed
         );
+        if let Some(r) = &report.recovery {
+            println!(
+                "recovery of {} onto {}: detected in {:.3} s, decode {:.3} s ({} B over the busiest link, \
+                 efficiency {:.2}), install {:.3} s, re-encode {:.3} s; redundancy restored {:.3} s after the kill",
+                r.lost.join(" "),
+                r.onto,
+                r.detect_seconds,
+                r.decode_seconds,
+                r.decode_link_bytes,
+                r.recover_efficiency,
+                r.install_seconds,
+                r.reencode_seconds,
+                r.restored_seconds
+            );
+        }
     }
     Ok(0)
 }
@@ -288,6 +315,14 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, tmp: &Path) -> Re
     };
     let ideal = |gbps: f64| coding.m as f64 * first.shard_bytes as f64 * 8.0 / (gbps * 1e9);
     let bytes_sent_per_node = median(&sent) as u64;
+    // The first group's first m data holders die.
+    let recovery = args
+        .recover
+        .then(|| {
+            let lost: Vec<String> = holders.iter().take(coding.m).cloned().collect();
+            recover(&rt, dir_path, &lost, args.spares > 0, link, nominal)
+        })
+        .transpose()?;
     Ok(Report {
         nodes: args.nodes,
         coding,
@@ -308,5 +343,6 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, tmp: &Path) -> Re
         changed_bytes_per_node: changed,
         sent_per_changed: bytes_sent_per_node as f64 / changed.max(1) as f64,
         bytes_sent: last,
+        recovery,
     })
 }

@@ -6,6 +6,7 @@ mod capture;
 mod cluster;
 mod codec;
 mod klauspost;
+mod recover;
 mod stats;
 mod transport;
 mod workload;
@@ -18,7 +19,8 @@ pub enum Bench {
     /// Incremental capture: dirty tracking + copy vs xdelta3 and `eckpt delta`, same images.
     Capture(capture::Args),
     /// A local cluster encodes rank images (full, then incremental): encode time, bytes sent
-    /// per node and efficiency against the link bandwidth measured in the same run.
+    /// per node and efficiency against the link bandwidth measured in the same run; with
+    /// `--recover`, m nodes die and the parallel decode is measured against the link too.
     Cluster(cluster::Args),
     /// Frames over loopback TCP vs a Unix socket (agents on one host use Unix sockets).
     Transport(transport::Args),
