@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 use eckpt_cluster_api::{io_at, ClusterError};
 use eckpt_coding::ObjectId;
 use eckpt_cursor::Cursor;
-use eckpt_store::{parse_delta, Delta, Store};
+use eckpt_store::{parse_delta_ref, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::parity_store::ParityStore;
@@ -89,9 +89,10 @@ impl StripePlan {
     }
 }
 
-/// Parses a (possibly zero-padded, possibly decoded) stripe blob into its deltas. Treats
-/// the input as hostile: every offset is checked and every delta fully validated.
-pub fn parse_stripe_blob(bytes: &[u8]) -> Result<Vec<Delta>, ClusterError> {
+/// Parses a (possibly zero-padded, possibly decoded) stripe blob into its ranks' serialized
+/// deltas, borrowed from `bytes` (a mapped file: nothing as large as an image is copied).
+/// Treats the input as hostile: every offset is checked and every delta fully validated.
+pub fn parse_stripe_blob(bytes: &[u8]) -> Result<Vec<(u32, &[u8])>, ClusterError> {
     let bad = |why: String| ClusterError::Corrupt(format!("stripe blob: {why}"));
     let mut cursor = Cursor::new(bytes);
     if cursor.array::<8>("magic").ok().as_ref() != Some(BLOB_MAGIC) {
@@ -107,18 +108,19 @@ pub fn parse_stripe_blob(bytes: &[u8]) -> Result<Vec<Delta>, ClusterError> {
     }
     let header: BlobHeader = serde_json::from_slice(header).map_err(|e| bad(format!("header: {e}")))?;
     let body = cursor.rest();
-    let mut deltas: Vec<Delta> = Vec::with_capacity(header.ranks.len());
+    let mut deltas: Vec<(u32, &[u8])> = Vec::with_capacity(header.ranks.len());
     for (rank, offset, len) in header.ranks {
         let end = offset.checked_add(len).filter(|&e| e <= body.len() as u64);
         let end = end.ok_or_else(|| bad(format!("rank {rank} delta past the end")))?;
-        let delta = parse_delta(&body[offset as usize..end as usize])?;
+        let bytes = &body[offset as usize..end as usize];
+        let delta = parse_delta_ref(bytes)?;
         if delta.rank != rank {
             return Err(bad(format!("entry for rank {rank} holds rank {}", delta.rank)));
         }
-        if deltas.iter().any(|d| d.rank == rank) {
+        if deltas.iter().any(|(r, _)| *r == rank) {
             return Err(bad(format!("rank {rank} twice")));
         }
-        deltas.push(delta);
+        deltas.push((rank, bytes));
     }
     Ok(deltas)
 }
@@ -384,9 +386,13 @@ mod tests {
             assert!(read[..len as usize] == expected[..] && read[len as usize..].iter().all(|&b| b == 0));
             let on_disk = std::fs::read(coded.blob_path(id).unwrap()).unwrap();
             assert!(on_disk == expected);
-            let deltas = parse_stripe_blob(&on_disk).unwrap();
+            let parents: Vec<(u32, Option<u64>)> = parse_stripe_blob(&on_disk)
+                .unwrap()
+                .into_iter()
+                .map(|(rank, bytes)| (rank, parse_delta_ref(bytes).unwrap().parent))
+                .collect();
             assert_eq!(
-                deltas.iter().map(|d| (d.rank, d.parent)).collect::<Vec<_>>(),
+                parents,
                 [(3, (!complete).then_some(1)), (5, (!complete).then_some(1))]
             );
         }

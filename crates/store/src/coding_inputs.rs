@@ -5,7 +5,7 @@ use std::io::{IoSlice, Write};
 use std::path::Path;
 
 use crate::delta::{
-    delta_len_of, encoded_len_of, header, item_header, parse_delta, Delta, DeltaItem, DeltaSink,
+    delta_len_of, encoded_len_of, header, item_header, parse_delta_ref, Delta, DeltaItem, DeltaSink,
 };
 use crate::error::{io_at, Result, StoreError};
 use crate::layout::scan_rank;
@@ -294,7 +294,7 @@ impl Store {
     /// complete image), and its epoch newer than the latest committed one. Returns the
     /// epoch. Prepared epochs of the rank are discarded.
     pub fn apply_delta(&self, rank: u32, bytes: &[u8]) -> Result<u64> {
-        let delta = parse_delta(bytes)?;
+        let delta = parse_delta_ref(bytes)?;
         if delta.rank != rank {
             return Err(StoreError::Invalid(format!(
                 "delta of rank {} applied to rank {rank}",
@@ -322,8 +322,7 @@ impl Store {
             .unwrap_or_default();
         let mut writer = self.begin(lock, plan)?;
         for item in &delta.items {
-            let blocks: Vec<(u64, &[u8])> = item.blocks.iter().map(|(i, d)| (*i, d.as_slice())).collect();
-            writer.put_dirty(&item.name, item.block_size, item.len, &blocks)?;
+            writer.put_dirty(&item.name, item.block_size, item.len, &item.blocks)?;
         }
         for name in carried {
             if !delta.items.iter().any(|i| i.name == name) {

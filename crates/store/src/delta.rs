@@ -50,9 +50,10 @@ const MIN_ITEM_LEN: usize = 2 + 1 + 8 + 4 + 8;
 /// Smallest possible encoded block (index plus at least one byte).
 const MIN_BLOCK_LEN: usize = 8 + 1;
 
-/// One item of a [`Delta`].
+/// One item of a [`Delta`]; its blocks' bytes owned (`Vec<u8>`) or borrowed from the
+/// serialized delta (`&[u8]`, [`parse_delta_ref`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeltaItem {
+pub struct DeltaItem<B = Vec<u8>> {
     /// Item name.
     pub name: String,
     /// Item length in the delta's epoch.
@@ -60,12 +61,12 @@ pub struct DeltaItem {
     /// Block size of `blocks`.
     pub block_size: u32,
     /// `(block index, block bytes)`, strictly ascending by index.
-    pub blocks: Vec<(u64, Vec<u8>)>,
+    pub blocks: Vec<(u64, B)>,
 }
 
 /// A decoded delta: how to turn the parent epoch's image into the epoch's image.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delta {
+pub struct Delta<B = Vec<u8>> {
     /// Rank the delta belongs to.
     pub rank: u32,
     /// Epoch the delta produces.
@@ -73,10 +74,31 @@ pub struct Delta {
     /// Epoch the delta applies to; `None` means the delta is a complete image.
     pub parent: Option<u64>,
     /// Every item of the resulting epoch.
-    pub items: Vec<DeltaItem>,
+    pub items: Vec<DeltaItem<B>>,
 }
 
-impl Delta {
+impl Delta<&[u8]> {
+    /// The delta with its blocks copied out of the bytes it was parsed from.
+    pub fn to_owned_blocks(&self) -> Delta {
+        Delta {
+            rank: self.rank,
+            epoch: self.epoch,
+            parent: self.parent,
+            items: self
+                .items
+                .iter()
+                .map(|i| DeltaItem {
+                    name: i.name.clone(),
+                    len: i.len,
+                    block_size: i.block_size,
+                    blocks: i.blocks.iter().map(|(index, b)| (*index, b.to_vec())).collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl<B: AsRef<[u8]>> Delta<B> {
     /// Checks the rules [`parse_delta`] enforces, so that encode and parse agree.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(StoreError::Delta(m));
@@ -103,7 +125,7 @@ impl Delta {
                 if *index >= count {
                     return bad(format!("item {:?} block {index} past end", item.name));
                 }
-                if data.len() as u64 != block_len(item.len, item.block_size, *index) {
+                if data.as_ref().len() as u64 != block_len(item.len, item.block_size, *index) {
                     return bad(format!("item {:?} block {index} has wrong length", item.name));
                 }
             }
@@ -117,7 +139,7 @@ impl Delta {
     /// Length of the unpadded encoding.
     pub fn encoded_len(&self) -> u64 {
         encoded_len_of(self.items.iter().map(|i| {
-            let bytes = i.blocks.iter().map(|(_, d)| d.len() as u64).sum::<u64>();
+            let bytes = i.blocks.iter().map(|(_, d)| d.as_ref().len() as u64).sum::<u64>();
             (i.name.len(), i.blocks.len() as u64, bytes)
         }))
     }
@@ -155,7 +177,7 @@ impl Delta {
             ));
             for (index, data) in &item.blocks {
                 out.extend_from_slice(&index.to_le_bytes());
-                out.extend_from_slice(data);
+                out.extend_from_slice(data.as_ref());
             }
         }
         let crc = crc32c::crc32c(&out);
@@ -297,6 +319,12 @@ impl From<Truncated> for StoreError {
 /// Parses a (possibly zero-padded) serialized delta. Never panics; allocates at most a
 /// small multiple of `bytes.len()`.
 pub fn parse_delta(bytes: &[u8]) -> Result<Delta> {
+    parse_delta_ref(bytes).map(|d| d.to_owned_blocks())
+}
+
+/// [`parse_delta`] without copying the blocks: they borrow from `bytes` (a mapped file, a
+/// decoded shard), so a delta as large as an image costs only its block list in memory.
+pub fn parse_delta_ref(bytes: &[u8]) -> Result<Delta<&[u8]>> {
     let bad = |m: &str| StoreError::Delta(m.to_string());
     if (bytes.len() as u64) < HEADER_LEN + TRAILER_LEN {
         return Err(bad("shorter than a header"));
@@ -367,7 +395,7 @@ pub fn parse_delta(bytes: &[u8]) -> Result<Delta> {
             if n == 0 {
                 return Err(StoreError::Delta(format!("item {name:?} block {index} past end")));
             }
-            blocks.push((index, cur.take(n, "block")?.to_vec()));
+            blocks.push((index, cur.take(n, "block")?));
         }
         items.push(DeltaItem {
             name,

@@ -19,7 +19,8 @@ use eckpt_coding::geometry::Geometry;
 use eckpt_coding::CodingConfig;
 use serde::Serialize;
 
-use super::recover::{recover, Recovery};
+use super::cgroup::{is_tmpfs, MemoryCgroup};
+use super::recover::{confine, recover, Recovery};
 use super::stats::median;
 use super::workload::{apply_pattern, workload_image, Pattern};
 use crate::commands::cluster::{this_exe, CodingArgs};
@@ -56,6 +57,13 @@ pub struct Args {
     /// disks), recover, and report the decode against the link.
     #[arg(long)]
     recover: bool,
+    /// With `--recover`: every agent recovers in a memory cgroup of its own with this
+    /// limit (needs `--dir` off tmpfs, whose pages would count as the agents' memory).
+    #[arg(long, value_parser = parse_size)]
+    memory_limit: Option<u64>,
+    /// Directory the cluster lives in (default: a temporary directory on tmpfs).
+    #[arg(long)]
+    dir: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -169,7 +177,16 @@ async fn epoch(dir: &ClusterDir, files: &[(u32, String, PathBuf)]) -> Result<Epo
 
 pub fn run(args: Args) -> Result<i32> {
     let coding = args.coding.coding()?;
-    let tmp = scratch()?;
+    let tmp = match &args.dir {
+        Some(dir) => tempfile::Builder::new().prefix("eckpt-bench-").tempdir_in(dir)?,
+        None => scratch()?,
+    };
+    if args.memory_limit.is_some() && (!args.recover || is_tmpfs(tmp.path())) {
+        bail!(
+            "--memory-limit needs --recover and a --dir off tmpfs (tmpfs pages count as the agents' memory)"
+        );
+    }
+    let mut cgroups = Vec::new();
     let dir_path = tmp.path().join("cluster");
     launch::up(&UpOptions {
         dir: dir_path.clone(),
@@ -180,8 +197,9 @@ pub fn run(args: Args) -> Result<i32> {
         link_rate: args.link_rate.clone(),
         exe: this_exe()?,
     })?;
-    let result = measure(&args, coding, &dir_path, tmp.path());
+    let result = measure(&args, coding, &dir_path, tmp.path(), &mut cgroups);
     let down = launch::down(&dir_path, true);
+    drop(cgroups);
     let report = result?;
     down?;
     if args.json {
@@ -226,7 +244,13 @@ pub fn run(args: Args) -> Result<i32> {
     Ok(0)
 }
 
-fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, tmp: &Path) -> Result<Report> {
+fn measure(
+    args: &Args,
+    coding: CodingConfig,
+    dir_path: &Path,
+    tmp: &Path,
+    cgroups: &mut Vec<(String, MemoryCgroup, u32)>,
+) -> Result<Report> {
     let dir = ClusterDir::new(dir_path)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let status = match rt.block_on(coordinator(&dir, CoordRequest::Status))? {
@@ -320,7 +344,11 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, tmp: &Path) -> Re
         .recover
         .then(|| {
             let lost: Vec<String> = holders.iter().take(coding.m).cloned().collect();
-            recover(&rt, dir_path, &lost, args.spares > 0, link, nominal)
+            if let Some(limit) = args.memory_limit {
+                confine(&rt, dir_path, &lost, limit, cgroups)?;
+            }
+            let confined = (args.memory_limit, cgroups.as_slice());
+            recover(&rt, dir_path, &lost, args.spares > 0, link, nominal, confined)
         })
         .transpose()?;
     Ok(Report {

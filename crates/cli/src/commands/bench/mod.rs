@@ -3,6 +3,7 @@
 use anyhow::Result;
 
 mod capture;
+mod cgroup;
 mod cluster;
 mod codec;
 mod klauspost;

@@ -4,6 +4,10 @@
 //! parallel from the survivors onto spares (`--spares m`) or, per process, onto the
 //! survivors, and restores redundancy.
 //!
+//! With `--memory-limit`, every agent alive at the recovery is moved (after the epochs,
+//! before the kill) into a memory cgroup of its own with that limit, and reports the most it
+//! was charged while recovering; an agent over its limit is killed, and the recovery fails.
+//!
 //! `recover_efficiency` = bytes the decode moved over its busiest link (the most any node
 //! sent or received in the decode tasks) ÷ the link rate measured in the same run ÷ the
 //! decode tasks' seconds: 1.0 means the decode ran at link speed.
@@ -18,6 +22,7 @@ use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, RecoveryReport};
 use serde::Serialize;
 
+use super::cgroup::MemoryCgroup;
 use super::cluster::coordinator;
 
 /// What a recovery cost.
@@ -47,6 +52,44 @@ pub struct Recovery {
     pub decode_traffic: BTreeMap<String, (u64, u64)>,
     /// Where each lost node's ranks live now.
     pub rebuilt: Vec<(String, BTreeMap<u32, String>)>,
+    /// With `--memory-limit`: the limit each surviving or spare agent recovered under.
+    pub memory_limit: Option<u64>,
+    /// The most memory (anonymous and page cache) each such agent was charged while
+    /// recovering.
+    pub memory_peaks: BTreeMap<String, u64>,
+    /// Each such agent's peak resident set while recovering (`VmHWM`, reset when it was
+    /// confined): its own memory, without the page cache of the files it read and wrote.
+    pub rss_peaks: BTreeMap<String, u64>,
+}
+
+/// Puts every agent alive at the recovery, but those about to die, in a memory cgroup of
+/// its own limited to `limit` bytes; the cgroups go in `cgroups` (removed once the cluster
+/// is down).
+pub fn confine(
+    rt: &tokio::runtime::Runtime,
+    dir_path: &Path,
+    lost: &[String],
+    limit: u64,
+    cgroups: &mut Vec<(String, MemoryCgroup, u32)>,
+) -> Result<()> {
+    let dir = ClusterDir::new(dir_path)?;
+    let CoordResponse::Status(status) = rt.block_on(coordinator(&dir, CoordRequest::Status))? else {
+        bail!("no status");
+    };
+    for node in status.nodes.iter().filter(|n| n.alive && !lost.contains(&n.name)) {
+        let pid_file = ClusterDir::pid_file(&dir.node(&node.name));
+        let pid: u32 = std::fs::read_to_string(&pid_file)?.trim().parse()?;
+        let cgroup = MemoryCgroup::create(
+            &format!("eckpt-bench-{}-{}", std::process::id(), node.name),
+            limit,
+        )?;
+        cgroup.add(pid)?;
+        // Start its peak resident set afresh: what came before (its checkpoints) is not
+        // the recovery's.
+        std::fs::write(format!("/proc/{pid}/clear_refs"), "5")?;
+        cgroups.push((node.name.clone(), cgroup, pid));
+    }
+    Ok(())
 }
 
 /// Kills `lost` (wiping their data), waits for the coordinator to notice, recovers.
@@ -58,6 +101,7 @@ pub fn recover(
     onto_spares: bool,
     link_gbps: f64,
     nominal_bits: Option<u64>,
+    confined: (Option<u64>, &[(String, MemoryCgroup, u32)]),
 ) -> Result<Recovery> {
     let dir = ClusterDir::new(dir_path)?;
     let killed = Instant::now();
@@ -71,7 +115,7 @@ pub fn recover(
         other => bail!("recover: unexpected answer {other:?}"),
     };
     let restored_seconds = killed.elapsed().as_secs_f64();
-    Ok(summarize(
+    let mut recovery = summarize(
         report,
         lost,
         onto_spares,
@@ -79,7 +123,13 @@ pub fn recover(
         restored_seconds,
         link_gbps,
         nominal_bits,
-    ))
+    );
+    recovery.memory_limit = confined.0;
+    for (node, cgroup, pid) in confined.1 {
+        recovery.memory_peaks.insert(node.clone(), cgroup.peak()?);
+        recovery.rss_peaks.insert(node.clone(), peak_rss(*pid)?);
+    }
+    Ok(recovery)
 }
 
 fn summarize(
@@ -112,6 +162,23 @@ fn summarize(
         recover_efficiency_nominal: nominal_bits.map(|bits| efficiency(bits as f64)),
         decode_traffic: report.decode_traffic,
         rebuilt: report.rebuilt,
+        memory_limit: None,
+        memory_peaks: BTreeMap::new(),
+        rss_peaks: BTreeMap::new(),
+    }
+}
+
+/// The peak resident set of process `pid` (`VmHWM` in `/proc/<pid>/status`), in bytes.
+fn peak_rss(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok());
+    match kib {
+        Some(kib) => Ok(kib * 1024),
+        None => bail!("no VmHWM for process {pid}"),
     }
 }
 
