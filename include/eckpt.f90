@@ -37,7 +37,7 @@ module eckpt
   integer(c_int), parameter, public :: ECKPT_ECLUSTER = -8
 
   public :: eckpt_init, eckpt_protect, eckpt_protect_file, eckpt_protect_dir, eckpt_checkpoint, &
-            eckpt_restart, eckpt_wait, eckpt_finalize, eckpt_strerror, eckpt_last_error, eckpt_error_message
+            eckpt_snapshot, eckpt_restart, eckpt_wait, eckpt_finalize, eckpt_strerror, eckpt_last_error, eckpt_error_message
 
   interface
     ! `config` is optional: absent passes NULL (configuration from the environment), else a
@@ -73,6 +73,12 @@ module eckpt
       import :: c_int
       integer(c_int) :: rc
     end function eckpt_checkpoint
+
+    ! Once per step: checkpoints when the interval has elapsed (the epoch), else 0.
+    function eckpt_snapshot() bind(C, name="eckpt_snapshot") result(rc)
+      import :: c_int
+      integer(c_int) :: rc
+    end function eckpt_snapshot
 
     function eckpt_restart() bind(C, name="eckpt_restart") result(rc)
       import :: c_int

@@ -137,6 +137,14 @@ int eckpt_protect_dir(const char *path);
 int eckpt_checkpoint(void);
 
 /*
+ Call once per step: checkpoints when the interval (`ECKPT_INTERVAL`, `interval=` in
+ `eckpt_init`: `30s`, or `auto` with `ECKPT_MTBF`) has elapsed. Returns the new epoch (≥ 1)
+ when it checkpointed, 0 when not, or a negative error. Every rank of a cluster job takes
+ the same decision at the same call, so call it the same number of times on every rank.
+ */
+int eckpt_snapshot(void);
+
+/*
  Restores the latest checkpoint into the protected regions and files. Returns the epoch
  restored, 0 when there is nothing to restore, or a negative error. A checkpoint that does
  not fit (`ECKPT_EMISMATCH`) is refused before anything is changed; stored data failing its

@@ -41,6 +41,9 @@ struct example {
     unsigned long steps;
     /* Checkpoint every `interval` steps (and after the last one). */
     unsigned long interval;
+    /* Checkpoint by time instead: eckpt_snapshot() every step (ECKPT_INTERVAL says how
+     * often it checkpoints), and after the last step. */
+    int by_time;
     const char *log_path;
     /* Optional input file: its bytes seed the initial state and eckpt checks at restart
      * that it did not change. */
@@ -60,15 +63,17 @@ struct example {
 static void example_usage(const struct example *ex, const char *what) {
     fprintf(stderr,
             "%s: %s\n"
-            "usage: %s [-m MiB] [-s steps] [-k interval] [-l log] [-i input] [-t trace]\n"
+            "usage: %s [-m MiB] [-s steps] [-k interval | -a] [-l log] [-i input] [-t trace]\n"
             "  -m  protected state size in MiB (default 16)\n"
             "  -s  steps to run (default 100)\n"
             "  -k  checkpoint every k steps and after the last (default 10)\n"
-            "  -l  append-only log, one line per step (default <prog>.log)\n"
+            "  -a  checkpoint by time: eckpt_snapshot() every step (ECKPT_INTERVAL), and after the last\n"
+            "  -l  append-only log, one line per step (default <prog>.%%r.log)\n"
             "  -i  input file: seeds the data; restart refuses if it changed\n"
             "  -t  trace file of restart/checkpoint boundaries (for fault-injection tests)\n"
+            "%%r in a file name is the rank (ECKPT_RANK, or the MPI launcher's).\n"
             "ECKPT_DIR, ECKPT_RANK, ECKPT_TRACK configure the checkpoint store; ECKPT_CLUSTER and\n"
-            "ECKPT_WORLD checkpoint into a running `eckpt up` cluster instead.\n",
+            "ECKPT_WORLD checkpoint into a running `eckpt up` cluster instead (`eckpt run` sets them).\n",
             ex->prog, what, ex->prog);
     exit(2);
 }
@@ -143,8 +148,44 @@ static uint64_t example_random(uint64_t *state) {
 }
 
 /* A double in [0, 1). */
-static double example_uniform(uint64_t *state) {
+static inline double example_uniform(uint64_t *state) {
     return (double)(example_random(state) >> 11) * 0x1.0p-53;
+}
+
+/* This process's rank as the launcher says (eckpt run, mpirun, srun), 0 without one. */
+static unsigned long example_rank(void) {
+    const char *names[] = {"ECKPT_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v)
+            return strtoul(v, NULL, 10);
+    }
+    return 0;
+}
+
+/* `path` with every "%r" replaced by the rank: one file per rank from one command line. */
+static const char *example_rank_path(const struct example *ex, const char *path) {
+    if (!path || !strstr(path, "%r"))
+        return path;
+    char rank[24];
+    snprintf(rank, sizeof rank, "%lu", example_rank());
+    size_t len = strlen(path) + 1;
+    for (const char *p = strstr(path, "%r"); p; p = strstr(p + 2, "%r"))
+        len += strlen(rank);
+    char *out = malloc(len);
+    if (!out)
+        example_die(ex, "malloc");
+    char *o = out;
+    for (const char *p = path; *p;) {
+        if (p[0] == '%' && p[1] == 'r') {
+            o = stpcpy(o, rank);
+            p += 2;
+        } else {
+            *o++ = *p++;
+        }
+    }
+    *o = 0;
+    return out;
 }
 
 static void example_parse(struct example *ex, int argc, char **argv, const char *default_log) {
@@ -157,11 +198,12 @@ static void example_parse(struct example *ex, int argc, char **argv, const char 
     ex->log_fd = -1;
     ex->trace_fd = -1;
     int c;
-    while ((c = getopt(argc, argv, "m:s:k:l:i:t:")) != -1) {
+    while ((c = getopt(argc, argv, "m:s:k:al:i:t:")) != -1) {
         switch (c) {
         case 'm': ex->mib = example_number(ex, optarg); break;
         case 's': ex->steps = example_number(ex, optarg); break;
         case 'k': ex->interval = example_number(ex, optarg); break;
+        case 'a': ex->by_time = 1; break;
         case 'l': ex->log_path = optarg; break;
         case 'i': ex->input_path = optarg; break;
         case 't': ex->trace_path = optarg; break;
@@ -170,6 +212,9 @@ static void example_parse(struct example *ex, int argc, char **argv, const char 
     }
     if (optind != argc)
         example_usage(ex, "unexpected argument");
+    ex->log_path = example_rank_path(ex, ex->log_path);
+    ex->input_path = example_rank_path(ex, ex->input_path);
+    ex->trace_path = example_rank_path(ex, ex->trace_path);
 }
 
 /* The seed of the initial data: fixed, or the FNV-1a of the input file's bytes. */
@@ -238,13 +283,18 @@ static int example_start(struct example *ex, size_t data_len) {
     return epoch;
 }
 
-/* Logs the step just computed, counts it, and checkpoints every `interval` steps and after
- * the last. The line goes straight to the file (no stdio buffer) so that the checkpoint
- * records a log length that matches the step counter it saves. */
+/* Logs the step just computed, counts it, and checkpoints every `interval` steps (or when
+ * eckpt_snapshot() decides, with -a) and after the last. The line goes straight to the file
+ * (no stdio buffer) so that the checkpoint records a log length that matches the step
+ * counter it saves. */
 static void example_step_done(struct example *ex, const char *line) {
     example_write_all(ex, ex->log_fd, line, strlen(line), ex->log_path);
     uint64_t done = ++ex->header->step;
-    if (done % ex->interval == 0 || done == ex->steps) {
+    if (ex->by_time && done != ex->steps) {
+        example_check(ex, eckpt_snapshot(), "eckpt_snapshot");
+        return;
+    }
+    if (ex->by_time || done % ex->interval == 0 || done == ex->steps) {
         example_trace(ex, "checkpoint-begin %llu\n", (unsigned long long)done);
         int epoch = eckpt_checkpoint();
         example_check(ex, epoch, "eckpt_checkpoint");

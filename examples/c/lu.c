@@ -48,7 +48,7 @@ static double relax(double *u, size_t n, size_t i, size_t j, size_t k, uint64_t 
 
 int main(int argc, char **argv) {
     struct example ex;
-    example_parse(&ex, argc, argv, "lu.log");
+    example_parse(&ex, argc, argv, "lu.%r.log");
 
     size_t bytes = (size_t)ex.mib << 20;
     size_t n = (size_t)cbrt((double)(bytes - EXAMPLE_PAGE) / (VARS * sizeof(double)));

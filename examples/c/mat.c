@@ -18,7 +18,7 @@
 
 int main(int argc, char **argv) {
     struct example ex;
-    example_parse(&ex, argc, argv, "mat.log");
+    example_parse(&ex, argc, argv, "mat.%r.log");
 
     /* Three n x n matrices of doubles fill the requested size after the header page. */
     size_t bytes = (size_t)ex.mib << 20;

@@ -47,9 +47,16 @@ def main():
     parser.add_argument("--steps", type=int, default=300, help="steps to run (default 300)")
     parser.add_argument("--size", type=int, default=128, help="grid side (default 128)")
     parser.add_argument("--every", type=int, default=10, help="checkpoint every K steps")
+    parser.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="checkpoint by time instead: snapshot() every step (ECKPT_INTERVAL says how often)",
+    )
     parser.add_argument("--dir", help="checkpoint store (default: ECKPT_DIR)")
     parser.add_argument("--rank", type=int, help="rank (default: ECKPT_RANK or 0)")
-    parser.add_argument("--log", default="heat.log", help="per-step log, an APPEND file")
+    parser.add_argument(
+        "--log", default="heat.%r.log", help="per-step log, an APPEND file (%%r: the rank)"
+    )
     parser.add_argument(
         "--sleep", type=float, default=0.0, help="seconds to sleep per step (to watch or kill it)"
     )
@@ -64,6 +71,7 @@ def main():
     grid = np.zeros((args.size, args.size))
     step = np.zeros(1, dtype=np.int64)
     ck = eckpt.Checkpointer(dir=args.dir, rank=args.rank)
+    args.log = args.log.replace("%r", str(ck.rank))
     ck.protect("grid", grid)
     ck.protect("step", step)
     # An APPEND file must exist to be checkpointed; opening it for append creates it.
@@ -85,7 +93,9 @@ def main():
             log.write(f"step {step[0]} total {grid.sum():.17g}\n")
             # On disk before the checkpoint records the file's length.
             log.flush()
-            if step[0] % args.every == 0:
+            if args.snapshot:
+                ck.snapshot()
+            elif step[0] % args.every == 0:
                 ck.checkpoint()
             if step[0] == args.kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)

@@ -51,6 +51,12 @@ enum Command {
     Recover(commands::ckpt::RecoverArgs),
     /// Export a rank's committed image (decoded from the survivors if its node is gone).
     Restore(commands::ckpt::RestoreArgs),
+    /// Run a job on a cluster and carry it through node failures: launch its ranks, forward
+    /// their output, recover and relaunch them when nodes are lost.
+    Run(commands::run::RunArgs),
+    /// Open MPI's rsh agent for `eckpt run --launcher mpirun` (enters a node's namespaces).
+    #[command(hide = true)]
+    MpirunAgent(commands::run::MpirunAgentArgs),
     /// A node agent (started by `eckpt up` or `eckpt join`).
     Agent(commands::daemons::AgentArgs),
     /// The cluster coordinator (started by `eckpt up`).
@@ -79,6 +85,8 @@ fn main() {
         Command::Checkpoint(args) => commands::ckpt::run_checkpoint(args),
         Command::Recover(args) => commands::ckpt::run_recover(args),
         Command::Restore(args) => commands::ckpt::run_restore(args),
+        Command::Run(args) => commands::run::run(args),
+        Command::MpirunAgent(args) => commands::run::run_mpirun_agent(args),
         Command::Agent(args) => commands::daemons::run_agent(args),
         Command::Coordinator(args) => commands::daemons::run_coordinator(args),
         Command::Debug(debug) => commands::cluster::run_debug(debug),

@@ -14,35 +14,8 @@ use cluster::{ok, Cluster};
 
 const WORLD: usize = 3;
 
-/// `target/<profile>/deps`, where cargo puts libeckpt.so when it builds the client crate in
-/// the same run (`cargo test --workspace`, as `make test` does).
-fn lib_dir() -> PathBuf {
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let profile = deps.parent().unwrap().to_path_buf();
-    [deps, profile]
-        .into_iter()
-        .find(|d| d.join("libeckpt.so").is_file())
-        .expect("libeckpt.so is not built: run `cargo build --release` or the whole workspace's tests")
-}
-
 fn build_mat(out: &Path) -> PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let lib = lib_dir();
-    let exe = out.join("mat");
-    let status = Command::new("cc")
-        .args(["-std=c11", "-O2", "-Wall", "-Werror", "-I"])
-        .arg(repo.join("include"))
-        .arg(repo.join("examples/c/mat.c"))
-        .arg("-o")
-        .arg(&exe)
-        .arg("-L")
-        .arg(&lib)
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .args(["-leckpt", "-lm"])
-        .status()
-        .unwrap();
-    assert!(status.success(), "mat.c does not compile");
-    exe
+    cluster::programs::build_c("mat", out)
 }
 
 /// The command line of rank `r` running `steps` steps in `work`.

@@ -105,11 +105,7 @@ fn commit_resumes_after_the_coordinator_and_an_agent_die_at_the_commit_point() {
     c.wait_paused();
     let victim = c.nodes_with_ranks()[0].clone();
     c.kill(&victim, false);
-    let pid: i32 = std::fs::read_to_string(c.dir.join("coordinator/pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid: i32 = c.pid("coordinator").parse().unwrap();
     let status = Command::new("kill")
         .args(["-9", &pid.to_string()])
         .status()

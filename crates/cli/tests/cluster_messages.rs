@@ -11,10 +11,7 @@ use std::process::Command;
 use cluster::{bytes, ok, touch, Cluster};
 
 fn agent_pid(c: &Cluster, node: &str) -> String {
-    std::fs::read_to_string(c.dir.join("nodes").join(node).join("pid"))
-        .unwrap()
-        .trim()
-        .to_string()
+    c.pid(&format!("nodes/{node}"))
 }
 
 fn signal(pid: &str, sig: &str) {

@@ -128,9 +128,9 @@ fn decode(unavailable: Vec<usize>, rebuild: Vec<(usize, usize)>) -> Option<Decod
 }
 
 fn alive(c: &Cluster, node: &str) -> bool {
-    let pid = std::fs::read_to_string(c.dir.join("nodes").join(node).join("pid")).unwrap();
+    let pid = c.pid(&format!("nodes/{node}"));
     Command::new("kill")
-        .args(["-0", pid.trim()])
+        .args(["-0", &pid])
         .status()
         .unwrap()
         .success()

@@ -167,6 +167,18 @@ pub extern "C" fn eckpt_checkpoint() -> c_int {
     })
 }
 
+/// Call once per step: checkpoints when the interval (`ECKPT_INTERVAL`, `interval=` in
+/// `eckpt_init`: `30s`, or `auto` with `ECKPT_MTBF`) has elapsed. Returns the new epoch (≥ 1)
+/// when it checkpointed, 0 when not, or a negative error. Every rank of a cluster job takes
+/// the same decision at the same call, so call it the same number of times on every rank.
+#[no_mangle]
+pub extern "C" fn eckpt_snapshot() -> c_int {
+    with_checkpointer(|ck| {
+        let epoch = ck.snapshot()?.unwrap_or(0);
+        c_int::try_from(epoch).map_err(|_| Error::State(format!("epoch {epoch} does not fit a C int")))
+    })
+}
+
 /// Restores the latest checkpoint into the protected regions and files. Returns the epoch
 /// restored, 0 when there is nothing to restore, or a negative error. A checkpoint that does
 /// not fit (`ECKPT_EMISMATCH`) is refused before anything is changed; stored data failing its

@@ -3,11 +3,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use std::time::Instant;
+
 use crate::baseline::Baseline;
 use crate::cluster_mode::ClusterLink;
+use crate::pacing::{Decision, Pacer, Policy};
 
 use eckpt_capture::Tracker;
-use eckpt_store::{Options, Store};
+use eckpt_cluster_api::msg::{PaceReport, PaceStats, RankReport};
+use eckpt_store::{EpochSizes, Options, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::files::{self, DirRecord, FileMode, FileRecord, Protected};
@@ -63,6 +67,8 @@ pub struct Checkpointer {
     /// Set when dirty information was consumed by a failed checkpoint: the next one must
     /// compare every block with the previous epoch instead of trusting the tracker.
     resync: bool,
+    /// `snapshot()`'s schedule, from its first call.
+    pacer: Option<Pacer>,
 }
 
 // SAFETY: the raw region pointers are only dereferenced inside `&mut self` methods, and the
@@ -102,6 +108,7 @@ impl Checkpointer {
             dirs: Vec::new(),
             baseline,
             resync: false,
+            pacer: None,
         })
     }
 
@@ -211,13 +218,62 @@ impl Checkpointer {
     /// returns then, while the agents encode. The next call first waits for the previous
     /// epoch's decision; [`Checkpointer::wait`] waits for it explicitly.
     pub fn checkpoint(&mut self) -> Result<u64, Error> {
-        let rank = self.config.rank;
-        let (epoch, node) = match &self.cluster {
-            Some(link) => {
-                let (epoch, node) = link.open_epoch(rank)?;
-                (epoch, Some(node))
+        Ok(self.checkpoint_reporting(None)?.0)
+    }
+
+    /// Called once per step: checkpoints when the configured interval ([`Config::interval`])
+    /// has elapsed, and returns the epoch then (`None` otherwise). In cluster mode every
+    /// rank takes the same decision at the same call — the schedule is fixed in calls from
+    /// the job's pace, which the coordinator aggregates from every rank (see
+    /// `pacing`) — so call it the same number of times on every rank, and do not mix it
+    /// with [`Checkpointer::checkpoint`].
+    pub fn snapshot(&mut self) -> Result<Option<u64>, Error> {
+        if self.pacer.is_none() {
+            self.pacer = Some(Pacer::new(Policy::new(self.config.interval, self.config.mtbf)?));
+        }
+        let pacer = self.pacer.as_mut().expect("pacer set above");
+        let result = match pacer.tick() {
+            Decision::Skip => return Ok(None),
+            Decision::Pace(report) => self.pace_point(report).map(|()| None),
+            Decision::Checkpoint(report) => {
+                let started = Instant::now();
+                let alone = Pacer::alone(&report);
+                self.checkpoint_reporting(Some(report)).map(|(epoch, pace)| {
+                    // A standalone rank is the whole job: its own figures are the job's.
+                    let pace = if self.cluster.is_some() { pace } else { Some(alone) };
+                    let pacer = self.pacer.as_mut().expect("pacer set above");
+                    pacer.checkpointed(started.elapsed(), pace.as_ref());
+                    Some(epoch)
+                })
             }
-            None => (self.latest_epoch()?.map_or(1, |e| e + 1), None),
+        };
+        if result.is_err() {
+            self.pacer.as_mut().expect("pacer set above").failed();
+        }
+        result
+    }
+
+    /// A pace point: meets the other ranks (cluster mode) and fixes the next checkpoint.
+    fn pace_point(&mut self, report: PaceReport) -> Result<(), Error> {
+        let pacer = self.pacer.as_ref().expect("pace points come from the pacer");
+        let pace = match &self.cluster {
+            Some(link) => link.pace(self.config.rank, &self.config.launch, pacer.round(), report)?,
+            None => Pacer::alone(&report),
+        };
+        self.pacer.as_mut().expect("pacer set").paced(&pace);
+        Ok(())
+    }
+
+    /// [`Checkpointer::checkpoint`] with the rank's pace report (from `snapshot()`); also
+    /// returns the job's pace as of the previous epoch when the coordinator knows it.
+    fn checkpoint_reporting(&mut self, pace: Option<PaceReport>) -> Result<(u64, Option<PaceStats>), Error> {
+        let rank = self.config.rank;
+        let (epoch, node, job_pace) = match &self.cluster {
+            Some(link) => {
+                let (epoch, node, job_pace) = link.open_epoch(rank, self.config.launched_on())?;
+                (epoch, Some(node), job_pace)
+            }
+            None => (self.latest_epoch()?.map_or(1, |e| e + 1), None, None),
         };
         if let Some(node) = &node {
             self.use_store(&node.store)?;
@@ -226,20 +282,26 @@ impl Checkpointer {
                 self.resync = true;
             }
         }
-        match self.write_epoch(epoch, node.is_none()) {
-            Ok(()) => {
+        let sizes = match self.write_epoch(epoch, node.is_none()) {
+            Ok(sizes) => {
                 self.resync = false;
+                sizes
             }
             Err(e) => {
                 self.resync = true;
                 return Err(e);
             }
-        }
+        };
         if let (Some(link), Some(node)) = (&self.cluster, &node) {
-            link.ready(rank, epoch, &node.name)?;
+            let report = RankReport {
+                image_bytes: sizes.image_bytes,
+                stored_bytes: sizes.stored_bytes,
+                pace,
+            };
+            link.ready(rank, epoch, &node.name, report)?;
             self.last_epoch = Some(epoch);
         }
-        Ok(epoch)
+        Ok((epoch, job_pace))
     }
 
     /// Waits until the last checkpoint is decided: its epoch if committed (`None` when none
@@ -264,7 +326,7 @@ impl Checkpointer {
     }
 
     /// Writes `epoch`; committed at once when `commit`, else left prepared for the cluster.
-    fn write_epoch(&mut self, epoch: u64, commit: bool) -> Result<(), Error> {
+    fn write_epoch(&mut self, epoch: u64, commit: bool) -> Result<EpochSizes, Error> {
         let rank = self.config.rank;
         let dirty = self.tracker.collect_dirty()?;
         let mut writer = self.store()?.writer(rank, epoch)?;
@@ -301,13 +363,14 @@ impl Checkpointer {
         (meta.files, meta.dirs) = files::checkpoint(&self.files, &self.dirs, &mut writer)?;
         let meta = serde_json::to_vec(&meta).expect("metadata always serialises");
         writer.put_full(META_ITEM, &meta)?;
+        let prepared = writer.prepare()?;
+        let sizes = prepared.sizes();
         if commit {
-            writer.commit()?;
-        } else {
-            // Releasing the prepared epoch leaves it durable for the node's agent to commit.
-            drop(writer.prepare()?);
+            prepared.commit()?;
         }
-        Ok(())
+        // Otherwise releasing the prepared epoch leaves it durable for the node's agent to
+        // commit.
+        Ok(sizes)
     }
 
     /// Restores the latest committed epoch: fills every protected region in place and puts
@@ -318,14 +381,20 @@ impl Checkpointer {
     /// node is down, the job size changed) gets an error, never a fresh start.
     pub fn restart(&mut self) -> Result<Option<u64>, Error> {
         let rank = self.config.rank;
-        if let Some((root, epoch)) = self
+        if let Some((node, epoch)) = self
             .cluster
             .as_ref()
             .map(|l| l.locate(rank))
             .transpose()?
             .flatten()
         {
-            self.use_store(&root)?;
+            if let Some(launched) = self.config.launched_on().filter(|l| *l != node.name) {
+                return Err(Error::Cluster(format!(
+                    "rank {rank} was started on node {launched}, but its checkpoint lives on {}: relaunch it there",
+                    node.name
+                )));
+            }
+            self.use_store(&node.store)?;
             self.last_epoch = Some(epoch);
             if self.store()?.latest_committed(rank)?.is_none() {
                 return Err(Error::Cluster(format!(

@@ -3,11 +3,13 @@
 //! the node agents erasure-code them; restart reads from wherever the rank lives now (after
 //! a recovery, possibly another node).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use eckpt_cluster_api::commands::coordinator_call;
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, EpochOutcome, NodeInfo};
+use eckpt_cluster_api::msg::{
+    CoordRequest, CoordResponse, EpochOutcome, NodeInfo, PaceReport, PaceStats, RankReport,
+};
 
 use crate::Error;
 
@@ -35,39 +37,65 @@ impl ClusterLink {
             .block_on(coordinator_call(&self.dir, &request, |_| {}))?)
     }
 
-    /// The epoch to write next and the node (store root) to write it to; waits while the
-    /// rank's previous epoch is undecided.
-    pub(crate) fn open_epoch(&self, rank: u32) -> Result<(u64, NodeInfo), Error> {
+    /// The epoch to write next, the node (store root) to write it to, and the job's pace as
+    /// of the previous epoch; waits while the rank's previous epoch is undecided. `launched_on`
+    /// (the node the launcher started the rank on) must be where the rank lives.
+    pub(crate) fn open_epoch(
+        &self,
+        rank: u32,
+        launched_on: Option<&str>,
+    ) -> Result<(u64, NodeInfo, Option<PaceStats>), Error> {
         match self.call(CoordRequest::OpenEpoch {
             rank,
             world: self.world,
-            node: None,
+            node: launched_on.map(String::from),
             epoch: None,
         })? {
-            CoordResponse::Opened { epoch, node } => Ok((epoch, node)),
+            CoordResponse::Opened { epoch, node, pace } => Ok((epoch, node, pace)),
             other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
         }
     }
 
-    /// Reports the rank's epoch prepared on `node`.
-    pub(crate) fn ready(&self, rank: u32, epoch: u64, node: &str) -> Result<(), Error> {
+    /// Reports the rank's epoch prepared on `node`, with its sizes and pace.
+    pub(crate) fn ready(&self, rank: u32, epoch: u64, node: &str, report: RankReport) -> Result<(), Error> {
         self.call(CoordRequest::RankReady {
             rank,
             epoch,
             node: node.to_string(),
+            report,
         })?;
         Ok(())
     }
 
-    /// The store holding the rank's latest committed epoch, and that epoch; `None` when the
+    /// Meets every rank of launch `launch` at pace point `round`; the job's pace.
+    pub(crate) fn pace(
+        &self,
+        rank: u32,
+        launch: &str,
+        round: u64,
+        report: PaceReport,
+    ) -> Result<PaceStats, Error> {
+        match self.call(CoordRequest::Pace {
+            rank,
+            world: self.world,
+            launch: launch.to_string(),
+            round,
+            report,
+        })? {
+            CoordResponse::Paced(pace) => Ok(pace),
+            other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// The node holding the rank's latest committed epoch, and that epoch; `None` when the
     /// cluster has none. The coordinator refuses (an error) when the rank's node is down or
     /// the job size is not the checkpointed one.
-    pub(crate) fn locate(&self, rank: u32) -> Result<Option<(PathBuf, u64)>, Error> {
+    pub(crate) fn locate(&self, rank: u32) -> Result<Option<(NodeInfo, u64)>, Error> {
         match self.call(CoordRequest::Locate {
             rank,
             world: self.world,
         })? {
-            CoordResponse::Located(found) => Ok(found.map(|(node, epoch)| (node.store, epoch))),
+            CoordResponse::Located(found) => Ok(found),
             other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
         }
     }

@@ -2,10 +2,12 @@
 //! from a `key=value;key=value` string (what `eckpt_init` takes), the string winning.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use eckpt_capture::TrackMode;
 use eckpt_store::RetentionPolicy;
 
+use crate::pacing::{parse_duration, Interval};
 use crate::Error;
 
 /// A rank's checkpoint configuration.
@@ -27,6 +29,19 @@ pub struct Config {
     pub cluster: Option<PathBuf>,
     /// Ranks in the job (cluster mode: an epoch commits when all have checkpointed).
     pub world: Option<u32>,
+    /// Cluster mode: the node the launcher started this rank on (`eckpt run` says it). The
+    /// coordinator refuses a checkpoint or restart of a rank that lives elsewhere.
+    pub node: Option<String>,
+    /// Cluster mode: every rank's node, by rank (`ECKPT_NODES`, how `eckpt run` tells ranks
+    /// started by `mpirun`); `node` wins when both are given.
+    pub nodes: Vec<String>,
+    /// How often `snapshot()` checkpoints.
+    pub interval: Interval,
+    /// Mean time between failures, which `interval=auto` needs.
+    pub mtbf: Option<Duration>,
+    /// Which launch of the job this process belongs to: ranks meet at `snapshot()` pace
+    /// points only with ranks of the same launch.
+    pub launch: String,
 }
 
 /// Environment variables that name a rank when `ECKPT_RANK` is absent (MPI launchers).
@@ -40,6 +55,10 @@ const WORLD_VARIABLES: [&str; 4] = ["ECKPT_WORLD", "OMPI_COMM_WORLD_SIZE", "PMI_
 /// node-local store needs; a launcher's own ids (Open MPI's jobid, the PMIx namespace) change
 /// with every `mpirun`, so a relaunch would miss its checkpoint: they are not used.
 const JOB_VARIABLES: [&str; 3] = ["SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID"];
+
+/// Variables that name one launch of a job when `ECKPT_LAUNCH` is absent: a launcher's own
+/// ids, new with every `mpirun` or `srun` (unlike the batch job ids above).
+const LAUNCH_VARIABLES: [&str; 3] = ["OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "SLURM_STEP_ID"];
 
 /// The default store root from the job id found through `var` (the environment), or why there
 /// is none.
@@ -66,6 +85,11 @@ impl Default for Config {
             retention: RetentionPolicy::default(),
             cluster: None,
             world: None,
+            node: None,
+            nodes: Vec::new(),
+            interval: Interval::default(),
+            mtbf: None,
+            launch: String::new(),
         }
     }
 }
@@ -84,28 +108,58 @@ impl Config {
 
     /// Defaults overridden by `ECKPT_DIR`, `ECKPT_RANK` (or the MPI launcher's rank),
     /// `ECKPT_TRACK`, `ECKPT_BLOCK_SIZE`, `ECKPT_KEEP`, `ECKPT_MAX_CHAIN`, `ECKPT_CLUSTER`,
-    /// `ECKPT_WORLD` (or the launcher's job size).
+    /// `ECKPT_WORLD` (or the launcher's job size), `ECKPT_NODE`, `ECKPT_NODES`,
+    /// `ECKPT_INTERVAL`, `ECKPT_MTBF`, `ECKPT_LAUNCH` (or the launcher's launch id).
     pub fn from_env() -> Result<Config, Error> {
         let mut config = Config::default();
+        config.read_env()?;
+        Ok(config)
+    }
+
+    fn read_env(&mut self) -> Result<(), Error> {
         if let Some(rank) = RANK_VARIABLES.iter().find_map(|v| std::env::var(v).ok()) {
-            config.set("rank", &rank)?;
+            self.set("rank", &rank)?;
         }
         if let Some(world) = WORLD_VARIABLES.iter().find_map(|v| std::env::var(v).ok()) {
-            config.set("world", &world)?;
+            self.set("world", &world)?;
         }
-        for key in ["dir", "track", "block_size", "keep", "max_chain", "cluster"] {
+        if let Some(launch) = LAUNCH_VARIABLES.iter().find_map(|v| std::env::var(v).ok()) {
+            self.set("launch", &launch)?;
+        }
+        for key in [
+            "dir",
+            "track",
+            "block_size",
+            "keep",
+            "max_chain",
+            "cluster",
+            "node",
+            "nodes",
+            "interval",
+            "mtbf",
+            "launch",
+        ] {
             if let Ok(value) = std::env::var(format!("ECKPT_{}", key.to_ascii_uppercase())) {
-                config.set(key, &value)?;
+                self.set(key, &value)?;
             }
         }
-        Ok(config)
+        Ok(())
+    }
+
+    /// The node this rank was started on, if the launcher said: `node`, or its entry in
+    /// `nodes`.
+    pub fn launched_on(&self) -> Option<&str> {
+        self.node
+            .as_deref()
+            .or_else(|| self.nodes.get(self.rank as usize).map(String::as_str))
     }
 
     /// The environment's configuration overridden by `text`: `key=value` pairs separated by
     /// `;`, `,` or newlines, keys as in [`Config::from_env`] without the prefix
     /// (`dir=/scratch/ck;rank=3;track=hash`).
     pub fn from_env_and(text: &str) -> Result<Config, Error> {
-        let mut config = Config::from_env()?;
+        let mut config = Config::default();
+        config.read_env()?;
         for pair in text
             .split([';', ',', '\n'])
             .map(str::trim)
@@ -154,6 +208,17 @@ impl Config {
                     .ok_or_else(|| Error::Invalid(format!("world {value:?} must be 1 or more")))?;
                 self.world = Some(world);
             }
+            "node" => self.node = Some(value.to_string()).filter(|n| !n.is_empty()),
+            "nodes" => {
+                self.nodes = value
+                    .split([',', ' ', ':'])
+                    .filter(|n| !n.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
+            "interval" => self.interval = Interval::parse(value)?,
+            "mtbf" => self.mtbf = Some(parse_duration("mtbf", value)?),
+            "launch" => self.launch = value.to_string(),
             _ => return Err(Error::Invalid(format!("unknown config key {key:?}"))),
         }
         Ok(())
@@ -178,6 +243,23 @@ mod tests {
         assert_eq!(c.retention.max_chain, 2);
         assert_eq!(c.cluster, Some(PathBuf::from("/c")));
         assert_eq!(c.world, Some(8));
+    }
+
+    #[test]
+    fn the_node_and_the_interval_come_from_the_launcher() {
+        let c = Config::from_env_and("rank=2;nodes=n0:n0:n1:n1").unwrap();
+        assert_eq!(c.launched_on(), Some("n1"));
+        let c = Config::from_env_and("rank=2;nodes=n0:n0:n1:n1;node=s0").unwrap();
+        assert_eq!(c.launched_on(), Some("s0"));
+        assert_eq!(
+            Config::from_env_and("rank=9;nodes=n0").unwrap().launched_on(),
+            None
+        );
+        let c = Config::from_env_and("interval=auto;mtbf=2h").unwrap();
+        assert_eq!(c.interval, Interval::Auto);
+        assert_eq!(c.mtbf, Some(Duration::from_secs(7200)));
+        assert!(Config::from_env_and("interval=often").is_err());
+        assert!(Config::from_env_and("mtbf=often").is_err());
     }
 
     #[test]

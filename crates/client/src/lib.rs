@@ -27,9 +27,11 @@ mod cluster_mode;
 mod config;
 mod error;
 mod files;
+mod pacing;
 
 pub use checkpointer::Checkpointer;
 pub use config::Config;
 pub use eckpt_capture::TrackMode;
 pub use error::Error;
 pub use files::FileMode;
+pub use pacing::Interval;

@@ -17,7 +17,7 @@ use crate::ClusterError;
 pub async fn coordinator(dir: &ClusterDir) -> Result<Connection, ClusterError> {
     let file = dir.load()?;
     let secret = dir.load_secret()?;
-    open(&file.coordinator_unix, &secret, &Hello::Control)
+    open(file.coordinator_from(&host_identity()), &secret, &Hello::Control)
         .await
         .map_err(|e| {
             let root = dir.root().display();
@@ -114,7 +114,7 @@ pub async fn checkpoint_file(
         |_| {},
     )
     .await?;
-    let CoordResponse::Opened { epoch, node } = opened else {
+    let CoordResponse::Opened { epoch, node, .. } = opened else {
         return Err(ClusterError::Protocol(format!("unexpected answer {opened:?}")));
     };
     let secret = dir.load_secret()?;

@@ -6,7 +6,10 @@
 //!   cluster.json           the coding configuration and the coordinator's endpoints
 //!   coordinator/           journal.json (the coordinator's durable state), pid, log
 //!   nodes/<name>/          one per agent: store/ (node-local checkpoints), coded/ (parity,
-//!                          stripe blobs, staged updates), agent.sock, pid, log
+//!                          stripe blobs, staged updates) — both elsewhere when the agent
+//!                          was given `--store PATH` (PATH/store, PATH/coded) — agent.sock,
+//!                          pid, log
+//!   runs/                  one record per `eckpt run`
 //!   debug/                 fault-injection pause points (tests and demos)
 //! ```
 
@@ -34,10 +37,26 @@ pub struct ClusterFile {
     pub coding: CodingConfig,
     /// The coordinator's Unix socket (for commands on this host).
     pub coordinator_unix: Endpoint,
-    /// The coordinator's TCP endpoint (for agents in other network namespaces).
+    /// The coordinator's TCP endpoint (for agents in other network namespaces or hosts).
     pub coordinator_tcp: Option<Endpoint>,
+    /// The coordinator's host identity (host name and network namespace): a process with
+    /// the same identity reaches it over the Unix socket, any other over TCP.
+    #[serde(default)]
+    pub coordinator_host: Option<String>,
     /// Network namespaces, when agents run in them.
     pub netns: Option<NetnsConfig>,
+}
+
+impl ClusterFile {
+    /// How a process with host identity `me` reaches the coordinator: its Unix socket from
+    /// the same host and network namespace, TCP from anywhere else (a Unix socket in a
+    /// shared cluster directory does not cross hosts).
+    pub fn coordinator_from(&self, me: &str) -> &Endpoint {
+        match (&self.coordinator_tcp, &self.coordinator_host) {
+            (Some(tcp), Some(host)) if host != me => tcp,
+            _ => &self.coordinator_unix,
+        }
+    }
 }
 
 /// The emulated network of a cluster whose agents run in network namespaces.
@@ -99,14 +118,15 @@ impl ClusterDir {
         self.root.join("nodes").join(name)
     }
 
-    /// An agent's node-local checkpoint store.
+    /// An agent's node-local checkpoint store, unless it was given `--store`.
     pub fn store(&self, name: &str) -> PathBuf {
-        self.node(name).join("store")
+        ClusterDir::local_store(&self.node(name))
     }
 
-    /// An agent's coded objects (parity, stripe blobs, staged updates, rebuilt shards).
+    /// An agent's coded objects (parity, stripe blobs, staged updates, rebuilt shards),
+    /// unless it was given `--store`.
     pub fn coded(&self, name: &str) -> PathBuf {
-        self.node(name).join("coded")
+        ClusterDir::coded_beside(&self.store(name))
     }
 
     /// An agent's Unix socket.
@@ -114,9 +134,21 @@ impl ClusterDir {
         self.node(name).join("agent.sock")
     }
 
-    /// Pid file of a process directory (`coordinator()` or `node(name)`).
+    /// Pid file of a process directory (`coordinator()` or `node(name)`): the pid, and on a
+    /// second line the host name it runs on (the directory may be shared by hosts).
     pub fn pid_file(dir: &Path) -> PathBuf {
         dir.join("pid")
+    }
+
+    /// The local directory of node `name` whose agent keeps its node-local data in `local`
+    /// (`--store`): its store and parity live under it, not in the cluster directory.
+    pub fn local_store(local: &Path) -> PathBuf {
+        local.join("store")
+    }
+
+    /// The parity directory beside a node's store root `store` (see [`ClusterDir::local_store`]).
+    pub fn coded_beside(store: &Path) -> PathBuf {
+        store.with_file_name("coded")
     }
 
     /// Log file of a process directory.
@@ -178,6 +210,23 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ClusterError> {
     drop(file);
     std::fs::rename(&tmp, path).map_err(io_at(path))?;
     fsync_dir(dir)
+}
+
+/// Writes this process's pid file in process directory `dir` (see [`ClusterDir::pid_file`]).
+pub fn write_pid_file(dir: &Path) -> Result<(), ClusterError> {
+    let text = format!("{}\n{}\n", std::process::id(), crate::net::host_name());
+    write_atomic(&ClusterDir::pid_file(dir), text.as_bytes())
+}
+
+/// The pid a pid file in `dir` records, if it runs on this host.
+pub fn read_pid_file(dir: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(ClusterDir::pid_file(dir)).ok()?;
+    let mut lines = text.lines();
+    let pid = lines.next()?.trim().parse().ok()?;
+    match lines.next().map(str::trim) {
+        Some(host) if host != crate::net::host_name() => None,
+        _ => Some(pid),
+    }
 }
 
 /// fsyncs a directory so the names in it are durable.

@@ -394,6 +394,10 @@ pub struct NodeStatus {
     pub group: Option<(u64, usize)>,
     /// Whether its data was rebuilt elsewhere after a loss (it holds nothing now).
     pub removed: bool,
+    /// Whether it holds a data position of its group: only such nodes host ranks (a rank
+    /// on a parity-only member would be in no data shard).
+    #[serde(default)]
+    pub hosts_ranks: bool,
 }
 
 /// `eckpt status`.
@@ -451,6 +455,82 @@ pub struct EpochOutcome {
     pub bytes_sent: BTreeMap<String, u64>,
     /// Padded data-shard bytes per group member.
     pub shard_bytes: u64,
+    /// Bytes of every rank's complete image at this epoch (what a full checkpoint writes).
+    #[serde(default)]
+    pub image_bytes: u64,
+    /// Bytes the ranks actually stored for this epoch (changed blocks of a delta epoch).
+    #[serde(default)]
+    pub stored_bytes: u64,
+}
+
+/// What a rank says about the epoch it reports ready: its sizes, for the epoch's outcome,
+/// and its pace, from which every rank derives the same checkpoint schedule.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankReport {
+    /// Bytes of the rank's complete image at this epoch.
+    pub image_bytes: u64,
+    /// Bytes the rank stored for this epoch.
+    pub stored_bytes: u64,
+    /// The rank's pace since its previous decision point (ranks that checkpoint through
+    /// `snapshot()`).
+    pub pace: Option<PaceReport>,
+}
+
+/// One rank's measurements between two decision points of `snapshot()`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PaceReport {
+    /// `snapshot()` calls in the window.
+    pub calls: u64,
+    /// Seconds the rank computed in the window (time inside checkpoints excluded).
+    pub seconds: f64,
+    /// Seconds its last checkpoint blocked it (`None` before its first).
+    pub checkpoint_seconds: Option<f64>,
+    /// The rank's interval policy (`30s`, `auto/mtbf=86400s`): every rank must use the same.
+    pub policy: String,
+}
+
+/// The job's pace, aggregated over every rank's [`PaceReport`] of one decision point: the
+/// slowest rank sets it. Every rank receives the same figures and so computes the same
+/// next checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PaceStats {
+    /// Seconds per `snapshot()` call of the slowest rank.
+    pub step_seconds: f64,
+    /// The longest time a checkpoint blocked a rank (`None` before the first).
+    pub checkpoint_seconds: Option<f64>,
+}
+
+/// Where recovery puts the ranks of a lost node when no spare replaces it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Relocation {
+    /// Each rank on its own to the least loaded survivor (per process): the load stays
+    /// balanced, ranks per node differ by at most one.
+    #[default]
+    Process,
+    /// All ranks of a lost node together to one survivor (per node, what node-level restart
+    /// does): for comparison.
+    Node,
+}
+
+impl std::str::FromStr for Relocation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Relocation, String> {
+        match s {
+            "process" => Ok(Relocation::Process),
+            "node" => Ok(Relocation::Node),
+            _ => Err(format!("relocation {s:?}: expected process or node")),
+        }
+    }
+}
+
+impl std::fmt::Display for Relocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Relocation::Process => "process",
+            Relocation::Node => "node",
+        })
+    }
 }
 
 /// What `eckpt recover` did.
@@ -514,6 +594,23 @@ pub enum CoordRequest {
         epoch: u64,
         /// Node.
         node: String,
+        /// Sizes and pace (absent from `eckpt checkpoint FILE`).
+        #[serde(default)]
+        report: RankReport,
+    },
+    /// A pace point of `snapshot()` without a checkpoint: waits until every rank of the job
+    /// reached the same point (`round` of launch `launch`) and answers the job's pace.
+    Pace {
+        /// Rank.
+        rank: u32,
+        /// World size.
+        world: u32,
+        /// Which launch of the job (ranks of another launch never meet this one's).
+        launch: String,
+        /// The rank's count of pace points in this launch.
+        round: u64,
+        /// The rank's measurements.
+        report: PaceReport,
     },
     /// Wait until `epoch` is decided.
     WaitEpoch {
@@ -531,7 +628,11 @@ pub enum CoordRequest {
         world: u32,
     },
     /// Rebuild every lost node's data and restore redundancy.
-    Recover,
+    Recover {
+        /// Where the ranks of lost nodes go when no spare replaces them.
+        #[serde(default)]
+        relocation: Relocation,
+    },
     /// Prepare an export of rank `rank` at `epoch` (decoding if its node is gone).
     Export {
         /// Rank.
@@ -565,7 +666,12 @@ pub enum CoordResponse {
         epoch: u64,
         /// Node hosting the rank.
         node: NodeInfo,
+        /// The job's pace as of the previous epoch (every rank of it reported), if known.
+        #[serde(default)]
+        pace: Option<PaceStats>,
     },
+    /// `Pace`: the job's pace at that point.
+    Paced(PaceStats),
     /// `WaitEpoch`.
     Outcome(EpochOutcome),
     /// `Locate`: the node and epoch, or `None` when the cluster has no committed epoch.

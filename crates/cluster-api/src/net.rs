@@ -21,13 +21,18 @@ pub const PEER_WAIT: Duration = Duration::from_secs(120);
 /// other namespaces cannot share a Unix socket path… they can, but then they bypass the
 /// (shaped) network the namespaces exist to model, so they use TCP.
 pub fn host_identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into());
+    let host = host_name();
     let netns = std::fs::read_link("/proc/self/ns/net")
         .map(|p| p.display().to_string())
         .unwrap_or_default();
     format!("{host}/{netns}")
+}
+
+/// This host's name.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
 }
 
 /// Opens an authenticated connection to `endpoint` and says what it is for.

@@ -37,6 +37,12 @@ pub struct UpOptions {
     pub link_rate: Option<String>,
     /// The `eckpt` executable to start processes with.
     pub exe: PathBuf,
+    /// Start the agents too; `false`: only the coordinator — the agents are started on
+    /// their hosts by another launcher (`mpirun -npernode 1 eckpt agent …`, srun, ssh).
+    pub agents: bool,
+    /// Address of the coordinator's TCP listener (default: loopback, or the bridge of a
+    /// namespaced cluster); agents on other hosts need one they can reach.
+    pub bind: Option<String>,
 }
 
 /// How long `up` and `join` wait for processes to come up.
@@ -63,35 +69,24 @@ fn spawn_detached(mut command: Command, log: &Path) -> Result<Child, ClusterErro
         .map_err(|e| ClusterError::Invalid(format!("starting {command:?}: {e}")))
 }
 
+/// Whether process `pid` runs: it exists and is not a zombie. A daemon started by this
+/// process (`eckpt run` brings its cluster up itself) stays a zombie after it died until it
+/// is reaped, which is tried here too.
 fn pid_alive(pid: u32) -> bool {
+    // SAFETY: waitpid with WNOHANG only reaps `pid` if it is our child and has exited.
+    unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
     // SAFETY: signal 0 only checks that the process exists.
     let exists = unsafe { libc::kill(pid as i32, 0) == 0 };
-    // A killed child of this very process (`eckpt bench cluster` starts its cluster
-    // in-process) stays a zombie until reaped: dead all the same.
-    exists && !is_zombie(pid)
-}
-
-fn is_zombie(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let (_, after_name) = stat.rsplit_once(')')?;
-            after_name.split_whitespace().next().map(|state| state == "Z")
+    exists
+        && !fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z'))
         })
-        .unwrap_or(false)
-}
-
-fn read_pid(dir: &Path) -> Option<u32> {
-    fs::read_to_string(ClusterDir::pid_file(dir))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// Whether a process directory's recorded pid is a live process running `eckpt`.
 fn running(dir: &Path) -> Option<u32> {
-    let pid = read_pid(dir)?;
+    let pid = eckpt_cluster_api::dirs::read_pid_file(dir)?;
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let is_eckpt = cmdline.split(|&b| b == 0).any(|arg| arg.ends_with(b"eckpt"))
         || cmdline.windows(5).any(|w| w == b"eckpt");
@@ -215,11 +210,12 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         coding: options.coding,
         coordinator_unix: Endpoint::Unix(dir.coordinator_socket()),
         coordinator_tcp: None,
+        coordinator_host: None,
         netns,
     };
     write_cluster_file(&dir, &file)?;
     Journal::new(options.coding, &nodes, &spares).save(&dir.journal())?;
-    start(&dir, &file, &options.exe, &nodes, &spares)?;
+    start(&dir, &file, options, &nodes, &spares)?;
     Ok(summary(&dir, &file, nodes, spares, false))
 }
 
@@ -246,8 +242,9 @@ fn restart(dir: &ClusterDir, options: &UpOptions) -> Result<UpSummary, ClusterEr
         if entry.spare { &mut spares } else { &mut nodes }.push(name.clone());
     }
     file.coordinator_tcp = None;
+    file.coordinator_host = None;
     write_cluster_file(dir, &file)?;
-    start(dir, &file, &options.exe, &nodes, &spares)?;
+    start(dir, &file, options, &nodes, &spares)?;
     Ok(summary(dir, &file, nodes, spares, true))
 }
 
@@ -296,21 +293,26 @@ fn ensure_namespace(dir: &ClusterDir, net: &NetnsConfig, name: &str) -> Result<(
     Ok(())
 }
 
-/// Starts the coordinator and every agent of `nodes` and `spares` not already running
-/// (with their namespaces when the cluster has them); returns once all are registered.
+/// Starts the coordinator and, unless `options.agents` is false, every agent of `nodes` and
+/// `spares` not already running (with their namespaces when the cluster has them); returns
+/// once all are registered.
 fn start(
     dir: &ClusterDir,
     file: &ClusterFile,
-    exe: &Path,
+    options: &UpOptions,
     nodes: &[String],
     spares: &[String],
 ) -> Result<(), ClusterError> {
+    let exe = &options.exe;
     let mut bind = "127.0.0.1".to_string();
     if let Some(net) = &file.netns {
         for name in nodes.iter().chain(spares) {
             ensure_namespace(dir, net, name)?;
         }
         bind = Network::for_dir(dir.root()).bridge_ip();
+    }
+    if let Some(address) = &options.bind {
+        bind.clone_from(address);
     }
     let mut command = Command::new(exe);
     command
@@ -331,6 +333,9 @@ fn start(
             "the coordinator exited: {}",
             text.lines().last().unwrap_or("no message (see its log)")
         )));
+    }
+    if !options.agents {
+        return Ok(());
     }
     let file = dir.load()?;
     for (list, spare) in [(nodes, false), (spares, true)] {
@@ -401,7 +406,12 @@ pub fn kill_node(dir: &Path, name: &str, wipe: bool) -> Result<Option<u32>, Clus
         wait_until(Duration::from_secs(10), "the agent to die", || !pid_alive(pid))?;
     }
     if wipe {
-        for sub in [dir.store(name), dir.coded(name)] {
+        // The store the agent registered (`--store` puts it outside the cluster directory).
+        let store = Journal::load(&dir.journal())
+            .ok()
+            .and_then(|j| j.nodes.get(name)?.info.as_ref().map(|i| i.store.clone()))
+            .unwrap_or_else(|| dir.store(name));
+        for sub in [ClusterDir::coded_beside(&store), store] {
             if sub.exists() {
                 fs::remove_dir_all(&sub).map_err(eckpt_cluster_api::io_at(&sub))?;
             }

@@ -97,6 +97,16 @@ impl Network {
         let br = self.bridge();
         let _ = run("ip", &["link", "del", &br]);
         run("ip", &["link", "add", &br, "type", "bridge"])?;
+        // A fixed address: a bridge otherwise takes its lowest port's, so it changes as nodes
+        // join, and nodes that cached the old one in ARP lose the coordinator for a while.
+        let mac = format!(
+            "02:ec:{}:{}:{:02x}:{:02x}",
+            &self.tag[..2],
+            &self.tag[2..],
+            self.subnet.0,
+            self.subnet.1
+        );
+        run("ip", &["link", "set", &br, "address", &mac])?;
         run(
             "ip",
             &["addr", "add", &format!("{}/24", self.bridge_ip()), "dev", &br],

@@ -125,7 +125,10 @@ struct PyCheckpointer {
 #[pymethods]
 impl PyCheckpointer {
     #[new]
-    #[pyo3(signature = (dir=None, rank=None, *, track=None, block_size=None, cluster=None, world=None))]
+    // The keywords are the Python interface (`Checkpointer(dir, rank, *, track=…, …)`): one
+    // parameter each is what PyO3 turns into them.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (dir=None, rank=None, *, track=None, block_size=None, cluster=None, world=None, interval=None, mtbf=None))]
     fn new(
         py: Python<'_>,
         dir: Option<PathBuf>,
@@ -134,8 +137,17 @@ impl PyCheckpointer {
         block_size: Option<i64>,
         cluster: Option<PathBuf>,
         world: Option<i64>,
+        interval: Option<&str>,
+        mtbf: Option<&str>,
     ) -> PyResult<Self> {
-        let mut config = Config::from_env().map_err(|e| to_py(py, e))?;
+        // Keyword settings go through the same parser as `eckpt_init`'s string.
+        let mut text = String::new();
+        for (key, value) in [("interval", interval), ("mtbf", mtbf)] {
+            if let Some(value) = value {
+                text.push_str(&format!("{key}={value};"));
+            }
+        }
+        let mut config = Config::from_env_and(&text).map_err(|e| to_py(py, e))?;
         if let Some(dir) = dir {
             config.dir = Some(dir);
         }
@@ -286,6 +298,15 @@ impl PyCheckpointer {
     fn checkpoint(&mut self, py: Python<'_>) -> PyResult<u64> {
         let inner = self.checkpointer();
         py.detach(|| inner.checkpoint()).map_err(|e| to_py(py, e))
+    }
+
+    /// snapshot() -> int | None: call once per step; checkpoints when the interval
+    /// (``interval=``, ``ECKPT_INTERVAL``: "30s", or "auto" with ``mtbf``) has elapsed and
+    /// returns the epoch, else None. Every rank of a cluster job decides the same at the same
+    /// call. The GIL is released while it checkpoints.
+    fn snapshot(&mut self, py: Python<'_>) -> PyResult<Option<u64>> {
+        let inner = self.checkpointer();
+        py.detach(|| inner.snapshot()).map_err(|e| to_py(py, e))
     }
 
     /// restart() -> int | None: restores the latest epoch into the protected arrays (in place)

@@ -72,7 +72,7 @@ pub use manifest::{
     parse_manifest, BlockEntry, ItemManifest, Manifest, MANIFEST_FORMAT, MAX_BLOCK_SIZE, MAX_ITEM_NAME,
 };
 pub use read::ItemReader;
-pub use write::{EpochWriter, PreparedEpoch};
+pub use write::{EpochSizes, EpochWriter, PreparedEpoch};
 
 use error::io_at;
 use layout::{parse_rank_dir, rank_dir, scan_rank, RankLock};
@@ -464,13 +464,13 @@ impl Store {
             .prepared_gen(epoch)
             .ok_or(StoreError::NoEpoch { rank, epoch })?;
         // Everything the epoch depends on must be intact before it may be committed.
-        Chain::open(&dir, rank, epoch, true)?;
+        let chain = Chain::open(&dir, rank, epoch, true)?;
+        let manifest = &chain.target().manifest;
+        debug_assert_eq!(manifest.generation, generation);
         Ok(PreparedEpoch::resume(
             &self.root,
             lock,
-            rank,
-            epoch,
-            generation,
+            manifest,
             self.options.retention,
         ))
     }

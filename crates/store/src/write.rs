@@ -400,6 +400,7 @@ impl EpochWriter {
             items: std::mem::take(&mut self.items),
         };
         manifest.validate()?;
+        let sizes = EpochSizes::of(&manifest);
         let data_path = self.tmp.join(DATA_FILE);
         let data = self
             .data
@@ -428,6 +429,7 @@ impl EpochWriter {
             epoch: self.epoch,
             generation: self.generation,
             retention: self.retention,
+            sizes,
             _lock: lock,
         })
     }
@@ -458,26 +460,51 @@ pub struct PreparedEpoch {
     epoch: u64,
     generation: u32,
     retention: RetentionPolicy,
+    sizes: EpochSizes,
     _lock: RankLock,
+}
+
+/// How large an epoch is: what a full checkpoint would write, and what this one stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EpochSizes {
+    /// Bytes of the complete image (every item's length).
+    pub image_bytes: u64,
+    /// Bytes of blocks the epoch stored (all of them for a full epoch, the changed ones
+    /// for a delta).
+    pub stored_bytes: u64,
+}
+
+impl EpochSizes {
+    /// The sizes `manifest` describes.
+    pub fn of(manifest: &Manifest) -> EpochSizes {
+        EpochSizes {
+            image_bytes: manifest.items.iter().map(|i| i.len).sum(),
+            stored_bytes: manifest.data_len,
+        }
+    }
 }
 
 impl PreparedEpoch {
     pub(crate) fn resume(
         root: &Path,
         lock: RankLock,
-        rank: u32,
-        epoch: u64,
-        generation: u32,
+        manifest: &Manifest,
         retention: RetentionPolicy,
     ) -> PreparedEpoch {
         PreparedEpoch {
             root: root.to_path_buf(),
-            rank,
-            epoch,
-            generation,
+            rank: manifest.rank,
+            epoch: manifest.epoch,
+            generation: manifest.generation,
             retention,
+            sizes: EpochSizes::of(manifest),
             _lock: lock,
         }
+    }
+
+    /// Its image and stored sizes.
+    pub fn sizes(&self) -> EpochSizes {
+        self.sizes
     }
 
     /// Rank of the epoch.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{CoordRequest, CoordResponse};
+use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, Relocation};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::cluster::block_on;
@@ -93,6 +93,10 @@ pub struct RecoverArgs {
     /// Cluster directory.
     #[arg(long)]
     dir: PathBuf,
+    /// Where the ranks of a lost node go when no spare replaces it: each to the least
+    /// loaded node (process), or all together to one node (node).
+    #[arg(long, default_value = "process")]
+    relocation: Relocation,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -107,13 +111,19 @@ pub fn run_recover(args: RecoverArgs) -> Result<i32> {
         b.set_style(ProgressStyle::with_template("recover [{bar:30}] {msg}").expect("valid template"));
         b
     };
-    let answer = block_on(commands::coordinator_call(&dir, &CoordRequest::Recover, |p| {
-        if let CoordResponse::Progress { what, done, total } = p {
-            bar.set_length(*total);
-            bar.set_position(*done);
-            bar.set_message(what.clone());
-        }
-    }));
+    let answer = block_on(commands::coordinator_call(
+        &dir,
+        &CoordRequest::Recover {
+            relocation: args.relocation,
+        },
+        |p| {
+            if let CoordResponse::Progress { what, done, total } = p {
+                bar.set_length(*total);
+                bar.set_position(*done);
+                bar.set_message(what.clone());
+            }
+        },
+    ));
     bar.finish_and_clear();
     let CoordResponse::Recovered(report) = answer?? else {
         bail!("unexpected answer from the coordinator");

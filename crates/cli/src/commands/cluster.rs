@@ -77,16 +77,12 @@ impl CodingArgs {
     }
 }
 
-#[derive(clap::Args)]
-pub struct UpArgs {
-    /// Cluster directory: created, or, when it holds a stopped cluster, that cluster is
-    /// started again as it was (its nodes, coding and network are recorded there; the
-    /// settings below then do not apply).
-    #[arg(long)]
-    dir: PathBuf,
+/// What a new cluster looks like (shared by `up` and `run`).
+#[derive(clap::Args, Clone)]
+pub struct ShapeArgs {
     /// Nodes (agents n0 … n{N-1}), formed into groups of k+m (new clusters only).
     #[arg(long)]
-    nodes: Option<usize>,
+    pub nodes: Option<usize>,
     /// Spare nodes (s0 …) that replace lost ones.
     #[arg(long, default_value_t = 0)]
     spares: usize,
@@ -98,6 +94,48 @@ pub struct UpArgs {
     /// Shape every namespace's link with tc tbf (e.g. 1gbit, 100mbit).
     #[arg(long)]
     link_rate: Option<String>,
+    /// Start only the coordinator: the agents n0 … (and s0 …) run on their own hosts,
+    /// started by another launcher (`eckpt agent --dir D --name n0 --store /local/ssd …`).
+    #[arg(long)]
+    no_agents: bool,
+    /// Address of the coordinator's TCP listener, reachable by agents on other hosts
+    /// (default: loopback, or the bridge of --netns).
+    #[arg(long)]
+    bind: Option<String>,
+}
+
+impl ShapeArgs {
+    /// Nodes of a cluster created without --nodes: one group of k + m.
+    pub fn default_nodes(&self) -> Result<usize> {
+        let coding = self.coding.coding()?;
+        Ok(coding.k + coding.m)
+    }
+
+    /// `up`'s options for a cluster in `dir` of `nodes` nodes (when not given).
+    pub fn up_options(&self, dir: PathBuf, nodes: Option<usize>) -> Result<UpOptions> {
+        Ok(UpOptions {
+            dir,
+            nodes: self.nodes.or(nodes),
+            spares: self.spares,
+            coding: self.coding.coding()?,
+            netns: self.netns,
+            link_rate: self.link_rate.clone(),
+            exe: this_exe()?,
+            agents: !self.no_agents,
+            bind: self.bind.clone(),
+        })
+    }
+}
+
+#[derive(clap::Args)]
+pub struct UpArgs {
+    /// Cluster directory: created, or, when it holds a stopped cluster, that cluster is
+    /// started again as it was (its nodes, coding and network are recorded there; the
+    /// settings below then do not apply).
+    #[arg(long)]
+    dir: PathBuf,
+    #[command(flatten)]
+    shape: ShapeArgs,
     /// Return once the cluster is up (it keeps running; `eckpt down` stops it). Without it,
     /// `up` waits and brings the cluster down on Ctrl-C.
     #[arg(long)]
@@ -108,16 +146,7 @@ pub struct UpArgs {
 }
 
 pub fn run_up(args: UpArgs) -> Result<i32> {
-    let coding = args.coding.coding()?;
-    let summary = launch::up(&UpOptions {
-        dir: args.dir.clone(),
-        nodes: args.nodes,
-        spares: args.spares,
-        coding,
-        netns: args.netns,
-        link_rate: args.link_rate.clone(),
-        exe: this_exe()?,
-    })?;
+    let summary = launch::up(&args.shape.up_options(args.dir.clone(), None)?)?;
     if args.json {
         print_json(&summary);
     } else {

@@ -34,6 +34,11 @@ pub struct AgentArgs {
     /// Cores offered to ranks (placement balances ranks per core; default: all).
     #[arg(long)]
     cores: Option<u32>,
+    /// Node-local directory for this node's checkpoints and parity (PATH/store,
+    /// PATH/coded); default: the node's directory inside the cluster directory. Give one
+    /// when the cluster directory is on a shared file system.
+    #[arg(long, value_name = "PATH")]
+    store: Option<PathBuf>,
 }
 
 pub fn run_agent(args: AgentArgs) -> Result<i32> {
@@ -44,6 +49,7 @@ pub fn run_agent(args: AgentArgs) -> Result<i32> {
         spare: args.node.spare,
         bind: args.bind,
         cores: args.cores,
+        local: args.store,
     }))?;
     Ok(0)
 }

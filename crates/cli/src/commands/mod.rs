@@ -7,4 +7,5 @@ pub mod daemons;
 pub mod decode;
 pub mod delta;
 pub mod encode;
+pub mod run;
 pub mod verify;

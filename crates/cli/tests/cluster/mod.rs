@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod programs;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -58,6 +60,46 @@ pub fn finish(mut child: Child, what: &str) -> Output {
 /// Runs `eckpt` with a time limit (see `finish`); its output, whatever the exit status.
 pub fn run_bounded(args: &[&str]) -> Output {
     finish(spawn(args), &args.join(" "))
+}
+
+/// Runs `eckpt run ARGS` in `work`, killed (and the test failed) after `limit`.
+pub fn run_job(work: &std::path::Path, args: &[&str], limit: Duration) -> Output {
+    let mut child = eckpt()
+        .arg("run")
+        .args(args)
+        .current_dir(work)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("eckpt runs");
+    // Drain the pipes while waiting, so a chatty job never blocks on a full pipe.
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut out, &mut buf).unwrap();
+        buf
+    });
+    let err = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut err, &mut buf).unwrap();
+        buf
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("eckpt run {} still running after {limit:?}", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
 }
 
 /// Asserts that `out` is a failure whose one-line message contains `expected`.
@@ -285,10 +327,17 @@ impl Cluster {
         }
     }
 
+    /// The pid of a cluster process: `coordinator`, or `nodes/<name>` (its pid file's first
+    /// line; the second names the host).
+    pub fn pid(&self, process: &str) -> String {
+        let text = std::fs::read_to_string(self.dir.join(process).join("pid")).unwrap();
+        text.lines().next().unwrap_or_default().trim().to_string()
+    }
+
     /// SIGKILLs the coordinator (the agents keep running and reconnect to a new one).
     pub fn kill_coordinator(&self) {
-        let pid = std::fs::read_to_string(self.dir.join("coordinator/pid")).unwrap();
-        let status = Command::new("kill").args(["-9", pid.trim()]).status().unwrap();
+        let pid = self.pid("coordinator");
+        let status = Command::new("kill").args(["-9", &pid]).status().unwrap();
         assert!(status.success());
     }
 

@@ -21,7 +21,9 @@ use eckpt_store::{Options, Store};
 use crate::parity_store::ParityStore;
 use eckpt_cluster_api::dirs::{check_node_name, ClusterDir, ClusterFile};
 use eckpt_cluster_api::msg::DATA_FRAME;
-use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello, NodeInfo};
+use eckpt_cluster_api::msg::{
+    AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello, NodeInfo, RankReport,
+};
 use eckpt_cluster_api::net::{accept_loop, call, host_identity, next_request, open, Inbox};
 use eckpt_cluster_api::{ClusterError, WireError};
 
@@ -41,6 +43,9 @@ pub struct AgentOptions {
     pub bind: String,
     /// Cores offered to ranks (default: the machine's).
     pub cores: Option<u32>,
+    /// Node-local directory for the store and parity (default: the node's directory in
+    /// the cluster directory, which on a shared file system is not node-local).
+    pub local: Option<PathBuf>,
 }
 
 /// A running agent's shared state.
@@ -57,14 +62,14 @@ pub struct Agent {
 
 impl Agent {
     fn coded_dir(&self) -> PathBuf {
-        self.dir.coded(&self.info.name)
+        ClusterDir::coded_beside(self.store.root())
     }
 
-    fn coordinator(&self) -> &Endpoint {
-        match &self.cluster.coordinator_tcp {
-            Some(tcp) if self.cluster.netns.is_some() => tcp,
-            _ => &self.cluster.coordinator_unix,
-        }
+    /// The coordinator as it was last announced (it rewrites `cluster.json` when it starts
+    /// again, with new ports).
+    fn coordinator(&self) -> Endpoint {
+        let file = self.dir.load().unwrap_or_else(|_| self.cluster.clone());
+        file.coordinator_from(&self.host).clone()
     }
 }
 
@@ -76,8 +81,21 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
     let secret = dir.load_secret()?;
     let node_dir = dir.node(&options.name);
     std::fs::create_dir_all(&node_dir).map_err(eckpt_cluster_api::io_at(&node_dir))?;
-    let store = Store::open_with(dir.store(&options.name), Options::default())?;
-    let coded = ParityStore::open(&dir.coded(&options.name))?;
+    let store_root = match &options.local {
+        Some(local) => {
+            let local = if local.is_absolute() {
+                local.clone()
+            } else {
+                std::env::current_dir()
+                    .map_err(eckpt_cluster_api::io_at(local))?
+                    .join(local)
+            };
+            ClusterDir::local_store(&local)
+        }
+        None => dir.store(&options.name),
+    };
+    let store = Store::open_with(&store_root, Options::default())?;
+    let coded = ParityStore::open(&ClusterDir::coded_beside(&store_root))?;
     let tcp = listen(
         &Endpoint::Tcp {
             host: options.bind.clone(),
@@ -112,10 +130,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
         inbox: Inbox::default(),
         cluster,
     });
-    eckpt_cluster_api::dirs::write_atomic(
-        &ClusterDir::pid_file(&node_dir),
-        std::process::id().to_string().as_bytes(),
-    )?;
+    eckpt_cluster_api::dirs::write_pid_file(&node_dir)?;
     let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
     for listener in [tcp, unix] {
         let (agent, stop) = (agent.clone(), stop_tx.clone());
@@ -162,7 +177,7 @@ async fn session_loop(agent: Arc<Agent>) {
 
 async fn session(agent: &Arc<Agent>) -> Result<(), ClusterError> {
     let mut conn = open(
-        agent.coordinator(),
+        &agent.coordinator(),
         &agent.secret,
         &Hello::Session(agent.info.clone()),
     )
@@ -339,13 +354,18 @@ async fn handle(
             check_announced(&format!("rank {rank} item {item:?}"), len)?;
             let content = recv_bytes(conn, len).await?;
             blocking(move || a.put_rank(rank, epoch, &item, &content)).await?;
-            let mut coord = open(agent.coordinator(), &agent.secret, &Hello::Control).await?;
+            let mut coord = open(&agent.coordinator(), &agent.secret, &Hello::Control).await?;
             match call(
                 &mut coord,
                 &CoordRequest::RankReady {
                     rank,
                     epoch,
                     node: agent.info.name.clone(),
+                    report: RankReport {
+                        image_bytes: len,
+                        stored_bytes: len,
+                        pace: None,
+                    },
                 },
             )
             .await?

@@ -9,6 +9,7 @@ use tokio::task::JoinSet;
 
 use super::encode_plan::{participants, plan_encode, Choice, EncodePlan, Encoded};
 use super::epoch_state::outcome;
+use super::pace::aggregate;
 use super::protection::check_protection;
 use super::Coordinator;
 use crate::debug::pause_point_async;
@@ -150,6 +151,14 @@ impl Coordinator {
         let debug = self.dir.debug();
         pause_point_async(&debug, crate::debug::Phase::BeforeEncode, "coordinator").await;
         let journal = self.snapshot();
+        let reports = self.epochs.lock().expect("epoch lock").reports.clone();
+        // Every rank reported its pace (they all checkpoint by interval): the figures the
+        // next epoch's ranks schedule by. A rank without one means no figures at all.
+        let pace = reports
+            .iter()
+            .map(|(r, report)| Some((*r, report.pace.as_ref()?)))
+            .collect::<Option<Vec<_>>>()
+            .and_then(|paces| aggregate(paces).ok());
         let started = Instant::now();
         let results = self
             .encode_groups(journal.groups, &journal.placement, epoch, false)
@@ -157,6 +166,8 @@ impl Coordinator {
         let encode_seconds = started.elapsed().as_secs_f64();
         let mut outcome = EpochOutcome {
             encode_seconds,
+            image_bytes: reports.values().map(|r| r.image_bytes).sum(),
+            stored_bytes: reports.values().map(|r| r.stored_bytes).sum(),
             ..outcome(epoch, false, None)
         };
         let mut encoded = Vec::new();
@@ -186,6 +197,7 @@ impl Coordinator {
                     j.committed = next.committed;
                     j.next_epoch = next.next_epoch;
                     j.groups = next.groups;
+                    j.record_pace(epoch, pace);
                 })
             });
             match saved {
@@ -199,7 +211,7 @@ impl Coordinator {
         }
         if !outcome.committed {
             tracing::warn!(epoch, reason = ?outcome.reason, "epoch aborted");
-            self.abort_everywhere(epoch).await;
+            self.abort_everywhere(epoch, pace).await;
         } else {
             tracing::info!(epoch, seconds = encode_seconds, "epoch committed");
         }

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::pace::check_policy;
 use super::Coordinator;
-use eckpt_cluster_api::msg::{AgentRequest, CoordResponse, EpochOutcome, NodeInfo};
+use eckpt_cluster_api::msg::{AgentRequest, CoordResponse, EpochOutcome, NodeInfo, PaceStats, RankReport};
 use eckpt_cluster_api::ClusterError;
 
 /// How long `OpenEpoch` waits for a rank's previous epoch to be decided before it gives up
@@ -21,6 +22,8 @@ pub(super) struct EpochState {
     pub open: u64,
     /// Ranks that wrote it, and their nodes.
     pub ready: BTreeMap<u32, String>,
+    /// What each ready rank reported (sizes, pace).
+    pub reports: BTreeMap<u32, RankReport>,
     /// Whether its encode and commit are running.
     pub running: bool,
     /// Decided epochs.
@@ -33,6 +36,7 @@ impl EpochState {
         EpochState {
             open,
             ready: BTreeMap::new(),
+            reports: BTreeMap::new(),
             running: false,
             outcomes: BTreeMap::new(),
         }
@@ -103,6 +107,8 @@ pub(super) fn outcome(epoch: u64, committed: bool, reason: Option<String>) -> Ep
         kinds: Vec::new(),
         bytes_sent: BTreeMap::new(),
         shard_bytes: 0,
+        image_bytes: 0,
+        stored_bytes: 0,
     }
 }
 
@@ -127,9 +133,13 @@ impl Coordinator {
             ))
         })?;
         self.wait_open(rank, target).await?;
+        // Recorded when `target - 1` was decided, which `wait_open` waited for: every rank
+        // opening `target` gets the same figures.
+        let pace = self.snapshot().pace.get(&(target - 1)).copied();
         Ok(CoordResponse::Opened {
             epoch: target,
             node: info,
+            pace,
         })
     }
 
@@ -207,6 +217,7 @@ impl Coordinator {
         rank: u32,
         epoch: u64,
         node: String,
+        report: RankReport,
     ) -> Result<(), ClusterError> {
         let journal = self.snapshot();
         if journal.placement.get(&rank) != Some(&node) {
@@ -223,7 +234,19 @@ impl Coordinator {
                 if epochs.running { ", being committed" } else { "" }
             )));
         }
+        if let Some(pace) = &report.pace {
+            let mut first = None;
+            for (r, other) in epochs
+                .reports
+                .iter()
+                .filter_map(|(r, o)| Some((*r, o.pace.as_ref()?)))
+            {
+                check_policy(&mut first, r, other)?;
+            }
+            check_policy(&mut first, rank, pace)?;
+        }
         epochs.ready.insert(rank, node);
+        epochs.reports.insert(rank, report);
         if epochs.ready.len() as u32 == world {
             epochs.running = true;
             let coord = self.clone();
@@ -239,6 +262,7 @@ impl Coordinator {
         let mut epochs = self.epochs.lock().expect("epoch lock");
         epochs.open = outcome.epoch + 1;
         epochs.ready.clear();
+        epochs.reports.clear();
         epochs.running = false;
         epochs.outcomes.insert(outcome.epoch, outcome);
         drop(epochs);
@@ -266,8 +290,11 @@ impl Coordinator {
 
     /// Decides `epoch` aborted: the next epoch gets a new number, and every alive agent drops
     /// what it prepared (an agent that misses this resolves it when it registers again).
-    pub(super) async fn abort_everywhere(&self, epoch: u64) {
-        let _ = self.update(|j| j.next_epoch = epoch + 1);
+    pub(super) async fn abort_everywhere(&self, epoch: u64, pace: Option<PaceStats>) {
+        let _ = self.update(|j| {
+            j.next_epoch = epoch + 1;
+            j.record_pace(epoch, pace);
+        });
         let requests = self
             .alive()
             .into_values()
@@ -284,9 +311,10 @@ impl Coordinator {
                 return;
             }
             epochs.ready.clear();
+            epochs.reports.clear();
             epochs.open
         };
-        self.abort_everywhere(epoch).await;
+        self.abort_everywhere(epoch, None).await;
         let reason = "aborted by recovery: re-checkpoint on the ranks' new nodes";
         self.finish_epoch(outcome(epoch, false, Some(reason.into())));
     }

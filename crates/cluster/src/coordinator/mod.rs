@@ -14,6 +14,7 @@ mod epoch;
 mod epoch_state;
 mod export;
 mod journal_file;
+mod pace;
 mod protection;
 mod recovery;
 mod recovery_plan;
@@ -63,6 +64,8 @@ pub struct Coordinator {
     /// Held by an epoch's encode and commit, and by recovery: one at a time.
     op: tokio::sync::Mutex<()>,
     next_session: std::sync::atomic::AtomicU64,
+    /// `snapshot()` pace points waiting for every rank.
+    pace_points: std::sync::Mutex<pace::PacePoints>,
 }
 
 impl Coordinator {
@@ -79,6 +82,7 @@ impl Coordinator {
             changed: Notify::new(),
             op: tokio::sync::Mutex::new(()),
             next_session: 1.into(),
+            pace_points: std::sync::Mutex::new(pace::PacePoints::default()),
         }
     }
 
@@ -210,6 +214,7 @@ fn node_status(
             .group_of(name)
             .map(|(g, pos)| (journal.groups[g].group.id, pos)),
         removed: entry.removed,
+        hosts_ranks: journal.holds_data(name),
     }
 }
 
@@ -251,15 +256,13 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
     )
     .await?;
     cluster.coordinator_tcp = Some(tcp.local_endpoint().clone());
+    cluster.coordinator_host = Some(host_identity());
     eckpt_cluster_api::dirs::write_atomic(
         &dir.cluster_file(),
         &serde_json::to_vec_pretty(&cluster).expect("cluster.json serializes"),
     )?;
     let coord = Arc::new(Coordinator::new(dir.clone(), secret, journal));
-    eckpt_cluster_api::dirs::write_atomic(
-        &ClusterDir::pid_file(&dir.coordinator()),
-        std::process::id().to_string().as_bytes(),
-    )?;
+    eckpt_cluster_api::dirs::write_pid_file(&dir.coordinator())?;
     let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
     for listener in [unix, tcp] {
         let (coord, stop) = (coord.clone(), stop_tx.clone());
@@ -325,13 +328,27 @@ async fn handle(
             node,
             epoch,
         } => coord.open_epoch(rank, world, node, epoch).await?,
-        CoordRequest::RankReady { rank, epoch, node } => {
-            coord.rank_ready(rank, epoch, node)?;
+        CoordRequest::RankReady {
+            rank,
+            epoch,
+            node,
+            report,
+        } => {
+            coord.rank_ready(rank, epoch, node, report)?;
             CoordResponse::Ok
         }
+        CoordRequest::Pace {
+            rank,
+            world,
+            launch,
+            round,
+            report,
+        } => CoordResponse::Paced(coord.pace(rank, world, launch, round, report).await?),
         CoordRequest::WaitEpoch { epoch } => CoordResponse::Outcome(coord.wait_epoch(epoch).await),
         CoordRequest::Locate { rank, world } => coord.locate(rank, world)?,
-        CoordRequest::Recover => CoordResponse::Recovered(coord.recover(conn).await?),
+        CoordRequest::Recover { relocation } => {
+            CoordResponse::Recovered(coord.recover(conn, relocation).await?)
+        }
         CoordRequest::Export { rank, epoch } => coord.export(rank, epoch).await?,
         CoordRequest::Leave { node } => {
             let info = coord

@@ -16,7 +16,7 @@ use super::{Coordinator, Journal};
 use crate::debug::pause_point_async;
 use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, CodingTask, CoordResponse, DecodeSpec, Deliver, GroupRecord, NodeInfo,
-    ObjectKind, RecoveryReport,
+    ObjectKind, RecoveryReport, Relocation,
 };
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::geometry::Geometry;
@@ -207,6 +207,7 @@ impl Coordinator {
     pub(super) async fn recover(
         self: &Arc<Self>,
         conn: &mut Connection,
+        relocation: Relocation,
     ) -> Result<RecoveryReport, ClusterError> {
         let _op = self.op.lock().await;
         self.abort_open_epoch().await;
@@ -228,7 +229,7 @@ impl Coordinator {
         }
         let alive_names: BTreeSet<String> = alive.keys().cloned().collect();
         let damaged_names: BTreeSet<String> = damaged.keys().cloned().collect();
-        let plan = plan_recovery(&journal, &alive_names, &damaged_names)?;
+        let plan = plan_recovery(&journal, &alive_names, &damaged_names, relocation)?;
         if plan.is_empty() {
             progress(conn, "nothing to recover", 3, 3).await;
             return Ok(report);

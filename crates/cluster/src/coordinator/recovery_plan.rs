@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::state::{form_groups, natural_key, Journal};
-use eckpt_cluster_api::msg::{Group, GroupRecord};
+use eckpt_cluster_api::msg::{Group, GroupRecord, Relocation};
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::geometry::Geometry;
 
@@ -91,12 +91,14 @@ struct Damage {
 /// Decides a recovery of `journal`'s committed state, given which agents are `alive` and
 /// which alive members the scrub found `damaged`. Lost members are replaced by spares when
 /// there are enough (the spare takes the member's position, so data stays data); otherwise
-/// their ranks are spread per process over the nodes left (least loaded per core first) and
-/// the groups are formed anew with every rank-hosting node at a data position.
+/// their ranks are spread over the nodes left — per process (each to the least loaded per
+/// core), or with [`Relocation::Node`] all of a lost node's ranks to one node — and the
+/// groups are formed anew with every rank-hosting node at a data position.
 pub fn plan_recovery(
     journal: &Journal,
     alive: &BTreeSet<String>,
     damaged: &BTreeSet<String>,
+    relocation: Relocation,
 ) -> Result<RecoveryPlan, ClusterError> {
     let epoch = journal.committed;
     let mut plan = RecoveryPlan {
@@ -153,12 +155,25 @@ pub fn plan_recovery(
         .filter(|n| journal.holds_data(n))
         .map(|n| n.to_string())
         .collect();
+    // Spares first: each takes a lost member's position and its ranks whole. One at a data
+    // position can host more, so the ranks spread below count it with its new load.
+    let mut replaced: BTreeMap<String, String> = BTreeMap::new();
+    let mut added: BTreeMap<String, usize> = BTreeMap::new();
+    for (gi, d) in damage.iter().filter(|(gi, _)| !hopeless.contains(gi)) {
+        for &x in &d.lost {
+            let Some(spare) = spares.pop() else { break };
+            let name = &journal.groups[*gi].group.members[x];
+            if journal.holds_data(name) {
+                added.insert(spare.clone(), journal.ranks_on(name).len());
+                hosts.push(spare.clone());
+            }
+            replaced.insert(name.clone(), spare);
+        }
+    }
     if hosts.is_empty() {
         hosts = survivors.iter().map(|n| n.to_string()).collect();
     }
     let placement = &mut plan.next.placement;
-    let mut replaced: BTreeMap<String, String> = BTreeMap::new();
-    let mut added: BTreeMap<String, usize> = BTreeMap::new();
     for (&gi, d) in &damage {
         let rec = &journal.groups[gi];
         if hopeless.contains(&gi) {
@@ -182,15 +197,18 @@ pub fn plan_recovery(
                 plan.repaired.push(name.clone());
                 continue;
             }
-            let to: BTreeMap<u32, String> = if let Some(spare) = spares.pop() {
-                replaced.insert(name.clone(), spare.clone());
+            let to: BTreeMap<u32, String> = if let Some(spare) = replaced.get(name) {
                 ranks.iter().map(|&r| (r, spare.clone())).collect()
             } else {
-                let mut to = BTreeMap::new();
+                let mut to: BTreeMap<u32, String> = BTreeMap::new();
                 for &r in &ranks {
-                    let host = journal
-                        .least_loaded(&hosts, &added)
-                        .ok_or_else(|| ClusterError::Unrecoverable("no node is left to host ranks".into()))?;
+                    let together = to.values().next().filter(|_| relocation == Relocation::Node);
+                    let host = match together {
+                        Some(host) => host.clone(),
+                        None => journal.least_loaded(&hosts, &added).ok_or_else(|| {
+                            ClusterError::Unrecoverable("no node is left to host ranks".into())
+                        })?,
+                    };
                     *added.entry(host.clone()).or_default() += 1;
                     to.insert(r, host);
                 }
@@ -228,18 +246,27 @@ pub fn plan_recovery(
         regroup_around_ranks(&mut plan, journal, &lost_names, &replaced, &damage, &recovered)?;
     } else {
         for &gi in &recovered {
-            let id = plan.next.next_group;
-            plan.next.next_group += 1;
-            let rec = &mut plan.next.groups[gi];
-            rec.group.id = id;
-            for member in rec.group.members.iter_mut() {
+            for member in plan.next.groups[gi].group.members.iter_mut() {
                 if let Some(spare) = replaced.get(member) {
                     *member = spare.clone();
                 }
             }
-            rec.objects.clear();
-            plan.reencode.push(gi);
+            reencode(&mut plan, gi);
         }
+    }
+    if relocation == Relocation::Process && plan.unrecoverable.is_empty() {
+        balance(&mut plan, alive);
+    }
+    // A moved rank changes the shards of the groups it leaves and joins.
+    let touched: BTreeSet<usize> = plan
+        .moves
+        .iter()
+        .flat_map(|m| [&m.from, &m.to])
+        .filter_map(|n| plan.next.group_of(n).map(|(gi, _)| gi))
+        .filter(|gi| !plan.reencode.contains(gi) && !plan.lost_groups.contains(gi))
+        .collect();
+    for gi in touched {
+        reencode(&mut plan, gi);
     }
     for name in &lost_names {
         if let Some(e) = plan.next.nodes.get_mut(name) {
@@ -306,6 +333,99 @@ fn unrecoverable_line(journal: &Journal, gi: usize, d: &Damage) -> String {
         },
         journal.committed,
     )
+}
+
+/// Marks group `gi` of the next journal for a new encode: a new id, no objects yet.
+fn reencode(plan: &mut RecoveryPlan, gi: usize) {
+    let id = plan.next.next_group;
+    plan.next.next_group += 1;
+    let rec = &mut plan.next.groups[gi];
+    rec.group.id = id;
+    rec.objects.clear();
+    plan.reencode.push(gi);
+}
+
+/// Sends `rank` to node `to` in the plan. A rank on its way somewhere (rebuilt there, or
+/// moved there by an earlier step) goes straight to `to` instead; any other is copied from
+/// where it lives (a [`Move`]).
+fn relocate(plan: &mut RecoveryPlan, rank: u32, to: &str) {
+    let from = plan
+        .next
+        .placement
+        .insert(rank, to.to_string())
+        .expect("only placed ranks are relocated");
+    let rebuilt_here = plan
+        .repairs
+        .iter_mut()
+        .flat_map(|r| &mut r.rebuild)
+        .find_map(|b| b.placement.get_mut(&rank));
+    if let Some(node) = rebuilt_here {
+        *node = to.to_string();
+    } else if let Some(at) = plan.moves.iter().position(|m| m.rank == rank) {
+        if plan.moves[at].from == to {
+            plan.moves.remove(at);
+        } else {
+            plan.moves[at].to = to.to_string();
+        }
+    } else {
+        plan.moves.push(Move {
+            rank,
+            from,
+            to: to.to_string(),
+        });
+    }
+    for (_, placed) in plan.rebuilt.iter_mut() {
+        if let Some(node) = placed.get_mut(&rank) {
+            *node = to.to_string();
+        }
+    }
+}
+
+/// Per-process relocation ends balanced: while moving one rank from the most loaded
+/// data-holding node (ranks per core) to the least loaded one lowers the highest load,
+/// the rank goes — preferably one being rebuilt anyway, whose install target simply
+/// changes; otherwise it is copied. Groups whose shards change are encoded anew.
+/// Without this, nodes that a regrouping turns from parity into data would stay empty
+/// while the others carry the lost nodes' ranks.
+fn balance(plan: &mut RecoveryPlan, alive: &BTreeSet<String>) {
+    let nodes: Vec<String> = plan
+        .next
+        .members()
+        .into_iter()
+        .filter(|n| alive.contains(n) && plan.next.holds_data(n))
+        .collect();
+    let cores = |j: &Journal, n: &str| j.nodes[n].info.as_ref().map_or(1, |i| i.cores.max(1)) as f64;
+    let rebuilding: BTreeSet<u32> = plan
+        .repairs
+        .iter()
+        .flat_map(|r| &r.rebuild)
+        .flat_map(|b| b.placement.keys().copied())
+        .collect();
+    loop {
+        let load = |n: &String| plan.next.ranks_on(n).len() as f64 / cores(&plan.next, n);
+        let by_load = |a: &&String, b: &&String| {
+            load(a)
+                .total_cmp(&load(b))
+                .then_with(|| natural_key(a).cmp(&natural_key(b)))
+        };
+        let (Some(most), Some(least)) = (nodes.iter().max_by(by_load), nodes.iter().min_by(by_load)) else {
+            return;
+        };
+        let after = (plan.next.ranks_on(least).len() + 1) as f64 / cores(&plan.next, least);
+        if after >= load(most) {
+            return;
+        }
+        let ranks = plan.next.ranks_on(most);
+        let rank = ranks
+            .iter()
+            .rev()
+            .find(|r| rebuilding.contains(r))
+            .or(ranks.last())
+            .copied()
+            .expect("the most loaded node holds a rank");
+        let least = least.clone();
+        relocate(plan, rank, &least);
+    }
 }
 
 /// Forms new groups over the members left (and the spares that replaced lost ones), keeping
@@ -386,30 +506,7 @@ fn regroup_around_ranks(
                 .next
                 .least_loaded(&hosting, &BTreeMap::new())
                 .expect("hosting keeps at least one node");
-            plan.next.placement.insert(rank, to.clone());
-            // A rank on its way to `victim` (rebuilt there, or moved there by an earlier
-            // step) goes straight to its final node instead.
-            let rebuilt_here = plan
-                .repairs
-                .iter_mut()
-                .flat_map(|r| &mut r.rebuild)
-                .find_map(|b| b.placement.get_mut(&rank));
-            if let Some(node) = rebuilt_here {
-                *node = to;
-            } else if let Some(earlier) = plan.moves.iter_mut().find(|m| m.rank == rank) {
-                earlier.to = to;
-            } else {
-                plan.moves.push(Move {
-                    rank,
-                    from: victim.clone(),
-                    to,
-                });
-            }
-        }
-    }
-    for (_, to) in plan.rebuilt.iter_mut() {
-        for (rank, node) in to.iter_mut() {
-            node.clone_from(&plan.next.placement[rank]);
+            relocate(plan, rank, &to);
         }
     }
     let free: Vec<String> = nodes.iter().filter(|n| !hosting.contains(n)).cloned().collect();
@@ -528,6 +625,11 @@ mod tests {
         j.committed = epoch;
     }
 
+    /// The per-process plan of `j` losing `lost`.
+    fn plan_losing(j: &Journal, lost: &[&str]) -> Result<RecoveryPlan, ClusterError> {
+        plan_recovery(j, &alive_without(j, lost), &BTreeSet::new(), Relocation::Process)
+    }
+
     fn alive_without(j: &Journal, lost: &[&str]) -> BTreeSet<String> {
         j.nodes
             .iter()
@@ -539,7 +641,7 @@ mod tests {
     /// Plans, checks what every plan must satisfy, and returns the journal after the plan's
     /// re-encodes.
     fn recover(j: &Journal, alive: &BTreeSet<String>, damaged: &BTreeSet<String>) -> Journal {
-        let plan = plan_recovery(j, alive, damaged).expect("recoverable");
+        let plan = plan_recovery(j, alive, damaged, Relocation::Process).expect("recoverable");
         assert!(plan.unrecoverable.is_empty());
         let mut next = plan.next.clone();
         encode(&mut next, &plan.reencode, j.committed);
@@ -554,6 +656,17 @@ mod tests {
             next.placement.keys().collect::<Vec<_>>(),
             j.placement.keys().collect::<Vec<_>>(),
             "no rank is dropped or invented"
+        );
+        let counts: Vec<usize> = next
+            .members()
+            .iter()
+            .filter(|n| alive.contains(*n) && next.holds_data(n))
+            .map(|n| next.ranks_on(n).len())
+            .collect();
+        assert!(
+            counts.iter().max().unwrap_or(&0) - counts.iter().min().unwrap_or(&0) <= 1,
+            "per-process relocation keeps ranks per node within one: {:?}",
+            next.placement
         );
         for m in &plan.moves {
             assert!(
@@ -591,7 +704,7 @@ mod tests {
     #[test]
     fn without_spares_ranks_spread_over_the_survivors_per_process() {
         let j = cluster(8, 0, 6, 2, Layout::Dedicated, 12);
-        let plan = plan_recovery(&j, &alive_without(&j, &["n2"]), &BTreeSet::new()).unwrap();
+        let plan = plan_losing(&j, &["n2"]).unwrap();
         let moved_to: BTreeSet<&String> = plan.rebuilt[0].1.values().collect();
         assert_eq!(
             moved_to.len(),
@@ -621,21 +734,32 @@ mod tests {
     #[test]
     fn a_lost_parity_member_without_spare_moves_ranks_off_the_new_parity_positions() {
         let j = cluster(6, 0, 4, 2, Layout::Dedicated, 4);
-        let plan = plan_recovery(&j, &alive_without(&j, &["n5"]), &BTreeSet::new()).unwrap();
+        let plan = plan_losing(&j, &["n5"]).unwrap();
         assert_eq!(plan.moves.len(), 1, "4 hosting nodes, 3 data positions: {plan:?}");
         recover(&j, &alive_without(&j, &["n5"]), &BTreeSet::new());
         // The rotated layout has no parity-only position: nothing moves.
         let j = cluster(6, 0, 4, 2, Layout::Rotated, 6);
-        let plan = plan_recovery(&j, &alive_without(&j, &["n5"]), &BTreeSet::new()).unwrap();
+        let plan = plan_losing(&j, &["n5"]).unwrap();
         assert!(plan.moves.is_empty());
         recover(&j, &alive_without(&j, &["n5"]), &BTreeSet::new());
+    }
+
+    #[test]
+    fn per_node_relocation_keeps_a_lost_nodes_ranks_together() {
+        let j = cluster(8, 0, 6, 2, Layout::Dedicated, 12);
+        let alive = alive_without(&j, &["n2"]);
+        let plan = plan_recovery(&j, &alive, &BTreeSet::new(), Relocation::Node).unwrap();
+        let moved_to: BTreeSet<&String> = plan.rebuilt[0].1.values().collect();
+        assert_eq!(moved_to.len(), 1, "n2's ranks stay together: {:?}", plan.rebuilt);
+        let host = moved_to.into_iter().next().unwrap();
+        assert_eq!(plan.next.ranks_on(host).len(), 4, "{:?}", plan.next.placement);
     }
 
     #[test]
     fn a_damaged_member_is_repaired_in_place() {
         let j = cluster(6, 1, 4, 2, Layout::Dedicated, 4);
         let damaged: BTreeSet<String> = ["n3".to_string()].into();
-        let plan = plan_recovery(&j, &alive_without(&j, &[]), &damaged).unwrap();
+        let plan = plan_recovery(&j, &alive_without(&j, &[]), &damaged, Relocation::Process).unwrap();
         assert_eq!(plan.repaired, ["n3"]);
         assert_eq!(plan.repairs[0].rebuild[0].target, "n3");
         assert_eq!(plan.next.groups[0].group.members, j.groups[0].group.members);
@@ -644,7 +768,7 @@ mod tests {
     #[test]
     fn more_than_m_losses_are_unrecoverable_and_named() {
         let j = cluster(6, 1, 4, 2, Layout::Dedicated, 4);
-        let plan = plan_recovery(&j, &alive_without(&j, &["n0", "n1", "n2"]), &BTreeSet::new()).unwrap();
+        let plan = plan_losing(&j, &["n0", "n1", "n2"]).unwrap();
         assert_eq!(plan.unrecoverable.len(), 1);
         assert!(
             plan.unrecoverable[0].contains("ranks 0, 1, 2"),
@@ -660,14 +784,14 @@ mod tests {
     #[test]
     fn too_few_nodes_to_protect_is_an_error_not_an_unprotected_commit() {
         let j = cluster(3, 0, 1, 2, Layout::Dedicated, 1);
-        let e = plan_recovery(&j, &alive_without(&j, &["n2"]), &BTreeSet::new()).unwrap_err();
+        let e = plan_losing(&j, &["n2"]).unwrap_err();
         assert!(e.to_string().contains("fewer than m+1=3"), "{e}");
     }
 
     #[test]
     fn a_shrunk_group_says_its_new_overhead() {
         let j = cluster(6, 0, 4, 2, Layout::Dedicated, 4);
-        let plan = plan_recovery(&j, &alive_without(&j, &["n0"]), &BTreeSet::new()).unwrap();
+        let plan = plan_losing(&j, &["n0"]).unwrap();
         assert!(
             plan.warnings
                 .iter()
@@ -735,7 +859,7 @@ mod tests {
             if members_left + spares_left <= m {
                 break;
             }
-            match plan_recovery(&j, &alive, &damaged) {
+            match plan_recovery(&j, &alive, &damaged, Relocation::Process) {
                 Err(e) => {
                     assert!(e.to_string().contains("fewer than m+1"), "seed {seed}: {e}");
                     break;

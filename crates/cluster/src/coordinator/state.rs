@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use eckpt_cluster_api::msg::{Group, GroupRecord, NodeInfo};
+use eckpt_cluster_api::msg::{Group, GroupRecord, NodeInfo, PaceStats};
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::config::CodingConfig;
 use eckpt_coding::geometry::Geometry;
@@ -51,7 +51,15 @@ pub struct Journal {
     pub next_group: u64,
     /// Next task id.
     pub next_task: u64,
+    /// The job's pace as every rank reported it with the latest decided epochs (a few), so
+    /// that ranks opening the next epoch get the same figures even across a coordinator
+    /// restart.
+    #[serde(default)]
+    pub pace: BTreeMap<u64, PaceStats>,
 }
+
+/// How many epochs' pace figures the journal keeps.
+const PACE_KEPT: usize = 4;
 
 /// Orders names like `n2` before `n10`.
 pub fn natural_key(name: &str) -> (String, u64, String) {
@@ -98,6 +106,7 @@ impl Journal {
             next_epoch: 1,
             next_group: 1,
             next_task: 1,
+            pace: BTreeMap::new(),
         };
         for (list, spare) in [(nodes, false), (spares, true)] {
             for name in list {
@@ -144,6 +153,17 @@ impl Journal {
     /// Writes the journal crash-safely with its checksum, keeping the previous one.
     pub fn save(&self, path: &Path) -> Result<(), ClusterError> {
         super::journal_file::save(self, path)
+    }
+
+    /// Records the pace every rank reported with `epoch` (when all did), keeping the last
+    /// few epochs'.
+    pub fn record_pace(&mut self, epoch: u64, pace: Option<PaceStats>) {
+        if let Some(pace) = pace {
+            self.pace.insert(epoch, pace);
+        }
+        while self.pace.len() > PACE_KEPT {
+            self.pace.pop_first();
+        }
     }
 
     /// A fresh task id.

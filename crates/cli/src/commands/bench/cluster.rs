@@ -196,6 +196,8 @@ pub fn run(args: Args) -> Result<i32> {
         netns: args.netns,
         link_rate: args.link_rate.clone(),
         exe: this_exe()?,
+        agents: true,
+        bind: None,
     })?;
     let result = measure(&args, coding, &dir_path, tmp.path(), &mut cgroups);
     let down = launch::down(&dir_path, true);

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use eckpt_cluster::launch;
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, RecoveryReport};
+use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, RecoveryReport, Relocation};
 use serde::Serialize;
 
 use super::cgroup::MemoryCgroup;
@@ -110,7 +110,12 @@ pub fn recover(
     }
     rt.block_on(wait_gone(&dir, lost))?;
     let detect_seconds = killed.elapsed().as_secs_f64();
-    let report = match rt.block_on(coordinator(&dir, CoordRequest::Recover))? {
+    let report = match rt.block_on(coordinator(
+        &dir,
+        CoordRequest::Recover {
+            relocation: Relocation::Process,
+        },
+    ))? {
         CoordResponse::Recovered(r) => r,
         other => bail!("recover: unexpected answer {other:?}"),
     };

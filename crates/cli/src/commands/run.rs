@@ -1,0 +1,217 @@
+//! `eckpt run`: a job launched, supervised and carried through node failures (the work is
+//! in the `eckpt-run` crate); and `eckpt mpirun-agent`, the helper Open MPI calls to start
+//! its daemon inside a node's network namespace.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_cluster_api::msg::Relocation;
+use eckpt_run::faults::KillPlan;
+use eckpt_run::output::{Sink, Sinks};
+use eckpt_run::placement::Policy;
+use eckpt_run::record::RunRecord;
+use eckpt_run::session::ClusterChoice;
+use eckpt_run::{Launcher, RunOptions};
+use indicatif::HumanBytes;
+
+use super::cluster::{this_exe, ShapeArgs};
+use crate::output::print_json;
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Cluster directory: a running cluster is used; otherwise one is started there with
+    /// the options below (default: a new one in a temporary directory), and stopped at the
+    /// end unless --keep.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    #[command(flatten)]
+    shape: ShapeArgs,
+    /// Ranks of the job.
+    #[arg(short = 'n', long = "ranks")]
+    ranks: u32,
+    /// How ranks start: each a child of eckpt run (local), or through Open MPI (mpirun).
+    #[arg(long, default_value = "local")]
+    launcher: Launcher,
+    /// Where new ranks go: ranks per node as even as possible (balanced), or each node
+    /// filled to its cores first (pack).
+    #[arg(long, default_value = "balanced")]
+    placement: Policy,
+    /// Where a lost node's ranks go when no spare replaces it: each to the least loaded
+    /// node (process), or together to one node (node).
+    #[arg(long, default_value = "process")]
+    relocation: Relocation,
+    /// Relaunches after failures before giving up.
+    #[arg(long, default_value_t = 10)]
+    max_restarts: u32,
+    /// Fault injection: kill COUNT rank-hosting nodes with their stores right after epoch
+    /// EPOCH commits (EPOCH:COUNT), or in the middle of the next recovery (recovery:COUNT);
+    /// comma-separated.
+    #[arg(long, value_name = "EPOCH:COUNT[,…]", default_value = "")]
+    kill_at: String,
+    /// Seed of the choice of nodes --kill-at kills.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// How often the ranks' `snapshot()` checkpoints: a duration (30s, 5m) or auto
+    /// (Young/Daly from the measured checkpoint cost and --mtbf). Default: the ranks' own
+    /// setting (ECKPT_INTERVAL, else 30s).
+    #[arg(long)]
+    interval: Option<String>,
+    /// Mean time between failures, for --interval auto (e.g. 24h).
+    #[arg(long)]
+    mtbf: Option<String>,
+    /// Keep a cluster this run started running at the end.
+    #[arg(long)]
+    keep: bool,
+    /// Also write the run's record (epochs, failures, recoveries) to this file.
+    #[arg(long)]
+    record: Option<PathBuf>,
+    /// Print the run's record as JSON on stdout at the end; the program's stdout then goes
+    /// to stderr.
+    #[arg(long)]
+    json: bool,
+    /// The program and its arguments (after --).
+    #[arg(last = true, required = true, value_name = "PROGRAM")]
+    command: Vec<String>,
+}
+
+pub fn run(args: RunArgs) -> Result<i32> {
+    if args.ranks == 0 {
+        anyhow::bail!("-n: a job needs at least one rank");
+    }
+    let kill_at = KillPlan::parse(&args.kill_at).map_err(anyhow::Error::msg)?;
+    check_interval(args.interval.as_deref(), args.mtbf.as_deref())?;
+    let default_nodes = args.shape.default_nodes()?;
+    let up = args.shape.up_options(PathBuf::new(), Some(default_nodes))?;
+    let options = RunOptions {
+        cluster: ClusterChoice {
+            dir: args.dir.clone(),
+            up,
+            nodes_given: args.shape.nodes.is_some(),
+        },
+        ranks: args.ranks,
+        launcher: args.launcher,
+        placement: args.placement,
+        relocation: args.relocation,
+        max_restarts: args.max_restarts,
+        kill_at,
+        seed: args.seed,
+        interval: args.interval.clone(),
+        mtbf: args.mtbf.clone(),
+        keep: args.keep,
+        command: args.command.clone(),
+        exe: this_exe()?,
+        sinks: Sinks {
+            out: if args.json { Sink::Stderr } else { Sink::Stdout },
+            err: Sink::Stderr,
+        },
+        record: args.record.clone(),
+    };
+    let (code, record) = eckpt_run::run(&options, &mut |event| eprintln!("eckpt run: {event}"))?;
+    if args.json {
+        print_json(&record);
+    } else {
+        for line in summary(&record) {
+            eprintln!("eckpt run: {line}");
+        }
+    }
+    Ok(code)
+}
+
+/// Refuses an interval or MTBF the ranks would refuse only once running.
+fn check_interval(interval: Option<&str>, mtbf: Option<&str>) -> Result<()> {
+    let duration = |what: &str, text: &str| {
+        humantime::parse_duration(text)
+            .map(|_| ())
+            .or_else(|_| text.parse::<f64>().map(|_| ()))
+            .map_err(|_| anyhow::anyhow!("--{what} {text:?}: expected a duration such as 30s, 5m or 24h"))
+    };
+    if let Some(mtbf) = mtbf {
+        duration("mtbf", mtbf)?;
+    }
+    match interval {
+        Some("auto") if mtbf.is_none() => anyhow::bail!("--interval auto needs --mtbf (e.g. --mtbf 24h)"),
+        Some("auto") | None => Ok(()),
+        Some(every) => duration("interval", every),
+    }
+}
+
+/// The median of `values` (0 when empty).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The short table a run ends with: epochs, bytes per epoch full vs stored, encode and
+/// recovery times.
+fn summary(record: &RunRecord) -> Vec<String> {
+    let committed: Vec<_> = record.epochs.iter().filter(|e| e.committed).collect();
+    let aborted = record.epochs.len() - committed.len();
+    let mut lines = vec![format!(
+        "summary: exit {} after {:.1} s, {} attempt(s), {} epoch(s) committed{}",
+        record.exit_code.map_or("-".into(), |c| c.to_string()),
+        record.seconds,
+        record.attempts.len(),
+        committed.len(),
+        if aborted > 0 {
+            format!(" ({aborted} aborted)")
+        } else {
+            String::new()
+        }
+    )];
+    if let Some(first) = committed.first() {
+        let image = committed.iter().map(|e| e.image_bytes).max().unwrap_or(0);
+        let later: Vec<f64> = committed.iter().skip(1).map(|e| e.stored_bytes as f64).collect();
+        let stored = median(later.clone());
+        lines.push(format!(
+            "  bytes per epoch: full image {}, first epoch stored {}, later epochs stored median {} ({:.2} % of full)",
+            HumanBytes(image),
+            HumanBytes(first.stored_bytes),
+            HumanBytes(stored as u64),
+            if image > 0 && !later.is_empty() {
+                100.0 * stored / image as f64
+            } else {
+                100.0
+            }
+        ));
+        let encode: Vec<f64> = committed.iter().map(|e| e.encode_seconds).collect();
+        lines.push(format!(
+            "  encode per epoch: median {:.3} s, max {:.3} s ({})",
+            median(encode.clone()),
+            encode.iter().copied().fold(0.0, f64::max),
+            committed.last().map(|e| e.kinds.join(" ")).unwrap_or_default()
+        ));
+    }
+    for r in &record.recoveries {
+        lines.push(format!(
+            "  recovery of epoch {} (lost {}): decode {:.2} s, encode {:.2} s, relaunch {:.2} s, loss to running {:.2} s",
+            r.epoch,
+            r.lost.join(" "),
+            r.decode_seconds,
+            r.encode_seconds,
+            r.relaunch_seconds,
+            r.downtime_seconds
+        ));
+    }
+    lines
+}
+
+/// `eckpt mpirun-agent` (hidden): Open MPI's rsh agent for `eckpt run --launcher mpirun`.
+#[derive(clap::Args)]
+pub struct MpirunAgentArgs {
+    /// Cluster directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// The host Open MPI starts its daemon on (a node name, or another host).
+    host: String,
+    /// The command to run there.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+pub fn run_mpirun_agent(args: MpirunAgentArgs) -> Result<i32> {
+    let dir = ClusterDir::new(&args.dir)?;
+    let cluster = eckpt_run::cluster::Cluster::new(&dir)?;
+    let nodes = cluster.nodes().context("finding the cluster's nodes")?;
+    match eckpt_run::launcher::mpirun::rsh_agent(&nodes, &args.host, &args.command)? {}
+}

@@ -1,0 +1,317 @@
+//! `eckpt run` as a user runs it: a real cluster started by the command, real rank
+//! processes (the C example, shell commands), nodes SIGKILLed with their stores deleted at
+//! random epochs — several per run, one in the middle of a recovery — and the job must end
+//! with the checksums and logs of a failure-free run, ranks balanced after every
+//! relocation. A program's own exit status is the command's; more losses than the code
+//! tolerates end with one clear line and keep what was committed.
+//!
+//! `ECKPT_TEST_SEED=N` replays the random schedule of an earlier run (it is printed).
+
+mod cluster;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use cluster::programs::build_c;
+use cluster::{ok, run_job as run_in};
+use serde_json::Value;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The lines rank `rank` printed, without the `[R] ` prefix.
+fn rank_lines(out: &[u8], rank: u32) -> Vec<String> {
+    let prefix = format!("[{rank}] ");
+    text(out)
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix).map(String::from))
+        .collect()
+}
+
+fn seed() -> u64 {
+    let seed = std::env::var("ECKPT_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("ECKPT_TEST_SEED={seed}");
+    seed
+}
+
+/// xorshift64: the test's own random choices.
+struct Random(u64);
+
+impl Random {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn a_program_exit_status_is_the_runs_and_a_program_ignoring_eckpt_runs_through() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Rank 0's exit ends the attempt and terminates rank 1: rank 0 waits until rank 1 has
+    // printed (a marker file outside the working directory), so both lines are expected.
+    let marks = tempfile::tempdir().unwrap();
+    let script = format!(
+        "echo rank $ECKPT_RANK of $ECKPT_WORLD on $ECKPT_NODE; touch {0}/$ECKPT_RANK; \
+         while [ ! -e {0}/1 ]; do sleep 0.05; done; exit 3",
+        marks.path().display()
+    );
+    let small = ["--nodes", "3", "--k", "2", "--m", "1"];
+    let mut args = small.to_vec();
+    args.extend(["-n", "2", "--", "sh", "-c", &script]);
+    let out = run_in(tmp.path(), &args, Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let lines = text(&out.stdout);
+    assert!(lines.contains("[0] rank 0 of 2 on n0"), "{lines}");
+    assert!(lines.contains("[1] rank 1 of 2 on n1"), "{lines}");
+
+    let mut args = small.to_vec();
+    args.extend(["-n", "3", "--", "sh", "-c", "sleep 0.3; echo done >&2"]);
+    let out = run_in(tmp.path(), &args, Duration::from_secs(120));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for r in 0..3 {
+        assert!(
+            text(&out.stderr).contains(&format!("[{r}] done")),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    assert!(
+        !tmp.path().read_dir().unwrap().any(|_| true),
+        "nothing left in the working directory"
+    );
+}
+
+#[test]
+fn bad_input_gets_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let w = tmp.path();
+    let cases: [(&[&str], &str); 4] = [
+        (&["-n", "2", "--kill-at", "soon", "--", "true"], "--kill-at item"),
+        (&["-n", "0", "--", "true"], "at least one rank"),
+        (
+            &["-n", "2", "--interval", "auto", "--", "true"],
+            "--interval auto needs --mtbf",
+        ),
+        (
+            &[
+                "--nodes",
+                "3",
+                "--k",
+                "2",
+                "--m",
+                "1",
+                "-n",
+                "2",
+                "--",
+                "/no/such/program",
+            ],
+            "/no/such/program",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = run_in(w, args, Duration::from_secs(120));
+        let err = text(&out.stderr);
+        let last = err.lines().last().unwrap_or_default().to_string();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            last.contains(expected) && last.starts_with("eckpt: error:"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// What a failure-free run of `mat` prints and logs, per rank: standalone checkpoints in
+/// a store of its own, one process per rank.
+fn reference(mat: &Path, dir: &Path, ranks: u32, mat_args: &[&str]) -> BTreeMap<u32, (String, Vec<u8>)> {
+    std::fs::create_dir_all(dir).unwrap();
+    (0..ranks)
+        .map(|r| {
+            std::fs::write(dir.join(format!("input{r}")), format!("input of rank {r}")).unwrap();
+            let out = Command::new(mat)
+                .args(mat_args)
+                .current_dir(dir)
+                .env("ECKPT_DIR", dir.join("store"))
+                .env("ECKPT_RANK", r.to_string())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            let sum = text(&out.stdout).trim().to_string();
+            (r, (sum, std::fs::read(dir.join(format!("log{r}"))).unwrap()))
+        })
+        .collect()
+}
+
+/// Every attempt of a run record placed ranks with at most one more on one node than on
+/// another.
+fn assert_balanced(record: &Value) {
+    for attempt in record["attempts"].as_array().unwrap() {
+        let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+        for node in attempt["placement"].as_object().unwrap().values() {
+            *per_node.entry(node.as_str().unwrap()).or_default() += 1;
+        }
+        let (min, max) = (per_node.values().min().unwrap(), per_node.values().max().unwrap());
+        assert!(max - min <= 1, "attempt {}: {per_node:?}", attempt["attempt"]);
+    }
+}
+
+#[test]
+fn random_node_kills_end_with_the_failure_free_result() {
+    let mut random = Random(seed() | 1);
+    let tmp = tempfile::tempdir().unwrap();
+    let mat = build_c("mat", tmp.path());
+    let (ranks, steps, every) = (6u32, 72u32, 4u32);
+    let steps_arg = steps.to_string();
+    let every_arg = every.to_string();
+    let mat_args = [
+        "-m", "4", "-s", &steps_arg, "-k", &every_arg, "-l", "log%r", "-i", "input%r",
+    ];
+    let expected = reference(&mat, &tmp.path().join("reference"), ranks, &mat_args);
+    let epochs = u64::from(steps / every);
+
+    for trial in 0..3 {
+        let mode = ["full", "update", "stripe"][random.below(3) as usize];
+        let layout = ["dedicated", "rotated"][random.below(2) as usize];
+        // Two or three losses of one or two nodes (m = 2), a node more in the middle of the
+        // first recovery when its loss was a single node.
+        let mut at = 1 + random.below(4);
+        let first = 1 + random.below(2);
+        let mut kills = vec![format!("{at}:{first}")];
+        if first == 1 && random.below(2) == 0 {
+            kills.push("recovery:1".into());
+        }
+        for _ in 0..1 + random.below(2) {
+            at += 3 + random.below(4);
+            if at + 2 < epochs {
+                kills.push(format!("{at}:{}", 1 + random.below(2)));
+            }
+        }
+        let kill_at = kills.join(",");
+        let work = tmp.path().join(format!("trial{trial}"));
+        std::fs::create_dir_all(&work).unwrap();
+        for r in 0..ranks {
+            std::fs::write(work.join(format!("input{r}")), format!("input of rank {r}")).unwrap();
+        }
+        let record = work.join("record.json");
+        let seed_arg = random.below(1000).to_string();
+        let context = format!("trial {trial}: --mode {mode} --layout {layout} --kill-at {kill_at}");
+        eprintln!("{context}");
+        let mut args: Vec<&str> = "--nodes 8 --spares 1 --k 6 --m 2 --block-size 64KiB --mode"
+            .split(' ')
+            .collect();
+        let record_arg = record.display().to_string();
+        args.extend([
+            mode,
+            "--layout",
+            layout,
+            "--kill-at",
+            &kill_at,
+            "--seed",
+            &seed_arg,
+        ]);
+        args.extend(["--record", &record_arg]);
+        args.extend(["-n", "6", "--", mat.to_str().unwrap()]);
+        args.extend(mat_args);
+        let out = run_in(&work, &args, Duration::from_secs(300));
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{context}: {err}");
+        for (r, (sum, log)) in &expected {
+            let lines = rank_lines(&out.stdout, *r);
+            assert_eq!(lines.last(), Some(sum), "{context}: rank {r}'s checksum");
+            let got = std::fs::read(work.join(format!("log{r}"))).unwrap();
+            assert!(
+                got == *log,
+                "{context}: rank {r}'s log differs from the failure-free run"
+            );
+        }
+        let record: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+        let lost: usize = record["failures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["nodes"].as_array().unwrap().len())
+            .sum();
+        let expected_lost: u64 = kills
+            .iter()
+            .map(|k| k.split(':').nth(1).unwrap().parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(
+            lost as u64, expected_lost,
+            "{context}: every kill happened: {err}"
+        );
+        assert!(
+            record["recoveries"].as_array().unwrap().len()
+                >= kills.len() - usize::from(kill_at.contains("recovery")),
+            "{context}: {err}"
+        );
+        assert_eq!(
+            err.matches("eckpt run: recovered epoch").count(),
+            record["recoveries"].as_array().unwrap().len()
+        );
+        assert_balanced(&record);
+    }
+}
+
+#[test]
+fn more_losses_than_m_end_with_a_clear_error_and_keep_what_was_committed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mat = build_c("mat", tmp.path());
+    let dir = tmp.path().join("cluster");
+    let dir_arg = dir.display().to_string();
+    let out = run_in(
+        tmp.path(),
+        &format!(
+            "--dir {dir_arg} --keep --nodes 6 --k 4 --m 2 -n 4 --kill-at 3:3 -- {} -m 2 -s 40 -k 4 -l log%r",
+            mat.display()
+        )
+        .split(' ')
+        .collect::<Vec<_>>(),
+        Duration::from_secs(120),
+    );
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let last = err.lines().last().unwrap();
+    assert!(
+        last.starts_with("eckpt: error: cannot recover: group") && last.contains("more than m=2"),
+        "{err}"
+    );
+    let status: Value = serde_json::from_str(&ok(&["status", "--dir", &dir_arg, "--json"])).unwrap();
+    let committed = status["committed_epoch"].as_u64().unwrap();
+    assert!(committed >= 3, "the committed epoch stays: {status}");
+    // The ranks on surviving nodes are still there, byte for byte restorable.
+    let alive: Vec<u64> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["alive"].as_bool().unwrap())
+        .flat_map(|n| n["ranks"].as_array().unwrap().iter().map(|r| r.as_u64().unwrap()))
+        .collect();
+    assert!(!alive.is_empty(), "{status}");
+    for rank in alive {
+        let out = tmp.path().join(format!("restored{rank}"));
+        ok(&[
+            "restore",
+            "--dir",
+            &dir_arg,
+            "--rank",
+            &rank.to_string(),
+            "--item",
+            "mem/0",
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+    }
+    ok(&["down", "--dir", &dir_arg, "--purge"]);
+}

@@ -1,0 +1,101 @@
+//! `eckpt run --launcher mpirun` of the MPI example (`examples/mpi/stencil.c`: a 2-D
+//! stencil with halo exchange and a per-rank APPEND log) through Open MPI: a failure-free
+//! run and a run that loses two nodes (their daemons, ranks, agents and stores killed after
+//! an epoch commits) finish with identical checksums and logs. As root (CI) the second run
+//! is on a namespaced cluster, every node in its own network namespace on a shaped link,
+//! Open MPI's daemons started inside them through `eckpt mpirun-agent`.
+
+mod cluster;
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use cluster::programs::build_stencil;
+use cluster::{is_root, run_job};
+
+/// Runs `eckpt run ARGS` in `work` (at most five minutes).
+fn run_in(work: &Path, args: &[&str]) -> Output {
+    run_job(work, args, Duration::from_secs(300))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// What each rank printed last (its checksum), and rank 0's plate checksum.
+fn checksums(out: &[u8], ranks: u32) -> Vec<String> {
+    let all = text(out);
+    let mut sums: Vec<String> = (0..ranks)
+        .map(|r| {
+            all.lines()
+                .rfind(|l| l.starts_with(&format!("[{r}] checksum: ")))
+                .unwrap_or_else(|| panic!("rank {r} printed no checksum: {all}"))
+                .to_string()
+        })
+        .collect();
+    sums.push(
+        all.lines()
+            .find(|l| l.starts_with("[0] plate checksum: "))
+            .expect("the plate checksum")
+            .to_string(),
+    );
+    sums
+}
+
+#[test]
+fn the_mpi_example_survives_two_node_losses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let stencil = build_stencil(tmp.path());
+    let ranks = 6u32;
+    let program = [
+        stencil.to_str().unwrap(),
+        "-m",
+        "2",
+        "-s",
+        "120",
+        "-k",
+        "10",
+        "-l",
+        "log%r",
+    ];
+    let cluster: Vec<&str> = "--nodes 8 --spares 1 --k 6 --m 2 --block-size 64KiB --mode update"
+        .split(' ')
+        .collect();
+
+    let reference = tmp.path().join("reference");
+    std::fs::create_dir_all(&reference).unwrap();
+    let mut args = cluster.clone();
+    args.extend(["--launcher", "mpirun", "-n", "6", "--"]);
+    args.extend(program);
+    let out = run_in(&reference, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let expected = checksums(&out.stdout, ranks);
+
+    let work = tmp.path().join("losses");
+    std::fs::create_dir_all(&work).unwrap();
+    let mut args = cluster.clone();
+    if is_root() {
+        args.extend(["--netns", "--link-rate", "1gbit"]);
+    }
+    args.extend(["--launcher", "mpirun", "--kill-at", "4:2", "-n", "6", "--"]);
+    args.extend(program);
+    let out = run_in(&work, &args);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("eckpt run: lost") && err.contains("eckpt run: recovered epoch"),
+        "{err}"
+    );
+    assert!(err.contains("eckpt run: relaunched 6 ranks"), "{err}");
+    assert_eq!(checksums(&out.stdout, ranks), expected, "{err}");
+    for r in 0..ranks {
+        let log = |dir: &Path| std::fs::read(dir.join(format!("log{r}"))).unwrap();
+        assert!(log(&work) == log(&reference), "rank {r}'s log differs");
+        assert_eq!(
+            String::from_utf8(log(&work)).unwrap().lines().count(),
+            120,
+            "one line per step"
+        );
+    }
+}

@@ -1,0 +1,198 @@
+//! The pace of `snapshot()`. Ranks that checkpoint by interval report how long they compute
+//! per call and how long checkpoints block them; the coordinator turns the reports of one
+//! decision point into one [`PaceStats`] — the slowest rank's figures — so every rank
+//! derives the same next checkpoint from the same numbers and no rank waits for an epoch
+//! the others skip.
+//!
+//! Two kinds of decision points carry reports: a checkpoint (the reports arrive with
+//! `RankReady`, and the figures are handed out with the next epoch's `OpenEpoch`), and a
+//! pace point without a checkpoint (`Pace`: a barrier of every rank, used when no figures
+//! are known yet — a fresh launch, or after an epoch aborted before every rank was in).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::epoch_state::OPEN_WAIT;
+use super::Coordinator;
+use eckpt_cluster_api::msg::{PaceReport, PaceStats};
+use eckpt_cluster_api::ClusterError;
+
+/// The job's pace from every rank's report of one decision point: the slowest rank's time
+/// per call and the longest checkpoint. Refused when the ranks disagree on the interval
+/// policy (they would decide differently) or a report is malformed.
+pub fn aggregate<'a>(
+    reports: impl IntoIterator<Item = (u32, &'a PaceReport)>,
+) -> Result<PaceStats, ClusterError> {
+    let mut policy: Option<(u32, &str)> = None;
+    let mut step_seconds: f64 = 0.0;
+    let mut checkpoint_seconds: Option<f64> = None;
+    for (rank, report) in reports {
+        check_policy(&mut policy, rank, report)?;
+        if report.calls == 0 || !report.seconds.is_finite() || report.seconds < 0.0 {
+            return Err(ClusterError::Invalid(format!(
+                "rank {rank}: a pace report needs calls > 0 and seconds ≥ 0 (got {} calls, {} s)",
+                report.calls, report.seconds
+            )));
+        }
+        step_seconds = step_seconds.max(report.seconds / report.calls as f64);
+        if let Some(c) = report.checkpoint_seconds.filter(|c| c.is_finite() && *c >= 0.0) {
+            checkpoint_seconds = Some(checkpoint_seconds.map_or(c, |m: f64| m.max(c)));
+        }
+    }
+    if policy.is_none() {
+        return Err(ClusterError::Invalid("no pace reports".into()));
+    }
+    Ok(PaceStats {
+        step_seconds,
+        checkpoint_seconds,
+    })
+}
+
+/// Remembers the first rank's policy; an error naming both when `report`'s differs.
+pub fn check_policy<'a>(
+    first: &mut Option<(u32, &'a str)>,
+    rank: u32,
+    report: &'a PaceReport,
+) -> Result<(), ClusterError> {
+    match first {
+        None => {
+            *first = Some((rank, &report.policy));
+            Ok(())
+        }
+        Some((_, p)) if *p == report.policy => Ok(()),
+        Some((other, p)) => Err(ClusterError::Invalid(format!(
+            "rank {rank} checkpoints with interval {:?} but rank {other} with {p:?}: every rank of a job needs the same interval",
+            report.policy
+        ))),
+    }
+}
+
+/// One pace point of one launch: the reports so far, and once every rank is in, the answer.
+struct Round {
+    world: u32,
+    reports: BTreeMap<u32, PaceReport>,
+    answer: Option<Result<PaceStats, String>>,
+    /// Ranks that took the answer: the round is forgotten once all did.
+    taken: BTreeSet<u32>,
+}
+
+/// Pace points in progress, by launch and round.
+#[derive(Default)]
+pub(super) struct PacePoints {
+    rounds: HashMap<(String, u64), Round>,
+}
+
+impl Coordinator {
+    /// `Pace`: records the rank's report and waits (at most [`OPEN_WAIT`]) until every rank
+    /// of the job reached the same pace point; the job's pace then.
+    pub(super) async fn pace(
+        &self,
+        rank: u32,
+        world: u32,
+        launch: String,
+        round: u64,
+        report: PaceReport,
+    ) -> Result<PaceStats, ClusterError> {
+        if let Some(w) = self.snapshot().world.filter(|&w| w != world) {
+            return Err(ClusterError::Invalid(format!(
+                "the job has {w} ranks; this pace point says {world}"
+            )));
+        }
+        if rank >= world {
+            return Err(ClusterError::Invalid(format!(
+                "rank {rank} outside a job of {world} ranks"
+            )));
+        }
+        let key = (launch, round);
+        {
+            let mut points = self.pace_points.lock().expect("pace lock");
+            let entry = points.rounds.entry(key.clone()).or_insert_with(|| Round {
+                world,
+                reports: BTreeMap::new(),
+                answer: None,
+                taken: BTreeSet::new(),
+            });
+            if entry.world != world {
+                return Err(ClusterError::Invalid(format!(
+                    "rank {rank} says the job has {world} ranks, others {}",
+                    entry.world
+                )));
+            }
+            entry.reports.insert(rank, report);
+            if entry.reports.len() as u32 == world && entry.answer.is_none() {
+                entry.answer =
+                    Some(aggregate(entry.reports.iter().map(|(r, p)| (*r, p))).map_err(|e| e.to_string()));
+            }
+        }
+        self.changed.notify_waiters();
+        let deadline = tokio::time::Instant::now() + OPEN_WAIT;
+        loop {
+            let notified = self.changed.notified();
+            {
+                let mut points = self.pace_points.lock().expect("pace lock");
+                let round = points
+                    .rounds
+                    .get_mut(&key)
+                    .expect("the round stays until every rank took it");
+                if let Some(answer) = round.answer.clone() {
+                    round.taken.insert(rank);
+                    if round.taken.len() as u32 == round.world {
+                        points.rounds.remove(&key);
+                    }
+                    return answer.map_err(ClusterError::Invalid);
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                let mut points = self.pace_points.lock().expect("pace lock");
+                let missing = points
+                    .rounds
+                    .get(&key)
+                    .map_or(0, |r| world as usize - r.reports.len());
+                if let Some(r) = points.rounds.get_mut(&key) {
+                    r.reports.remove(&rank);
+                }
+                return Err(ClusterError::Invalid(format!(
+                    "pace point {} of the launch: {missing} rank(s) never reached it within {} s",
+                    key.1,
+                    OPEN_WAIT.as_secs()
+                )));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(calls: u64, seconds: f64, checkpoint: Option<f64>, policy: &str) -> PaceReport {
+        PaceReport {
+            calls,
+            seconds,
+            checkpoint_seconds: checkpoint,
+            policy: policy.into(),
+        }
+    }
+
+    #[test]
+    fn the_slowest_rank_sets_the_pace() {
+        let a = report(10, 1.0, Some(0.2), "30s");
+        let b = report(10, 3.0, None, "30s");
+        let c = report(5, 1.0, Some(0.5), "30s");
+        let stats = aggregate([(0, &a), (1, &b), (2, &c)]).unwrap();
+        assert_eq!(stats.step_seconds, 0.3);
+        assert_eq!(stats.checkpoint_seconds, Some(0.5));
+        // The order of the reports does not matter: every rank gets the same figures.
+        assert_eq!(aggregate([(2, &c), (1, &b), (0, &a)]).unwrap(), stats);
+    }
+
+    #[test]
+    fn ranks_that_disagree_on_the_policy_or_report_nonsense_are_refused() {
+        let a = report(10, 1.0, None, "30s");
+        let b = report(10, 1.0, None, "auto/mtbf=3600s");
+        let e = aggregate([(0, &a), (4, &b)]).unwrap_err().to_string();
+        assert!(e.contains("rank 4") && e.contains("rank 0"), "{e}");
+        assert!(aggregate([(0, &report(0, 1.0, None, "30s"))]).is_err());
+        assert!(aggregate([(0, &report(1, f64::NAN, None, "30s"))]).is_err());
+        assert!(aggregate(std::iter::empty()).is_err());
+    }
+}

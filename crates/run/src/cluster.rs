@@ -1,0 +1,137 @@
+//! What `eckpt run` asks of the cluster's coordinator: its state, the agents, a recovery
+//! (the same request `eckpt recover` sends), and a stream of decided epochs.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::Duration;
+
+use eckpt_cluster_api::commands::coordinator_call;
+use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_cluster_api::msg::{
+    CoordRequest, CoordResponse, EpochOutcome, NodeInfo, RecoveryReport, Relocation, StatusReport,
+};
+use eckpt_cluster_api::ClusterError;
+
+use crate::RunError;
+
+/// A connection-per-call client of one cluster's coordinator.
+pub struct Cluster {
+    dir: ClusterDir,
+    runtime: tokio::runtime::Runtime,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, RunError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RunError::Launch(format!("starting a runtime: {e}")))
+}
+
+fn unexpected(other: CoordResponse) -> RunError {
+    RunError::Cluster(ClusterError::Protocol(format!("unexpected answer {other:?}")))
+}
+
+impl Cluster {
+    /// The cluster in `dir`.
+    pub fn new(dir: &ClusterDir) -> Result<Cluster, RunError> {
+        Ok(Cluster {
+            dir: dir.clone(),
+            runtime: runtime()?,
+        })
+    }
+
+    /// The cluster directory.
+    pub fn dir(&self) -> &ClusterDir {
+        &self.dir
+    }
+
+    fn call(&self, request: &CoordRequest) -> Result<CoordResponse, RunError> {
+        Ok(self
+            .runtime
+            .block_on(coordinator_call(&self.dir, request, |_| {}))?)
+    }
+
+    /// `eckpt status`.
+    pub fn status(&self) -> Result<StatusReport, RunError> {
+        match self.call(&CoordRequest::Status)? {
+            CoordResponse::Status(s) => Ok(*s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The alive agents by name.
+    pub fn nodes(&self) -> Result<BTreeMap<String, NodeInfo>, RunError> {
+        match self.call(&CoordRequest::Nodes)? {
+            CoordResponse::Nodes(nodes) => Ok(nodes.into_iter().map(|n| (n.name.clone(), n)).collect()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `eckpt recover`: decode what is lost, place its ranks, restore redundancy.
+    pub fn recover(&self, relocation: Relocation) -> Result<RecoveryReport, RunError> {
+        match self.call(&CoordRequest::Recover { relocation })? {
+            CoordResponse::Recovered(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// Decided epochs from `first` on, as they are decided, until [`EpochWatch`] is dropped.
+pub struct EpochWatch {
+    /// Outcomes in epoch order.
+    pub outcomes: Receiver<EpochOutcome>,
+    stop: Arc<AtomicBool>,
+}
+
+impl EpochWatch {
+    /// Starts watching the cluster in `dir` from epoch `first`.
+    pub fn start(dir: &ClusterDir, first: u64) -> Result<EpochWatch, RunError> {
+        let (send, outcomes) = std::sync::mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (dir, flag) = (dir.clone(), stop.clone());
+        let runtime = runtime()?;
+        std::thread::Builder::new()
+            .name("epoch-watch".into())
+            .spawn(move || runtime.block_on(watch(dir, first, send, flag)))
+            .map_err(|e| RunError::Launch(format!("starting the epoch watcher: {e}")))?;
+        Ok(EpochWatch { outcomes, stop })
+    }
+}
+
+impl Drop for EpochWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Waits for each epoch's decision in turn, one call pending at a time, looking at `stop`
+/// every 200 ms.
+async fn watch(dir: ClusterDir, mut epoch: u64, send: Sender<EpochOutcome>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        let request = CoordRequest::WaitEpoch { epoch };
+        let call = coordinator_call(&dir, &request, |_| {});
+        tokio::pin!(call);
+        let answer = loop {
+            tokio::select! {
+                answer = &mut call => break answer,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                }
+            }
+        };
+        match answer {
+            Ok(CoordResponse::Outcome(outcome)) => {
+                if send.send(outcome).is_err() {
+                    return;
+                }
+                epoch += 1;
+            }
+            // A coordinator restarting, or the cluster going down at the end: try again.
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Starting one attempt of a job — every rank, where the placement says — and watching it:
+//! [`local`] starts each rank as a child process (in its node's network namespace when the
+//! node has one), [`mpirun`] hands the whole job to Open MPI with a host file built from
+//! the placement.
+
+pub mod local;
+pub mod mpirun;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::host::NodeHost;
+use crate::output::Sinks;
+use crate::procs;
+use crate::RunError;
+
+/// How the ranks are started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Launcher {
+    /// Each rank a child of `eckpt run`.
+    #[default]
+    Local,
+    /// One `mpirun` (Open MPI) for the whole job.
+    Mpirun,
+}
+
+impl std::str::FromStr for Launcher {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Launcher, String> {
+        match s {
+            "local" => Ok(Launcher::Local),
+            "mpirun" => Ok(Launcher::Mpirun),
+            _ => Err(format!("launcher {s:?}: expected local or mpirun")),
+        }
+    }
+}
+
+impl std::fmt::Display for Launcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Launcher::Local => "local",
+            Launcher::Mpirun => "mpirun",
+        })
+    }
+}
+
+/// One attempt to start.
+pub struct LaunchSpec<'a> {
+    /// The program and its arguments.
+    pub command: &'a [String],
+    /// Ranks.
+    pub world: u32,
+    /// Rank → node.
+    pub placement: &'a BTreeMap<u32, String>,
+    /// Where each node of the placement runs.
+    pub hosts: &'a BTreeMap<String, NodeHost>,
+    /// What every rank needs in its environment besides its rank and node.
+    pub env: &'a [(String, String)],
+    /// The attempt's id (`ECKPT_LAUNCH`: every process of the attempt carries it).
+    pub launch_id: &'a str,
+    /// Where the ranks' output goes.
+    pub sinks: Sinks,
+    /// The cluster directory (the `mpirun` helper finds the nodes through it).
+    pub cluster_dir: PathBuf,
+    /// The `eckpt` executable (the `mpirun` helper is `eckpt mpirun-agent`).
+    pub exe: PathBuf,
+    /// The namespaced network's subnet (`10.a.b.0/24`), when the cluster has one: MPI's
+    /// traffic between nodes is kept on it.
+    pub subnet: Option<String>,
+    /// Where the attempt may keep files (`mpirun`'s host file).
+    pub scratch: PathBuf,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// Every rank exited 0.
+    Done,
+    /// A rank exited with a non-zero status.
+    Failed {
+        /// Which, when known.
+        rank: Option<u32>,
+        /// Its status.
+        code: i32,
+    },
+    /// A rank was killed by a signal.
+    Killed {
+        /// Which, when known.
+        rank: Option<u32>,
+        /// The signal, when known.
+        signal: Option<i32>,
+    },
+}
+
+/// A running attempt.
+pub trait Attempt {
+    /// How it ended, once it has (the first rank to fail ends it); `None` while running.
+    fn poll(&mut self) -> Option<Ending>;
+    /// Kills every process of the attempt and reaps them.
+    fn stop(&mut self);
+}
+
+impl LaunchSpec<'_> {
+    /// Starts the attempt with `launcher`.
+    pub fn start(&self, launcher: Launcher) -> Result<Box<dyn Attempt>, RunError> {
+        if self.command.is_empty() {
+            return Err(RunError::Launch("no program to run: give it after --".into()));
+        }
+        match launcher {
+            Launcher::Local => Ok(Box::new(local::start(self)?)),
+            Launcher::Mpirun => Ok(Box::new(mpirun::start(self)?)),
+        }
+    }
+}
+
+/// SIGKILLs every process carrying launch id `launch` (what ranks and daemons started too).
+pub fn kill_launch(launch: &str) {
+    for (pid, _) in procs::of_launch(launch) {
+        procs::kill(pid);
+    }
+}
+
+/// Makes a spawned child lead a process group of its own, so that stopping it stops what
+/// it started.
+fn own_process_group(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setpgid(2) is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setpgid(0, 0);
+            Ok(())
+        });
+    }
+}
+
+/// SIGKILLs the process group `pid` leads.
+fn kill_group(pid: u32) {
+    // SAFETY: kill(2) of a process group we created; a group that is gone is ignored.
+    unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+}
+
+/// The ending of a child's exit status.
+fn ending(rank: Option<u32>, status: std::process::ExitStatus) -> Ending {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(0), _) => Ending::Done,
+        (Some(code), _) => Ending::Failed { rank, code },
+        (None, signal) => Ending::Killed { rank, signal },
+    }
+}

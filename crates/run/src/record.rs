@@ -1,0 +1,180 @@
+//! The journal of one `eckpt run`: what ran, each attempt, every epoch, every failure and
+//! recovery, with times in seconds since the run started. `eckpt run` writes it to
+//! `<cluster dir>/runs/<name>.json` (and `--record FILE`); `eckpt report` draws it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use eckpt_cluster_api::msg::{EpochOutcome, RecoveryReport};
+use eckpt_coding::CodingConfig;
+
+/// Format of the record written by this version.
+pub const RECORD_FORMAT: u32 = 1;
+
+/// One `eckpt run`, start to end.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Always [`RECORD_FORMAT`].
+    pub format: u32,
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// Ranks of the job.
+    pub ranks: u32,
+    /// `local` or `mpirun`.
+    pub launcher: String,
+    /// `balanced` or `pack`.
+    pub placement: String,
+    /// How the cluster codes checkpoints.
+    pub coding: Option<CodingConfig>,
+    /// Nodes when the run started.
+    pub nodes: Vec<String>,
+    /// Spares when the run started.
+    pub spares: Vec<String>,
+    /// Shaped link rate of namespaced clusters.
+    pub link_rate: Option<String>,
+    /// When the run started (seconds since the Unix epoch).
+    pub started_unix: f64,
+    /// How long it took.
+    pub seconds: f64,
+    /// The program's exit status (`None` when the run failed on its own account).
+    pub exit_code: Option<i32>,
+    /// Why the run failed, if it did.
+    pub error: Option<String>,
+    /// Each launch of the ranks.
+    pub attempts: Vec<AttemptRecord>,
+    /// Each epoch decided while the run lasted.
+    pub epochs: Vec<EpochRecord>,
+    /// Nodes lost.
+    pub failures: Vec<FailureRecord>,
+    /// Recoveries.
+    pub recoveries: Vec<RecoveryRecord>,
+}
+
+/// One launch of every rank.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// 1 for the first launch.
+    pub attempt: u32,
+    /// When the ranks were started.
+    pub start_s: f64,
+    /// When the attempt ended.
+    pub end_s: f64,
+    /// Rank → node.
+    pub placement: BTreeMap<u32, String>,
+    /// How it ended (`exited 0`, `node n3 lost`, …).
+    pub end: String,
+}
+
+/// One decided epoch.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct EpochRecord {
+    /// Epoch.
+    pub epoch: u64,
+    /// When the run saw it decided.
+    pub t_s: f64,
+    /// Whether it committed.
+    pub committed: bool,
+    /// Why not.
+    pub reason: Option<String>,
+    /// Each group's encode (`full`, `stripe`, `update`).
+    pub kinds: Vec<String>,
+    /// Seconds of encoding.
+    pub encode_seconds: f64,
+    /// Bytes of every rank's complete image.
+    pub image_bytes: u64,
+    /// Bytes the ranks stored.
+    pub stored_bytes: u64,
+    /// Padded data-shard bytes per member.
+    pub shard_bytes: u64,
+    /// Bytes each node sent while encoding.
+    pub bytes_sent: BTreeMap<String, u64>,
+}
+
+impl EpochRecord {
+    /// The record of `outcome`, seen at `t_s`.
+    pub fn new(outcome: &EpochOutcome, t_s: f64) -> EpochRecord {
+        EpochRecord {
+            epoch: outcome.epoch,
+            t_s,
+            committed: outcome.committed,
+            reason: outcome.reason.clone(),
+            kinds: outcome.kinds.clone(),
+            encode_seconds: outcome.encode_seconds,
+            image_bytes: outcome.image_bytes,
+            stored_bytes: outcome.stored_bytes,
+            shard_bytes: outcome.shard_bytes,
+            bytes_sent: outcome.bytes_sent.clone(),
+        }
+    }
+}
+
+/// Nodes lost at one moment.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FailureRecord {
+    /// When.
+    pub t_s: f64,
+    /// Which nodes.
+    pub nodes: Vec<String>,
+    /// `kill-at 30:2`, `kill during recovery`, `node declared dead`, `rank 3 killed by signal 9`.
+    pub cause: String,
+}
+
+/// One recovery and relaunch.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RecoveryRecord {
+    /// When the run started recovering.
+    pub start_s: f64,
+    /// When every rank was running again.
+    pub end_s: f64,
+    /// The committed epoch it restored.
+    pub epoch: u64,
+    /// Nodes lost.
+    pub lost: Vec<String>,
+    /// Where the lost nodes' ranks went (rank → node).
+    pub placement: BTreeMap<u32, String>,
+    /// Ranks copied between living nodes: `(rank, from, to)`.
+    pub moved: Vec<(u32, String, String)>,
+    /// From the first failure seen to the start of recovery.
+    pub detect_seconds: f64,
+    /// Decoding.
+    pub decode_seconds: f64,
+    /// Re-encoding (redundancy restored).
+    pub encode_seconds: f64,
+    /// From the end of recovery to every rank started again.
+    pub relaunch_seconds: f64,
+    /// From the node's death to every rank started again.
+    pub downtime_seconds: f64,
+}
+
+impl RecoveryRecord {
+    /// Fills in what the coordinator's report says.
+    pub fn absorb(&mut self, report: &RecoveryReport) {
+        self.epoch = report.epoch;
+        for (node, ranks) in &report.rebuilt {
+            if !self.lost.contains(node) {
+                self.lost.push(node.clone());
+            }
+            self.placement.extend(ranks.clone());
+        }
+        self.moved.extend(report.moved.iter().cloned());
+        self.decode_seconds += report.decode_seconds;
+        self.encode_seconds += report.encode_seconds;
+    }
+}
+
+impl RunRecord {
+    /// Writes the record as JSON (temp file and rename: a reader never sees half of it).
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(
+            &tmp,
+            serde_json::to_vec_pretty(self).expect("the record serializes"),
+        )?;
+        std::fs::rename(&tmp, path)
+    }
+}

@@ -1,0 +1,683 @@
+//! The supervisor: attempts of the job until it ends. Each attempt places and launches
+//! every rank, then watches three things: the ranks (one that exits with a status ends the
+//! run with it; one killed by a signal is a failure), the cluster's nodes (one declared
+//! dead is a failure) and the decided epochs (recorded; `--kill-at` fires after them). A
+//! failure stops every rank; recovery runs until nothing is lost (more losses than the
+//! code tolerates end the run with the coordinator's one-line reason, nothing committed
+//! deleted); then the next attempt relaunches every rank where it now lives.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use eckpt_cluster::launch;
+use eckpt_cluster_api::msg::{NodeInfo, RecoveryReport, StatusReport};
+use eckpt_cluster_api::ErrorKind;
+
+use crate::cluster::{Cluster, EpochWatch};
+use crate::faults::{choose_victims, GroupView, KillPlan};
+use crate::host::NodeHost;
+use crate::launcher::{kill_launch, Ending, LaunchSpec};
+use crate::placement::{self, Host};
+use crate::procs;
+use crate::record::{AttemptRecord, EpochRecord, FailureRecord, RecoveryRecord, RunRecord, RECORD_FORMAT};
+use crate::session::Session;
+use crate::{RunError, RunOptions};
+
+/// How often the supervisor looks at the ranks and the nodes.
+const TICK: Duration = Duration::from_millis(50);
+
+/// How long a run waits for agents that never registered (started by another launcher).
+const AGENT_WAIT: Duration = Duration::from_secs(60);
+
+/// Recoveries in a row that may fail for another reason than too many losses (a node dying
+/// while it runs) before the run gives up.
+const RECOVERY_TRIES: u32 = 5;
+
+/// What the run says while it goes, one line each.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// Something worth a line (the cluster used, a resumed job).
+    Note(String),
+    /// Every rank started.
+    Launched {
+        /// 1 for the first launch.
+        attempt: u32,
+        /// Ranks per node.
+        placement: BTreeMap<u32, String>,
+    },
+    /// Nodes lost.
+    Lost(FailureRecord),
+    /// A recovery and relaunch done.
+    Recovered(RecoveryRecord),
+}
+
+impl std::fmt::Display for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Event::Note(text) => f.write_str(text),
+            Event::Launched { attempt, placement } => {
+                let mut per_node: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+                for (rank, node) in placement {
+                    per_node.entry(node).or_default().push(*rank);
+                }
+                let nodes: Vec<String> = per_node
+                    .iter()
+                    .map(|(node, ranks)| format!("{node}:{}", list(ranks)))
+                    .collect();
+                write!(
+                    f,
+                    "{} {} ranks: {}",
+                    if *attempt == 1 { "launched" } else { "relaunched" },
+                    placement.len(),
+                    nodes.join(" ")
+                )
+            }
+            Event::Lost(l) => write!(f, "lost {} ({})", l.nodes.join(" "), l.cause),
+            Event::Recovered(r) => {
+                let went: Vec<String> = r
+                    .placement
+                    .iter()
+                    .map(|(rank, n)| format!("{rank}→{n}"))
+                    .collect();
+                let moved: Vec<String> = r
+                    .moved
+                    .iter()
+                    .map(|(rank, _, to)| format!("{rank}→{to}"))
+                    .collect();
+                write!(
+                    f,
+                    "recovered epoch {}: lost {}; ranks {}{}; detect {:.2} s, decode {:.2} s, encode {:.2} s, relaunch {:.2} s ({:.2} s from the loss to every rank running)",
+                    r.epoch,
+                    if r.lost.is_empty() { "nothing".to_string() } else { r.lost.join(" ") },
+                    if went.is_empty() { "stay".to_string() } else { went.join(" ") },
+                    if moved.is_empty() { String::new() } else { format!(", moved {}", moved.join(" ")) },
+                    r.detect_seconds,
+                    r.decode_seconds,
+                    r.encode_seconds,
+                    r.relaunch_seconds,
+                    r.downtime_seconds
+                )
+            }
+        }
+    }
+}
+
+/// `0-3,7`: ranks as ranges.
+fn list(ranks: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i {
+            format!("{}-{}", ranks[i], ranks[j])
+        } else {
+            ranks[i].to_string()
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// Where each node of a placement runs.
+type Hosts = BTreeMap<String, NodeHost>;
+
+/// How an attempt ended, for the loop.
+enum AttemptEnd {
+    /// Every rank exited 0.
+    Done,
+    /// The program's own failure: the run exits with this status.
+    Exit(i32),
+    /// A node or a rank was lost: recover and relaunch.
+    Failure(String),
+}
+
+/// Runs the job of `options` to its end: the program's exit status, or why the run could
+/// not go on. `events` hears what happens; the run's record is written at the end.
+pub fn run(options: &RunOptions, events: &mut dyn FnMut(Event)) -> Result<(i32, RunRecord), RunError> {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, interrupted.clone())
+            .map_err(|e| RunError::Launch(format!("installing a signal handler: {e}")))?;
+    }
+    let session = Session::open(&options.cluster, &mut |text| events(Event::Note(text)))?;
+    let started = Instant::now();
+    let mut supervisor = match Supervisor::new(options, &session, interrupted, started) {
+        Ok(supervisor) => supervisor,
+        Err(e) => {
+            // A cluster this run started must not outlive a run that could not begin.
+            let _ = session.close(options.keep, &mut |text| events(Event::Note(text)));
+            return Err(e);
+        }
+    };
+    let result = supervisor.run(events);
+    let mut record = supervisor.record;
+    record.seconds = started.elapsed().as_secs_f64();
+    match &result {
+        Ok(code) => record.exit_code = Some(*code),
+        Err(e) => record.error = Some(e.to_string()),
+    }
+    let name = format!("run-{}-{}.json", record.started_unix as u64, std::process::id());
+    let mut saves = vec![session.dir.root().join("runs").join(name)];
+    saves.extend(options.record.clone());
+    for path in saves {
+        if let Err(e) = record.save(&path) {
+            events(Event::Note(format!(
+                "could not write the run record {}: {e}",
+                path.display()
+            )));
+        }
+    }
+    session.close(options.keep, &mut |text| events(Event::Note(text)))?;
+    result.map(|code| (code, record))
+}
+
+struct Supervisor<'a> {
+    options: &'a RunOptions,
+    cluster: Cluster,
+    record: RunRecord,
+    started: Instant,
+    kills: KillPlan,
+    kills_done: u64,
+    restarts: u32,
+    interrupted: Arc<AtomicBool>,
+    watch: EpochWatch,
+    /// The attempt's launch id while ranks run.
+    launch: Option<String>,
+    /// The first failure not yet recovered: when, and which nodes.
+    failing_since: Option<Instant>,
+    /// Nodes seen lost in the current failure (not to report twice).
+    reported_lost: BTreeSet<String>,
+    /// A recovery done, waiting for the relaunch that completes it.
+    recovered: Option<RecoveryRecord>,
+    /// Names this run's launches (`ECKPT_LAUNCH` is `<run_id>-<attempt>`).
+    run_id: String,
+}
+
+impl<'a> Supervisor<'a> {
+    fn new(
+        options: &'a RunOptions,
+        session: &Session,
+        interrupted: Arc<AtomicBool>,
+        started: Instant,
+    ) -> Result<Supervisor<'a>, RunError> {
+        let cluster = Cluster::new(&session.dir)?;
+        let status = cluster.status()?;
+        if let Some(world) = status.world.filter(|&w| w != options.ranks) {
+            let root = session.dir.root().display();
+            return Err(RunError::Launch(format!(
+                "the cluster in {root} holds a job of {world} ranks, not {}: run it with -n {world}, or use another --dir (or `eckpt down --dir {root} --purge`)",
+                options.ranks
+            )));
+        }
+        let file = session.dir.load()?;
+        let now_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let record = RunRecord {
+            format: RECORD_FORMAT,
+            command: options.command.clone(),
+            ranks: options.ranks,
+            launcher: options.launcher.to_string(),
+            placement: format!("{:?}", options.placement).to_lowercase(),
+            coding: Some(status.coding),
+            nodes: status
+                .nodes
+                .iter()
+                .filter(|n| !n.spare && !n.removed)
+                .map(|n| n.name.clone())
+                .collect(),
+            spares: status
+                .nodes
+                .iter()
+                .filter(|n| n.spare && !n.removed)
+                .map(|n| n.name.clone())
+                .collect(),
+            link_rate: file.netns.and_then(|n| n.rate),
+            started_unix: now_unix,
+            ..RunRecord::default()
+        };
+        let watch = EpochWatch::start(&session.dir, status.open_epoch)?;
+        Ok(Supervisor {
+            options,
+            cluster,
+            record,
+            started,
+            kills: options.kill_at.clone(),
+            kills_done: 0,
+            restarts: 0,
+            interrupted,
+            watch,
+            launch: None,
+            failing_since: None,
+            reported_lost: BTreeSet::new(),
+            recovered: None,
+            run_id: format!("{:x}-{}", now_unix as u64, std::process::id()),
+        })
+    }
+
+    fn now(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    fn check_interrupt(&self) -> Result<(), RunError> {
+        if self.interrupted.load(Ordering::SeqCst) {
+            return Err(RunError::Interrupted);
+        }
+        Ok(())
+    }
+
+    /// Waits (at most [`AGENT_WAIT`]) for agents that never registered: a cluster whose
+    /// agents other launchers start on their hosts is up before they are.
+    fn await_agents(&self, events: &mut dyn FnMut(Event)) -> Result<(), RunError> {
+        let deadline = Instant::now() + AGENT_WAIT;
+        let mut said = false;
+        loop {
+            self.check_interrupt()?;
+            let status = self.cluster.status()?;
+            let missing: Vec<String> = status
+                .nodes
+                .iter()
+                .filter(|n| n.addr.is_empty() && !n.removed)
+                .map(|n| n.name.clone())
+                .collect();
+            if missing.is_empty() || Instant::now() > deadline {
+                return Ok(());
+            }
+            if !said {
+                events(Event::Note(format!(
+                    "waiting for the agents of {} to register (at most {} s)",
+                    missing.join(" "),
+                    AGENT_WAIT.as_secs()
+                )));
+                said = true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn run(&mut self, events: &mut dyn FnMut(Event)) -> Result<i32, RunError> {
+        self.await_agents(events)?;
+        let status = self.cluster.status()?;
+        if status.committed_epoch > 0 {
+            events(Event::Note(format!(
+                "resuming the checkpointed job from epoch {}",
+                status.committed_epoch
+            )));
+        }
+        let mut attempt_no = 0;
+        loop {
+            self.heal(events)?;
+            attempt_no += 1;
+            match self.attempt(attempt_no, events)? {
+                AttemptEnd::Done => return Ok(0),
+                AttemptEnd::Exit(code) => return Ok(code),
+                AttemptEnd::Failure(why) => {
+                    self.restarts += 1;
+                    if self.restarts > self.options.max_restarts {
+                        return Err(RunError::Restarts(format!(
+                            "giving up after {} restarts ({why}); the last committed epoch is kept: run the same command again to resume",
+                            self.options.max_restarts
+                        )));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Nodes lost now: members of a group or hosts of ranks whose agent is down.
+    fn lost(status: &StatusReport) -> BTreeSet<String> {
+        status
+            .nodes
+            .iter()
+            .filter(|n| !n.alive && !n.removed && (n.group.is_some() || !n.ranks.is_empty()))
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
+    /// Notes newly lost nodes as a failure (once each).
+    fn note_lost(&mut self, lost: &BTreeSet<String>, cause: &str, events: &mut dyn FnMut(Event)) {
+        let new: Vec<String> = lost.difference(&self.reported_lost).cloned().collect();
+        if new.is_empty() {
+            return;
+        }
+        self.failing_since.get_or_insert_with(Instant::now);
+        self.reported_lost.extend(new.iter().cloned());
+        let failure = FailureRecord {
+            t_s: self.now(),
+            nodes: new,
+            cause: cause.to_string(),
+        };
+        self.record.failures.push(failure.clone());
+        events(Event::Lost(failure));
+    }
+
+    /// Recovers until nothing is lost.
+    fn heal(&mut self, events: &mut dyn FnMut(Event)) -> Result<(), RunError> {
+        let mut tries = 0;
+        loop {
+            self.check_interrupt()?;
+            let lost = Self::lost(&self.cluster.status()?);
+            if lost.is_empty() {
+                return Ok(());
+            }
+            self.note_lost(&lost, "node declared dead", events);
+            let start = Instant::now();
+            let recovered = self.recovered.get_or_insert_with(|| RecoveryRecord {
+                start_s: 0.0,
+                ..RecoveryRecord::default()
+            });
+            if recovered.start_s == 0.0 {
+                recovered.start_s = self.started.elapsed().as_secs_f64();
+                recovered.detect_seconds = self
+                    .failing_since
+                    .map_or(0.0, |t| start.saturating_duration_since(t).as_secs_f64());
+            }
+            let result = match self.kills.during_recovery() {
+                Some(count) => self.recover_with_kill(count, events),
+                None => self.cluster.recover(self.options.relocation),
+            };
+            match result {
+                Ok(report) => self.absorb(&report),
+                Err(RunError::Cluster(e)) if e.kind() == ErrorKind::Unrecoverable => {
+                    return Err(RunError::Unrecoverable(e.to_string()));
+                }
+                Err(e) => {
+                    tries += 1;
+                    if tries >= RECOVERY_TRIES {
+                        return Err(e);
+                    }
+                    events(Event::Note(format!("recovery failed, trying again: {e}")));
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            }
+        }
+    }
+
+    fn absorb(&mut self, report: &RecoveryReport) {
+        if let Some(r) = self.recovered.as_mut() {
+            r.absorb(report);
+        }
+    }
+
+    /// A recovery with `count` nodes killed in its middle (between decode and re-encode),
+    /// through the coordinator's fault-injection pause point.
+    fn recover_with_kill(
+        &mut self,
+        count: usize,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<RecoveryReport, RunError> {
+        let debug = self.cluster.dir().debug();
+        std::fs::create_dir_all(&debug).map_err(|e| RunError::io(&debug, e))?;
+        let pause = debug.join("pause");
+        std::fs::write(&pause, "mid-recovery").map_err(|e| RunError::io(&pause, e))?;
+        let (dir, relocation) = (self.cluster.dir().clone(), self.options.relocation);
+        let recovery = std::thread::spawn(move || Cluster::new(&dir)?.recover(relocation));
+        let reached = debug.join("reached-coordinator");
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while !reached.exists() && !recovery.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let killed = if reached.exists() {
+            self.kill_nodes(count, "killed during recovery", events)
+        } else {
+            Ok(())
+        };
+        let _ = std::fs::remove_file(&pause);
+        let result = recovery
+            .join()
+            .unwrap_or_else(|_| Err(RunError::Launch("the recovery thread panicked".into())));
+        killed?;
+        result
+    }
+
+    /// Kills `count` rank-hosting nodes: every process of the job on them, their agent,
+    /// and their node-local data.
+    fn kill_nodes(
+        &mut self,
+        count: usize,
+        cause: &str,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<(), RunError> {
+        let status = self.cluster.status()?;
+        let infos = self.cluster.nodes()?;
+        let hosting: BTreeSet<String> = status
+            .nodes
+            .iter()
+            .filter(|n| n.alive && !n.ranks.is_empty())
+            .map(|n| n.name.clone())
+            .collect();
+        let groups: Vec<GroupView> = status
+            .groups
+            .iter()
+            .map(|g| GroupView {
+                members: g.members.clone(),
+            })
+            .collect();
+        let lost = Self::lost(&status);
+        self.kills_done += 1;
+        let victims = choose_victims(
+            &groups,
+            &hosting,
+            &lost,
+            count,
+            self.options.seed ^ self.kills_done,
+        );
+        for victim in &victims {
+            let ranks: Vec<u32> = status
+                .nodes
+                .iter()
+                .find(|n| &n.name == victim)
+                .map(|n| n.ranks.clone())
+                .unwrap_or_default();
+            self.kill_processes(victim, &ranks, infos.get(victim))?;
+            launch::kill_node(self.cluster.dir().root(), victim, true)?;
+        }
+        let set: BTreeSet<String> = victims.into_iter().collect();
+        self.note_lost(&set, cause, events);
+        Ok(())
+    }
+
+    /// SIGKILLs the job's processes on `node`: its ranks of the running attempt, and when
+    /// the node has a network namespace of its own, everything in it.
+    fn kill_processes(&self, node: &str, ranks: &[u32], info: Option<&NodeInfo>) -> Result<(), RunError> {
+        if let Some(launch) = &self.launch {
+            for (pid, rank) in procs::of_launch(launch) {
+                if rank.is_some_and(|r| ranks.contains(&r)) {
+                    procs::kill(pid);
+                }
+            }
+        }
+        match info.map(NodeHost::of).transpose()? {
+            Some(NodeHost::Namespace { id, .. }) => {
+                for pid in procs::in_netns(&id) {
+                    procs::kill(pid);
+                }
+                Ok(())
+            }
+            Some(NodeHost::Remote { hostname }) => Err(RunError::Launch(format!(
+                "--kill-at: node {node} runs on host {hostname}, which this command cannot kill"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Places and launches every rank, then watches the attempt to its end.
+    fn attempt(&mut self, attempt_no: u32, events: &mut dyn FnMut(Event)) -> Result<AttemptEnd, RunError> {
+        let (placement, hosts) = self.place()?;
+        let launch_id = format!("{}-{attempt_no}", self.run_id);
+        let mut env = vec![
+            (
+                "ECKPT_CLUSTER".to_string(),
+                self.cluster.dir().root().display().to_string(),
+            ),
+            ("ECKPT_WORLD".to_string(), self.options.ranks.to_string()),
+        ];
+        for (key, value) in [
+            ("ECKPT_INTERVAL", &self.options.interval),
+            ("ECKPT_MTBF", &self.options.mtbf),
+        ] {
+            if let Some(value) = value {
+                env.push((key.to_string(), value.clone()));
+            }
+        }
+        let file = self.cluster.dir().load()?;
+        let spec = LaunchSpec {
+            command: &self.options.command,
+            world: self.options.ranks,
+            placement: &placement,
+            hosts: &hosts,
+            env: &env,
+            launch_id: &launch_id,
+            sinks: self.options.sinks,
+            cluster_dir: self.cluster.dir().root().to_path_buf(),
+            exe: self.options.exe.clone(),
+            subnet: file.netns.as_ref().map(|_| {
+                let net = eckpt_cluster::netns::Network::for_dir(self.cluster.dir().root());
+                format!("10.{}.{}.0/24", net.subnet.0, net.subnet.1)
+            }),
+            scratch: self.cluster.dir().root().join("runs").join(&launch_id),
+        };
+        let mut attempt = spec.start(self.options.launcher)?;
+        self.launch = Some(launch_id.clone());
+        let start_s = self.now();
+        if let Some(mut r) = self.recovered.take() {
+            r.end_s = start_s;
+            r.relaunch_seconds = (r.end_s - r.start_s - r.decode_seconds - r.encode_seconds).max(0.0);
+            r.downtime_seconds = self.failing_since.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            self.record.recoveries.push(r.clone());
+            events(Event::Recovered(r));
+        }
+        self.failing_since = None;
+        self.reported_lost.clear();
+        events(Event::Launched {
+            attempt: attempt_no,
+            placement: placement.clone(),
+        });
+        let end = self.watch_attempt(&mut *attempt, events);
+        attempt.stop();
+        kill_launch(&launch_id);
+        self.launch = None;
+        let end = end?;
+        // Epochs decided at the very end (the last one, waited for by the ranks).
+        self.take_epochs(events)?;
+        self.record.attempts.push(AttemptRecord {
+            attempt: attempt_no,
+            start_s,
+            end_s: self.now(),
+            placement,
+            end: match &end {
+                AttemptEnd::Done => "exited 0".into(),
+                AttemptEnd::Exit(code) => format!("exited {code}"),
+                AttemptEnd::Failure(why) => why.clone(),
+            },
+        });
+        Ok(end)
+    }
+
+    /// Where every rank runs: ranks the cluster placed stay, new ones are placed by the
+    /// policy on the nodes that can host ranks; and where each node is.
+    fn place(&self) -> Result<(BTreeMap<u32, String>, Hosts), RunError> {
+        let status = self.cluster.status()?;
+        let infos = self.cluster.nodes()?;
+        let hosts: Vec<Host> = status
+            .nodes
+            .iter()
+            .filter(|n| n.alive && n.hosts_ranks && !n.removed)
+            .filter_map(|n| {
+                Some(Host {
+                    name: n.name.clone(),
+                    cores: infos.get(&n.name)?.cores,
+                })
+            })
+            .collect();
+        let placed: BTreeMap<u32, String> = status
+            .nodes
+            .iter()
+            .flat_map(|n| n.ranks.iter().map(move |r| (*r, n.name.clone())))
+            .filter(|(r, _)| *r < self.options.ranks)
+            .collect();
+        let placement = placement::place(self.options.ranks, &hosts, &placed, self.options.placement)
+            .ok_or_else(|| RunError::Launch("no alive node can host ranks".into()))?;
+        let mut where_ = BTreeMap::new();
+        for node in placement.values().collect::<BTreeSet<_>>() {
+            let info = infos
+                .get(node)
+                .ok_or_else(|| RunError::Launch(format!("node {node} is down")))?;
+            where_.insert(node.clone(), NodeHost::of(info)?);
+        }
+        Ok((placement, where_))
+    }
+
+    /// Records the epochs decided since last time and fires the kills they make due.
+    fn take_epochs(&mut self, events: &mut dyn FnMut(Event)) -> Result<(), RunError> {
+        while let Ok(outcome) = self.watch.outcomes.try_recv() {
+            self.record.epochs.push(EpochRecord::new(&outcome, self.now()));
+            if outcome.committed {
+                let count = self.kills.due(outcome.epoch);
+                if count > 0 {
+                    let cause = format!("--kill-at after epoch {}", outcome.epoch);
+                    self.kill_nodes(count, &cause, events)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn watch_attempt(
+        &mut self,
+        attempt: &mut dyn crate::launcher::Attempt,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<AttemptEnd, RunError> {
+        let mut tick: u64 = 0;
+        loop {
+            self.check_interrupt()?;
+            self.take_epochs(events)?;
+            match attempt.poll() {
+                None => {}
+                Some(Ending::Done) => return Ok(AttemptEnd::Done),
+                Some(Ending::Failed { rank, code }) => {
+                    // A rank failing because its node went away is a failure to recover
+                    // from; otherwise the status is the program's answer.
+                    let lost = Self::lost(&self.cluster.status()?);
+                    if lost.is_empty() {
+                        return Ok(AttemptEnd::Exit(code));
+                    }
+                    self.note_lost(&lost, "node declared dead", events);
+                    let who = rank.map_or("a rank".to_string(), |r| format!("rank {r}"));
+                    return Ok(AttemptEnd::Failure(format!(
+                        "{who} exited {code} after a node loss"
+                    )));
+                }
+                Some(Ending::Killed { rank, signal }) => {
+                    let who = rank.map_or("a rank".to_string(), |r| format!("rank {r}"));
+                    let how = signal.map_or(String::new(), |s| format!(" by signal {s}"));
+                    let lost = Self::lost(&self.cluster.status()?);
+                    self.note_lost(&lost, "node declared dead", events);
+                    if lost.is_empty() {
+                        events(Event::Note(format!(
+                            "{who} was killed{how}: restarting from the last committed epoch"
+                        )));
+                    }
+                    return Ok(AttemptEnd::Failure(format!("{who} killed{how}")));
+                }
+            }
+            if tick.is_multiple_of(4) {
+                let lost = Self::lost(&self.cluster.status()?);
+                if !lost.is_empty() {
+                    self.note_lost(&lost, "node declared dead", events);
+                    return Ok(AttemptEnd::Failure(format!(
+                        "node {} lost",
+                        lost.into_iter().collect::<Vec<_>>().join(" ")
+                    )));
+                }
+            }
+            tick += 1;
+            std::thread::sleep(TICK);
+        }
+    }
+}
