@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use eckpt_cluster::launch;
-use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_cluster_api::dirs::{read_pid_file, ClusterDir};
 use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, RecoveryReport, Relocation};
 use serde::Serialize;
 
@@ -77,8 +77,9 @@ pub fn confine(
         bail!("no status");
     };
     for node in status.nodes.iter().filter(|n| n.alive && !lost.contains(&n.name)) {
-        let pid_file = ClusterDir::pid_file(&dir.node(&node.name));
-        let pid: u32 = std::fs::read_to_string(&pid_file)?.trim().parse()?;
+        let Some(pid) = read_pid_file(&dir.node(&node.name)) else {
+            bail!("no pid of agent {} on this host", node.name);
+        };
         let cgroup = MemoryCgroup::create(
             &format!("eckpt-bench-{}-{}", std::process::id(), node.name),
             limit,
