@@ -356,6 +356,11 @@ impl<W: Write> DeltaWriter<W> {
         })
     }
 
+    /// The delta's header.
+    pub fn header(&self) -> DeltaHeader {
+        self.layout.header
+    }
+
     fn put(&mut self, b: &[u8]) -> io::Result<()> {
         self.w.write_all(b)?;
         self.crc = crc32c::crc32c_append(self.crc, b);

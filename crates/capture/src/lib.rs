@@ -12,6 +12,7 @@ mod align;
 pub mod delta;
 mod error;
 mod filedelta;
+mod mapped;
 mod tracker;
 mod uffd;
 

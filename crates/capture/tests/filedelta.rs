@@ -156,3 +156,55 @@ fn corrupt_delta_or_wrong_base_leaves_output_untouched() {
         .to_string()
         .contains("missing"));
 }
+
+/// A named pipe at `path` that a thread fills with `bytes` once opened.
+fn fifo(path: &Path, bytes: Vec<u8>) -> std::thread::JoinHandle<()> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let path = path.to_path_buf();
+    std::thread::spawn(move || fs::write(path, bytes).unwrap())
+}
+
+#[test]
+fn pipes_are_read_like_files() {
+    // A checkpointer writing its dump into a pipe, and a delta arriving through one.
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n);
+    let mut rng = StdRng::seed_from_u64(21);
+    let old = random_bytes(&mut rng, (5 << 20) + 123);
+    let mut new = old.clone();
+    for at in [0, 4096 * 7 + 5, 3 << 20] {
+        new[at] ^= 0x5a;
+    }
+    new.extend_from_slice(&random_bytes(&mut rng, 10_000));
+    fs::write(p("base"), &old).unwrap();
+    fs::write(p("new.file"), &new).unwrap();
+    delta_files(&p("base"), &p("new.file"), &p("expected"), 4096).unwrap();
+
+    let writer = fifo(&p("new.pipe"), new.clone());
+    let stats = delta_files(&p("base"), &p("new.pipe"), &p("delta"), 4096).unwrap();
+    writer.join().unwrap();
+    assert_eq!(stats.new_bytes, new.len() as u64);
+    assert!(fs::read(p("delta")).unwrap() == fs::read(p("expected")).unwrap());
+
+    let writer = fifo(&p("delta.pipe"), fs::read(p("delta")).unwrap());
+    patch_file(&p("base"), &p("delta.pipe"), &p("out")).unwrap();
+    writer.join().unwrap();
+    assert!(fs::read(p("out")).unwrap() == new);
+    let mut names: Vec<String> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let expected = [
+        "base",
+        "delta",
+        "delta.pipe",
+        "expected",
+        "new.file",
+        "new.pipe",
+        "out",
+    ];
+    assert_eq!(names, expected, "no spool or temp file is left");
+}

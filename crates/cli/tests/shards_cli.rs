@@ -293,6 +293,8 @@ fn bench_codec_reports_every_figure() {
         "64KiB",
         "--reps",
         "1",
+        "--klauspost",
+        "/nonexistent/klauspost-bench",
         "--json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));

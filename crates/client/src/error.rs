@@ -106,6 +106,8 @@ fn cluster_code(e: &ClusterError) -> i32 {
         }
         // The cluster layer shapes every buffer it hands the codec: a refusal is a bug.
         ClusterError::Codec(CodecError::Shape(_)) => capi::ECKPT_EINTERNAL,
+        // An ECKPT_ISA this CPU cannot run: a setting to fix.
+        ClusterError::Codec(CodecError::Kernel(_)) => capi::ECKPT_EINVAL,
         // Refusals (the coordinator's answers arrive as `Invalid`), unreachable nodes and
         // broken connections.
         ClusterError::Invalid(_)

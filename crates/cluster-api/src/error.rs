@@ -133,6 +133,8 @@ impl ClusterError {
                 ErrorKind::Unrecoverable
             }
             ClusterError::Codec(CodecError::Shape(_)) => ErrorKind::Internal,
+            // An ECKPT_ISA the node's CPU cannot run: its configuration, not its data.
+            ClusterError::Codec(CodecError::Kernel(_)) => ErrorKind::Invalid,
             ClusterError::Proto(e) => match e {
                 ProtoError::Closed | ProtoError::Truncated { .. } => ErrorKind::Link,
                 ProtoError::Io { source, .. } if is_broken_link(source) => ErrorKind::Link,

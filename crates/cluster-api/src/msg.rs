@@ -548,8 +548,15 @@ pub struct RecoveryReport {
     pub moved: Vec<(u32, String, String)>,
     /// Groups re-encoded.
     pub reencoded: Vec<u64>,
-    /// Seconds spent decoding.
+    /// Seconds spent decoding (the decode tasks, installing what they rebuilt, and moving
+    /// ranks).
     pub decode_seconds: f64,
+    /// Seconds of the decode tasks alone: the parallel decode, before anything is installed.
+    #[serde(default)]
+    pub decode_task_seconds: f64,
+    /// Payload bytes each node sent and received in the decode tasks.
+    #[serde(default)]
+    pub decode_traffic: BTreeMap<String, (u64, u64)>,
     /// Seconds spent re-encoding.
     pub encode_seconds: f64,
     /// What could not be recovered (more than `m` losses in a group).

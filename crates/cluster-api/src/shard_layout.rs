@@ -2,9 +2,8 @@
 //! layout the coordinator records per object and member, so that any node can cut a
 //! decoded shard back into images.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use eckpt_store::Image;
 use serde::{Deserialize, Serialize};
 
 use crate::ClusterError;
@@ -119,33 +118,6 @@ impl ShardLayout {
         r.dedup();
         r
     }
-
-    /// Cuts a shard's bytes into each rank's image.
-    pub fn images(&self, shard: &[u8]) -> Result<BTreeMap<u32, Image>, ClusterError> {
-        let mut images: BTreeMap<u32, Image> = BTreeMap::new();
-        for e in &self.extents {
-            let end = e
-                .offset
-                .checked_add(e.len)
-                .filter(|&end| end <= shard.len() as u64);
-            let Some(end) = end else {
-                return Err(ClusterError::Corrupt(format!(
-                    "shard of {} bytes is too short for rank {} item {:?} at {}+{}",
-                    shard.len(),
-                    e.rank,
-                    e.item,
-                    e.offset,
-                    e.len
-                )));
-            };
-            images
-                .entry(e.rank)
-                .or_default()
-                .items
-                .insert(e.item.clone(), shard[e.offset as usize..end as usize].to_vec());
-        }
-        Ok(images)
-    }
 }
 
 #[cfg(test)]
@@ -193,24 +165,6 @@ mod tests {
             (2, "mem/b".into(), 1),
         ];
         assert!(layout.refit(&other).is_none());
-    }
-
-    #[test]
-    fn images_come_back_from_shard_bytes() {
-        let layout = ShardLayout::pack(&items());
-        let mut shard = vec![0u8; layout.len() as usize];
-        for e in &layout.extents {
-            for i in 0..e.len {
-                shard[(e.offset + i) as usize] = (e.rank as u64 * 7 + i) as u8;
-            }
-        }
-        let images = layout.images(&shard).unwrap();
-        assert_eq!(images[&0].items["file"].len(), 10);
-        assert_eq!(images[&1].items["mem/b"][4999], (7 + 4999u64) as u8);
-        assert!(layout.images(&shard[..100]).is_err());
-        let mut past_the_end = layout.clone();
-        past_the_end.extents[2].offset = u64::MAX - 10;
-        assert!(past_the_end.images(&shard).is_err());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! survivors; the coordinator runs epochs, liveness and recovery. What ranks and commands
 //! send them lives in `eckpt-cluster-api`.
 //!
-//! - [`shard`], [`parity_store`]: a node's data shards (from its store) and its parity.
+//! - [`shard`], [`stripe_blob`], [`parity_store`]: a node's data shards (from its store, or
+//!   the stripe blobs written as they are encoded) and its parity.
 //! - [`agent`], [`coordinator`]: the two processes.
 //! - [`launch`], [`netns`]: `eckpt up/down/join/kill-node` and emulated hosts.
 //! - [`debug`]: pause points for fault-injection tests.
@@ -18,3 +19,4 @@ pub mod launch;
 pub mod netns;
 pub mod parity_store;
 pub mod shard;
+pub mod stripe_blob;

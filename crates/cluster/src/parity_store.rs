@@ -4,6 +4,7 @@
 //! ```text
 //! coded/
 //!   obj-g<G>-e<E>/          committed object: parity + parity.json, and/or blob
+//!                           (prepared: blob.plan, then blob.tmp while the encode writes it)
 //!     stage-<V>             update mode: new contents of changed parity chunks for version V
 //!   prepared-g<G>-e<E>/     written by an encode, awaiting the coordinator's decision
 //!   rebuild-*/              shards being decoded here
@@ -16,12 +17,11 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use eckpt_coding::ObjectId;
-use eckpt_cursor::{Cursor, Truncated};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use eckpt_cluster_api::dirs::{fsync_dir, write_atomic};
@@ -41,6 +41,7 @@ struct ParityManifest {
 const PARITY: &str = "parity";
 const PARITY_MANIFEST: &str = "parity.json";
 const BLOB: &str = "blob";
+const BLOB_PLAN: &str = "blob.plan";
 
 /// The coded objects of one agent.
 #[derive(Debug, Clone)]
@@ -94,11 +95,39 @@ impl ParityStore {
         Ok(dir)
     }
 
-    /// Stores this node's stripe blob for `id` (prepared), durably.
-    pub fn put_blob(&self, id: ObjectId, blob: &[u8]) -> Result<PathBuf, ClusterError> {
-        let path = self.prepared_dir_created(id)?.join(BLOB);
-        write_atomic(&path, blob)?;
-        Ok(path)
+    /// Records what this node's stripe blob for `id` will hold (prepared): describe plans
+    /// it, the encode writes it.
+    pub fn put_blob_plan(&self, id: ObjectId, plan: &impl Serialize) -> Result<(), ClusterError> {
+        let path = self.prepared_dir_created(id)?.join(BLOB_PLAN);
+        write_atomic(&path, &serde_json::to_vec(plan).expect("a plan serializes"))
+    }
+
+    /// The blob plan of `id`, if describe made one here.
+    pub fn blob_plan<T: DeserializeOwned>(&self, id: ObjectId) -> Result<T, ClusterError> {
+        let path = self.existing_dir(id)?.join(BLOB_PLAN);
+        let bytes = fs::read(&path).map_err(io_at(&path))?;
+        serde_json::from_slice(&bytes).map_err(|e| ClusterError::Corrupt(format!("{}: {e}", path.display())))
+    }
+
+    /// Whether a blob for `id` is planned here and not yet written.
+    pub fn has_blob_plan(&self, id: ObjectId) -> bool {
+        self.prepared_dir(id).join(BLOB_PLAN).is_file()
+    }
+
+    /// Where the blob of `id` is written before [`ParityStore::publish_blob`].
+    pub fn blob_temp(&self, id: ObjectId) -> Result<PathBuf, ClusterError> {
+        Ok(self.prepared_dir_created(id)?.join(format!("{BLOB}.tmp")))
+    }
+
+    /// Makes the written (and fsynced) blob of `id` the object's blob, durably, and drops
+    /// its plan.
+    pub fn publish_blob(&self, id: ObjectId) -> Result<(), ClusterError> {
+        let dir = self.prepared_dir(id);
+        let (tmp, path) = (dir.join(format!("{BLOB}.tmp")), dir.join(BLOB));
+        fs::rename(&tmp, &path).map_err(io_at(&path))?;
+        let plan = dir.join(BLOB_PLAN);
+        fs::remove_file(&plan).map_err(io_at(&plan))?;
+        fsync_dir(&dir)
     }
 
     /// The blob file of `id`.
@@ -161,27 +190,29 @@ impl ParityStore {
         Ok(())
     }
 
-    /// Writes the staged new contents of changed parity chunks for `version`.
-    pub fn stage_update(
-        &self,
-        id: ObjectId,
-        version: u64,
-        chunks: &BTreeMap<u64, Vec<u8>>,
-    ) -> Result<(), ClusterError> {
+    /// Starts staging the update of `id` to `version`: the changed chunks' new contents
+    /// go to a stage file as they are folded, not into memory ([`StagedUpdate`]).
+    pub fn stage(&self, id: ObjectId, version: u64) -> Result<StagedUpdate, ClusterError> {
         let dir = self.committed_dir(id);
-        let path = dir.join(format!("stage-{version}"));
+        let reader = ParityReader::open(&dir, id)?;
         let tmp = dir.join(format!("stage-{version}.tmp"));
-        let mut out = std::io::BufWriter::new(File::create(&tmp).map_err(io_at(&tmp))?);
-        for (index, bytes) in chunks {
-            out.write_all(&index.to_le_bytes()).map_err(io_at(&tmp))?;
-            out.write_all(&crc32c::crc32c(bytes).to_le_bytes())
-                .map_err(io_at(&tmp))?;
-            out.write_all(bytes).map_err(io_at(&tmp))?;
-        }
-        let file = out.into_inner().map_err(|e| io_at(&tmp)(e.into_error()))?;
-        file.sync_all().map_err(io_at(&tmp))?;
-        fs::rename(&tmp, &path).map_err(io_at(&path))?;
-        fsync_dir(&dir)
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&tmp)
+            .map_err(io_at(&tmp))?;
+        Ok(StagedUpdate {
+            buf: vec![0u8; reader.chunk()],
+            reader,
+            file,
+            path: dir.join(format!("stage-{version}")),
+            tmp,
+            dir,
+            at: BTreeMap::new(),
+            end: 0,
+        })
     }
 
     /// Versions with a staged update, ascending.
@@ -197,14 +228,13 @@ impl ParityStore {
     }
 
     /// Applies the staged update of `version` to the committed parity (idempotent: it
-    /// writes new contents, not differences), then records the new version.
+    /// writes new contents, not differences), then records the new version. Reads the stage
+    /// a chunk at a time.
     pub fn apply_update(&self, id: ObjectId, version: u64) -> Result<(), ClusterError> {
         let dir = self.committed_dir(id);
-        let stage = dir.join(format!("stage-{version}"));
-        let mut bytes = Vec::new();
-        File::open(&stage)
-            .and_then(|mut f| f.read_to_end(&mut bytes))
-            .map_err(io_at(&stage))?;
+        let stage_path = dir.join(format!("stage-{version}"));
+        let stage = File::open(&stage_path).map_err(io_at(&stage_path))?;
+        let stage_len = stage.metadata().map_err(io_at(&stage_path))?.len();
         let mpath = dir.join(PARITY_MANIFEST);
         let mut manifest = read_manifest(&mpath)?;
         let chunk = manifest.chunk as usize;
@@ -213,19 +243,25 @@ impl ParityStore {
             .write(true)
             .open(&ppath)
             .map_err(io_at(&ppath))?;
-        let mut cursor = Cursor::new(&bytes);
-        let truncated = |e: Truncated| ClusterError::Corrupt(format!("{}: truncated: {e}", stage.display()));
-        while !cursor.is_empty() {
-            let index = cursor.u64("chunk index").map_err(truncated)?;
-            let crc = cursor.u32("chunk checksum").map_err(truncated)?;
-            let data = cursor.take(chunk as u64, "chunk").map_err(truncated)?;
+        let bad = |why: &str| ClusterError::Corrupt(format!("{}: {why}", stage_path.display()));
+        let mut record = vec![0u8; RECORD_HEAD + chunk];
+        let mut at = 0u64;
+        while at < stage_len {
+            if stage_len - at < record.len() as u64 {
+                return Err(bad("truncated record"));
+            }
+            stage.read_exact_at(&mut record, at).map_err(io_at(&stage_path))?;
+            let (head, data) = record.split_at(RECORD_HEAD);
+            let index = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+            let crc = u32::from_le_bytes(head[8..].try_into().expect("4 bytes"));
             if crc32c::crc32c(data) != crc || index as usize >= manifest.crcs.len() {
-                return Err(ClusterError::Corrupt(format!("{}: bad record", stage.display())));
+                return Err(bad("bad record"));
             }
             parity
                 .write_all_at(data, index * chunk as u64)
                 .map_err(io_at(&ppath))?;
             manifest.crcs[index as usize] = crc;
+            at += record.len() as u64;
         }
         parity.sync_all().map_err(io_at(&ppath))?;
         manifest.version = version;
@@ -233,7 +269,7 @@ impl ParityStore {
             &mpath,
             &serde_json::to_vec(&manifest).expect("manifest serializes"),
         )?;
-        fs::remove_file(&stage).map_err(io_at(&stage))?;
+        fs::remove_file(&stage_path).map_err(io_at(&stage_path))?;
         fsync_dir(&dir)
     }
 
@@ -408,6 +444,92 @@ impl ParityReader {
     }
 }
 
+/// Bytes before a chunk's contents in a stage record: its index (u64) and checksum (u32).
+const RECORD_HEAD: usize = 12;
+
+/// The staged update of one object: for every parity chunk it changes, a record (index,
+/// checksum, new contents) in the stage file. A chunk is copied there from the committed
+/// parity on first touch and changed in place after, so memory is one chunk however much
+/// the update touches; [`StagedUpdate::seal`] writes the checksums and publishes the stage
+/// (a redo log [`ParityStore::apply_update`] applies at commit). Dropped unsealed, it
+/// leaves only a temporary file the next stage of the version replaces.
+pub struct StagedUpdate {
+    reader: ParityReader,
+    file: File,
+    tmp: PathBuf,
+    path: PathBuf,
+    dir: PathBuf,
+    /// Stage-file offset of each touched chunk's record.
+    at: BTreeMap<u64, u64>,
+    end: u64,
+    buf: Vec<u8>,
+}
+
+impl StagedUpdate {
+    /// Lets `change` modify bytes `offset..offset + len` of parity chunk `index`'s new
+    /// contents (the committed contents until a change).
+    pub fn modify(
+        &mut self,
+        index: u64,
+        offset: usize,
+        len: usize,
+        change: impl FnOnce(&mut [u8]) -> Result<(), ClusterError>,
+    ) -> Result<(), ClusterError> {
+        let chunk = self.reader.chunk();
+        if offset.checked_add(len).is_none_or(|end| end > chunk) {
+            return Err(ClusterError::Invalid(format!(
+                "bytes {offset}+{len} of a {chunk}-byte parity chunk"
+            )));
+        }
+        let record = match self.at.get(&index) {
+            Some(&at) => at,
+            None => {
+                self.buf.resize(chunk, 0);
+                self.reader.read(index, &mut self.buf)?;
+                let at = self.end;
+                let mut head = [0u8; RECORD_HEAD];
+                head[..8].copy_from_slice(&index.to_le_bytes());
+                self.file.write_all_at(&head, at).map_err(io_at(&self.tmp))?;
+                self.file
+                    .write_all_at(&self.buf, at + RECORD_HEAD as u64)
+                    .map_err(io_at(&self.tmp))?;
+                self.at.insert(index, at);
+                self.end += (RECORD_HEAD + chunk) as u64;
+                at
+            }
+        };
+        let bytes_at = record + (RECORD_HEAD + offset) as u64;
+        let bytes = &mut self.buf[..len];
+        self.file
+            .read_exact_at(bytes, bytes_at)
+            .map_err(io_at(&self.tmp))?;
+        change(bytes)?;
+        self.file.write_all_at(bytes, bytes_at).map_err(io_at(&self.tmp))
+    }
+
+    /// Parity chunks changed so far.
+    pub fn touched(&self) -> usize {
+        self.at.len()
+    }
+
+    /// Writes each record's checksum, makes the stage durable and publishes it.
+    pub fn seal(mut self) -> Result<(), ClusterError> {
+        let chunk = self.reader.chunk();
+        self.buf.resize(chunk, 0);
+        for &at in self.at.values() {
+            self.file
+                .read_exact_at(&mut self.buf, at + RECORD_HEAD as u64)
+                .map_err(io_at(&self.tmp))?;
+            self.file
+                .write_all_at(&crc32c::crc32c(&self.buf).to_le_bytes(), at + 8)
+                .map_err(io_at(&self.tmp))?;
+        }
+        self.file.sync_all().map_err(io_at(&self.tmp))?;
+        fs::rename(&self.tmp, &self.path).map_err(io_at(&self.path))?;
+        fsync_dir(&self.dir)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,20 +567,40 @@ mod tests {
         w.write(0, &[1u8; 512]).unwrap();
         w.finish().unwrap();
         coded.commit(ID).unwrap();
-        let staged = BTreeMap::from([(1u64, vec![9u8; 512])]);
-        coded.stage_update(ID, 8, &staged).unwrap();
+        let stage = |version| {
+            let mut staged = coded.stage(ID, version).unwrap();
+            staged
+                .modify(1, 100, 12, |bytes| {
+                    bytes.fill(9);
+                    Ok(())
+                })
+                .unwrap();
+            staged
+                .modify(1, 108, 8, |bytes| {
+                    assert_eq!(bytes[..4], [9; 4], "a second change sees the first");
+                    bytes.fill(7);
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(staged.touched(), 1);
+            staged.seal().unwrap();
+        };
+        stage(8);
         assert_eq!(coded.staged_versions(ID), vec![8]);
         let reader = coded.parity_reader(ID).unwrap();
         let mut buf = vec![0u8; 512];
         reader.read(1, &mut buf).unwrap();
         assert_eq!(buf, [0u8; 512], "staging leaves the parity alone");
         coded.drop_update(ID, 8).unwrap();
-        coded.stage_update(ID, 9, &staged).unwrap();
+        stage(9);
         coded.apply_update(ID, 9).unwrap();
         let reader = coded.parity_reader(ID).unwrap();
         assert_eq!(reader.version(), 9);
         reader.read(1, &mut buf).unwrap();
-        assert_eq!(buf, [9u8; 512]);
+        let mut expected = [0u8; 512];
+        expected[100..108].fill(9);
+        expected[108..116].fill(7);
+        assert_eq!(buf, expected);
         assert!(coded.staged_versions(ID).is_empty());
     }
 
@@ -467,8 +609,12 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let coded = ParityStore::open(tmp.path()).unwrap();
         let other = ObjectId { group: 1, epoch: 2 };
-        coded.put_blob(ID, b"a").unwrap();
-        coded.put_blob(other, b"b").unwrap();
+        for id in [ID, other] {
+            coded.put_blob_plan(id, &"plan").unwrap();
+            fs::write(coded.blob_temp(id).unwrap(), b"blob").unwrap();
+            coded.publish_blob(id).unwrap();
+            assert!(!coded.has_blob_plan(id));
+        }
         coded.commit(other).unwrap();
         coded.retain(&[ID]).unwrap();
         assert!(coded.blob_path(ID).is_ok());

@@ -1,7 +1,7 @@
 //! A systematic `k + m` erasure code: shards `0..k` are data, `k..k+m` parity.
 
 use crate::matrix::{self, CodeKind};
-use crate::{CodecError, LinearMap};
+use crate::{CodecError, Kernel, LinearMap};
 
 /// Largest shard count a GF(2^8) code supports.
 pub const MAX_SHARDS: usize = 256;
@@ -18,15 +18,22 @@ pub struct Code {
 }
 
 impl Code {
-    /// A `k + m` code of the given kind. Refuses shapes the field cannot hold.
+    /// A `k + m` code of the given kind, for the process's kernel ([`crate::kernel`]).
+    /// Refuses shapes the field cannot hold, and an `ECKPT_ISA` this CPU cannot run.
     pub fn new(kind: CodeKind, k: usize, m: usize) -> Result<Code, CodecError> {
+        Code::with_kernel(kind, k, m, crate::kernel()?)
+    }
+
+    /// A `k + m` code whose encodes, updates and decoders use `kernel` (tests compare every
+    /// kernel the CPU has).
+    pub fn with_kernel(kind: CodeKind, k: usize, m: usize, kernel: Kernel) -> Result<Code, CodecError> {
         if k == 0 || m == 0 || k + m > MAX_SHARDS {
             return Err(CodecError::Shape(format!(
                 "k={k}, m={m}: need k ≥ 1, m ≥ 1 and k + m ≤ {MAX_SHARDS}"
             )));
         }
         let generator = matrix::generator(kind, k, m);
-        let parity = LinearMap::new(m, k, generator[k * k..].to_vec());
+        let parity = LinearMap::with_kernel(kernel, m, k, generator[k * k..].to_vec())?;
         Ok(Code {
             kind,
             k,
@@ -120,7 +127,7 @@ impl Code {
         Ok(Decoder {
             erased,
             survivors,
-            map: LinearMap::new(rows.len() / k, k, rows),
+            map: LinearMap::with_kernel(self.parity.kernel(), rows.len() / k, k, rows)?,
         })
     }
 

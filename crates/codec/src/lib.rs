@@ -3,21 +3,24 @@
 //! protection needs — full-stripe encode, one shard's contribution (pipeline step and parity
 //! update), and decode of up to `m` erasures. No I/O: callers own the buffers.
 //!
-//! Kernels come from ISA-L built from source (feature `isal`, on by default), so output is
-//! byte-identical to ISA-L's for the same matrix; [`reference`] holds portable kernels used
-//! as a test oracle and as the fallback.
+//! Output is byte-identical to ISA-L's for the same matrix. The kernel is chosen at run time
+//! ([`Kernel`], [`kernel`]): on x86-64 eckpt's own, one per ISA level (SSSE3, AVX2,
+//! AVX-512, AVX-512 + GFNI), `ECKPT_ISA` forcing a level; elsewhere ISA-L built from source
+//! (feature `isal`, on by default); [`reference`] holds portable kernels used as a test
+//! oracle and as the last fallback.
 
 mod code;
 pub mod gf;
-#[cfg(all(feature = "isal", target_arch = "x86_64"))]
-mod gfni;
+mod isa;
 mod kernel;
 mod linear;
 pub mod matrix;
 pub mod reference;
+#[cfg(target_arch = "x86_64")]
+mod simd;
 
 pub use code::{Code, Decoder, MAX_SHARDS};
-pub use kernel::{is_native, kernel_name};
+pub use isa::{cpu_isa, kernel, supported_kernels, Kernel, ISA_VARIABLE};
 pub use linear::LinearMap;
 pub use matrix::CodeKind;
 
@@ -40,4 +43,7 @@ pub enum CodecError {
     /// Buffer counts or lengths do not fit the code.
     #[error("{0}")]
     Shape(String),
+    /// The kernel asked for (`ECKPT_ISA`) cannot run in this process.
+    #[error("{0}")]
+    Kernel(String),
 }

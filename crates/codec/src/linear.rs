@@ -3,17 +3,18 @@
 //! instances of it, so they share one kernel path.
 
 use crate::kernel::{self, Tables};
-use crate::CodecError;
+use crate::{CodecError, Kernel};
 
 /// Smallest byte range worth a thread of its own.
 const MIN_BYTES_PER_THREAD: usize = 64 * 1024;
 
-/// `rows × cols` coefficients plus the kernel's expanded tables for them.
+/// `rows × cols` coefficients plus the kernel that multiplies by them and its tables.
 #[derive(Clone)]
 pub struct LinearMap {
     rows: usize,
     cols: usize,
     coefficients: Vec<u8>,
+    kernel: Kernel,
     tables: Tables,
 }
 
@@ -23,26 +24,51 @@ impl std::fmt::Debug for LinearMap {
             .field("rows", &self.rows)
             .field("cols", &self.cols)
             .field("coefficients", &self.coefficients)
+            .field("kernel", &self.kernel)
             .finish()
     }
 }
 
 impl LinearMap {
-    /// Builds the map from row-major coefficients.
-    pub fn new(rows: usize, cols: usize, coefficients: Vec<u8>) -> LinearMap {
-        assert_eq!(
-            coefficients.len(),
-            rows * cols,
-            "coefficients are not {rows}×{cols}"
-        );
-        assert!(rows > 0 && cols > 0, "empty linear map");
-        let tables = kernel::init_tables(cols, rows, &coefficients);
-        LinearMap {
+    /// Builds the map from row-major coefficients, for the process's kernel
+    /// ([`crate::kernel`]: `ECKPT_ISA`, else the fastest this CPU runs).
+    pub fn new(rows: usize, cols: usize, coefficients: Vec<u8>) -> Result<LinearMap, CodecError> {
+        LinearMap::with_kernel(crate::kernel()?, rows, cols, coefficients)
+    }
+
+    /// Builds the map for a given kernel (tests run every kernel the CPU has side by side);
+    /// refuses one this process cannot run and coefficients that are not `rows × cols`.
+    pub fn with_kernel(
+        kernel: Kernel,
+        rows: usize,
+        cols: usize,
+        coefficients: Vec<u8>,
+    ) -> Result<LinearMap, CodecError> {
+        if rows == 0 || cols == 0 || coefficients.len() != rows * cols {
+            return Err(CodecError::Shape(format!(
+                "{} coefficients for a {rows}×{cols} map",
+                coefficients.len()
+            )));
+        }
+        if !kernel.is_supported() {
+            return Err(CodecError::Kernel(format!(
+                "the {kernel} kernel does not run here (this CPU has: {})",
+                crate::cpu_isa().join(", ")
+            )));
+        }
+        let tables = kernel::tables(kernel, rows, cols, &coefficients);
+        Ok(LinearMap {
             rows,
             cols,
             coefficients,
+            kernel,
             tables,
-        }
+        })
+    }
+
+    /// The kernel this map multiplies with.
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
     }
 
     /// Number of output vectors.
@@ -81,7 +107,7 @@ impl LinearMap {
         let len = self.check_shapes(&lens, self.cols, outputs)?;
         for_each_range(len, threads, outputs, |start, end, outs| {
             let ins: Vec<&[u8]> = inputs.iter().map(|s| &s[start..end]).collect();
-            kernel::apply(&self.tables, self.cols, &ins, outs);
+            self.run(0, &ins, outs, false);
         });
         Ok(())
     }
@@ -110,9 +136,22 @@ impl LinearMap {
         let len = self.check_shapes(&[input.len()], 1, outputs)?;
         // One call per thread: a single input streams through, so cutting it up buys nothing.
         for_each_range(len, threads, outputs, |start, end, outs| {
-            kernel::accumulate(&self.tables, self.cols, col, &input[start..end], outs);
+            self.run(col, &[&input[start..end]], outs, true);
         });
         Ok(())
+    }
+
+    /// `outputs (^)= X[·][first..first + inputs.len()] · inputs` with the map's kernel.
+    fn run(&self, first: usize, inputs: &[&[u8]], outputs: &mut [&mut [u8]], accumulate: bool) {
+        kernel::run(
+            &self.tables,
+            &self.coefficients,
+            self.cols,
+            first,
+            inputs,
+            outputs,
+            accumulate,
+        );
     }
 
     /// Checks that there are `rows` outputs, `expected_inputs` inputs, and that all have one

@@ -1,8 +1,9 @@
 //! eckpt's codes against Debian's own ISA-L (`libisal2`, loaded at run time): the same
-//! generator matrices, and parity byte-equal to its `ec_encode_data` and `ec_encode_data_update`.
+//! generator matrices, and parity byte-equal to its `ec_encode_data` and
+//! `ec_encode_data_update` with every kernel this CPU runs.
 //! Set `ECKPT_REQUIRE_SYSTEM_ISAL=1` (CI does) to make a missing library a failure, not a skip.
 
-use eckpt_codec::{Code, CodeKind};
+use eckpt_codec::{supported_kernels, Code, CodeKind};
 use eckpt_system_isal::SystemIsal;
 
 fn system_isal() -> Option<SystemIsal> {
@@ -46,8 +47,14 @@ fn generator_matrices_equal_isal() {
 }
 
 #[test]
-fn parity_and_update_equal_isal() {
+fn parity_and_update_equal_isal_with_every_kernel() {
     let Some(isal) = system_isal() else { return };
+    for kernel in supported_kernels() {
+        parity_and_update_equal_isal(&isal, kernel);
+    }
+}
+
+fn parity_and_update_equal_isal(isal: &SystemIsal, kernel: eckpt_codec::Kernel) {
     for (k, m, len) in [
         (10, 4, 1 << 16),
         (4, 2, 100_003),
@@ -58,7 +65,7 @@ fn parity_and_update_equal_isal() {
         (5, 6, 4096),
     ] {
         for kind in [CodeKind::Cauchy, CodeKind::Rs] {
-            let code = Code::new(kind, k, m).unwrap();
+            let code = Code::with_kernel(kind, k, m, kernel).unwrap();
             let data = pseudo_random(k * len, (k * 1000 + m) as u64);
             let shards: Vec<&[u8]> = data.chunks(len).collect();
             let tables = isal.init_tables(k, m, &code.generator()[k * k..]);
@@ -75,7 +82,7 @@ fn parity_and_update_equal_isal() {
                 &shards,
                 &mut theirs.iter_mut().map(|p| p.as_mut_slice()).collect::<Vec<_>>(),
             );
-            assert_eq!(ours, theirs, "{kind:?} k={k} m={m} encode");
+            assert_eq!(ours, theirs, "{kernel}: {kind:?} k={k} m={m} encode");
 
             let delta = pseudo_random(len, 99);
             let j = k / 2;
@@ -92,7 +99,7 @@ fn parity_and_update_equal_isal() {
                 &delta,
                 &mut theirs.iter_mut().map(|p| p.as_mut_slice()).collect::<Vec<_>>(),
             );
-            assert_eq!(ours, theirs, "{kind:?} k={k} m={m} update");
+            assert_eq!(ours, theirs, "{kernel}: {kind:?} k={k} m={m} update");
         }
     }
 }

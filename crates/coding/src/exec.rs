@@ -9,9 +9,10 @@
 //! file error); the executor's own failures (a message of the wrong size, a codec refusal)
 //! become `E` through `From<CodingError>`.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 
-use eckpt_codec::LinearMap;
+use eckpt_codec::{CodecError, LinearMap};
 
 use crate::config::Topology;
 use crate::plan::{actions, Action, Buf, CodingPlan, Input, Output, Payload, RowPlan};
@@ -56,10 +57,14 @@ struct Columns {
 }
 
 impl Columns {
-    fn map(&mut self, column: Vec<u8>) -> &LinearMap {
-        self.maps
-            .entry(column)
-            .or_insert_with_key(|c| LinearMap::new(c.len(), 1, c.clone()))
+    fn map(&mut self, column: Vec<u8>) -> Result<&LinearMap, CodecError> {
+        Ok(match self.maps.entry(column) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let map = LinearMap::new(e.key().len(), 1, e.key().clone())?;
+                e.insert(map)
+            }
+        })
     }
 
     /// `outs[i] (^)= column[i] · input`: overwritten when `overwrite`, else added.
@@ -70,7 +75,7 @@ impl Columns {
         mut outs: Vec<&mut [u8]>,
         overwrite: bool,
     ) -> Result<(), CodingError> {
-        let map = self.map(column);
+        let map = self.map(column)?;
         if overwrite {
             map.apply(&[input], &mut outs)?;
         } else {

@@ -209,7 +209,7 @@ pub fn encode_file(
         shard_bytes: manifest.shard_len(),
         seconds,
         gbps: input_len as f64 / seconds / 1e9,
-        kernel: eckpt_codec::kernel_name(),
+        kernel: code.parity_map().kernel().name(),
     })
 }
 

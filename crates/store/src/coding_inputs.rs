@@ -1,8 +1,13 @@
 //! What the cluster layer needs from a rank's store: parity-update input, padded deltas
 //! for stripe coding, and rebuilding an epoch from a decoded delta.
 
-use crate::delta::{delta_len_of, parse_delta, Delta, DeltaItem};
-use crate::error::{Result, StoreError};
+use std::io::{IoSlice, Write};
+use std::path::Path;
+
+use crate::delta::{
+    delta_len_of, encoded_len_of, header, item_header, parse_delta_ref, Delta, DeltaItem, DeltaSink,
+};
+use crate::error::{io_at, Result, StoreError};
 use crate::layout::scan_rank;
 use crate::manifest::ItemManifest;
 use crate::read::{locate, Chain};
@@ -57,6 +62,11 @@ fn xor_blocks(
         }
     }
     Ok(())
+}
+
+/// An item count as the delta header holds it.
+fn item_count(n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| StoreError::Invalid("too many items".into()))
 }
 
 /// An item of a delta: the manifest's shape with the given blocks.
@@ -170,38 +180,98 @@ impl Store {
         })
     }
 
-    /// The complete image of `epoch` (committed or prepared) as a delta without parent —
-    /// every block of every item, read through the delta chain and verified. The first
-    /// stripe of a cluster's stripe chain carries these.
-    pub fn complete_delta(&self, rank: u32, epoch: u64) -> Result<Delta> {
+    /// Encoded length of what [`Store::write_delta`] writes, from the manifests alone, so
+    /// that a group can agree on the largest before anything is read.
+    pub fn encoded_delta_len(&self, rank: u32, epoch: u64, complete: bool) -> Result<u64> {
+        if !complete {
+            return self.delta_len(rank, epoch);
+        }
         let chain = Chain::open(&self.rank_dir(rank), rank, epoch, true)?;
         let m = &chain.target().manifest;
-        let mut items = Vec::with_capacity(m.items.len());
-        // Read in windows of many blocks: one pass over the chain per window, not per block.
-        const WINDOW_BLOCKS: u64 = 1024;
-        let mut window = Vec::new();
-        for item in &m.items {
-            let bs = u64::from(item.block_size);
-            let mut blocks = Vec::with_capacity(item.block_count() as usize);
-            for first in (0..item.block_count()).step_by(WINDOW_BLOCKS as usize) {
-                let start = first * bs;
-                window.resize((WINDOW_BLOCKS * bs).min(item.len - start) as usize, 0);
-                chain.read_padded(&item.name, start, &mut window)?;
-                blocks.extend(
-                    window
-                        .chunks(bs as usize)
-                        .enumerate()
-                        .map(|(i, b)| (first + i as u64, b.to_vec())),
-                );
+        Ok(encoded_len_of(
+            m.items.iter().map(|i| (i.name.len(), i.block_count(), i.len)),
+        ))
+    }
+
+    /// Writes the serialized delta of `epoch` (committed or prepared) to `out` (named
+    /// `out_path` in errors), block by block as the store is read: the bytes
+    /// [`Store::delta`]`.encode()` makes, or with `complete` the whole image as a delta
+    /// without parent — every block of every item, read through the delta chain in windows
+    /// and verified (the first stripe of a cluster's stripe chain carries these). Memory
+    /// stays at one window whatever the image size; `out` needs no buffer (small pieces are
+    /// gathered, a window's blocks written straight from it). Returns the bytes written.
+    pub fn write_delta(
+        &self,
+        rank: u32,
+        epoch: u64,
+        complete: bool,
+        out: &mut impl Write,
+        out_path: &Path,
+    ) -> Result<u64> {
+        let len = self.encoded_delta_len(rank, epoch, complete)?;
+        let mut sink = DeltaSink::new(out);
+        let put = |sink: &mut DeltaSink<'_, _>, bytes: &[u8]| sink.put(bytes).map_err(io_at(out_path));
+        let dir = self.rank_dir(rank);
+        if complete {
+            let chain = Chain::open(&dir, rank, epoch, true)?;
+            let m = &chain.target().manifest;
+            put(
+                &mut sink,
+                &header(rank, epoch, None, len, item_count(m.items.len())?),
+            )?;
+            // One pass over the chain per window of many blocks, not per block.
+            const WINDOW_BLOCKS: u64 = 1024;
+            let mut window = Vec::new();
+            for item in &m.items {
+                let bs = u64::from(item.block_size);
+                put(
+                    &mut sink,
+                    &item_header(&item.name, item.len, item.block_size, item.block_count()),
+                )?;
+                for first in (0..item.block_count()).step_by(WINDOW_BLOCKS as usize) {
+                    let start = first * bs;
+                    window.resize((WINDOW_BLOCKS * bs).min(item.len - start) as usize, 0);
+                    chain.read_padded(&item.name, start, &mut window)?;
+                    let indices: Vec<[u8; 8]> = (0..window.len().div_ceil(bs as usize) as u64)
+                        .map(|i| (first + i).to_le_bytes())
+                        .collect();
+                    let mut pieces: Vec<IoSlice<'_>> = indices
+                        .iter()
+                        .zip(window.chunks(bs as usize))
+                        .flat_map(|(index, block)| [IoSlice::new(index), IoSlice::new(block)])
+                        .collect();
+                    sink.put_all(&mut pieces).map_err(io_at(out_path))?;
+                }
             }
-            items.push(delta_item(item, blocks));
+        } else {
+            let data = locate(&dir, &scan_rank(&dir)?, rank, epoch, true)?;
+            let m = &data.manifest;
+            let parent = if m.full { None } else { m.parent };
+            put(
+                &mut sink,
+                &header(rank, epoch, parent, len, item_count(m.items.len())?),
+            )?;
+            let mut buf = Vec::new();
+            for (i, item) in m.items.iter().enumerate() {
+                let count = item.blocks.len() as u64;
+                put(
+                    &mut sink,
+                    &item_header(&item.name, item.len, item.block_size, count),
+                )?;
+                for (k, b) in item.blocks.iter().enumerate() {
+                    data.read_block(epoch, i, k, &mut buf)?;
+                    put(&mut sink, &b.index.to_le_bytes())?;
+                    put(&mut sink, &buf)?;
+                }
+            }
         }
-        Ok(Delta {
-            rank,
-            epoch,
-            parent: None,
-            items,
-        })
+        let written = sink.finish().map_err(io_at(out_path))?;
+        if written != len {
+            return Err(StoreError::Invalid(format!(
+                "rank {rank} epoch {epoch}: wrote a {written}-byte delta, {len} expected"
+            )));
+        }
+        Ok(written)
     }
 
     /// [`Store::delta`] serialized and zero-padded to exactly `len` bytes (the group's
@@ -224,7 +294,7 @@ impl Store {
     /// complete image), and its epoch newer than the latest committed one. Returns the
     /// epoch. Prepared epochs of the rank are discarded.
     pub fn apply_delta(&self, rank: u32, bytes: &[u8]) -> Result<u64> {
-        let delta = parse_delta(bytes)?;
+        let delta = parse_delta_ref(bytes)?;
         if delta.rank != rank {
             return Err(StoreError::Invalid(format!(
                 "delta of rank {} applied to rank {rank}",
@@ -252,8 +322,7 @@ impl Store {
             .unwrap_or_default();
         let mut writer = self.begin(lock, plan)?;
         for item in &delta.items {
-            let blocks: Vec<(u64, &[u8])> = item.blocks.iter().map(|(i, d)| (*i, d.as_slice())).collect();
-            writer.put_dirty(&item.name, item.block_size, item.len, &blocks)?;
+            writer.put_dirty(&item.name, item.block_size, item.len, &item.blocks)?;
         }
         for name in carried {
             if !delta.items.iter().any(|i| i.name == name) {

@@ -50,9 +50,10 @@ const MIN_ITEM_LEN: usize = 2 + 1 + 8 + 4 + 8;
 /// Smallest possible encoded block (index plus at least one byte).
 const MIN_BLOCK_LEN: usize = 8 + 1;
 
-/// One item of a [`Delta`].
+/// One item of a [`Delta`]; its blocks' bytes owned (`Vec<u8>`) or borrowed from the
+/// serialized delta (`&[u8]`, [`parse_delta_ref`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeltaItem {
+pub struct DeltaItem<B = Vec<u8>> {
     /// Item name.
     pub name: String,
     /// Item length in the delta's epoch.
@@ -60,12 +61,12 @@ pub struct DeltaItem {
     /// Block size of `blocks`.
     pub block_size: u32,
     /// `(block index, block bytes)`, strictly ascending by index.
-    pub blocks: Vec<(u64, Vec<u8>)>,
+    pub blocks: Vec<(u64, B)>,
 }
 
 /// A decoded delta: how to turn the parent epoch's image into the epoch's image.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delta {
+pub struct Delta<B = Vec<u8>> {
     /// Rank the delta belongs to.
     pub rank: u32,
     /// Epoch the delta produces.
@@ -73,10 +74,31 @@ pub struct Delta {
     /// Epoch the delta applies to; `None` means the delta is a complete image.
     pub parent: Option<u64>,
     /// Every item of the resulting epoch.
-    pub items: Vec<DeltaItem>,
+    pub items: Vec<DeltaItem<B>>,
 }
 
-impl Delta {
+impl Delta<&[u8]> {
+    /// The delta with its blocks copied out of the bytes it was parsed from.
+    pub fn to_owned_blocks(&self) -> Delta {
+        Delta {
+            rank: self.rank,
+            epoch: self.epoch,
+            parent: self.parent,
+            items: self
+                .items
+                .iter()
+                .map(|i| DeltaItem {
+                    name: i.name.clone(),
+                    len: i.len,
+                    block_size: i.block_size,
+                    blocks: i.blocks.iter().map(|(index, b)| (*index, b.to_vec())).collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl<B: AsRef<[u8]>> Delta<B> {
     /// Checks the rules [`parse_delta`] enforces, so that encode and parse agree.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(StoreError::Delta(m));
@@ -103,7 +125,7 @@ impl Delta {
                 if *index >= count {
                     return bad(format!("item {:?} block {index} past end", item.name));
                 }
-                if data.len() as u64 != block_len(item.len, item.block_size, *index) {
+                if data.as_ref().len() as u64 != block_len(item.len, item.block_size, *index) {
                     return bad(format!("item {:?} block {index} has wrong length", item.name));
                 }
             }
@@ -116,11 +138,10 @@ impl Delta {
 
     /// Length of the unpadded encoding.
     pub fn encoded_len(&self) -> u64 {
-        let items = self.items.iter().map(|i| {
-            let blocks = i.blocks.iter().map(|(_, d)| 8 + d.len() as u64).sum::<u64>();
-            (MIN_ITEM_LEN as u64 - 1) + i.name.len() as u64 + blocks
-        });
-        HEADER_LEN + items.sum::<u64>() + TRAILER_LEN
+        encoded_len_of(self.items.iter().map(|i| {
+            let bytes = i.blocks.iter().map(|(_, d)| d.as_ref().len() as u64).sum::<u64>();
+            (i.name.len(), i.blocks.len() as u64, bytes)
+        }))
     }
 
     /// Encodes the delta without padding.
@@ -144,27 +165,19 @@ impl Delta {
         let cap = usize::try_from(len)
             .map_err(|_| StoreError::Invalid(format!("padded length {len} too large")))?;
         let mut out = Vec::with_capacity(cap);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&DELTA_FORMAT.to_le_bytes());
-        let flags = if self.parent.is_some() { FLAG_PARENT } else { 0 };
-        out.extend_from_slice(&flags.to_le_bytes());
-        out.extend_from_slice(&self.rank.to_le_bytes());
-        out.extend_from_slice(&self.epoch.to_le_bytes());
-        out.extend_from_slice(&self.parent.unwrap_or(0).to_le_bytes());
-        out.extend_from_slice(&body_len.to_le_bytes());
         let count =
             u32::try_from(self.items.len()).map_err(|_| StoreError::Invalid("too many items".into()))?;
-        out.extend_from_slice(&count.to_le_bytes());
+        out.extend_from_slice(&header(self.rank, self.epoch, self.parent, body_len, count));
         for item in &self.items {
-            // validate() bounded the name to MAX_ITEM_NAME, which fits a u16.
-            out.extend_from_slice(&(item.name.len() as u16).to_le_bytes());
-            out.extend_from_slice(item.name.as_bytes());
-            out.extend_from_slice(&item.len.to_le_bytes());
-            out.extend_from_slice(&item.block_size.to_le_bytes());
-            out.extend_from_slice(&(item.blocks.len() as u64).to_le_bytes());
+            out.extend_from_slice(&item_header(
+                &item.name,
+                item.len,
+                item.block_size,
+                item.blocks.len() as u64,
+            ));
             for (index, data) in &item.blocks {
                 out.extend_from_slice(&index.to_le_bytes());
-                out.extend_from_slice(data);
+                out.extend_from_slice(data.as_ref());
             }
         }
         let crc = crc32c::crc32c(&out);
@@ -175,14 +188,125 @@ impl Delta {
     }
 }
 
+/// The header of an encoded delta.
+pub(crate) fn header(
+    rank: u32,
+    epoch: u64,
+    parent: Option<u64>,
+    body_len: u64,
+    item_count: u32,
+) -> [u8; HEADER_LEN as usize] {
+    let mut h = [0u8; HEADER_LEN as usize];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..10].copy_from_slice(&DELTA_FORMAT.to_le_bytes());
+    let flags = if parent.is_some() { FLAG_PARENT } else { 0 };
+    h[10..12].copy_from_slice(&flags.to_le_bytes());
+    h[12..16].copy_from_slice(&rank.to_le_bytes());
+    h[16..24].copy_from_slice(&epoch.to_le_bytes());
+    h[24..32].copy_from_slice(&parent.unwrap_or(0).to_le_bytes());
+    h[32..40].copy_from_slice(&body_len.to_le_bytes());
+    h[40..44].copy_from_slice(&item_count.to_le_bytes());
+    h
+}
+
+/// The fields of an encoded item before its blocks. Names were checked to fit a u16
+/// (`MAX_ITEM_NAME`) when the item was written.
+pub(crate) fn item_header(name: &str, len: u64, block_size: u32, block_count: u64) -> Vec<u8> {
+    let mut h = Vec::with_capacity(MIN_ITEM_LEN - 1 + name.len());
+    h.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    h.extend_from_slice(name.as_bytes());
+    h.extend_from_slice(&len.to_le_bytes());
+    h.extend_from_slice(&block_size.to_le_bytes());
+    h.extend_from_slice(&block_count.to_le_bytes());
+    h
+}
+
+/// Encoded length of a delta whose items are `(name length, block count, bytes in blocks)`.
+pub(crate) fn encoded_len_of(items: impl Iterator<Item = (usize, u64, u64)>) -> u64 {
+    let items =
+        items.map(|(name, blocks, bytes)| (MIN_ITEM_LEN as u64 - 1) + name as u64 + 8 * blocks + bytes);
+    HEADER_LEN + items.sum::<u64>() + TRAILER_LEN
+}
+
+/// Writes an encoded delta piece by piece — the bytes [`Delta::encode`] would make — for
+/// deltas too large to build in memory: callers put the header, items and blocks in order,
+/// and [`DeltaSink::finish`] appends the checksum. Small pieces are gathered into writes of
+/// [`SINK_BUFFER`] bytes; runs of blocks go out as they are ([`DeltaSink::put_all`]), so the
+/// writer needs no buffer of its own and block bytes are not copied on the way.
+pub(crate) struct DeltaSink<'a, W: std::io::Write> {
+    out: &'a mut W,
+    pending: Vec<u8>,
+    crc: u32,
+    written: u64,
+}
+
+/// Bytes of small pieces a [`DeltaSink`] gathers before it writes them.
+const SINK_BUFFER: usize = 64 * 1024;
+
+impl<'a, W: std::io::Write> DeltaSink<'a, W> {
+    pub(crate) fn new(out: &'a mut W) -> Self {
+        DeltaSink {
+            out,
+            pending: Vec::with_capacity(SINK_BUFFER),
+            crc: 0,
+            written: 0,
+        }
+    }
+
+    fn count(&mut self, bytes: &[u8]) {
+        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        self.written += bytes.len() as u64;
+    }
+
+    fn flush_pending(&mut self) -> std::io::Result<()> {
+        self.out.write_all(&self.pending)?;
+        self.pending.clear();
+        Ok(())
+    }
+
+    pub(crate) fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.count(bytes);
+        self.pending.extend_from_slice(bytes);
+        if self.pending.len() >= SINK_BUFFER {
+            self.flush_pending()?;
+        }
+        Ok(())
+    }
+
+    /// Puts `pieces` in order, written straight from where they are.
+    pub(crate) fn put_all(&mut self, pieces: &mut [std::io::IoSlice<'_>]) -> std::io::Result<()> {
+        for piece in pieces.iter() {
+            self.count(piece);
+        }
+        self.flush_pending()?;
+        let mut pieces = pieces;
+        while !pieces.is_empty() {
+            let n = self.out.write_vectored(pieces)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            std::io::IoSlice::advance_slices(&mut pieces, n);
+        }
+        Ok(())
+    }
+
+    /// Writes the trailer; returns the delta's encoded length.
+    pub(crate) fn finish(mut self) -> std::io::Result<u64> {
+        self.pending.extend_from_slice(&self.crc.to_le_bytes());
+        self.flush_pending()?;
+        Ok(self.written + TRAILER_LEN)
+    }
+}
+
 /// Length the delta of the epoch `manifest` describes encodes to (its stored blocks are
 /// exactly the delta's blocks).
 pub(crate) fn delta_len_of(manifest: &Manifest) -> u64 {
-    let items = manifest
-        .items
-        .iter()
-        .map(|i| (MIN_ITEM_LEN as u64 - 1) + i.name.len() as u64 + 8 * i.blocks.len() as u64);
-    HEADER_LEN + items.sum::<u64>() + manifest.data_len + TRAILER_LEN
+    encoded_len_of(
+        manifest
+            .items
+            .iter()
+            .map(|i| (i.name.len(), i.blocks.len() as u64, i.stored_bytes())),
+    )
 }
 
 /// The serialized delta is the store's only binary format: input that ends early is a bad delta.
@@ -195,6 +319,12 @@ impl From<Truncated> for StoreError {
 /// Parses a (possibly zero-padded) serialized delta. Never panics; allocates at most a
 /// small multiple of `bytes.len()`.
 pub fn parse_delta(bytes: &[u8]) -> Result<Delta> {
+    parse_delta_ref(bytes).map(|d| d.to_owned_blocks())
+}
+
+/// [`parse_delta`] without copying the blocks: they borrow from `bytes` (a mapped file, a
+/// decoded shard), so a delta as large as an image costs only its block list in memory.
+pub fn parse_delta_ref(bytes: &[u8]) -> Result<Delta<&[u8]>> {
     let bad = |m: &str| StoreError::Delta(m.to_string());
     if (bytes.len() as u64) < HEADER_LEN + TRAILER_LEN {
         return Err(bad("shorter than a header"));
@@ -265,7 +395,7 @@ pub fn parse_delta(bytes: &[u8]) -> Result<Delta> {
             if n == 0 {
                 return Err(StoreError::Delta(format!("item {name:?} block {index} past end")));
             }
-            blocks.push((index, cur.take(n, "block")?.to_vec()));
+            blocks.push((index, cur.take(n, "block")?));
         }
         items.push(DeltaItem {
             name,

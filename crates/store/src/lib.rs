@@ -43,8 +43,10 @@
 //! # Cluster hooks
 //!
 //! [`Store::dirty_xor`] gives the parity-update input (old ⊕ new per changed block),
-//! [`Store::padded_delta`] / [`Store::delta_len`] the zero-padded serialized delta the
-//! group erasure-codes, [`parse_delta`] / [`Store::apply_delta`] the inverse after decode,
+//! [`Store::padded_delta`] / [`Store::delta_len`] the zero-padded serialized delta, and
+//! [`Store::write_delta`] / [`Store::encoded_delta_len`] the same (or a complete image as a
+//! delta) streamed to a file, that the group erasure-codes; [`parse_delta`] /
+//! [`Store::apply_delta`] the inverse after decode,
 //! and [`Store::import_image`] installs a decoded image on a spare node. The first three
 //! accept a prepared epoch, since the cluster encodes before it commits.
 
@@ -64,7 +66,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 pub use coding_inputs::XorBlock;
-pub use delta::{parse_delta, Delta, DeltaItem, DELTA_FORMAT};
+pub use delta::{parse_delta, parse_delta_ref, Delta, DeltaItem, DELTA_FORMAT};
 pub use error::{Result, StoreError};
 pub use manifest::{
     parse_manifest, BlockEntry, ItemManifest, Manifest, MANIFEST_FORMAT, MAX_BLOCK_SIZE, MAX_ITEM_NAME,
@@ -76,6 +78,12 @@ use error::io_at;
 use layout::{parse_rank_dir, rank_dir, scan_rank, RankLock};
 use read::{locate, Chain};
 use write::{cleanup_rank, Plan};
+
+/// Fills a window of an item being imported: `(item name, offset, window)`.
+pub type ImageFill<'a, E> = dyn FnMut(&str, u64, &mut [u8]) -> std::result::Result<(), E> + 'a;
+
+/// Bytes [`Store::verify`] reads at a time.
+const VERIFY_WINDOW: u64 = 4 << 20;
 
 /// When to start a new full image and which epochs to keep (libckpt's `maxfiles`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -321,6 +329,22 @@ impl Store {
         Chain::open(&self.rank_dir(rank), rank, epoch, false)
     }
 
+    /// Verifies every block of every item of a committed epoch, a window at a time (a
+    /// scrub: nothing is kept).
+    pub fn verify(&self, rank: u32, epoch: u64) -> Result<()> {
+        let chain = self.chain(rank, epoch)?;
+        let mut window = Vec::new();
+        for item in &chain.target().manifest.items {
+            let mut offset = 0;
+            while offset < item.len {
+                window.resize((item.len - offset).min(VERIFY_WINDOW) as usize, 0);
+                chain.read_padded(&item.name, offset, &mut window)?;
+                offset += window.len() as u64;
+            }
+        }
+        Ok(())
+    }
+
     /// Reconstructs every item of a committed epoch, verifying every block read.
     pub fn read_image(&self, rank: u32, epoch: u64) -> Result<Image> {
         let chain = self.chain(rank, epoch)?;
@@ -485,6 +509,50 @@ impl Store {
     /// generation (repair of a damaged epoch); otherwise `epoch` must be newer than the
     /// latest committed epoch. Prepared epochs of the rank are discarded.
     pub fn import_image(&self, rank: u32, epoch: u64, image: &Image) -> Result<()> {
+        let items: Vec<(String, u64)> = image
+            .items
+            .iter()
+            .map(|(name, content)| (name.clone(), content.len() as u64))
+            .collect();
+        self.import_image_from(rank, epoch, &items, &mut |name, offset, window| {
+            let content = &image.items[name];
+            window.copy_from_slice(&content[offset as usize..offset as usize + window.len()]);
+            Ok::<(), StoreError>(())
+        })
+    }
+
+    /// [`Store::import_image`] of an image too large to hold: `items` are its items' names
+    /// and lengths, and `fill(name, offset, window)` gives their bytes window by window
+    /// (each item in turn, ascending offsets), so memory stays at one window. A failure of
+    /// `fill` is returned as it is, and nothing is installed.
+    pub fn import_image_from<E: From<StoreError>>(
+        &self,
+        rank: u32,
+        epoch: u64,
+        items: &[(String, u64)],
+        fill: &mut ImageFill<'_, E>,
+    ) -> std::result::Result<(), E> {
+        let mut failure = None;
+        let mut fill = |name: &str, offset: u64, window: &mut [u8]| {
+            fill(name, offset, window).map_err(|e| {
+                failure = Some(e);
+                StoreError::Invalid(format!("the source of rank {rank}'s image failed"))
+            })
+        };
+        let installed = self.import_windows(rank, epoch, items, &mut fill);
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(installed?),
+        }
+    }
+
+    fn import_windows(
+        &self,
+        rank: u32,
+        epoch: u64,
+        items: &[(String, u64)],
+        fill: &mut ImageFill<'_, StoreError>,
+    ) -> Result<()> {
         if epoch == 0 {
             return Err(StoreError::Invalid("epochs start at 1".into()));
         }
@@ -517,8 +585,8 @@ impl Store {
             full: true,
         };
         let mut writer = self.begin(lock, plan)?;
-        for (name, content) in &image.items {
-            writer.put_full(name, content)?;
+        for (name, len) in items {
+            writer.put_full_from(name, *len, &mut |offset, window| fill(name, offset, window))?;
         }
         writer.commit()
     }

@@ -68,22 +68,37 @@ impl EpochData {
     /// `target` is the epoch being read, for the error message.
     pub(crate) fn read_block(&self, target: u64, item: usize, k: usize, buf: &mut Vec<u8>) -> Result<()> {
         let it = &self.manifest.items[item];
-        let entry = it.blocks[k];
+        buf.resize(it.block_len(it.blocks[k].index) as usize, 0);
+        self.read_blocks(target, item, k, buf)
+    }
+
+    /// Fills `dst` with stored blocks `k, k + 1, …` of item `item` — one read, however many
+    /// blocks: they lie back to back in the data file — and checks each block's CRC.
+    /// `dst` must end on a block boundary (or the item's end).
+    pub(crate) fn read_blocks(&self, target: u64, item: usize, k: usize, dst: &mut [u8]) -> Result<()> {
+        let it = &self.manifest.items[item];
         // Only an item's last block is short, so the k-th stored block starts k full
         // blocks into the item's data.
         let off = self.offsets[item] + k as u64 * u64::from(it.block_size);
-        buf.resize(it.block_len(entry.index) as usize, 0);
         self.file
-            .read_exact_at(buf, off)
+            .read_exact_at(dst, off)
             .map_err(io_at(&self.data_path))?;
-        if crc32c::crc32c(buf) != entry.crc32c {
-            return Err(StoreError::BlockChecksum {
-                rank: self.manifest.rank,
-                epoch: target,
-                item: it.name.clone(),
-                block: entry.index,
-                stored_in: self.manifest.epoch,
-            });
+        let mut at = 0;
+        for entry in &it.blocks[k..] {
+            if at == dst.len() {
+                break;
+            }
+            let n = it.block_len(entry.index) as usize;
+            if crc32c::crc32c(&dst[at..at + n]) != entry.crc32c {
+                return Err(StoreError::BlockChecksum {
+                    rank: self.manifest.rank,
+                    epoch: target,
+                    item: it.name.clone(),
+                    block: entry.index,
+                    stored_in: self.manifest.epoch,
+                });
+            }
+            at += n;
         }
         Ok(())
     }
@@ -198,12 +213,30 @@ impl Chain {
             let item = &link.manifest.items[i];
             let bs = u64::from(item.block_size);
             let first = a / bs;
-            let start = item.blocks.partition_point(|blk| blk.index < first);
-            for k in start..item.blocks.len() {
+            let mut k = item.blocks.partition_point(|blk| blk.index < first);
+            while k < item.blocks.len() {
                 // index < block_count, so index * bs < len: no overflow.
                 let bstart = item.blocks[k].index * bs;
                 if bstart >= b {
                     break;
+                }
+                // Stored blocks with consecutive indices that lie wholly inside the window
+                // are read in one go, straight into it.
+                let mut end = k;
+                let mut bend = bstart;
+                while end < item.blocks.len()
+                    && item.blocks[end].index == item.blocks[k].index + (end - k) as u64
+                    && bstart >= a
+                    && bend + item.block_len(item.blocks[end].index) <= b
+                {
+                    bend += item.block_len(item.blocks[end].index);
+                    end += 1;
+                }
+                if end > k {
+                    link.read_blocks(target, i, k, &mut buf[(bstart - a) as usize..(bend - a) as usize])?;
+                    nonzero_end = nonzero_end.max(bend);
+                    k = end;
+                    continue;
                 }
                 link.read_block(target, i, k, &mut scratch)?;
                 let lo = bstart.max(a);
@@ -213,6 +246,7 @@ impl Chain {
                         .copy_from_slice(&scratch[(lo - bstart) as usize..(hi - bstart) as usize]);
                     nonzero_end = nonzero_end.max(hi);
                 }
+                k += 1;
             }
         }
         Ok(())

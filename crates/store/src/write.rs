@@ -72,9 +72,18 @@ pub struct EpochWriter {
     failed: bool,
 }
 
+/// One window of an item being written: its complete new content, or the dirty blocks to
+/// lay over the old content.
+enum Window<'w> {
+    New(&'w [u8]),
+    Dirty(&'w [(u64, &'w [u8])]),
+}
+
 /// Content of one item as the caller hands it over.
 enum Content<'a> {
     Full(&'a [u8]),
+    /// Complete content read window by window: `fill(offset, window)`.
+    Stream(&'a mut dyn FnMut(u64, &mut [u8]) -> Result<()>),
     Dirty(&'a [(u64, &'a [u8])]),
 }
 
@@ -138,6 +147,19 @@ impl EpochWriter {
     pub fn put_full(&mut self, name: &str, content: &[u8]) -> Result<()> {
         let bs = self.default_block_size;
         self.put(name, bs, content.len() as u64, Content::Full(content))
+    }
+
+    /// [`EpochWriter::put_full`] for content too large to hold: `fill(offset, window)` fills
+    /// each window of the item in turn (ascending offsets, a few MiB each), so memory stays
+    /// at one window whatever the item's length.
+    pub fn put_full_from(
+        &mut self,
+        name: &str,
+        len: u64,
+        fill: &mut dyn FnMut(u64, &mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        let bs = self.default_block_size;
+        self.put(name, bs, len, Content::Stream(fill))
     }
 
     /// Stores an item as its new length plus the blocks that changed since the previous
@@ -235,16 +257,29 @@ impl EpochWriter {
         }
         let per_window = (WINDOW / bs).max(1);
         let mut old = Vec::new();
+        let mut streamed = Vec::new();
         let mut dirty_at = 0usize;
         let mut first = 0u64;
+        let mut content = content;
         while first < count {
             let end_block = count.min(first + per_window);
             let a = first * bs;
             let b = item.len.min(end_block * bs);
             let n = (b - a) as usize;
-            match content {
+            let window = match &mut content {
                 Content::Full(c) => {
-                    let new = &c[a as usize..b as usize];
+                    let c: &[u8] = c;
+                    Window::New(&c[a as usize..b as usize])
+                }
+                Content::Stream(fill) => {
+                    streamed.resize(n, 0);
+                    fill(a, &mut streamed)?;
+                    Window::New(&streamed)
+                }
+                Content::Dirty(blocks) => Window::Dirty(blocks),
+            };
+            match window {
+                Window::New(new) => {
                     if self.full {
                         for (k, chunk) in new.chunks(bs as usize).enumerate() {
                             self.emit(item, first + k as u64, chunk)?;
@@ -260,7 +295,7 @@ impl EpochWriter {
                         }
                     }
                 }
-                Content::Dirty(blocks) => {
+                Window::Dirty(blocks) => {
                     old.resize(n, 0);
                     self.read_source(&item.name, a, &mut old)?;
                     while let Some((index, data)) = blocks.get(dirty_at) {

@@ -274,13 +274,20 @@ fn run_history(seed: u64, policy: RetentionPolicy, epochs: u64) {
         assert_eq!(parsed.parent, if full { None } else { parent });
         assert_eq!(replica.apply_delta(rank, &padded).unwrap(), epoch);
         assert_eq!(replica.read_image(rank, epoch).unwrap().items, next);
+        // Streamed, the delta is the same bytes as built in memory.
+        let out = std::path::Path::new("delta");
+        let mut streamed = Vec::new();
+        let n = store.write_delta(rank, epoch, false, &mut streamed, out).unwrap();
+        assert_eq!((n, streamed.as_slice()), (dlen, &padded[..dlen as usize]));
         // The complete image as a parentless delta (the first stripe of a chain) rebuilds
         // the epoch on a store that has nothing of the rank.
-        let complete = store.complete_delta(rank, epoch).unwrap();
-        assert_eq!(complete.parent, None);
+        let mut complete = Vec::new();
+        let n = store.write_delta(rank, epoch, true, &mut complete, out).unwrap();
+        assert_eq!(n, store.encoded_delta_len(rank, epoch, true).unwrap());
+        assert_eq!(parse_delta(&complete).unwrap().parent, None);
         let fresh_dir = tempfile::tempdir().unwrap();
         let fresh = Store::open(fresh_dir.path()).unwrap();
-        fresh.apply_delta(rank, &complete.encode().unwrap()).unwrap();
+        fresh.apply_delta(rank, &complete).unwrap();
         assert_eq!(fresh.read_image(rank, epoch).unwrap().items, next);
 
         prepared.commit().unwrap();

@@ -276,7 +276,7 @@ fn measure_local(near: &Path, samples: &mut Samples) -> Result<()> {
     const FILE: usize = 64 << 20;
     let input: Vec<u8> = (0..CHUNK).map(|i| (i * 31 % 251) as u8).collect();
     let mut outs = vec![vec![0u8; CHUNK]; 2];
-    let map = LinearMap::new(2, 1, vec![3, 7]);
+    let map = LinearMap::new(2, 1, vec![3, 7])?;
     samples.insert(
         "gf_byte_s".into(),
         per_byte(2 * CHUNK * 16, || {

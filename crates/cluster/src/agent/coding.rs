@@ -13,8 +13,9 @@ use eckpt_codec::Code;
 
 use super::links::{LinkPlan, TaskLinks};
 use super::{blocking, Agent};
-use crate::parity_store::{ParityReader, ParityWriter};
-use crate::shard::{BlobShard, ImageShard};
+use crate::parity_store::{ParityReader, ParityStore, ParityWriter};
+use crate::shard::ImageShard;
+use crate::stripe_blob::{BlobShard, BlobTee};
 use eckpt_cluster_api::io_at;
 use eckpt_cluster_api::msg::{CodingTask, ObjectKind, TaskReport};
 use eckpt_cluster_api::ClusterError;
@@ -25,7 +26,10 @@ use eckpt_coding::plan::{CodingPlan, Input, Output, Work};
 /// Where a participant's data shard comes from.
 enum DataSource {
     Image(ImageShard),
+    /// A stripe blob written earlier (a decode's survivor).
     Blob(BlobShard),
+    /// A stripe blob being written as this encode reads it.
+    Tee(BlobTee),
 }
 
 /// One participant's local side of a coding task.
@@ -48,6 +52,7 @@ impl Chunks<ClusterError> for LocalChunks {
                 match &self.data {
                     Some(DataSource::Image(s)) => s.read(offset, buf)?,
                     Some(DataSource::Blob(s)) => s.read(offset, buf)?,
+                    Some(DataSource::Tee(s)) => s.read(offset, buf)?,
                     None => return Err(ClusterError::Invalid("no data shard here".into())),
                 }
                 self.crcs.push((q, crc32c::crc32c(buf)));
@@ -167,7 +172,8 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
         crcs: local.crcs.clone(),
         seconds: 0.0,
     };
-    tokio::task::spawn_blocking(move || finish_local(local))
+    let coded = agent.coded.clone();
+    tokio::task::spawn_blocking(move || finish_local(local, &coded))
         .await
         .map_err(|e| ClusterError::Internal(format!("coding thread: {e}")))??;
     Ok(TaskReport {
@@ -187,19 +193,20 @@ fn open_local(
     let object = &task.object;
     let chunk = object.chunk as usize;
     let n = task.group.k + task.group.m;
-    let data = if needs.reads_data {
-        Some(match object.kind {
-            ObjectKind::Image => DataSource::Image(ImageShard::open(
-                &agent.store,
-                object.shards[me].layout.clone(),
-                object.version,
-            )?),
-            ObjectKind::Stripe { .. } => {
-                DataSource::Blob(BlobShard::open(&agent.coded.blob_path(object.id)?)?)
-            }
-        })
-    } else {
-        None
+    let data = match object.kind {
+        // A blob describe planned here is written by this encode, read or not.
+        ObjectKind::Stripe { .. } if agent.coded.has_blob_plan(object.id) => Some(DataSource::Tee(
+            BlobTee::start(&agent.store, &agent.coded, object.id)?,
+        )),
+        _ if !needs.reads_data => None,
+        ObjectKind::Image => Some(DataSource::Image(ImageShard::open(
+            &agent.store,
+            object.shards[me].layout.clone(),
+            object.version,
+        )?)),
+        ObjectKind::Stripe { .. } => Some(DataSource::Blob(BlobShard::open(
+            &agent.coded.blob_path(object.id)?,
+        )?)),
     };
     let parity = if needs.reads_parity {
         Some(agent.coded.parity_reader(object.id)?)
@@ -252,7 +259,10 @@ fn open_local(
     })
 }
 
-fn finish_local(local: LocalChunks) -> Result<(), ClusterError> {
+fn finish_local(local: LocalChunks, coded: &ParityStore) -> Result<(), ClusterError> {
+    if let Some(DataSource::Tee(tee)) = local.data {
+        tee.finish(coded)?;
+    }
     if let Some(w) = local.parity_out {
         w.finish()?;
     }

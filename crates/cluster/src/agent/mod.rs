@@ -4,6 +4,7 @@
 //! coordinator restarts.
 
 mod coding;
+mod install;
 mod links;
 mod ranks;
 mod update;
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint};
-use eckpt_store::{Image, Options, Store};
+use eckpt_store::{Options, Store};
 
 use crate::parity_store::ParityStore;
 use eckpt_cluster_api::dirs::{check_node_name, ClusterDir, ClusterFile};
@@ -377,13 +378,7 @@ async fn handle(
             }
         }
         AgentRequest::ImportRank { rank, epoch, items } => {
-            let total = items.iter().try_fold(0u64, |sum, (_, len)| sum.checked_add(*len));
-            check_announced(&format!("image of rank {rank}"), total.unwrap_or(u64::MAX))?;
-            let mut image = Image::default();
-            for (name, len) in items {
-                image.items.insert(name, recv_bytes(conn, len).await?);
-            }
-            blocking(move || Ok(a.store.import_image(rank, epoch, &image)?)).await?;
+            install::receive(agent, conn, rank, epoch, items).await?;
             AgentResponse::Ok
         }
         AgentRequest::CancelTask { task, reason } => {
@@ -391,8 +386,7 @@ async fn handle(
             AgentResponse::Ok
         }
         AgentRequest::MoveRank { rank, epoch, to } => {
-            let image = blocking(move || Ok(a.store.read_image(rank, epoch)?)).await?;
-            agent.ship(&to, rank, epoch, &image).await?;
+            agent.move_rank(rank, epoch, &to).await?;
             AgentResponse::Ok
         }
         AgentRequest::Describe(req) => AgentResponse::Shard(blocking(move || a.describe(&req)).await?),
@@ -404,8 +398,8 @@ async fn handle(
             epoch,
             deliver,
         } => {
-            let images = blocking(move || a.rebuilt_images(&parts, member, epoch)).await?;
-            agent.deliver(images, epoch, &deliver).await?;
+            let rebuilt = blocking(move || install::rebuilt(&a, &parts, member, epoch)).await?;
+            agent.deliver(rebuilt, epoch, &deliver).await?;
             AgentResponse::Ok
         }
         AgentRequest::Commit {

@@ -1,19 +1,16 @@
 //! What an agent does with ranks' epochs and coded objects on request: take checkpoints
 //! in, describe its shard, commit or abort as decided, verify, rebuild, export.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use eckpt_store::{Image, Store};
+use eckpt_store::Store;
 
-use super::coding::rebuilt_path;
+use super::install::{self, Rebuilt, StoreImages};
 use super::{blocking, Agent};
-use crate::shard::{build_stripe_blob, node_items};
-use eckpt_cluster_api::msg::DATA_FRAME;
-use eckpt_cluster_api::msg::{
-    AgentRequest, AgentResponse, Deliver, DescribeRequest, ObjectKind, ObjectRecord, ShardInfo,
-};
-use eckpt_cluster_api::net::{call, open_node};
+use crate::shard::node_items;
+use crate::stripe_blob::{parse_stripe_blob, StripePlan};
+use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, Deliver, DescribeRequest, NodeInfo, ShardInfo};
+use eckpt_cluster_api::net::call;
 use eckpt_cluster_api::shard_layout::ShardLayout;
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::config::Mode;
@@ -32,14 +29,21 @@ impl Agent {
     }
 
     /// Answers a [`DescribeRequest`]: the shard's layout and length (image modes), or the
-    /// stripe blob written under the new object (stripe mode).
+    /// stripe blob planned under the new object, and its length (stripe mode; the encode
+    /// writes it).
     pub fn describe(&self, req: &DescribeRequest) -> Result<ShardInfo, ClusterError> {
         match req.mode {
             Mode::Stripe => {
-                let blob = build_stripe_blob(&self.store, &req.ranks, req.epoch, req.complete)?;
-                self.coded.put_blob(req.object, &blob)?;
+                // Planned only: the encode writes the blob as it reads it.
+                let plan = StripePlan {
+                    ranks: req.ranks.clone(),
+                    epoch: req.epoch,
+                    complete: req.complete,
+                };
+                let len = plan.len(&self.store)?;
+                self.coded.put_blob_plan(req.object, &plan)?;
                 Ok(ShardInfo {
-                    len: blob.len() as u64,
+                    len,
                     layout: ShardLayout::default(),
                     updatable: false,
                     changed: 0,
@@ -161,7 +165,7 @@ impl Agent {
     pub fn scrub(&self, ranks: &[u32], epoch: u64, objects: &[ObjectId]) -> AgentResponse {
         let mut bad_ranks = Vec::new();
         for &rank in ranks {
-            if let Err(e) = self.store.read_image(rank, epoch) {
+            if let Err(e) = self.store.verify(rank, epoch) {
                 bad_ranks.push((rank, e.to_string()));
             }
         }
@@ -175,12 +179,7 @@ impl Agent {
                 .coded
                 .blob_path(id)
                 .ok()
-                .and_then(|path| match std::fs::read(&path) {
-                    Ok(bytes) => crate::shard::parse_stripe_blob(&bytes)
-                        .err()
-                        .map(|e| e.to_string()),
-                    Err(e) => Some(e.to_string()),
-                });
+                .and_then(|path| check_blob(&path).err().map(|e| e.to_string()));
             if let Some(p) = problem.or(blob_problem) {
                 bad_objects.push((id, p));
             }
@@ -191,147 +190,53 @@ impl Agent {
         }
     }
 
-    /// Verifies the shards of `member` rebuilt by each part's task against the recorded
-    /// checksums and turns them into rank images at `epoch` (file reads and checksums:
-    /// call it off the async runtime).
-    pub fn rebuilt_images(
-        &self,
-        parts: &[(u64, ObjectRecord)],
-        member: usize,
-        epoch: u64,
-    ) -> Result<RebuiltImages, ClusterError> {
-        let mut images: BTreeMap<u32, Image> = BTreeMap::new();
-        // A stripe chain is replayed in a scratch store: each stripe's deltas apply to the
-        // images the previous stripes left.
-        let scratch = self
-            .coded
-            .scratch(&format!("install-{}-{member}", parts.first().map_or(0, |p| p.0)))?;
-        let chain = Store::open(&scratch)?;
-        for (task, record) in parts {
-            let path = rebuilt_path(self, *task, member);
-            let bytes = std::fs::read(&path).map_err(eckpt_cluster_api::io_at(&path))?;
-            // The bytes are in memory now; the decode's directory goes once it is empty.
-            let _ = std::fs::remove_file(&path);
-            if let Some(parent) = path.parent() {
-                let _ = std::fs::remove_dir(parent);
-            }
-            let shard = record.shards.get(member).ok_or_else(|| {
-                ClusterError::Invalid(format!("object {} has no member {member}", record.id))
-            })?;
-            let chunk = record.chunk as usize;
-            for (q, expected) in shard.crcs.iter().enumerate() {
-                let piece = bytes.get(q * chunk..(q + 1) * chunk).ok_or_else(|| {
-                    ClusterError::Corrupt(format!("rebuilt shard {} is short", path.display()))
-                })?;
-                if crc32c::crc32c(piece) != *expected {
-                    return Err(ClusterError::Corrupt(format!(
-                        "rebuilt chunk {q} of member {member} of object {} fails its recorded checksum",
-                        record.id
-                    )));
-                }
-            }
-            let data = usize::try_from(shard.len)
-                .ok()
-                .and_then(|len| bytes.get(..len))
-                .ok_or_else(|| {
-                    ClusterError::Invalid(format!(
-                        "member {member} of object {} is {} bytes long, the rebuilt shard {}",
-                        record.id,
-                        shard.len,
-                        bytes.len()
-                    ))
-                })?;
-            match record.kind {
-                ObjectKind::Image => images = shard.layout.images(data)?,
-                ObjectKind::Stripe { .. } => {
-                    for delta in crate::shard::parse_stripe_blob(data)? {
-                        chain.apply_delta(delta.rank, &delta.encode()?)?;
-                    }
-                }
-            }
-        }
-        if matches!(parts.first().map(|p| p.1.kind), Some(ObjectKind::Stripe { .. })) {
-            for rank in chain.ranks()? {
-                if chain.latest_committed(rank)? != Some(epoch) {
-                    return Err(ClusterError::Corrupt(format!(
-                        "the stripe chain of rank {rank} does not reach epoch {epoch}"
-                    )));
-                }
-                images.insert(rank, chain.read_image(rank, epoch)?);
-            }
-        }
-        let _ = std::fs::remove_dir_all(&scratch);
-        Ok(RebuiltImages {
-            images,
-            task: parts.first().map_or(0, |p| p.0),
-        })
-    }
-
     /// Delivers rebuilt images: installs them on the nodes that now host their ranks, or
     /// keeps one in a scratch store for `eckpt restore`.
     pub async fn deliver(
         self: &Arc<Self>,
-        rebuilt: RebuiltImages,
+        rebuilt: Rebuilt,
         epoch: u64,
         deliver: &Deliver,
     ) -> Result<(), ClusterError> {
-        let RebuiltImages { mut images, task } = rebuilt;
+        let images = rebuilt.images.clone();
         match deliver {
             Deliver::Import { placement } => {
-                for (rank, image) in images {
+                for &rank in images.ranks().keys() {
                     let node = placement.get(&rank).ok_or_else(|| {
                         ClusterError::Invalid(format!("no placement for rebuilt rank {rank}"))
                     })?;
                     if node.name == self.info.name {
-                        let a = self.clone();
-                        blocking(move || Ok(a.store.import_image(rank, epoch, &image)?)).await?;
+                        let (a, images) = (self.clone(), images.clone());
+                        blocking(move || install::import(&a.store, &*images, rank, epoch)).await?;
                     } else {
-                        self.ship(node, rank, epoch, &image).await?;
+                        install::ship(self, node, images.clone(), rank, epoch).await?;
                     }
                 }
             }
             Deliver::Export { rank } => {
-                let image = images.remove(rank).ok_or_else(|| {
-                    ClusterError::Invalid(format!("rank {rank} is not in the rebuilt shard"))
-                })?;
-                let (a, rank) = (self.clone(), *rank);
+                let (a, rank, task) = (self.clone(), *rank, rebuilt.task);
                 blocking(move || {
                     let dir = a.export_scratch(task);
                     let _ = std::fs::remove_dir_all(&dir);
-                    Ok(Store::open(&dir)?.import_image(rank, epoch, &image)?)
+                    install::import(&Store::open(&dir)?, &*images, rank, epoch)
                 })
                 .await?;
             }
         }
+        drop(rebuilt);
         Ok(())
     }
 
-    /// Sends a rank image to the agent that now hosts the rank.
-    pub async fn ship(
-        &self,
-        node: &eckpt_cluster_api::msg::NodeInfo,
+    /// Sends committed `epoch` of `rank` to the agent on `to` (a rank moving away).
+    pub async fn move_rank(
+        self: &Arc<Self>,
         rank: u32,
         epoch: u64,
-        image: &Image,
+        to: &NodeInfo,
     ) -> Result<(), ClusterError> {
-        let mut conn = open_node(node, &self.host, &self.secret).await?;
-        let items: Vec<(String, u64)> = image
-            .items
-            .iter()
-            .map(|(n, b)| (n.clone(), b.len() as u64))
-            .collect();
-        conn.send_control(&AgentRequest::ImportRank { rank, epoch, items })
-            .await?;
-        for bytes in image.items.values() {
-            for piece in bytes.chunks(DATA_FRAME) {
-                conn.send_data(piece).await?;
-            }
-        }
-        match conn.recv_control().await? {
-            AgentResponse::Ok => Ok(()),
-            AgentResponse::Error(e) => Err(ClusterError::remote(&node.name, e)),
-            other => Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
-        }
+        let a = self.clone();
+        let images = blocking(move || StoreImages::open(&a.store, &[rank], epoch)).await?;
+        install::ship(self, to, Arc::new(images), rank, epoch).await
     }
 
     /// The scratch store a decode for `eckpt restore` leaves its image in (removed once
@@ -349,10 +254,15 @@ impl Agent {
     }
 }
 
-/// Rank images cut from rebuilt shards, with the first decode task (names scratch stores).
-pub struct RebuiltImages {
-    images: BTreeMap<u32, Image>,
-    task: u64,
+/// Checks a stripe blob file, mapped (not read into memory): every delta in it parses.
+fn check_blob(path: &std::path::Path) -> Result<(), ClusterError> {
+    let file = std::fs::File::open(path).map_err(eckpt_cluster_api::io_at(path))?;
+    if file.metadata().map_err(eckpt_cluster_api::io_at(path))?.len() == 0 {
+        return parse_stripe_blob(&[]).map(|_| ());
+    }
+    // SAFETY: committed blobs are never written again; only retention removes them.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(eckpt_cluster_api::io_at(path))?;
+    parse_stripe_blob(&map).map(|_| ())
 }
 
 /// Asks an agent and expects `Ok`.

@@ -15,6 +15,7 @@
 //! the async tasks only move messages, one batch at a time per stream, so a slow consumer
 //! still pushes back on its producers.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,7 +27,7 @@ use tokio::task::JoinHandle;
 
 use super::links::{failure_of, Failure, LinkPlan, TaskLinks};
 use super::{blocking, Agent};
-use crate::parity_store::ParityReader;
+use crate::parity_store::StagedUpdate;
 use crate::shard::ImageShard;
 use eckpt_cluster_api::msg::{TaskReport, UpdateTask};
 use eckpt_cluster_api::shard_layout::ShardLayout;
@@ -68,7 +69,7 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
         l.finish().await?;
     }
     if let Some(parity) = parity {
-        parity.stage(&part).await?;
+        parity.stage().await?;
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
@@ -410,12 +411,11 @@ impl Changes {
 /// Staged new contents of this member's changed parity chunks, and what it takes to fold
 /// records into them. Used on blocking threads only: it reads parity and multiplies.
 struct Stage {
-    reader: ParityReader,
+    staged: StagedUpdate,
     geometry: Geometry,
     generator: Vec<u8>,
     me: usize,
     chunk: usize,
-    chunks: BTreeMap<u64, Vec<u8>>,
     maps: HashMap<u8, LinearMap>,
 }
 
@@ -459,7 +459,8 @@ impl Stage {
         Ok(relayed)
     }
 
-    /// `parity_chunk[offset..] ^= coefficient · delta`, reading the chunk on first touch.
+    /// `parity_chunk[offset..] ^= coefficient · delta`, in the staged update (which copies
+    /// the chunk from the committed parity on first touch).
     fn add(
         &mut self,
         parity_chunk: u64,
@@ -467,19 +468,14 @@ impl Stage {
         coefficient: u8,
         delta: &[u8],
     ) -> Result<(), ClusterError> {
-        if !self.chunks.contains_key(&parity_chunk) {
-            let mut buf = vec![0u8; self.chunk];
-            self.reader.read(parity_chunk, &mut buf)?;
-            self.chunks.insert(parity_chunk, buf);
-        }
-        let target = self.chunks.get_mut(&parity_chunk).expect("inserted above");
-        let map = self
-            .maps
-            .entry(coefficient)
-            .or_insert_with(|| LinearMap::new(1, 1, vec![coefficient]));
-        let offset = offset as usize;
-        map.accumulate(0, delta, &mut [&mut target[offset..offset + delta.len()]])?;
-        Ok(())
+        let map = match self.maps.entry(coefficient) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(LinearMap::new(1, 1, vec![coefficient])?),
+        };
+        self.staged
+            .modify(parity_chunk, offset as usize, delta.len(), |target| {
+                Ok(map.accumulate(0, delta, &mut [target])?)
+            })
     }
 }
 
@@ -507,15 +503,14 @@ impl ParityRole {
         generator: Vec<u8>,
         links: &mut [TaskLinks],
     ) -> Result<ParityRole, ClusterError> {
-        let (coded, id) = (part.agent.coded.clone(), part.task.object.id);
-        let reader = blocking(move || coded.parity_reader(id)).await?;
+        let (coded, id, epoch) = (part.agent.coded.clone(), part.task.object.id, part.task.epoch);
+        let staged = blocking(move || coded.stage(id, epoch)).await?;
         let stage = Arc::new(Mutex::new(Stage {
-            reader,
+            staged,
             geometry: part.geometry.clone(),
             generator,
             me: part.me,
             chunk: part.chunk(),
-            chunks: BTreeMap::new(),
             maps: HashMap::new(),
         }));
         let mut role = ParityRole {
@@ -578,13 +573,12 @@ impl ParityRole {
     }
 
     /// Stages the new parity chunks for the commit.
-    async fn stage(self, part: &Part) -> Result<(), ClusterError> {
+    async fn stage(self) -> Result<(), ClusterError> {
         let stage = Arc::try_unwrap(self.stage)
             .map_err(|_| ClusterError::Internal("update stage still shared".into()))?
             .into_inner()
             .expect("stage lock");
-        let (coded, id, epoch) = (part.agent.coded.clone(), part.task.object.id, part.task.epoch);
-        blocking(move || coded.stage_update(id, epoch, &stage.chunks)).await
+        blocking(move || stage.staged.seal()).await
     }
 }
 

@@ -79,7 +79,14 @@ impl Coordinator {
             let unavailable: Vec<usize> = erasures.keys().copied().collect();
             let rebuild = [(x, helper.clone(), Deliver::Export { rank })];
             match self
-                .decode_members(rec, &unavailable, &rebuild, &alive, epoch)
+                .decode_members(
+                    rec,
+                    &unavailable,
+                    &rebuild,
+                    &alive,
+                    epoch,
+                    &mut Default::default(),
+                )
                 .await
             {
                 Ok(task) => break task,

@@ -24,6 +24,14 @@ use eckpt_coding::geometry::Geometry;
 /// A member to rebuild: its position, the node decoding it, and what that node does with it.
 type Rebuild = (usize, NodeInfo, Deliver);
 
+/// What the decode tasks of a recovery cost: their wall time, and the payload bytes each
+/// node sent and received (benchmarks compare the busiest link with the link rate).
+#[derive(Debug, Default)]
+pub(super) struct DecodeCost {
+    pub seconds: f64,
+    pub traffic: BTreeMap<String, (u64, u64)>,
+}
+
 async fn progress(conn: &mut Connection, what: &str, done: u64, total: u64) {
     let _ = conn
         .send_control(&CoordResponse::Progress {
@@ -98,7 +106,8 @@ impl Coordinator {
     }
 
     /// Decodes the shards of `rebuild` members of `rec` (every object of its chain) at the
-    /// given targets and installs them as `deliver` says. Returns the first task id.
+    /// given targets and installs them as `deliver` says. Returns the first task id; adds
+    /// the decode tasks' time and traffic to `cost`.
     pub(super) async fn decode_members(
         &self,
         rec: &GroupRecord,
@@ -106,6 +115,7 @@ impl Coordinator {
         rebuild: &[Rebuild],
         alive: &BTreeMap<String, NodeInfo>,
         epoch: u64,
+        cost: &mut DecodeCost,
     ) -> Result<u64, ClusterError> {
         let coding = self.snapshot().coding;
         let g = &rec.group;
@@ -154,12 +164,22 @@ impl Coordinator {
                 }),
                 pause_after_rows: None,
             };
-            let requests = participants
+            let requests: Vec<_> = participants
                 .iter()
                 .flatten()
                 .map(|p| (p.clone(), AgentRequest::Code(task.clone())))
                 .collect();
-            self.run_task(task.task, requests).await?;
+            let names: Vec<String> = requests.iter().map(|(p, _)| p.name.clone()).collect();
+            let started = Instant::now();
+            let answers = self.run_task(task.task, requests).await?;
+            cost.seconds += started.elapsed().as_secs_f64();
+            for (name, answer) in names.into_iter().zip(answers) {
+                if let AgentResponse::Task(t) = answer {
+                    let traffic = cost.traffic.entry(name).or_default();
+                    traffic.0 += t.bytes_sent;
+                    traffic.1 += t.bytes_received;
+                }
+            }
             parts.push((task.task, object.clone()));
         }
         let installs = rebuild
@@ -231,6 +251,7 @@ impl Coordinator {
 
         progress(conn, "decoding lost data", 1, 3).await;
         let started = Instant::now();
+        let mut cost = DecodeCost::default();
         if epoch > 0 {
             for repair in plan.repairs.iter().filter(|r| !r.rebuild.is_empty()) {
                 let mut rebuild = Vec::with_capacity(repair.rebuild.len());
@@ -248,6 +269,7 @@ impl Coordinator {
                     &rebuild,
                     &alive,
                     epoch,
+                    &mut cost,
                 )
                 .await?;
             }
@@ -270,6 +292,8 @@ impl Coordinator {
             }
         }
         report.decode_seconds = started.elapsed().as_secs_f64();
+        report.decode_task_seconds = cost.seconds;
+        report.decode_traffic = cost.traffic;
         pause_point_async(&self.dir.debug(), crate::debug::Phase::MidRecovery, "coordinator").await;
 
         progress(conn, "restoring redundancy", 2, 3).await;

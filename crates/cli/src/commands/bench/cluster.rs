@@ -16,6 +16,8 @@ use eckpt_coding::geometry::Geometry;
 use eckpt_coding::CodingConfig;
 use serde::Serialize;
 
+use super::cgroup::{is_tmpfs, MemoryCgroup};
+use super::recover::{confine, recover, Recovery};
 use super::stats::median;
 use super::workload::{apply_pattern, workload_image, Pattern};
 use crate::commands::calibrate::link_test;
@@ -49,6 +51,21 @@ pub struct Args {
     /// Shape the namespaces' links (e.g. 1gbit, 100mbit).
     #[arg(long)]
     link_rate: Option<String>,
+    /// Spare nodes (with `--recover`, the lost nodes' data is decoded onto them; without
+    /// spares, onto the survivors).
+    #[arg(long, default_value_t = 0)]
+    spares: usize,
+    /// After the epochs, kill m data-holding nodes of the first group (and wipe their
+    /// disks), recover, and report the decode against the link.
+    #[arg(long)]
+    recover: bool,
+    /// With `--recover`: every agent recovers in a memory cgroup of its own with this
+    /// limit (needs `--dir` off tmpfs, whose pages would count as the agents' memory).
+    #[arg(long, value_parser = parse_size)]
+    memory_limit: Option<u64>,
+    /// Directory the cluster lives in (default: a temporary directory on tmpfs).
+    #[arg(long)]
+    dir: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -99,6 +116,8 @@ struct Report {
     sent_per_changed: f64,
     /// Per-node payload bytes of the last incremental epoch.
     bytes_sent: BTreeMap<String, u64>,
+    /// With `--recover`: what losing m nodes cost.
+    recovery: Option<Recovery>,
 }
 
 /// The directory the benchmark's cluster lives in: tmpfs when there is one (a node-local RAM
@@ -112,7 +131,8 @@ fn scratch() -> Result<tempfile::TempDir> {
     })
 }
 
-async fn coordinator(dir: &ClusterDir, request: CoordRequest) -> Result<CoordResponse> {
+/// Asks the coordinator of the benchmark's cluster.
+pub(super) async fn coordinator(dir: &ClusterDir, request: CoordRequest) -> Result<CoordResponse> {
     Ok(commands::coordinator_call(dir, &request, |_| {}).await?)
 }
 
@@ -157,12 +177,21 @@ async fn epoch(dir: &ClusterDir, files: &[(u32, String, PathBuf)]) -> Result<Epo
 
 pub fn run(args: Args) -> Result<i32> {
     let coding = args.coding.coding()?;
-    let tmp = scratch()?;
+    let tmp = match &args.dir {
+        Some(dir) => tempfile::Builder::new().prefix("eckpt-bench-").tempdir_in(dir)?,
+        None => scratch()?,
+    };
+    if args.memory_limit.is_some() && (!args.recover || is_tmpfs(tmp.path())) {
+        bail!(
+            "--memory-limit needs --recover and a --dir off tmpfs (tmpfs pages count as the agents' memory)"
+        );
+    }
+    let mut cgroups = Vec::new();
     let dir_path = tmp.path().join("cluster");
     launch::up(&UpOptions {
         dir: dir_path.clone(),
         nodes: Some(args.nodes),
-        spares: 0,
+        spares: args.spares,
         coding,
         netns: args.netns,
         link_rate: args.link_rate.clone(),
@@ -170,8 +199,9 @@ pub fn run(args: Args) -> Result<i32> {
         agents: true,
         bind: None,
     })?;
-    let result = measure(&args, coding, &dir_path, tmp.path());
+    let result = measure(&args, coding, &dir_path, tmp.path(), &mut cgroups);
     let down = launch::down(&dir_path, true);
+    drop(cgroups);
     let report = result?;
     down?;
     if args.json {
@@ -197,11 +227,32 @@ pub fn run(args: Args) -> Result<i32> {
             report.changed_bytes_per_node,
             report.sent_per_changed
         );
+        if let Some(r) = &report.recovery {
+            println!(
+                "recovery of {} onto {}: detected in {:.3} s, decode {:.3} s ({} B over the busiest link, \
+                 efficiency {:.2}), install {:.3} s, re-encode {:.3} s; redundancy restored {:.3} s after the kill",
+                r.lost.join(" "),
+                r.onto,
+                r.detect_seconds,
+                r.decode_seconds,
+                r.decode_link_bytes,
+                r.recover_efficiency,
+                r.install_seconds,
+                r.reencode_seconds,
+                r.restored_seconds
+            );
+        }
     }
     Ok(0)
 }
 
-fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, tmp: &Path) -> Result<Report> {
+fn measure(
+    args: &Args,
+    coding: CodingConfig,
+    dir_path: &Path,
+    tmp: &Path,
+    cgroups: &mut Vec<(String, MemoryCgroup, u32)>,
+) -> Result<Report> {
     let dir = ClusterDir::new(dir_path)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let status = match rt.block_on(coordinator(&dir, CoordRequest::Status))? {
@@ -291,6 +342,18 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, tmp: &Path) -> Re
     };
     let ideal = |gbps: f64| coding.m as f64 * first.shard_bytes as f64 * 8.0 / (gbps * 1e9);
     let bytes_sent_per_node = median(&sent) as u64;
+    // The first group's first m data holders die.
+    let recovery = args
+        .recover
+        .then(|| {
+            let lost: Vec<String> = holders.iter().take(coding.m).cloned().collect();
+            if let Some(limit) = args.memory_limit {
+                confine(&rt, dir_path, &lost, limit, cgroups)?;
+            }
+            let confined = (args.memory_limit, cgroups.as_slice());
+            recover(&rt, dir_path, &lost, args.spares > 0, link, nominal, confined)
+        })
+        .transpose()?;
     Ok(Report {
         nodes: args.nodes,
         coding,
@@ -312,5 +375,6 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, tmp: &Path) -> Re
         changed_bytes_per_node: changed,
         sent_per_changed: bytes_sent_per_node as f64 / changed.max(1) as f64,
         bytes_sent: last,
+        recovery,
     })
 }

@@ -1,12 +1,16 @@
-//! `eckpt bench codec`: eckpt's GF kernels next to memcpy and Debian's ISA-L, same buffers,
-//! same run. GB/s = 10^9 data bytes per second: encode and decode count the stripe's `k · B`
-//! data bytes, update counts the one changed shard's `B` bytes.
+//! `eckpt bench codec`: eckpt's GF kernels next to memcpy and Debian's ISA-L (same buffers)
+//! and klauspost/reedsolomon (its harness, same shape, same kernel level), all in the same
+//! run, repetition by repetition. GB/s = 10^9 data bytes per second: encode and decode
+//! count the stripe's `k · B` data bytes, update counts the one changed shard's `B` bytes.
+
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use eckpt_codec::{Code, CodeKind};
 use eckpt_system_isal::SystemIsal;
 use serde::Serialize;
 
+use super::klauspost::{self, Harness};
 use super::stats::{interleaved_samples, median, median_ratio};
 use crate::output::print_json;
 use crate::size::parse_size;
@@ -28,6 +32,9 @@ pub struct Args {
     /// Repetitions; the median is reported.
     #[arg(long, default_value_t = 7)]
     reps: usize,
+    /// The klauspost/reedsolomon harness, run in each repetition when it is built.
+    #[arg(long, default_value = klauspost::DEFAULT_PATH)]
+    klauspost: PathBuf,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -40,6 +47,9 @@ struct Report {
     m: usize,
     block_size: u64,
     threads: usize,
+    /// The ISA levels this CPU has.
+    cpu_isa: Vec<&'static str>,
+    /// The kernel eckpt ran (`ECKPT_ISA`, else the CPU's best).
     kernel: &'static str,
     encode_gbps: f64,
     update_gbps: f64,
@@ -48,6 +58,21 @@ struct Report {
     /// Debian's libisal (2.30), single call per operation, single thread. Ratios are the
     /// median over repetitions of (its time / eckpt's time), both timed in each repetition.
     system_isal: Option<SystemIsalReport>,
+    /// klauspost/reedsolomon at the same kernel level, one harness run per repetition.
+    /// Ratios are the median over repetitions of (eckpt's GB/s / its GB/s).
+    klauspost: Option<KlauspostReport>,
+}
+
+#[derive(Serialize)]
+struct KlauspostReport {
+    library: String,
+    variant: &'static str,
+    encode_gbps: f64,
+    update_gbps: f64,
+    decode_gbps: f64,
+    encode_ratio: f64,
+    update_ratio: f64,
+    decode_ratio: f64,
 }
 
 #[derive(Serialize)]
@@ -59,6 +84,9 @@ struct SystemIsalReport {
     update_ratio: f64,
     decode_ratio: f64,
 }
+
+/// Seconds each operation is repeated for in one sample.
+const MIN_SECONDS: f64 = 0.1;
 
 pub fn run(args: Args) -> Result<i32> {
     let code = Code::new(CodeKind::Cauchy, args.k, args.m)?;
@@ -164,9 +192,25 @@ pub fn run(args: Args) -> Result<i32> {
             )
         }));
     }
+    let kernel = code.parity_map().kernel();
+    let mut harness = (len % 1024 == 0)
+        .then(|| Harness::find(&args.klauspost))
+        .flatten();
     let mut op_refs: Vec<&mut dyn FnMut()> =
         ops.iter_mut().map(|op| op.as_mut() as &mut dyn FnMut()).collect();
-    let samples = interleaved_samples(args.reps, 0.05, &mut op_refs);
+    let mut samples = vec![Vec::new(); op_refs.len()];
+    let mut theirs = Vec::new();
+    for _ in 0..args.reps.max(1) {
+        for (all, one) in samples
+            .iter_mut()
+            .zip(interleaved_samples(1, MIN_SECONDS, &mut op_refs))
+        {
+            all.extend(one);
+        }
+        if let Some(h) = harness.as_mut() {
+            theirs.push(h.run(k, m, args.block_size, threads, kernel, MIN_SECONDS)?);
+        }
+    }
     drop(op_refs);
     drop(ops);
     anyhow::ensure!(
@@ -182,21 +226,44 @@ pub fn run(args: Args) -> Result<i32> {
         update_ratio: median_ratio(&samples[5], &samples[2]),
         decode_ratio: median_ratio(&samples[6], &samples[3]),
     });
+    let klauspost = harness.filter(|_| !theirs.is_empty()).map(|h| {
+        // Per repetition: eckpt's GB/s over the harness's.
+        let ratio = |op: usize, bytes: f64, of: fn(&klauspost::Figures) -> f64| {
+            let ours: Vec<f64> = samples[op].iter().map(|&t| gbps(bytes, t)).collect();
+            let theirs: Vec<f64> = theirs.iter().map(of).collect();
+            (median(&theirs), median_ratio(&ours, &theirs))
+        };
+        let (encode_gbps, encode_ratio) = ratio(1, stripe_bytes, |f| f.encode);
+        let (update_gbps, update_ratio) = ratio(2, len as f64, |f| f.update);
+        let (decode_gbps, decode_ratio) = ratio(3, stripe_bytes, |f| f.decode);
+        KlauspostReport {
+            library: h.library,
+            variant: klauspost::variant(kernel),
+            encode_gbps,
+            update_gbps,
+            decode_gbps,
+            encode_ratio,
+            update_ratio,
+            decode_ratio,
+        }
+    });
 
     let report = Report {
         k,
         m,
         block_size: args.block_size,
         threads,
-        kernel: eckpt_codec::kernel_name(),
+        cpu_isa: eckpt_codec::cpu_isa(),
+        kernel: kernel.name(),
         encode_gbps: gbps(stripe_bytes, encode),
         update_gbps: gbps(len as f64, update),
         decode_gbps: gbps(stripe_bytes, decode),
         memcpy_gbps: gbps(stripe_bytes, memcpy),
         system_isal,
+        klauspost,
     };
-    if !eckpt_codec::is_native() {
-        eprintln!("eckpt: warning: {}", eckpt_codec::kernel_name());
+    if kernel == eckpt_codec::Kernel::Reference {
+        eprintln!("eckpt: warning: the portable reference kernel runs here: slow");
     }
     if args.json {
         print_json(&report);
@@ -208,32 +275,48 @@ pub fn run(args: Args) -> Result<i32> {
 
 fn print_text(r: &Report) {
     println!(
-        "codec bench: k={} m={} block={} B threads={} kernel: {}",
-        r.k, r.m, r.block_size, r.threads, r.kernel
+        "codec bench: k={} m={} block={} B threads={} cpu: {} kernel: {}",
+        r.k,
+        r.m,
+        r.block_size,
+        r.threads,
+        r.cpu_isa.join(" "),
+        r.kernel
     );
     println!("  memcpy   {:7.2} GB/s", r.memcpy_gbps);
-    let line = |name: &str, ours: f64, theirs: Option<(f64, f64)>| match theirs {
-        Some((gbps, ratio)) => {
-            println!("  {name:<8} {ours:7.2} GB/s   system ISA-L {gbps:7.2} GB/s   ratio {ratio:.2}x")
-        }
-        None => println!("  {name:<8} {ours:7.2} GB/s"),
-    };
     let s = r.system_isal.as_ref();
+    let kp = r.klauspost.as_ref();
+    let line = |name: &str, ours: f64, isal: Option<(f64, f64)>, kp: Option<(f64, f64)>| {
+        let mut text = format!("  {name:<8} {ours:7.2} GB/s");
+        if let Some((gbps, ratio)) = isal {
+            text += &format!("   system ISA-L {gbps:7.2} GB/s ({ratio:.2}x)");
+        }
+        if let Some((gbps, ratio)) = kp {
+            text += &format!("   klauspost {gbps:7.2} GB/s ({ratio:.2}x)");
+        }
+        println!("{text}");
+    };
     line(
         "encode",
         r.encode_gbps,
         s.map(|s| (s.encode_gbps, s.encode_ratio)),
+        kp.map(|k| (k.encode_gbps, k.encode_ratio)),
     );
     line(
         "update",
         r.update_gbps,
         s.map(|s| (s.update_gbps, s.update_ratio)),
+        kp.map(|k| (k.update_gbps, k.update_ratio)),
     );
     line(
         "decode",
         r.decode_gbps,
         s.map(|s| (s.decode_gbps, s.decode_ratio)),
+        kp.map(|k| (k.decode_gbps, k.decode_ratio)),
     );
+    if let Some(k) = kp {
+        println!("  (klauspost: {}, variant {})", k.library, k.variant);
+    }
 }
 
 /// Deterministic incompressible bytes (xorshift), so runs are comparable.

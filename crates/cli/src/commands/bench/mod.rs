@@ -3,20 +3,25 @@
 use anyhow::Result;
 
 mod capture;
+mod cgroup;
 mod cluster;
 mod codec;
+mod klauspost;
+mod recover;
 pub mod stats;
 pub mod transport;
 mod workload;
 
 #[derive(clap::Subcommand)]
 pub enum Bench {
-    /// GF kernels: encode, one-shard parity update and decode, vs memcpy and the system ISA-L.
+    /// GF kernels: encode, one-shard parity update and decode, vs memcpy, the system ISA-L
+    /// and klauspost/reedsolomon (when its harness is built).
     Codec(codec::Args),
     /// Incremental capture: dirty tracking + copy vs xdelta3 and `eckpt delta`, same images.
     Capture(capture::Args),
     /// A local cluster encodes rank images (full, then incremental): encode time, bytes sent
-    /// per node and efficiency against the link bandwidth measured in the same run.
+    /// per node and efficiency against the link bandwidth measured in the same run; with
+    /// `--recover`, m nodes die and the parallel decode is measured against the link too.
     Cluster(cluster::Args),
     /// Frames over loopback TCP vs a Unix socket (agents on one host use Unix sockets).
     Transport(transport::Args),

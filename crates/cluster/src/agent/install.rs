@@ -1,0 +1,408 @@
+//! Installing rank images that a decode rebuilt here, or that another agent sends, without
+//! holding them: an image is read window by window from where it is (the rebuilt shard
+//! file, every chunk checked against the checksum recorded at encode; a scratch store a
+//! stripe chain was replayed into; this node's own store) and written window by window
+//! into a store, here or — a window per data frame — on the node that now hosts the rank.
+//! An agent recovering gigabytes per node stays within a few MiB of buffers.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, NodeInfo, ObjectKind, ObjectRecord, DATA_FRAME};
+use eckpt_cluster_api::net::open_node;
+use eckpt_cluster_api::shard_layout::ShardLayout;
+use eckpt_cluster_api::{io_at, ClusterError};
+use eckpt_proto::Connection;
+use eckpt_store::{EpochView, Store};
+use memmap2::Mmap;
+use tokio::sync::mpsc;
+
+use super::coding::rebuilt_path;
+use super::{blocking, Agent};
+use crate::stripe_blob::parse_stripe_blob;
+
+/// Rank images readable window by window.
+pub trait ImageSource: Send + Sync {
+    /// Each rank's items: name and length.
+    fn ranks(&self) -> &BTreeMap<u32, Vec<(String, u64)>>;
+    /// Fills `window` with the bytes of `rank`'s item `name` from `offset`.
+    fn fill(&self, rank: u32, name: &str, offset: u64, window: &mut [u8]) -> Result<(), ClusterError>;
+}
+
+/// The images of an `Image` object's member, in its rebuilt shard file: each chunk is
+/// checked against its recorded checksum when read (one chunk held at a time).
+struct RebuiltShard {
+    file: File,
+    path: PathBuf,
+    chunk: usize,
+    crcs: Vec<u32>,
+    layout: ShardLayout,
+    ranks: BTreeMap<u32, Vec<(String, u64)>>,
+    /// The last chunk read and checked: (index, bytes).
+    cached: Mutex<(Option<u64>, Vec<u8>)>,
+}
+
+impl RebuiltShard {
+    fn open(path: &Path, record: &ObjectRecord, member: usize) -> Result<RebuiltShard, ClusterError> {
+        let shard = record
+            .shards
+            .get(member)
+            .ok_or_else(|| ClusterError::Invalid(format!("object {} has no member {member}", record.id)))?;
+        let file = File::open(path).map_err(io_at(path))?;
+        let file_len = file.metadata().map_err(io_at(path))?.len();
+        let chunk = record.chunk as usize;
+        if file_len < shard.crcs.len() as u64 * chunk as u64 {
+            return Err(ClusterError::Corrupt(format!(
+                "rebuilt shard {} is short",
+                path.display()
+            )));
+        }
+        let mut ranks: BTreeMap<u32, Vec<(String, u64)>> = BTreeMap::new();
+        for e in &shard.layout.extents {
+            if e.offset.checked_add(e.len).is_none_or(|end| end > shard.len) {
+                return Err(ClusterError::Corrupt(format!(
+                    "shard of {} bytes is too short for rank {} item {:?} at {}+{}",
+                    shard.len, e.rank, e.item, e.offset, e.len
+                )));
+            }
+            ranks.entry(e.rank).or_default().push((e.item.clone(), e.len));
+        }
+        Ok(RebuiltShard {
+            file,
+            path: path.to_path_buf(),
+            chunk,
+            crcs: shard.crcs.clone(),
+            layout: shard.layout.clone(),
+            ranks,
+            cached: Mutex::new((None, Vec::new())),
+        })
+    }
+
+    /// Copies shard bytes `[offset, offset + out.len())` out of checked chunks.
+    fn read(&self, offset: u64, out: &mut [u8], record: &str) -> Result<(), ClusterError> {
+        let mut cached = self.cached.lock().expect("not poisoned");
+        let mut done = 0;
+        while done < out.len() {
+            let at = offset + done as u64;
+            let q = at / self.chunk as u64;
+            if cached.0 != Some(q) {
+                let expected = *self.crcs.get(q as usize).ok_or_else(|| {
+                    ClusterError::Corrupt(format!("rebuilt shard {} has no chunk {q}", self.path.display()))
+                })?;
+                cached.1.resize(self.chunk, 0);
+                self.file
+                    .read_exact_at(&mut cached.1, q * self.chunk as u64)
+                    .map_err(io_at(&self.path))?;
+                if crc32c::crc32c(&cached.1) != expected {
+                    cached.0 = None;
+                    return Err(ClusterError::Corrupt(format!(
+                        "rebuilt chunk {q} of {record} fails its recorded checksum"
+                    )));
+                }
+                cached.0 = Some(q);
+            }
+            let from = (at % self.chunk as u64) as usize;
+            let n = (self.chunk - from).min(out.len() - done);
+            out[done..done + n].copy_from_slice(&cached.1[from..from + n]);
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+impl ImageSource for RebuiltShard {
+    fn ranks(&self) -> &BTreeMap<u32, Vec<(String, u64)>> {
+        &self.ranks
+    }
+
+    fn fill(&self, rank: u32, name: &str, offset: u64, window: &mut [u8]) -> Result<(), ClusterError> {
+        let e = self
+            .layout
+            .extent(rank, name)
+            .ok_or_else(|| ClusterError::Invalid(format!("rank {rank} has no item {name:?} here")))?;
+        self.read(e.offset + offset, window, &format!("rank {rank} item {name:?}"))
+    }
+}
+
+/// Ranks' images at one epoch of a store: a scratch store a stripe chain was replayed into,
+/// or this node's own (a rank moving away).
+pub struct StoreImages {
+    views: BTreeMap<u32, EpochView>,
+    ranks: BTreeMap<u32, Vec<(String, u64)>>,
+}
+
+impl StoreImages {
+    /// Opens `ranks` at `epoch` of `store`.
+    pub fn open(store: &Store, ranks: &[u32], epoch: u64) -> Result<StoreImages, ClusterError> {
+        let mut views = BTreeMap::new();
+        let mut items = BTreeMap::new();
+        for &rank in ranks {
+            let view = store.view(rank, epoch)?;
+            items.insert(
+                rank,
+                view.manifest()
+                    .items
+                    .iter()
+                    .map(|i| (i.name.clone(), i.len))
+                    .collect(),
+            );
+            views.insert(rank, view);
+        }
+        Ok(StoreImages { views, ranks: items })
+    }
+}
+
+impl ImageSource for StoreImages {
+    fn ranks(&self) -> &BTreeMap<u32, Vec<(String, u64)>> {
+        &self.ranks
+    }
+
+    fn fill(&self, rank: u32, name: &str, offset: u64, window: &mut [u8]) -> Result<(), ClusterError> {
+        let view = self
+            .views
+            .get(&rank)
+            .ok_or_else(|| ClusterError::Invalid(format!("rank {rank} is not here")))?;
+        Ok(view.read_padded(name, offset, window)?)
+    }
+}
+
+/// What a decode here rebuilt, ready to install; its files go when it is dropped.
+pub struct Rebuilt {
+    /// The images.
+    pub images: Arc<dyn ImageSource>,
+    /// The first decode task (names scratch stores).
+    pub task: u64,
+    /// The rebuilt shard files (their decode directory goes with the last of them).
+    files: Vec<PathBuf>,
+    /// A scratch store the images were replayed into.
+    store: Option<PathBuf>,
+}
+
+impl Drop for Rebuilt {
+    fn drop(&mut self) {
+        // Only the images are dropped here: another member rebuilt by the same decode may
+        // still be waiting in the same directory.
+        for file in &self.files {
+            let _ = std::fs::remove_file(file);
+            if let Some(dir) = file.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+        if let Some(store) = &self.store {
+            let _ = std::fs::remove_dir_all(store);
+        }
+    }
+}
+
+/// The images of `member` rebuilt by each part's task, every chunk checked against the
+/// checksums recorded at encode: an `Image` object read from its rebuilt shard, a stripe
+/// chain replayed into a scratch store (each stripe's deltas, borrowed from the mapped
+/// rebuilt blob, applied to what the previous left). File reads: call it off the runtime.
+pub fn rebuilt(
+    agent: &Agent,
+    parts: &[(u64, ObjectRecord)],
+    member: usize,
+    epoch: u64,
+) -> Result<Rebuilt, ClusterError> {
+    let task = parts.first().map_or(0, |p| p.0);
+    let files: Vec<PathBuf> = parts
+        .iter()
+        .map(|(t, _)| rebuilt_path(agent, *t, member))
+        .collect();
+    if let [(_, record)] = parts {
+        if record.kind == ObjectKind::Image {
+            let shard = RebuiltShard::open(&files[0], record, member)?;
+            return Ok(Rebuilt {
+                images: Arc::new(shard),
+                task,
+                files,
+                store: None,
+            });
+        }
+    }
+    let dir = agent.coded.scratch(&format!("install-{task}-{member}"))?;
+    let mut rebuilt = Rebuilt {
+        images: Arc::new(StoreImages {
+            views: BTreeMap::new(),
+            ranks: BTreeMap::new(),
+        }),
+        task,
+        files,
+        store: Some(dir.clone()),
+    };
+    let chain = Store::open(&dir)?;
+    for (t, record) in parts {
+        if record.kind == ObjectKind::Image {
+            return Err(ClusterError::Invalid(format!(
+                "object {} is an image in a stripe chain",
+                record.id
+            )));
+        }
+        let path = rebuilt_path(agent, *t, member);
+        let shard = RebuiltShard::open(&path, record, member)?;
+        let len = record.shards[member].len;
+        // Every chunk is checked before the blob is parsed.
+        let mut buf = vec![0u8; shard.chunk];
+        for q in 0..shard.crcs.len() as u64 {
+            shard.read(q * shard.chunk as u64, &mut buf, &format!("object {}", record.id))?;
+        }
+        // SAFETY: the rebuilt file is private to this decode and not truncated while mapped.
+        let map = unsafe { Mmap::map(&shard.file) }.map_err(io_at(&path))?;
+        let blob = map
+            .get(..len as usize)
+            .ok_or_else(|| ClusterError::Corrupt(format!("rebuilt blob {} is short", path.display())))?;
+        for (rank, bytes) in parse_stripe_blob(blob)? {
+            chain.apply_delta(rank, bytes)?;
+        }
+    }
+    let ranks = chain.ranks()?;
+    for &rank in &ranks {
+        if chain.latest_committed(rank)? != Some(epoch) {
+            return Err(ClusterError::Corrupt(format!(
+                "the stripe chain of rank {rank} does not reach epoch {epoch}"
+            )));
+        }
+    }
+    rebuilt.images = Arc::new(StoreImages::open(&chain, &ranks, epoch)?);
+    Ok(rebuilt)
+}
+
+/// Installs `rank` of `images` as committed `epoch` of `store` (blocking).
+pub fn import(store: &Store, images: &dyn ImageSource, rank: u32, epoch: u64) -> Result<(), ClusterError> {
+    let items = images
+        .ranks()
+        .get(&rank)
+        .ok_or_else(|| ClusterError::Invalid(format!("rank {rank} is not in the rebuilt shard")))?;
+    store.import_image_from(rank, epoch, items, &mut |name, offset, window| {
+        images.fill(rank, name, offset, window)
+    })
+}
+
+/// Sends `rank` of `images` to the agent on `node`, one data frame per window read.
+pub async fn ship(
+    agent: &Agent,
+    node: &NodeInfo,
+    images: Arc<dyn ImageSource>,
+    rank: u32,
+    epoch: u64,
+) -> Result<(), ClusterError> {
+    let items = images
+        .ranks()
+        .get(&rank)
+        .cloned()
+        .ok_or_else(|| ClusterError::Invalid(format!("rank {rank} is not here to ship")))?;
+    let mut conn = open_node(node, &agent.host, &agent.secret).await?;
+    conn.send_control(&AgentRequest::ImportRank {
+        rank,
+        epoch,
+        items: items.clone(),
+    })
+    .await?;
+    for (name, len) in items {
+        let mut offset = 0;
+        while offset < len {
+            let n = (len - offset).min(DATA_FRAME as u64) as usize;
+            let (images, name_) = (images.clone(), name.clone());
+            let piece = blocking(move || {
+                let mut piece = vec![0u8; n];
+                images.fill(rank, &name_, offset, &mut piece)?;
+                Ok(piece)
+            })
+            .await?;
+            conn.send_data(&piece).await?;
+            offset += n as u64;
+        }
+    }
+    match conn.recv_control().await? {
+        AgentResponse::Ok => Ok(()),
+        AgentResponse::Error(e) => Err(ClusterError::remote(&node.name, e)),
+        other => Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
+    }
+}
+
+/// Bytes an unprivileged writer may still put on the file system of `path`.
+fn free_bytes(path: &Path) -> Result<u64, ClusterError> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| ClusterError::Invalid(format!("{} holds a NUL byte", path.display())))?;
+    // SAFETY: statvfs fills the zeroed struct we pass; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io_at(path)(std::io::Error::last_os_error()));
+    }
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+/// Receives a rank image another agent ships (`items` announced, then their bytes as data
+/// frames) and installs it as committed `epoch`: frames go straight into the store's
+/// windows through a short queue, so memory never grows with the image.
+pub async fn receive(
+    agent: &Arc<Agent>,
+    conn: &mut Connection,
+    rank: u32,
+    epoch: u64,
+    items: Vec<(String, u64)>,
+) -> Result<(), ClusterError> {
+    let total = items
+        .iter()
+        .try_fold(0u64, |sum, (_, len)| sum.checked_add(*len))
+        .unwrap_or(u64::MAX);
+    let free = free_bytes(agent.store.root())?;
+    if total > free {
+        return Err(ClusterError::Invalid(format!(
+            "image of rank {rank} of {total} bytes announced, more than this node's {free} bytes free for its store"
+        )));
+    }
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(4);
+    let a = agent.clone();
+    let names = items.clone();
+    let install = tokio::task::spawn_blocking(move || {
+        let mut rx = rx;
+        let mut pending: Vec<u8> = Vec::new();
+        let mut used = 0;
+        a.store
+            .import_image_from(rank, epoch, &names, &mut |_, _, window| {
+                let mut done = 0;
+                while done < window.len() {
+                    if used == pending.len() {
+                        pending = rx.blocking_recv().ok_or_else(|| {
+                            ClusterError::Protocol(format!("rank {rank}'s image ended early"))
+                        })?;
+                        used = 0;
+                    }
+                    let n = (pending.len() - used).min(window.len() - done);
+                    window[done..done + n].copy_from_slice(&pending[used..used + n]);
+                    (done, used) = (done + n, used + n);
+                }
+                Ok::<(), ClusterError>(())
+            })
+    });
+    let mut received = 0u64;
+    let mut frame = Vec::new();
+    let mut result = Ok(());
+    while received < total {
+        if let Err(e) = conn.recv_data(&mut frame).await {
+            result = Err(e.into());
+            break;
+        }
+        if frame.is_empty() || received + frame.len() as u64 > total {
+            result = Err(ClusterError::Protocol(format!(
+                "rank {rank}'s image: {} bytes after {received} of the announced {total}",
+                frame.len()
+            )));
+            break;
+        }
+        received += frame.len() as u64;
+        if tx.send(std::mem::take(&mut frame)).await.is_err() {
+            break; // the install failed: its error says why
+        }
+    }
+    drop(tx);
+    let installed = install
+        .await
+        .map_err(|e| ClusterError::Internal(format!("installing rank {rank}: {e}")))?;
+    result.and(installed)
+}
