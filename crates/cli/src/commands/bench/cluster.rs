@@ -169,6 +169,7 @@ pub fn run(args: Args) -> Result<i32> {
         exe: this_exe()?,
         agents: true,
         bind: None,
+        flush: None,
     })?;
     let result = measure(&args, coding, &dir_path, tmp.path());
     let down = launch::down(&dir_path, true);
