@@ -67,23 +67,38 @@ impl EpochData {
     /// Reads the `k`-th stored block of item `item` into `buf` and checks its CRC.
     /// `target` is the epoch being read, for the error message.
     pub(crate) fn read_block(&self, target: u64, item: usize, k: usize, buf: &mut Vec<u8>) -> Result<()> {
+        self.read_blocks(target, item, k..k + 1, buf)
+    }
+
+    /// Reads stored blocks `ks` of item `item` — consecutive in the data file — into `buf`
+    /// with one read, and checks each block's CRC before any of it is used.
+    pub(crate) fn read_blocks(
+        &self,
+        target: u64,
+        item: usize,
+        ks: std::ops::Range<usize>,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
         let it = &self.manifest.items[item];
-        let entry = it.blocks[k];
+        let bs = u64::from(it.block_size);
         // Only an item's last block is short, so the k-th stored block starts k full
         // blocks into the item's data.
-        let off = self.offsets[item] + k as u64 * u64::from(it.block_size);
-        buf.resize(it.block_len(entry.index) as usize, 0);
+        let off = self.offsets[item] + ks.start as u64 * bs;
+        let len = (ks.len() as u64 - 1) * bs + it.block_len(it.blocks[ks.end - 1].index);
+        buf.resize(len as usize, 0);
         self.file
             .read_exact_at(buf, off)
             .map_err(io_at(&self.data_path))?;
-        if crc32c::crc32c(buf) != entry.crc32c {
-            return Err(StoreError::BlockChecksum {
-                rank: self.manifest.rank,
-                epoch: target,
-                item: it.name.clone(),
-                block: entry.index,
-                stored_in: self.manifest.epoch,
-            });
+        for (piece, entry) in buf.chunks(bs as usize).zip(&it.blocks[ks]) {
+            if crc32c::crc32c(piece) != entry.crc32c {
+                return Err(StoreError::BlockChecksum {
+                    rank: self.manifest.rank,
+                    epoch: target,
+                    item: it.name.clone(),
+                    block: entry.index,
+                    stored_in: self.manifest.epoch,
+                });
+            }
         }
         Ok(())
     }
@@ -108,6 +123,9 @@ pub(crate) fn locate(
     let dir = rank_dir.join(epoch_dir_name(prepared, epoch, generation));
     EpochData::load(&dir, rank, epoch, generation)
 }
+
+/// Bytes of consecutive stored blocks read with one system call.
+const RUN: u64 = 1 << 20;
 
 /// An epoch together with every epoch its content depends on: the last full epoch first,
 /// then each delta up to the epoch itself.
@@ -198,14 +216,25 @@ impl Chain {
             let item = &link.manifest.items[i];
             let bs = u64::from(item.block_size);
             let first = a / bs;
-            let start = item.blocks.partition_point(|blk| blk.index < first);
-            for k in start..item.blocks.len() {
+            let mut k = item.blocks.partition_point(|blk| blk.index < first);
+            // Runs of consecutive blocks are read at once (a full epoch is one long run),
+            // at most `RUN` bytes at a time so that memory stays bounded.
+            let most = (RUN / bs).max(1) as usize;
+            while k < item.blocks.len() {
                 // index < block_count, so index * bs < len: no overflow.
                 let bstart = item.blocks[k].index * bs;
                 if bstart >= b {
                     break;
                 }
-                link.read_block(target, i, k, &mut scratch)?;
+                let mut end = k + 1;
+                while end < item.blocks.len()
+                    && end - k < most
+                    && item.blocks[end].index == item.blocks[end - 1].index + 1
+                    && item.blocks[end].index * bs < b
+                {
+                    end += 1;
+                }
+                link.read_blocks(target, i, k..end, &mut scratch)?;
                 let lo = bstart.max(a);
                 let hi = (bstart + scratch.len() as u64).min(b);
                 if lo < hi {
@@ -213,6 +242,7 @@ impl Chain {
                         .copy_from_slice(&scratch[(lo - bstart) as usize..(hi - bstart) as usize]);
                     nonzero_end = nonzero_end.max(hi);
                 }
+                k = end;
             }
         }
         Ok(())
