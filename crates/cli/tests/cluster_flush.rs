@@ -421,3 +421,86 @@ fn flush_commands_refuse_bad_input_in_one_line() {
     );
     assert_eq!(flushed(&flush), (vec![1], vec![]), "nothing flushed was touched");
 }
+
+#[test]
+fn bench_flush_reports_throughput_against_the_write_speed_and_latency_while_flushing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let flush = tmp.path().join("shared");
+    let o = run(&[
+        "bench",
+        "flush",
+        "--nodes",
+        "3",
+        "--k",
+        "2",
+        "--m",
+        "1",
+        "--block-size",
+        "64KiB",
+        "--size-per-rank",
+        "4MiB",
+        "--reps",
+        "2",
+        "--checkpoints",
+        "2",
+        "--flush-dir",
+        flush.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let f = |key: &str| r[key].as_f64().unwrap_or_else(|| panic!("{key}: {}", r[key]));
+    let list = |key: &str| -> Vec<f64> {
+        let v = r[key].as_array().unwrap_or_else(|| panic!("{key}: {}", r[key]));
+        v.iter().map(|x| x.as_f64().unwrap()).collect()
+    };
+    assert_eq!(r["ranks"], 2);
+    // Every rank's 4 MiB, plus the manifest.
+    assert!(f("flush_bytes") > f("size_per_rank") * 2.0, "{r}");
+    assert!(r["writers"].as_u64().unwrap() >= 1);
+    for key in ["write_gbps", "flush_gbps", "slowest_node_seconds"] {
+        let v = list(key);
+        assert_eq!(v.len(), 2, "{key}");
+        assert!(v.iter().all(|x| x.is_finite() && *x > 0.0), "{key}: {v:?}");
+    }
+    for key in [
+        "flush_vs_write",
+        "checkpoint_ms",
+        "checkpoint_ms_flushing",
+        "slowdown",
+    ] {
+        assert!(f(key).is_finite() && f(key) > 0.0, "{key}: {r}");
+    }
+    for key in ["commit_ms", "commit_ms_flushing", "commit_slowdown"] {
+        assert!(f(key).is_finite() && f(key) > 0.0, "{key}: {r}");
+    }
+    // Two checkpoints timed idle per repetition; during flushes, as many were asked for as
+    // flushes allow, at least one in all (the benchmark fails otherwise).
+    let per_rep = |key: &str| -> Vec<Vec<f64>> { serde_json::from_value(r[key].clone()).unwrap() };
+    let (idle, busy) = (per_rep("samples_ms"), per_rep("samples_ms_flushing"));
+    let (commit_idle, commit_busy) = (
+        per_rep("commit_samples_ms"),
+        per_rep("commit_samples_ms_flushing"),
+    );
+    assert!(idle.iter().all(|s| s.len() == 2), "{idle:?}");
+    let during: Vec<u64> = serde_json::from_value(r["checkpoints_during_flush"].clone()).unwrap();
+    assert_eq!(during, busy.iter().map(|s| s.len() as u64).collect::<Vec<_>>());
+    assert!(during.iter().sum::<u64>() >= 1);
+    // A commit ends after the slowest rank's call returned.
+    for (calls, commits) in [(&idle, &commit_idle), (&busy, &commit_busy)] {
+        for (c, m) in calls.iter().flatten().zip(commits.iter().flatten()) {
+            assert!(*c > 0.0 && m >= c, "checkpoint {c} ms, commit {m} ms");
+        }
+    }
+    // The reference files are gone; the flushes left their newest epoch, published.
+    let names: Vec<String> = std::fs::read_dir(&flush)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["flush"]);
+    let epochs: Vec<String> = std::fs::read_dir(flush.join("flush"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(epochs.len() == 1 && epochs[0].starts_with("epoch-"), "{epochs:?}");
+}

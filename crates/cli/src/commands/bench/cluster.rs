@@ -91,7 +91,7 @@ struct Report {
 
 /// The directory the benchmark's cluster lives in: tmpfs when there is one (a node-local RAM
 /// disk, as ranks would use).
-fn scratch() -> Result<tempfile::TempDir> {
+pub(super) fn scratch() -> Result<tempfile::TempDir> {
     let shm = Path::new("/dev/shm");
     Ok(if shm.is_dir() {
         tempfile::Builder::new().prefix("eckpt-bench-").tempdir_in(shm)?
