@@ -6,16 +6,22 @@
 #   overhead   the stencil's own elapsed time under `eckpt run --interval 30s` (8-node cluster,
 #              k=6 m=2, update mode, checkpoints erasure-coded while it computes) next to the
 #              same program run directly by mpirun (no cluster, no checkpoint until the end);
-#              REPS interleaved pairs, medians and the median of per-pair ratios.
+#              REPS interleaved pairs, medians and the median of per-pair ratios; and the
+#              slowest rank's time inside eckpt_snapshot()/eckpt_checkpoint() over the time it
+#              computed (what checkpointing cost the ranks, unaffected by run-to-run noise).
 #   recovery   on a namespaced cluster with 1 Gbit/s links: two nodes killed with their disks;
 #              from the loss to every rank running again, next to the decode and encode
 #              times it contains.
+#   ipc        2 ranks (no more than the cores) on a namespaced cluster with 1 Gbit/s links:
+#              the halo-exchange time per step with both ranks on one node (--placement pack:
+#              shared memory) next to one rank per node (balanced: TCP over the link) — seed
+#              004's point that co-located processes should use local IPC.
 #   halo       16 ranks of 4 MiB on 8 nodes (rotated parity: every node holds data), two
 #              nodes lost: the stencil's halo-exchange time per step before the loss and after
 #              relocation per process (the lost nodes' ranks spread) and per node (each lost
 #              node's ranks together on one survivor) — seed 004's comparison.
 #
-# Usage: scripts/bench-run.sh [overhead|recovery|halo|all] (root for recovery and halo).
+# Usage: scripts/bench-run.sh [overhead|recovery|ipc|halo|all] (root for recovery and halo).
 # Environment: REPS (3), STEPS (3000), ECKPT (target/release/eckpt).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,7 +30,7 @@ what=${1:-all}
 reps=${REPS:-3}
 steps=${STEPS:-3000}
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+[ -n "${KEEP:-}" ] && echo "keeping $work" || trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 mpicc -O2 -std=c11 -I"$repo/include" "$repo/examples/mpi/stencil.c" -o "$work/stencil" \
@@ -33,11 +39,12 @@ cd "$work"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 elapsed() { sed -n 's/^\(\[0\] \)\{0,1\}elapsed: \([0-9.]*\) s$/\2/p' "$1" | tail -1; }
+in_calls() { sed -n 's/^\(\[0\] \)\{0,1\}in checkpoint calls: \([0-9.]*\) s$/\2/p' "$1" | tail -1; }
 median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 
 if [ "$what" = overhead ] || [ "$what" = all ]; then
   echo "== overhead: stencil -m 16 -s $steps, 8 ranks: mpirun directly vs eckpt run --interval 30s"
-  : > direct.txt; : > run.txt; : > ratio.txt
+  : > direct.txt; : > run.txt; : > ratio.txt; : > calls.txt
   for rep in $(seq "$reps"); do
     rm -rf store log.*
     ECKPT_DIR=$work/store mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np 8 \
@@ -45,14 +52,18 @@ if [ "$what" = overhead ] || [ "$what" = all ]; then
     rm -f log.*
     "$eckpt" run --nodes 8 --spares 1 --k 6 --m 2 --mode update --launcher mpirun --interval 30s \
       --record run.json -n 8 -- ./stencil -m 16 -s "$steps" -a -l log.%r > run.out 2> run.err
-    d=$(elapsed direct.out); r=$(elapsed run.out)
+    d=$(elapsed direct.out); r=$(elapsed run.out); c=$(in_calls run.out)
     epochs=$(python3 -c "import json; print(sum(e['committed'] for e in json.load(open('run.json'))['epochs']))")
     echo "$d" >> direct.txt; echo "$r" >> run.txt
     echo "$r $d" | awk '{print $1 / $2}' >> ratio.txt
-    echo "  rep $rep: direct $d s, eckpt run $r s ($epochs epochs), ratio $(tail -1 ratio.txt)"
+    # The slowest rank's time inside the checkpoint calls, over the time it computed.
+    echo "$c $r" | awk '{print $1 / ($2 - $1)}' >> calls.txt
+    echo "  rep $rep: direct $d s, eckpt run $r s ($epochs epochs, $c s in checkpoint calls)," \
+      "ratio $(tail -1 ratio.txt)"
   done
   echo "  median: direct $(median < direct.txt) s, eckpt run $(median < run.txt) s," \
-    "overhead $(median < ratio.txt | awk '{printf "%.1f %%", 100 * ($1 - 1)}')"
+    "overhead $(median < ratio.txt | awk '{printf "%.1f %%", 100 * ($1 - 1)}')," \
+    "time in checkpoint calls $(median < calls.txt | awk '{printf "%.2f %%", 100 * $1}') of computing"
 fi
 
 # One run on a namespaced cluster of 8 nodes (k=6 m=2, no spare) at 1 Gbit/s, two nodes
@@ -68,11 +79,13 @@ halo_means() { # file, before|after: the mean of every rank's halo windows
   python3 - "$1" "$2" <<'PY'
 import re, sys
 path, when = sys.argv[1:]
-lines = open(path).read().splitlines()
-# Windows printed before the first restart line belong to the first attempt.
-cut = next((i for i, l in enumerate(lines) if "restarted from epoch" in l), len(lines))
-part = lines[:cut] if when == "before" else lines[cut:]
-values = [float(m.group(1)) for l in part if (m := re.search(r"halo steps \d+-\d+: ([0-9.]+) us", l))]
+# Ranks that resumed from a checkpoint mark their windows "(resumed)".
+values = [
+    float(m.group(2))
+    for line in open(path)
+    if (m := re.search(r"halo steps \d+-\d+( \(resumed\))?: ([0-9.]+) us", line))
+    and (m.group(1) is not None) == (when == "after")
+]
 print(f"{sum(values) / len(values):.0f} us over {len(values)} rank-windows" if values else "no windows")
 PY
 }
@@ -88,6 +101,16 @@ for x in r["recoveries"]:
           f"detect {x['detect_seconds']:.2f} + decode {x['decode_seconds']:.2f} + encode {x['encode_seconds']:.2f} "
           f"+ relaunch and the rest {x['downtime_seconds'] - x['detect_seconds'] - x['decode_seconds'] - x['encode_seconds']:.2f} s")
 PY
+fi
+
+if [ "$what" = ipc ] || [ "$what" = all ]; then
+  echo "== halo exchange per step, 2 ranks x 4 MiB, namespaced cluster with 1 Gbit/s links"
+  for placement in pack balanced; do
+    rm -f log.*
+    "$eckpt" run --nodes 4 --k 2 --m 2 --netns --link-rate 1gbit --launcher mpirun --placement "$placement" \
+      -n 2 -- ./stencil -m 4 -s 1000 -k 100 -l log.%r > "ipc-$placement.out" 2> "ipc-$placement.err"
+    echo "  $placement [$(grep -m1 launched "ipc-$placement.err" | sed 's/.*ranks: //')]: $(halo_means "ipc-$placement.out" before)"
+  done
 fi
 
 if [ "$what" = halo ] || [ "$what" = all ]; then

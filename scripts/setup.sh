@@ -13,6 +13,7 @@ packages=(
   xdelta3                         # reference for the delta benchmarks
   python3 python3-venv            # the Python binding and its tests
   iproute2                        # ip netns / tc tbf: emulated hosts on shaped links
+  chromium chromium-driver        # the headless-browser test of `eckpt report`'s page
   openmpi-bin libopenmpi-dev      # eckpt run --launcher mpirun and the MPI example
 )
 

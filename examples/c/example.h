@@ -58,6 +58,9 @@ struct example {
     unsigned char *region;
     size_t region_len;
     struct example_header *header;
+    /* Wall seconds this process spent inside eckpt_snapshot()/eckpt_checkpoint(): what
+     * checkpointing cost the computation, measured in the run itself. */
+    double checkpoint_seconds;
 };
 
 static void example_usage(const struct example *ex, const char *what) {
@@ -287,19 +290,25 @@ static int example_start(struct example *ex, size_t data_len) {
  * eckpt_snapshot() decides, with -a) and after the last. The line goes straight to the file
  * (no stdio buffer) so that the checkpoint records a log length that matches the step
  * counter it saves. */
+static double example_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static void example_step_done(struct example *ex, const char *line) {
     example_write_all(ex, ex->log_fd, line, strlen(line), ex->log_path);
     uint64_t done = ++ex->header->step;
+    double begun = example_now();
     if (ex->by_time && done != ex->steps) {
         example_check(ex, eckpt_snapshot(), "eckpt_snapshot");
-        return;
-    }
-    if (ex->by_time || done % ex->interval == 0 || done == ex->steps) {
+    } else if (ex->by_time || done % ex->interval == 0 || done == ex->steps) {
         example_trace(ex, "checkpoint-begin %llu\n", (unsigned long long)done);
         int epoch = eckpt_checkpoint();
         example_check(ex, epoch, "eckpt_checkpoint");
         example_trace(ex, "checkpoint-end %d\n", epoch);
     }
+    ex->checkpoint_seconds += example_now() - begun;
 }
 
 /* Prints the fingerprint of the whole protected region and releases eckpt, once the last

@@ -122,8 +122,8 @@ int main(int argc, char **argv) {
         example_step_done(&ex, line);
 
         if (halo_steps == HALO_WINDOW || ex.header->step == ex.steps) {
-            printf("halo steps %lu-%llu: %.1f us per step\n", window_start, (unsigned long long)ex.header->step - 1,
-                   1e6 * halo_seconds / (double)halo_steps);
+            printf("halo steps %lu-%llu%s: %.1f us per step\n", window_start, (unsigned long long)ex.header->step - 1,
+                   restored ? " (resumed)" : "", 1e6 * halo_seconds / (double)halo_steps);
             fflush(stdout);
             halo_seconds = 0.0;
             halo_steps = 0;
@@ -134,10 +134,14 @@ int main(int argc, char **argv) {
     /* A fingerprint of the whole plate: every tile's, combined in rank order. */
     uint64_t mine = example_hash(ex.region, ex.region_len), all = 0;
     MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_BXOR, MPI_COMM_WORLD);
+    /* The slowest rank's time in checkpoint calls: the others wait for it at the next halo. */
+    double in_checkpoints = 0.0;
+    MPI_Reduce(&ex.checkpoint_seconds, &in_checkpoints, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank == 0) {
         printf("plate checksum: %016llx\n", (unsigned long long)all);
         /* Of this process's steps only (after a restart, of the steps since). */
         printf("elapsed: %.3f s\n", MPI_Wtime() - started);
+        printf("in checkpoint calls: %.3f s\n", in_checkpoints);
     }
     example_finish(&ex);
     MPI_Type_free(&column);

@@ -64,6 +64,11 @@ enum Command {
     Agent(commands::daemons::AgentArgs),
     /// The cluster coordinator (started by `eckpt up`).
     Coordinator(commands::daemons::CoordinatorArgs),
+    /// Predict checkpoint, encode, update and recovery times, storage and the checkpoint
+    /// interval; calibrate on a running cluster; recommend a configuration.
+    Model(commands::model::Args),
+    /// Write one self-contained HTML page of plots from bench results and run records.
+    Report(commands::report::Args),
     /// Fault-injection pause points for tests and demos.
     #[command(subcommand)]
     Debug(commands::cluster::Debug),
@@ -93,6 +98,8 @@ fn main() {
         Command::MpirunAgent(args) => commands::run::run_mpirun_agent(args),
         Command::Agent(args) => commands::daemons::run_agent(args),
         Command::Coordinator(args) => commands::daemons::run_coordinator(args),
+        Command::Model(args) => commands::model::run(args),
+        Command::Report(args) => commands::report::run(args),
         Command::Debug(debug) => commands::cluster::run_debug(debug),
     };
     match result {

@@ -147,23 +147,8 @@ fn agents_on_their_own_hosts_keep_checkpoints_on_their_own_storage() {
     let mut hosts = Hosts::new(tmp.path(), &names);
     let dir = tmp.path().join("shared/cluster");
     let d = dir.to_str().unwrap();
-    ok(&[
-        "up",
-        "--dir",
-        d,
-        "--nodes",
-        "6",
-        "--spares",
-        "1",
-        "--k",
-        "4",
-        "--m",
-        "2",
-        "--no-agents",
-        "--bind",
-        "10.203.9.1",
-        "--detach",
-    ]);
+    let up = format!("up --dir {d} --nodes 6 --spares 1 --k 4 --m 2 --no-agents --bind 10.203.9.1 --detach");
+    ok(&up.split(' ').collect::<Vec<_>>());
     for i in 0..names.len() {
         hosts.start_agent(d, i);
     }

@@ -45,16 +45,17 @@ impl Random {
 #[test]
 fn a_program_exit_status_is_the_runs_and_a_program_ignoring_eckpt_runs_through() {
     let tmp = tempfile::tempdir().unwrap();
+    // Rank 0's exit ends the attempt and terminates rank 1: rank 0 waits until rank 1 has
+    // printed (a marker file outside the working directory), so both lines are expected.
+    let marks = tempfile::tempdir().unwrap();
+    let script = format!(
+        "echo rank $ECKPT_RANK of $ECKPT_WORLD on $ECKPT_NODE; touch {0}/$ECKPT_RANK; \
+         while [ ! -e {0}/1 ]; do sleep 0.05; done; exit 3",
+        marks.path().display()
+    );
     let small = ["--nodes", "3", "--k", "2", "--m", "1"];
     let mut args = small.to_vec();
-    args.extend([
-        "-n",
-        "2",
-        "--",
-        "sh",
-        "-c",
-        "echo rank $ECKPT_RANK of $ECKPT_WORLD on $ECKPT_NODE; exit 3",
-    ]);
+    args.extend(["-n", "2", "--", "sh", "-c", &script]);
     let out = run_in(tmp.path(), &args, Duration::from_secs(120));
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     let lines = text(&out.stdout);
@@ -227,31 +228,12 @@ fn more_losses_than_m_end_with_a_clear_error_and_keep_what_was_committed() {
     let dir_arg = dir.display().to_string();
     let out = run_in(
         tmp.path(),
-        &[
-            "--dir",
-            &dir_arg,
-            "--keep",
-            "--nodes",
-            "6",
-            "--k",
-            "4",
-            "--m",
-            "2",
-            "-n",
-            "4",
-            "--kill-at",
-            "3:3",
-            "--",
-            mat.to_str().unwrap(),
-            "-m",
-            "2",
-            "-s",
-            "40",
-            "-k",
-            "4",
-            "-l",
-            "log%r",
-        ],
+        &format!(
+            "--dir {dir_arg} --keep --nodes 6 --k 4 --m 2 -n 4 --kill-at 3:3 -- {} -m 2 -s 40 -k 4 -l log%r",
+            mat.display()
+        )
+        .split(' ')
+        .collect::<Vec<_>>(),
         Duration::from_secs(120),
     );
     let err = text(&out.stderr);

@@ -159,7 +159,14 @@ pub fn run(options: &RunOptions, events: &mut dyn FnMut(Event)) -> Result<(i32, 
     }
     let session = Session::open(&options.cluster, &mut |text| events(Event::Note(text)))?;
     let started = Instant::now();
-    let mut supervisor = Supervisor::new(options, &session, interrupted, started)?;
+    let mut supervisor = match Supervisor::new(options, &session, interrupted, started) {
+        Ok(supervisor) => supervisor,
+        Err(e) => {
+            // A cluster this run started must not outlive a run that could not begin.
+            let _ = session.close(options.keep, &mut |text| events(Event::Note(text)));
+            return Err(e);
+        }
+    };
     let result = supervisor.run(events);
     let mut record = supervisor.record;
     record.seconds = started.elapsed().as_secs_f64();

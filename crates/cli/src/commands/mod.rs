@@ -1,11 +1,14 @@
 //! One module per subcommand: its arguments and what it runs.
 
 pub mod bench;
+pub mod calibrate;
 pub mod ckpt;
 pub mod cluster;
 pub mod daemons;
 pub mod decode;
 pub mod delta;
 pub mod encode;
+pub mod model;
+pub mod report;
 pub mod run;
 pub mod verify;

@@ -215,7 +215,7 @@ fn measure(opts: &Options) -> Result<Report> {
     let ps = page_size();
     let size = opts.size.next_multiple_of(ps).max(ps);
     let npages = size / ps;
-    let pages = changed_pages(opts.pattern, npages, opts.seed);
+    let pages = changed_pages(opts.pattern, npages, None, opts.seed);
     let mut notes = Vec::new();
     let tmp = match &opts.dir {
         Some(d) => tempfile::tempdir_in(d),

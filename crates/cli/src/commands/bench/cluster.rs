@@ -11,16 +11,14 @@ use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster::netns::parse_rate;
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{
-    AgentRequest, AgentResponse, CoordRequest, CoordResponse, EpochOutcome, NodeInfo,
-};
-use eckpt_cluster_api::net::{call, host_identity, open_node};
+use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, EpochOutcome, NodeInfo};
 use eckpt_coding::geometry::Geometry;
 use eckpt_coding::CodingConfig;
 use serde::Serialize;
 
 use super::stats::median;
 use super::workload::{apply_pattern, workload_image, Pattern};
+use crate::commands::calibrate::link_test;
 use crate::commands::cluster::{this_exe, CodingArgs};
 use crate::output::print_json;
 use crate::size::parse_size;
@@ -35,9 +33,13 @@ pub struct Args {
     /// Bytes of rank image per data node.
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     size_per_node: u64,
-    /// How images change between epochs: mat (0.1 % of pages) or lu (60 %).
+    /// How images change between epochs: mat (0.1 % of pages, scattered) or lu (60 %, in
+    /// runs).
     #[arg(long, default_value = "mat")]
     pattern: Pattern,
+    /// Fraction of the pages the pattern changes instead of its own (0 to 1).
+    #[arg(long, value_parser = parse_fraction)]
+    dirty_fraction: Option<f64>,
     /// Incremental epochs after the first (full) one; the median is reported.
     #[arg(long, default_value_t = 3)]
     reps: usize,
@@ -52,12 +54,22 @@ pub struct Args {
     json: bool,
 }
 
+/// A fraction between 0 and 1.
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("{text:?} is not a fraction between 0 and 1")),
+    }
+}
+
 #[derive(Serialize)]
 struct Report {
     nodes: usize,
     coding: CodingConfig,
     size_per_node: u64,
     pattern: Pattern,
+    /// The share of pages changed per epoch, when not the pattern's own.
+    dirty_fraction: Option<f64>,
     netns: bool,
     link_rate: Option<String>,
     /// Link bandwidth between two agents measured in this run (Gbit/s).
@@ -106,22 +118,10 @@ async fn coordinator(dir: &ClusterDir, request: CoordRequest) -> Result<CoordRes
 
 /// Sends `bytes` from `from` to `to` and returns Gbit/s (best of three).
 async fn link_gbps(dir: &ClusterDir, from: &NodeInfo, to: &NodeInfo, bytes: u64) -> Result<f64> {
-    let secret = dir.load_secret()?;
     let mut best: f64 = 0.0;
     for _ in 0..3 {
-        let mut conn = open_node(from, &host_identity(), &secret).await?;
-        match call(
-            &mut conn,
-            &AgentRequest::LinkTest {
-                peer: to.clone(),
-                bytes,
-            },
-        )
-        .await?
-        {
-            AgentResponse::Link(seconds) => best = best.max(bytes as f64 * 8.0 / seconds / 1e9),
-            other => bail!("link test: {other:?}"),
-        }
+        let seconds = link_test(dir, from, to, bytes).await?;
+        best = best.max(bytes as f64 * 8.0 / seconds / 1e9);
     }
     Ok(best)
 }
@@ -266,7 +266,8 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, tmp: &Path) -> Re
     let mut last = BTreeMap::new();
     for rep in 0..args.reps.max(1) {
         for (r, image) in images.iter_mut().enumerate() {
-            changed = apply_pattern(image, args.pattern, (rep * 1000 + r) as u64) as u64 * 4096;
+            let seed = (rep * 1000 + r) as u64;
+            changed = apply_pattern(image, args.pattern, args.dirty_fraction, seed) as u64 * 4096;
         }
         write_all(&images)?;
         let o = rt.block_on(epoch(&dir, &files))?;
@@ -296,6 +297,7 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, tmp: &Path) -> Re
         coding,
         size_per_node: args.size_per_node,
         pattern: args.pattern,
+        dirty_fraction: args.dirty_fraction,
         netns: args.netns,
         link_rate: args.link_rate.clone(),
         link_gbps: link,

@@ -188,7 +188,7 @@ impl Rank {
                 return drop(done_tx.send(Err(e.to_string())));
             }
             for seed in step_rx {
-                apply_pattern(memory.as_mut(), Pattern::Mat, seed ^ u64::from(rank));
+                apply_pattern(memory.as_mut(), Pattern::Mat, None, seed ^ u64::from(rank));
                 let started = Instant::now();
                 let result = ck.checkpoint().and_then(|_| {
                     let returned = Instant::now();

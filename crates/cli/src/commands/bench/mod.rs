@@ -6,8 +6,8 @@ mod capture;
 mod cluster;
 mod codec;
 mod flush;
-mod stats;
-mod transport;
+pub mod stats;
+pub mod transport;
 mod workload;
 
 #[derive(clap::Subcommand)]

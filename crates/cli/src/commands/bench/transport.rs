@@ -73,7 +73,7 @@ const ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One transport's measured throughput.
 #[derive(Debug, Clone, Serialize)]
-struct TransportBench {
+pub struct TransportBench {
     /// Transport measured.
     transport: TransportKind,
     /// Payload bytes streamed.
@@ -115,7 +115,7 @@ struct Received {
 /// socket in the temporary directory), and reports the throughput. Each side runs its own
 /// single-threaded runtime on its own OS thread, so this may be called from anywhere,
 /// including inside an async runtime (it blocks the calling thread).
-fn bench_transport(kind: TransportKind, bytes: u64, frame_size: usize) -> Result<TransportBench> {
+pub fn bench_transport(kind: TransportKind, bytes: u64, frame_size: usize) -> Result<TransportBench> {
     if bytes == 0 {
         bail!("bytes to stream must be at least 1");
     }

@@ -46,11 +46,13 @@ pub fn fill(buf: &mut [u8], seed: u64) {
     StdRng::seed_from_u64(seed).fill_bytes(buf);
 }
 
-/// The pages the pattern changes, ascending.
-pub fn changed_pages(pattern: Pattern, pages: usize, seed: u64) -> Vec<usize> {
+/// The pages the pattern changes, ascending. `fraction` changes that share of the pages
+/// instead of the pattern's own (MAT: scattered, 0.1 %; LU: in runs, 60 %).
+pub fn changed_pages(pattern: Pattern, pages: usize, fraction: Option<f64>, seed: u64) -> Vec<usize> {
     match pattern {
         Pattern::Mat => {
-            let want = (pages / 1000).max(1);
+            let want = fraction.map_or(pages / 1000, |f| (pages as f64 * f).round() as usize);
+            let want = want.clamp(1, pages.max(1));
             let mut r = StdRng::seed_from_u64(seed ^ 0x4d41_5400);
             let mut hit = vec![false; pages];
             let mut n = 0;
@@ -63,7 +65,13 @@ pub fn changed_pages(pattern: Pattern, pages: usize, seed: u64) -> Vec<usize> {
             }
             (0..pages).filter(|&p| hit[p]).collect()
         }
-        Pattern::Lu => (0..pages).filter(|p| p % 10 < 6).collect(),
+        Pattern::Lu => match fraction {
+            None => (0..pages).filter(|p| p % 10 < 6).collect(),
+            Some(f) => {
+                let per_hundred = (f * 100.0).round() as usize;
+                (0..pages).filter(|p| p % 100 < per_hundred).collect()
+            }
+        },
     }
 }
 
@@ -98,10 +106,10 @@ pub fn workload_image(len: usize, seed: u64) -> Vec<u8> {
     buf
 }
 
-/// Changes `buf` (whole pages) as `pattern` does between two checkpoints; returns how many
-/// pages changed.
-pub fn apply_pattern(buf: &mut [u8], pattern: Pattern, seed: u64) -> usize {
-    let pages = changed_pages(pattern, buf.len() / page_size(), seed);
+/// Changes `buf` (whole pages) as `pattern` does between two checkpoints (`fraction` of the
+/// pages if given); returns how many pages changed.
+pub fn apply_pattern(buf: &mut [u8], pattern: Pattern, fraction: Option<f64>, seed: u64) -> usize {
+    let pages = changed_pages(pattern, buf.len() / page_size(), fraction, seed);
     mutate(buf, pattern, &pages, seed);
     pages.len()
 }
@@ -115,7 +123,7 @@ mod tests {
         let ps = page_size();
         for pattern in [Pattern::Mat, Pattern::Lu] {
             let n = 4000;
-            let pages = changed_pages(pattern, n, 7);
+            let pages = changed_pages(pattern, n, None, 7);
             let mut a = vec![0u8; n * ps];
             fill(&mut a, 7);
             let before = a.clone();
@@ -132,6 +140,13 @@ mod tests {
                 Pattern::Lu => assert_eq!(pages.len(), 2400),
             }
         }
+        assert_eq!(changed_pages(Pattern::Mat, 4000, Some(0.05), 7).len(), 200);
+        assert_eq!(changed_pages(Pattern::Lu, 4000, Some(0.25), 7).len(), 1000);
+        assert_eq!(
+            changed_pages(Pattern::Mat, 4000, Some(0.0), 7).len(),
+            1,
+            "at least one page"
+        );
         assert_eq!("LU".parse::<Pattern>().unwrap(), Pattern::Lu);
         assert!("x".parse::<Pattern>().is_err());
     }

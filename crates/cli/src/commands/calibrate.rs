@@ -1,0 +1,493 @@
+//! `eckpt model --calibrate`: what the model's costs are on a running cluster. The link is
+//! measured between two of its agents (`LinkTest`: rate, and the CPU both agents spend per
+//! byte, read from `/proc`); the costs of the agents' code paths on this host — GF
+//! arithmetic, checksummed store reads, store writes, hashing, authenticated frames through
+//! the queues the agents use — in this process, on files in the cluster directory (where
+//! the agents' stores are). Saved as the cluster's `model.json`.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use eckpt_cluster::netns::parse_rate;
+use eckpt_cluster_api::commands;
+use eckpt_cluster_api::dirs::{read_pid_file, ClusterDir, ClusterFile};
+use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, NodeInfo};
+use eckpt_cluster_api::net::{call, host_identity, open_node};
+use eckpt_codec::LinearMap;
+use eckpt_model::machine::{netns_burst, Cpu, Hosts, Machine, SHARED_HOST_SHARE, TCP_PAYLOAD};
+use serde::{Deserialize, Serialize};
+
+use eckpt_proto::{connect, listen, ClusterSecret, Endpoint, TransportKind};
+
+use super::bench::stats::median;
+use super::bench::transport::bench_transport;
+use crate::output::default_threads;
+
+/// Format of `model.json`.
+pub const CALIBRATION_FORMAT: u32 = 1;
+
+/// What a calibration measured, and the machine it makes of it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Calibration {
+    /// Format version.
+    pub format: u32,
+    /// When (seconds since the Unix epoch).
+    pub measured_unix: f64,
+    /// The cluster directory measured.
+    pub dir: PathBuf,
+    /// The nominal link rate of the cluster (`tc` rate), if its links are shaped.
+    pub link_rate: Option<String>,
+    /// The model's machine.
+    pub machine: Machine,
+    /// Raw samples, for the record.
+    pub samples: BTreeMap<String, Vec<f64>>,
+}
+
+/// Loads a calibration file.
+pub fn load(path: &Path) -> Result<Calibration> {
+    let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let c: Calibration =
+        serde_json::from_slice(&text).with_context(|| format!("{} is not a calibration", path.display()))?;
+    if c.format != CALIBRATION_FORMAT {
+        bail!(
+            "{}: calibration format {} (this eckpt reads {CALIBRATION_FORMAT})",
+            path.display(),
+            c.format
+        );
+    }
+    c.machine
+        .validate()
+        .with_context(|| format!("{}", path.display()))?;
+    Ok(c)
+}
+
+/// Where a cluster keeps its calibration.
+pub fn path_in(dir: &Path) -> PathBuf {
+    dir.join("model.json")
+}
+
+/// Sends `bytes` from `from` to `to` through their links; the seconds it took.
+pub async fn link_test(dir: &ClusterDir, from: &NodeInfo, to: &NodeInfo, bytes: u64) -> Result<f64> {
+    let secret = dir.load_secret()?;
+    let mut conn = open_node(from, &host_identity(), &secret).await?;
+    let request = AgentRequest::LinkTest {
+        peer: to.clone(),
+        bytes,
+    };
+    match call(&mut conn, &request).await? {
+        AgentResponse::Link(seconds) => Ok(seconds),
+        AgentResponse::Error(e) => bail!("link test from {}: {}", from.name, e.message),
+        other => bail!("link test: unexpected answer {other:?}"),
+    }
+}
+
+/// Every node sends `bytes` to the next at once, as every member of a pipeline does.
+async fn ring_test(dir: &ClusterDir, nodes: &[NodeInfo], bytes: u64) -> Result<()> {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, from) in nodes.iter().enumerate() {
+        let (dir, from, to) = (dir.clone(), from.clone(), nodes[(i + 1) % nodes.len()].clone());
+        set.spawn(async move { link_test(&dir, &from, &to, bytes).await });
+    }
+    while let Some(r) = set.join_next().await {
+        r??;
+    }
+    Ok(())
+}
+
+/// CPU seconds (user + system) process `pid` has used.
+fn cpu_of(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')').context("malformed /proc stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<f64> { Ok(fields.get(i).context("short /proc stat")?.parse::<f64>()?) };
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name and state.
+    Ok((ticks(11)? + ticks(12)?) / clock_ticks())
+}
+
+/// Clock ticks per second of `/proc` CPU times (USER_HZ, 100 on Linux).
+fn clock_ticks() -> f64 {
+    100.0
+}
+
+/// An agent's process id, from its pid file: it must run on this host (its CPU time is
+/// read from `/proc`).
+fn agent_pid(dir: &ClusterDir, name: &str) -> Result<u32> {
+    read_pid_file(&dir.node(name))
+        .with_context(|| format!("agent {name} has no process on this host to measure"))
+}
+
+/// Samples by name.
+type Samples = BTreeMap<String, Vec<f64>>;
+
+fn push(samples: &mut Samples, name: &str, value: f64) {
+    samples.entry(name.into()).or_default().push(value);
+}
+
+/// CPU seconds the processes `pids` have used, together.
+fn cpu_of_all(pids: &[u32]) -> Result<f64> {
+    pids.iter().map(|&p| cpu_of(p)).sum()
+}
+
+/// Measures the cluster in `dir` and this host.
+pub fn calibrate(dir: &ClusterDir) -> Result<Calibration> {
+    let file: ClusterFile = serde_json::from_slice(
+        &std::fs::read(dir.cluster_file())
+            .with_context(|| format!("{} is not a cluster", dir.root().display()))?,
+    )?;
+    let rate = file.netns.as_ref().and_then(|n| n.rate.clone());
+    let nominal = rate.as_deref().map(parse_rate).transpose()?.map(|b| b as f64);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let nodes = match rt.block_on(commands::coordinator_call(dir, &CoordRequest::Nodes, |_| {}))? {
+        CoordResponse::Nodes(n) => n,
+        other => bail!("unexpected answer {other:?}"),
+    };
+    if nodes.len() < 2 {
+        bail!(
+            "calibration needs two running agents, the cluster has {}",
+            nodes.len()
+        );
+    }
+    // About a second of traffic at the nominal rate (256 MiB unshaped).
+    let bytes = nominal.map_or(256 << 20, |bits| ((bits / 8.0) as u64).clamp(8 << 20, 256 << 20));
+    let mut samples = Samples::new();
+    rt.block_on(measure_pair(dir, &nodes, bytes, &mut samples))?;
+    rt.block_on(measure_ring(dir, &nodes, bytes, &mut samples))?;
+    measure_local(&dir.node(&nodes[0].name), &mut samples)?;
+    let machine = machine_of(&samples, nodes.len(), nominal)?;
+    Ok(Calibration {
+        format: CALIBRATION_FORMAT,
+        measured_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs_f64(),
+        dir: dir.root().to_path_buf(),
+        link_rate: rate,
+        machine,
+        samples,
+    })
+}
+
+/// The link between the first two agents: its rate and the CPU both agents spend per byte
+/// (three times), and the round trip of a one-byte message (five times).
+async fn measure_pair(dir: &ClusterDir, nodes: &[NodeInfo], bytes: u64, samples: &mut Samples) -> Result<()> {
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let pids = [agent_pid(dir, &a.name)?, agent_pid(dir, &b.name)?];
+    for _ in 0..3 {
+        let before = cpu_of_all(&pids)?;
+        let seconds = link_test(dir, a, b, bytes).await?;
+        let after = cpu_of_all(&pids)?;
+        push(samples, "link_bps", bytes as f64 / seconds);
+        push(samples, "link_cpu_s_per_byte", (after - before) / bytes as f64);
+    }
+    for _ in 0..5 {
+        let seconds = link_test(dir, a, b, 1).await?;
+        push(samples, "rtt_s", seconds);
+    }
+    Ok(())
+}
+
+/// Every agent streaming to the next at once (twice): the aggregate rate, the agents' CPU
+/// per byte, and the host's cores' time per byte.
+async fn measure_ring(dir: &ClusterDir, nodes: &[NodeInfo], bytes: u64, samples: &mut Samples) -> Result<()> {
+    let pids: Vec<u32> = nodes
+        .iter()
+        .map(|n| agent_pid(dir, &n.name))
+        .collect::<Result<_>>()?;
+    for _ in 0..2 {
+        let before = cpu_of_all(&pids)?;
+        let started = Instant::now();
+        ring_test(dir, nodes, bytes).await?;
+        let wall = started.elapsed().as_secs_f64();
+        let after = cpu_of_all(&pids)?;
+        let total = (bytes * nodes.len() as u64) as f64;
+        push(samples, "ring_bps", total / wall);
+        push(samples, "ring_cpu_s_per_byte", (after - before) / total);
+        push(
+            samples,
+            "ring_host_s_per_byte",
+            default_threads() as f64 * wall / total,
+        );
+    }
+    Ok(())
+}
+
+/// The machine the samples describe (scanning for changes keeps the reference's kernel
+/// tracking cost: the hashing measured is the fallback's). A link byte costs what the
+/// agents used per byte in the pair or the ring test (the more). When the ring could not reach the links' rate, the
+/// host's cores were the limit: the agents then got the share `ring CPU / (cores × wall)` of
+/// them, and the model's shared host gets that many cores; otherwise the reference share.
+/// Fixed costs are the reference's: no measurement of a running cluster shows them.
+fn machine_of(samples: &Samples, nodes: usize, nominal: Option<f64>) -> Result<Machine> {
+    let pick = |name: &str| median(&samples[name]);
+    let best = samples["link_bps"].iter().copied().fold(0.0, f64::max);
+    let ring_bound = pick("ring_bps") < 0.8 * nodes as f64 * best;
+    let share = match ring_bound {
+        true => (pick("ring_cpu_s_per_byte") / pick("ring_host_s_per_byte")).clamp(0.3, 1.0),
+        false => SHARED_HOST_SHARE,
+    };
+    let link_cpu = pick("link_cpu_s_per_byte").max(pick("ring_cpu_s_per_byte"));
+    let reference = Machine::reference(best * 8.0 / TCP_PAYLOAD);
+    let machine = Machine {
+        link_bps: best,
+        burst_bytes: nominal.map_or(0.0, netns_burst),
+        latency_s: pick("rtt_s") / 2.0,
+        hosts: Hosts::Shared {
+            cores: default_threads() as f64 * share,
+        },
+        cpu: Cpu {
+            message_s: pick("message_s"),
+            link_byte_s: link_cpu / 2.0 + pick("relay_extra_byte_s"),
+            gf_byte_s: pick("gf_byte_s"),
+            read_byte_s: pick("read_byte_s"),
+            write_byte_s: pick("write_byte_s"),
+            store_byte_s: pick("store_byte_s"),
+            chain_block_s: pick("chain_block_s"),
+            ..reference.cpu
+        },
+        detect_s: eckpt_cluster::coordinator::DEAD_AFTER.as_secs_f64(),
+        ..reference
+    };
+    machine.validate()?;
+    Ok(machine)
+}
+
+/// Seconds per byte of `work` over `bytes`, median of five.
+fn per_byte(bytes: usize, mut work: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
+    work()?;
+    (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            work()?;
+            Ok(t.elapsed().as_secs_f64() / bytes as f64)
+        })
+        .collect()
+}
+
+/// The costs of the agents' code paths, in this process: GF arithmetic, checksummed reads
+/// and writes of a 64 MiB file next to the agent's store in 1 MiB chunks, hashing, and
+/// messages through queues.
+fn measure_local(near: &Path, samples: &mut Samples) -> Result<()> {
+    const CHUNK: usize = 1 << 20;
+    const FILE: usize = 64 << 20;
+    let input: Vec<u8> = (0..CHUNK).map(|i| (i * 31 % 251) as u8).collect();
+    let mut outs = vec![vec![0u8; CHUNK]; 2];
+    let map = LinearMap::new(2, 1, vec![3, 7]);
+    samples.insert(
+        "gf_byte_s".into(),
+        per_byte(2 * CHUNK * 16, || {
+            for _ in 0..16 {
+                let mut slices: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+                map.accumulate(0, &input, &mut slices)?;
+            }
+            Ok(())
+        })?,
+    );
+    let path = near.join(format!("calibrate-{}.tmp", std::process::id()));
+    let result = file_costs(&path, &input, FILE, samples);
+    let _ = std::fs::remove_file(&path);
+    result?;
+    let image = vec![0x5au8; FILE];
+    samples.insert(
+        "hash_byte_s".into(),
+        per_byte(FILE, || {
+            std::hint::black_box(
+                image
+                    .chunks(64 << 10)
+                    .map(xxhash_rust::xxh3::xxh3_64)
+                    .sum::<u64>(),
+            );
+            Ok(())
+        })?,
+    );
+    message_costs(samples)?;
+    connection_costs(samples)?;
+    let store = near.join(format!("calibrate-store-{}", std::process::id()));
+    let result = chain_costs(&store, samples);
+    let _ = std::fs::remove_dir_all(&store);
+    result
+}
+
+/// Writes `size` bytes to `path` in chunks of `chunk.len()` and syncs, then reads them back
+/// with a CRC per chunk, as the agents write parity and read data chunks.
+fn file_costs(
+    path: &Path,
+    chunk: &[u8],
+    size: usize,
+    samples: &mut BTreeMap<String, Vec<f64>>,
+) -> Result<()> {
+    let file: File = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    let write = per_byte(size, || {
+        for at in (0..size).step_by(chunk.len()) {
+            file.write_all_at(chunk, at as u64)?;
+        }
+        file.sync_all()?;
+        Ok(())
+    })?;
+    let mut buf = vec![0u8; chunk.len()];
+    let read = per_byte(size, || {
+        for at in (0..size).step_by(chunk.len()) {
+            file.read_exact_at(&mut buf, at as u64)?;
+            std::hint::black_box(crc32c::crc32c(&buf));
+        }
+        Ok(())
+    })?;
+    samples.insert("write_byte_s".into(), write);
+    samples.insert("read_byte_s".into(), read);
+    let _ = (&file).flush();
+    Ok(())
+}
+
+/// A rank's checkpoint into a store next to the agents' (seconds per byte of a 32 MiB full
+/// epoch written and committed), and the CPU seconds per stored block of opening an epoch
+/// (its manifest and its parent's, checked), as the agents do several times per encode and
+/// update: the image, then an epoch that changed one page.
+fn chain_costs(root: &Path, samples: &mut Samples) -> Result<()> {
+    const IMAGE: usize = 32 << 20;
+    let store = eckpt_store::Store::open(root)?;
+    let mut image = vec![0x5au8; IMAGE];
+    for epoch in 1..=2u64 {
+        image[IMAGE / 2] = epoch as u8;
+        let started = Instant::now();
+        let mut writer = store.writer(0, epoch)?;
+        writer.put_full("image", &image)?;
+        writer.commit()?;
+        if epoch == 1 {
+            push(
+                samples,
+                "store_byte_s",
+                started.elapsed().as_secs_f64() / IMAGE as f64,
+            );
+        }
+    }
+    let blocks = IMAGE.div_ceil(store.options().block_size as usize);
+    let per_block = per_byte(blocks, || {
+        for _ in 0..4 {
+            std::hint::black_box(store.view(0, 2)?);
+        }
+        Ok(())
+    })?;
+    samples.insert(
+        "chain_block_s".into(),
+        per_block.into_iter().map(|s| s / 4.0).collect(),
+    );
+    Ok(())
+}
+
+/// CPU seconds per end of an authenticated TCP connection (connect or accept, the HMAC
+/// handshake both ways, the close), as every task opens several: the coordinator's calls
+/// and the links between members. Loopback in this process, 200 connections, three times.
+fn connection_costs(samples: &mut Samples) -> Result<()> {
+    const CONNECTIONS: usize = 200;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let secret = ClusterSecret::generate()?;
+    let listener = rt.block_on(listen(
+        &Endpoint::Tcp {
+            host: "127.0.0.1".into(),
+            port: 0,
+        },
+        &secret,
+    ))?;
+    let endpoint = listener.local_endpoint().clone();
+    for _ in 0..3 {
+        let before = cpu_of(std::process::id())?;
+        rt.block_on(async {
+            for _ in 0..CONNECTIONS {
+                let accept = async { listener.accept().await?.authenticate().await };
+                let (a, b) = tokio::try_join!(connect(&endpoint, &secret), accept)?;
+                drop((a, b));
+            }
+            Ok::<_, eckpt_proto::ProtoError>(())
+        })?;
+        let after = cpu_of(std::process::id())?;
+        push(
+            samples,
+            "connection_s",
+            (after - before) / CONNECTIONS as f64 / 2.0,
+        );
+    }
+    Ok(())
+}
+
+/// CPU seconds of this process per message of `payload` bytes taking the path of a
+/// task's messages in an agent: from a blocking thread through a bounded queue to a writer
+/// task, as authenticated frames over a Unix socket, to a reader task that receives each
+/// into a fresh buffer, through a bounded queue to a blocking consumer.
+fn relay_cpu(messages: usize, payload: usize) -> Result<f64> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let secret = ClusterSecret::generate()?;
+    let path = std::env::temp_dir().join(format!(
+        "eckpt-calibrate-{}-{:016x}.sock",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    let endpoint = Endpoint::Unix(path.clone());
+    let (out, inp) = rt.block_on(async {
+        let listener = listen(&endpoint, &secret).await?;
+        let accept = async { listener.accept().await?.authenticate().await };
+        tokio::try_join!(connect(&endpoint, &secret), accept)
+    })?;
+    let _ = std::fs::remove_file(&path);
+    let (out_tx, mut out_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(3);
+    let (in_tx, mut in_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(3);
+    let (_, mut writer) = out.into_split();
+    let (mut reader, _) = inp.into_split();
+    let writing = rt.spawn(async move {
+        while let Some(m) = out_rx.recv().await {
+            writer.send_data(&m).await?;
+        }
+        Ok::<_, eckpt_proto::ProtoError>(())
+    });
+    let reading = rt.spawn(async move {
+        loop {
+            let mut buf = Vec::new();
+            reader.recv_data(&mut buf).await?;
+            if buf.is_empty() || in_tx.send(buf).await.is_err() {
+                return Ok::<_, eckpt_proto::ProtoError>(());
+            }
+        }
+    });
+    let before = cpu_of(std::process::id())?;
+    let consumer = std::thread::spawn(move || while in_rx.blocking_recv().is_some() {});
+    let message = vec![0x5au8; payload];
+    for _ in 0..messages {
+        out_tx.blocking_send(message.clone())?;
+    }
+    out_tx.blocking_send(Vec::new())?;
+    drop(out_tx);
+    consumer
+        .join()
+        .map_err(|_| anyhow::anyhow!("relay consumer panicked"))?;
+    rt.block_on(writing)??;
+    rt.block_on(reading)??;
+    Ok((cpu_of(std::process::id())? - before) / messages as f64)
+}
+
+/// Per-message CPU (each end) and the relay's extra CPU per byte beyond streaming frames
+/// (each end): the queues, fresh receive buffers and wake-ups of an agent's links, which a
+/// `LinkTest` (reused buffers, no queues) does not pay.
+fn message_costs(samples: &mut Samples) -> Result<()> {
+    const SMALL: usize = 64;
+    const LARGE: usize = 256 << 10;
+    for _ in 0..3 {
+        let small = relay_cpu(20_000, SMALL)?;
+        let large = relay_cpu(2_000, LARGE)?;
+        let before = cpu_of(std::process::id())?;
+        bench_transport(TransportKind::Unix, 2_000 * LARGE as u64, LARGE)?;
+        let streamed = (cpu_of(std::process::id())? - before) / 2_000.0;
+        push(samples, "message_s", small / 2.0);
+        let extra = (large - small - streamed) / LARGE as f64 / 2.0;
+        push(samples, "relay_extra_byte_s", extra.max(0.0));
+    }
+    Ok(())
+}

@@ -1,0 +1,448 @@
+//! `eckpt model`: predicted checkpoint, encode, update and recovery times, storage overhead
+//! and checkpoint interval for a configuration — of a running cluster (`--dir`), or of one
+//! this machine cannot run (`--nodes 4096 --link-rate 100gbit`) — and, with `--recommend`,
+//! the configuration to run. `--calibrate` measures a running cluster's costs first.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use eckpt_cluster::netns::parse_rate;
+use eckpt_cluster_api::dirs::{ClusterDir, ClusterFile};
+use eckpt_coding::{CodingConfig, Layout, Mode, Topology};
+use eckpt_model::interval::{interval, Interval};
+use eckpt_model::machine::{Hosts, Machine};
+use eckpt_model::recommend::{recommend, Choice, Constraints};
+use eckpt_model::{predict, Prediction, Scenario};
+use serde::Serialize;
+
+use super::calibrate::{self, Calibration};
+use crate::output::print_json;
+use crate::size::parse_size;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A cluster directory: nodes, coding and link rate come from it, and the costs its
+    /// last `--calibrate` measured (`model.json` there).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Measure the running cluster in --dir first (links between its agents, the costs of
+    /// their code on this host) and save the result as its model.json.
+    #[arg(long, requires = "dir")]
+    calibrate: bool,
+    /// Costs from this calibration file (a model.json) instead.
+    #[arg(long)]
+    machine: Option<PathBuf>,
+    /// Nodes holding ranks and parity.
+    #[arg(long)]
+    nodes: Option<usize>,
+    /// Data shards per group.
+    #[arg(long)]
+    k: Option<usize>,
+    /// Parity shards per group.
+    #[arg(long)]
+    m: Option<usize>,
+    /// Incremental mode: full, stripe or update.
+    #[arg(long)]
+    mode: Option<Mode>,
+    /// Parity layout: dedicated or rotated.
+    #[arg(long)]
+    layout: Option<Layout>,
+    /// Encode topology: pipeline, fanin, broadcast or ring.
+    #[arg(long)]
+    topology: Option<Topology>,
+    /// Transfer unit (chunk) of the coding pipeline.
+    #[arg(long, value_parser = parse_size)]
+    block_size: Option<u64>,
+    /// Rank image bytes per data-holding node.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    size_per_node: u64,
+    /// Fraction of pages a rank changes between checkpoints (0.001: MAT-like, 0.6: LU-like).
+    #[arg(long, default_value_t = 0.001)]
+    dirty_fraction: f64,
+    /// Link rate of every node (e.g. 100mbit, 1gbit, 100gbit).
+    #[arg(long)]
+    link_rate: Option<String>,
+    /// All nodes share one host with this many cores (an emulated cluster; its agents get
+    /// the reference share of them).
+    #[arg(long, conflicts_with = "own_hosts")]
+    host_cores: Option<f64>,
+    /// Every node on a host of its own with real links (no shaper's burst), whatever the
+    /// calibrated cluster was: to predict a real cluster from costs measured on an emulated one.
+    #[arg(long)]
+    own_hosts: bool,
+    /// Mean time between failures of one node (e.g. 5y, 30d, 12h, 600s).
+    #[arg(long, default_value = "5y", value_parser = parse_duration)]
+    mtbf: f64,
+    /// Recommend a configuration: every group size, mode, layout, topology and transfer
+    /// unit meeting --m and --max-overhead, best first.
+    #[arg(long)]
+    recommend: bool,
+    /// With --recommend: the most parity bytes per byte of data.
+    #[arg(long, default_value_t = 0.5)]
+    max_overhead: f64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A duration: a number with an optional unit (s, m, h, d, y; seconds without one).
+pub fn parse_duration(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 600s, 12h, 30d, 5y)"))?;
+    let scale = match unit {
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        "d" => 86_400.0,
+        "y" => 365.25 * 86_400.0,
+        _ => return Err(format!("unknown unit in {text:?} (use s, m, h, d or y)")),
+    };
+    if value <= 0.0 {
+        return Err(format!("{text:?}: a duration must be positive"));
+    }
+    Ok(value * scale)
+}
+
+/// Where the machine's costs came from.
+#[derive(Serialize)]
+struct Source {
+    /// `calibration` (a model.json) or `reference` (costs measured on the development
+    /// machine, with the given link rate).
+    kind: &'static str,
+    /// The calibration file, if any.
+    file: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    scenario: Scenario,
+    machine: Machine,
+    source: Source,
+    /// A later epoch's encode seconds (comparable to `eckpt bench cluster`'s).
+    encode_seconds: f64,
+    /// The first (full) epoch's encode seconds (`bench cluster`'s `full_encode_seconds`).
+    full_encode_seconds: f64,
+    prediction: Prediction,
+    /// Interval advice for a node MTBF of `--mtbf`.
+    interval: Interval,
+    /// With --recommend: the best configurations, best first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recommendations: Option<Vec<Choice>>,
+}
+
+pub fn run(args: Args) -> Result<i32> {
+    let cluster = args.dir.as_ref().map(ClusterDir::new).transpose()?;
+    let file = match &cluster {
+        Some(dir) => Some(read_cluster(dir)?),
+        None => None,
+    };
+    let calibration = match (&cluster, &args.machine) {
+        (_, Some(path)) => Some((calibrate::load(path)?, path.clone())),
+        (Some(dir), None) if args.calibrate => {
+            let c = calibrate::calibrate(dir)?;
+            let path = calibrate::path_in(dir.root());
+            std::fs::write(&path, serde_json::to_vec_pretty(&c)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+            Some((c, path))
+        }
+        (Some(dir), None) => {
+            let path = calibrate::path_in(dir.root());
+            match path.exists() {
+                true => Some((calibrate::load(&path)?, path)),
+                false => None,
+            }
+        }
+        (None, None) => None,
+    };
+    let scenario = scenario(&args, file.as_ref().map(|(f, n)| (f, *n)))?;
+    let (machine, source) = machine(&args, file.as_ref().map(|(f, _)| f), calibration.as_ref())?;
+    let prediction = predict(&scenario, &machine)?;
+    let job_mtbf = args.mtbf / scenario.nodes as f64;
+    let advice = interval(
+        prediction.checkpoint_seconds,
+        prediction.next.encode_seconds,
+        prediction.recovery.seconds,
+        job_mtbf,
+    );
+    let recommendations = if args.recommend {
+        let constraints = Constraints {
+            m: scenario.coding.m,
+            max_overhead: args.max_overhead,
+            node_mtbf_s: args.mtbf,
+        };
+        let mut all = recommend(&scenario, &machine, &constraints)?;
+        all.truncate(5);
+        Some(all)
+    } else {
+        None
+    };
+    let report = Report {
+        encode_seconds: prediction.next.encode_seconds,
+        full_encode_seconds: prediction.first.encode_seconds,
+        scenario,
+        machine,
+        source,
+        prediction,
+        interval: advice,
+        recommendations,
+    };
+    if args.json {
+        print_json(&report);
+    } else {
+        print_text(&report);
+    }
+    Ok(0)
+}
+
+/// `cluster.json` of a cluster and how many nodes it has (spares excluded).
+fn read_cluster(dir: &ClusterDir) -> Result<(ClusterFile, usize)> {
+    let path = dir.cluster_file();
+    let text = std::fs::read(&path).with_context(|| format!("{} is not a cluster", dir.root().display()))?;
+    let file: ClusterFile =
+        serde_json::from_slice(&text).with_context(|| format!("reading {}", path.display()))?;
+    let journal =
+        std::fs::read(dir.journal()).with_context(|| format!("reading {}", dir.journal().display()))?;
+    let journal: eckpt_cluster::coordinator::Journal =
+        serde_json::from_slice(&journal).with_context(|| format!("reading {}", dir.journal().display()))?;
+    let nodes = journal.groups.iter().map(|g| g.group.members.len()).sum();
+    Ok((file, nodes))
+}
+
+/// The scenario: the cluster's configuration if given, the arguments over it.
+fn scenario(args: &Args, cluster: Option<(&ClusterFile, usize)>) -> Result<Scenario> {
+    let base = cluster.map(|(f, _)| f.coding).unwrap_or_default();
+    let coding = CodingConfig {
+        k: args.k.unwrap_or(base.k),
+        m: args.m.unwrap_or(base.m),
+        mode: args.mode.unwrap_or(base.mode),
+        layout: args.layout.unwrap_or(base.layout),
+        topology: args.topology.unwrap_or(base.topology),
+        chunk: match args.block_size {
+            Some(b) => u32::try_from(b).context("block size too large")?,
+            None => base.chunk,
+        },
+        ..base
+    };
+    let nodes = args
+        .nodes
+        .or(cluster.map(|(_, n)| n))
+        .unwrap_or(coding.k + coding.m);
+    let scenario = Scenario {
+        nodes,
+        coding,
+        size_per_node: args.size_per_node,
+        dirty_fraction: args.dirty_fraction,
+    };
+    scenario.validate()?;
+    Ok(scenario)
+}
+
+/// The machine: a calibration if there is one, else the reference costs at the given (or
+/// the cluster's, or 1 Gbit/s) link rate; `--link-rate` and `--host-cores` override.
+fn machine(
+    args: &Args,
+    cluster: Option<&ClusterFile>,
+    calibration: Option<&(Calibration, PathBuf)>,
+) -> Result<(Machine, Source)> {
+    let cluster_rate = cluster
+        .and_then(|f| f.netns.as_ref())
+        .and_then(|n| n.rate.clone());
+    let rate = |r: &str| -> Result<f64> { Ok(parse_rate(r)? as f64) };
+    let (mut machine, source) = match calibration {
+        Some((c, path)) => (
+            c.machine,
+            Source {
+                kind: "calibration",
+                file: Some(path.clone()),
+            },
+        ),
+        None => {
+            let bits = match args.link_rate.as_deref().or(cluster_rate.as_deref()) {
+                Some(r) => rate(r)?,
+                None => 1e9,
+            };
+            let mut m = Machine::reference(bits);
+            if cluster.is_some_and(|f| f.netns.is_some()) {
+                m = m.emulated(bits, crate::output::default_threads() as f64);
+            }
+            (
+                m,
+                Source {
+                    kind: "reference",
+                    file: None,
+                },
+            )
+        }
+    };
+    if let (Some(r), Some(_)) = (&args.link_rate, calibration) {
+        machine = machine.with_link_rate(rate(r)?);
+    }
+    if args.own_hosts {
+        machine.hosts = Hosts::PerNode;
+        machine.burst_bytes = 0.0;
+    }
+    if let Some(cores) = args.host_cores {
+        machine.hosts = Hosts::Shared {
+            cores: cores * eckpt_model::machine::SHARED_HOST_SHARE,
+        };
+    }
+    machine.validate()?;
+    Ok((machine, source))
+}
+
+fn seconds(s: f64) -> String {
+    match s {
+        s if s >= 86_400.0 => format!("{:.1} d", s / 86_400.0),
+        s if s >= 3600.0 => format!("{:.1} h", s / 3600.0),
+        s if s >= 1.0 => format!("{s:.2} s"),
+        s => format!("{:.1} ms", s * 1e3),
+    }
+}
+
+fn bytes(b: f64) -> String {
+    match b {
+        b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
+        b if b >= 1e6 => format!("{:.1} MB", b / 1e6),
+        b if b >= 1e3 => format!("{:.1} kB", b / 1e3),
+        b => format!("{b:.0} B"),
+    }
+}
+
+fn print_text(r: &Report) {
+    let (s, p, c) = (&r.scenario, &r.prediction, &r.scenario.coding);
+    let shapes: Vec<String> = p.groups.iter().map(|g| format!("{}+{}", g.k, g.m)).collect();
+    println!(
+        "{} nodes in {} group(s) ({}), {} {} {}, {} transfer unit, {} per node, {:.2} % of pages dirty",
+        s.nodes,
+        p.groups.len(),
+        summarize(&shapes),
+        c.mode,
+        c.layout,
+        c.topology,
+        bytes(f64::from(c.chunk)),
+        bytes(s.size_per_node as f64),
+        s.dirty_fraction * 100.0
+    );
+    let hosts = match r.machine.hosts {
+        Hosts::PerNode => "a host per node".to_string(),
+        Hosts::Shared { cores } => format!("one host, {cores:.2} cores' worth for the agents"),
+    };
+    println!(
+        "machine: link {}/s per node, {hosts}; costs: {}{}",
+        bytes(r.machine.link_bps),
+        r.source.kind,
+        r.source
+            .file
+            .as_ref()
+            .map(|f| format!(" ({})", f.display()))
+            .unwrap_or_default()
+    );
+    for (label, e) in [("first epoch", &p.first), ("later epochs", &p.next)] {
+        println!(
+            "{label} ({}): encode {} ({}-bound: link {}, CPU {}), {} on the busiest link",
+            e.kind,
+            seconds(e.encode_seconds),
+            e.estimate.bound(),
+            seconds(e.estimate.network_s),
+            seconds(e.estimate.cpu_s),
+            bytes(e.busiest_link_bytes)
+        );
+    }
+    println!(
+        "local checkpoint (ranks stopped): first {}, later {}",
+        seconds(p.first_checkpoint_seconds),
+        seconds(p.checkpoint_seconds)
+    );
+    let rec = &p.recovery;
+    println!(
+        "recovery of {} lost data members: {} (detect {}, scrub {}, decode {}, install {}, re-encode {})",
+        rec.lost,
+        seconds(rec.seconds),
+        seconds(rec.detect_s),
+        seconds(rec.scrub_s),
+        seconds(rec.decode_s),
+        seconds(rec.install_s),
+        seconds(rec.reencode_s)
+    );
+    println!(
+        "storage: parity {:.3} × data ({:.3} with a full stripe chain)",
+        p.storage.parity_per_data, p.storage.parity_per_data_chain
+    );
+    let i = &r.interval;
+    println!(
+        "interval: job MTBF {}, Young {}, advised {} → {:.2} % useful work",
+        seconds(i.job_mtbf_s),
+        seconds(i.young_s),
+        seconds(i.interval_s),
+        i.efficiency * 100.0
+    );
+    if let Some(choices) = &r.recommendations {
+        println!("recommended (best first):");
+        for ch in choices {
+            let c = &ch.coding;
+            println!(
+                "  k={} m={} {} {} {} {}: {} epochs of {}, recovery {}, overhead {:.2}, every {} → {:.2} %",
+                c.k,
+                c.m,
+                c.mode,
+                c.layout,
+                c.topology,
+                bytes(f64::from(c.chunk)),
+                ch.epoch_kind,
+                seconds(ch.encode_seconds),
+                seconds(ch.recovery_seconds),
+                ch.overhead,
+                seconds(ch.interval.interval_s),
+                ch.interval.efficiency * 100.0
+            );
+        }
+    }
+}
+
+/// `["4+2", "4+2", "5+2"]` as `2 × 4+2, 5+2`.
+fn summarize(shapes: &[String]) -> String {
+    let mut out: Vec<(usize, &String)> = Vec::new();
+    for s in shapes {
+        match out.last_mut() {
+            Some((n, last)) if *last == s => *n += 1,
+            _ => out.push((1, s)),
+        }
+    }
+    out.iter()
+        .map(|(n, s)| {
+            if *n > 1 {
+                format!("{n} × {s}")
+            } else {
+                s.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("600"), Ok(600.0));
+        assert_eq!(parse_duration("12h"), Ok(43_200.0));
+        assert_eq!(parse_duration("1.5d"), Ok(129_600.0));
+        assert!(parse_duration("5 years").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("h").is_err());
+    }
+
+    #[test]
+    fn group_shapes_are_summarized() {
+        let s: Vec<String> = ["4+2", "4+2", "5+2"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(summarize(&s), "2 × 4+2, 5+2");
+    }
+}

@@ -1,0 +1,151 @@
+//! `eckpt model` and `eckpt report` as a user runs them: predictions for configurations
+//! this machine cannot run, a calibration of a running cluster used by later predictions,
+//! and one-line refusals of bad input.
+
+mod cluster;
+
+use cluster::{assert_refused, ok, run, Cluster};
+use serde_json::Value;
+
+/// Two objects of numbers equal to a part in 10¹² (JSON round trips may move the last bit).
+fn assert_close(a: &Value, b: &Value) {
+    let (a, b) = (a.as_object().unwrap(), b.as_object().unwrap());
+    assert_eq!(a.len(), b.len());
+    for (k, x) in a {
+        let (x, y) = (x.as_f64().unwrap(), b[k].as_f64().unwrap());
+        assert!((x - y).abs() <= 1e-12 * x.abs().max(y.abs()), "{k}: {x} vs {y}");
+    }
+}
+
+fn json(args: &[&str]) -> Value {
+    serde_json::from_str(&ok(args)).expect("JSON")
+}
+
+#[test]
+fn predicts_a_configuration_this_machine_cannot_run() {
+    let v = json(&[
+        "model",
+        "--nodes",
+        "4096",
+        "--k",
+        "14",
+        "--m",
+        "2",
+        "--mode",
+        "update",
+        "--link-rate",
+        "100gbit",
+        "--size-per-node",
+        "16GiB",
+        "--dirty-fraction",
+        "0.01",
+        "--json",
+    ]);
+    assert_eq!(v["prediction"]["groups"].as_array().unwrap().len(), 256);
+    let full = v["full_encode_seconds"].as_f64().unwrap();
+    let later = v["encode_seconds"].as_f64().unwrap();
+    assert!(full > 0.0 && later > 0.0 && later < full, "{full} {later}");
+    assert_eq!(v["prediction"]["next"]["kind"], "update");
+    assert!((v["prediction"]["storage"]["parity_per_data"].as_f64().unwrap() - 2.0 / 14.0).abs() < 1e-9);
+    let interval = &v["interval"];
+    assert!(interval["interval_s"].as_f64().unwrap() > 0.0);
+    assert!(interval["efficiency"].as_f64().unwrap() < 1.0);
+    assert_eq!(v["source"]["kind"], "reference");
+}
+
+#[test]
+fn recommends_within_the_constraints() {
+    let v = json(&[
+        "model",
+        "--nodes",
+        "64",
+        "--m",
+        "2",
+        "--size-per-node",
+        "1GiB",
+        "--dirty-fraction",
+        "0.001",
+        "--recommend",
+        "--max-overhead",
+        "0.25",
+        "--json",
+    ]);
+    let choices = v["recommendations"].as_array().unwrap();
+    assert!(!choices.is_empty() && choices.len() <= 5);
+    for c in choices {
+        assert_eq!(c["coding"]["m"], 2);
+        assert!(c["overhead"].as_f64().unwrap() <= 0.25 + 1e-9, "{c}");
+    }
+    let text = ok(&["model", "--nodes", "64", "--recommend", "--max-overhead", "0.25"]);
+    assert!(text.contains("recommended (best first):"), "{text}");
+}
+
+#[test]
+fn bad_input_is_refused_in_one_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["model", "--nodes", "6", "--k", "0"], "both must be at least 1"),
+        (&["model", "--dirty-fraction", "2"], "dirty fraction 2 outside"),
+        (&["model", "--link-rate", "fast"], "link rate \"fast\""),
+        (&["model", "--nodes", "2", "--m", "2"], "cannot hold a group"),
+        (&["model", "--dir", "/nonexistent/eckpt"], "is not a cluster"),
+        (
+            &["model", "--machine", "/nonexistent/model.json"],
+            "reading /nonexistent/model.json",
+        ),
+        (&["model", "--recommend", "--max-overhead", "0.01"], "needs k ≥"),
+        (&["report"], "nothing to report"),
+        (&["report", "/nonexistent/r.json"], "reading /nonexistent/r.json"),
+    ];
+    for (args, expected) in cases {
+        assert_refused(&run(args), expected);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let other = tmp.path().join("other.json");
+    std::fs::write(&other, r#"{"something": "else"}"#).unwrap();
+    assert_refused(
+        &run(&["report", other.to_str().unwrap(), "-o", "/dev/null"]),
+        "other.json: neither",
+    );
+}
+
+/// The calibration measures the running cluster's agents and is what later predictions of
+/// that cluster (and its report) are priced with.
+#[test]
+fn calibration_of_a_running_cluster_prices_its_predictions() {
+    let c = Cluster::up(&["--nodes", "3", "--k", "2", "--m", "1"]);
+    let v = json(&["model", "--dir", c.d(), "--calibrate", "--json"]);
+    assert_eq!(v["source"]["kind"], "calibration");
+    assert_eq!(v["scenario"]["nodes"], 3);
+    let machine = &v["machine"];
+    assert!(machine["link_bps"].as_f64().unwrap() > 1e6, "{machine}");
+    for cost in [
+        "message_s",
+        "link_byte_s",
+        "gf_byte_s",
+        "read_byte_s",
+        "write_byte_s",
+        "store_byte_s",
+    ] {
+        assert!(machine["cpu"][cost].as_f64().unwrap() > 0.0, "{cost}: {machine}");
+    }
+    assert!(c.dir.join("model.json").is_file());
+    let again = json(&["model", "--dir", c.d(), "--json"]);
+    assert_eq!(
+        again["source"]["kind"], "calibration",
+        "the saved calibration is used"
+    );
+    assert_close(&again["machine"]["cpu"], &v["machine"]["cpu"]);
+    let faster = json(&["model", "--dir", c.d(), "--link-rate", "100gbit", "--json"]);
+    assert!(faster["machine"]["link_bps"].as_f64().unwrap() > 1e10);
+    let real = json(&[
+        "model",
+        "--dir",
+        c.d(),
+        "--nodes",
+        "4096",
+        "--own-hosts",
+        "--json",
+    ]);
+    assert_eq!(real["machine"]["hosts"]["kind"], "pernode");
+    assert_close(&real["machine"]["cpu"], &v["machine"]["cpu"]);
+}

@@ -1,0 +1,192 @@
+//! Seconds of counted work on a machine. A task's transfers and arithmetic overlap (the
+//! agents pipeline rows through bounded queues), so its middle stretch takes as long as
+//! the slower of the busiest link and the CPU; what comes before and after adds, and so
+//! do the fixed costs of starting a task and of filling the pipeline:
+//!
+//! `T = task + before + overlap(busiest link / rate, CPU) + after + depth · hop`, where a hop of
+//! the pipeline's fill moves its message (beyond a shaper's burst, at the link's rate) and
+//! does its work on it before passing it on.
+//!
+//! Two resources that feed each other through short queues do not overlap perfectly: when
+//! both are nearly saturated, each waits on the other now and then. `overlap(a, b) =
+//! (a³ + b³)^⅓` lies between `max(a, b)` (perfect overlap, reached when one side is small)
+//! and `a + b`; the exponent 3 fits the measurements of docs/REPRODUCTION.md, where 16
+//! namespaced nodes on 1 Gbit/s links need about as much CPU as link time.
+//!
+//! SCore's model (seed 001: `T = D/Bn + N/(N−1)·D/Bdw + …`) adds network, disk and parity
+//! times because its implementation does them one after the other; eckpt overlaps them,
+//! and charges the store and the arithmetic to the CPU, where on a host shared by many
+//! emulated nodes they compete with the network stack.
+
+use serde::{Deserialize, Serialize};
+
+use crate::machine::{Cpu, Hosts, Machine};
+use crate::work::{NodeWork, TaskWork};
+
+/// Where a prediction's time goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    /// Total seconds.
+    pub seconds: f64,
+    /// The busiest link's bytes over its rate.
+    pub network_s: f64,
+    /// CPU seconds of the overlapped stretch, as the hosts' cores spread them.
+    pub cpu_s: f64,
+    /// Work before and after the transfers.
+    pub serial_s: f64,
+    /// Filling the pipeline: the first row's hops.
+    pub fill_s: f64,
+    /// Size-independent cost of the task.
+    pub fixed_s: f64,
+}
+
+impl Estimate {
+    /// What limits the task: `network` or `cpu`.
+    pub fn bound(&self) -> &'static str {
+        if self.network_s >= self.cpu_s {
+            "network"
+        } else {
+            "cpu"
+        }
+    }
+}
+
+/// Exponent of [`overlap`].
+pub const OVERLAP: f64 = 3.0;
+
+/// Seconds of two overlapped activities taking `a` and `b` seconds alone.
+pub fn overlap(a: f64, b: f64) -> f64 {
+    let m = a.max(b);
+    if m <= 0.0 {
+        return 0.0;
+    }
+    m * ((a / m).powf(OVERLAP) + (b / m).powf(OVERLAP)).powf(1.0 / OVERLAP)
+}
+
+/// A node's CPU seconds for `w`: its executor thread (GF arithmetic, store reads and
+/// writes) and the threads moving its sockets, which run beside it.
+fn node_cpu(cpu: &Cpu, w: &NodeWork) -> (f64, f64) {
+    let exec = w.gf * cpu.gf_byte_s
+        + w.read * cpu.read_byte_s
+        + w.written * cpu.write_byte_s
+        + w.scanned * cpu.scan_byte_s
+        + w.stored * cpu.store_byte_s
+        + w.opened_blocks * cpu.chain_block_s
+        + w.rounds * cpu.round_s;
+    let net = w.messages * cpu.message_s + (w.sent + w.received) * cpu.link_byte_s;
+    (exec, net)
+}
+
+/// Seconds the hosts' cores need for every node's `work` at once: on hosts of their own
+/// the slowest node's slower thread; on one shared host at least all the work over its
+/// cores.
+pub fn cpu_seconds(machine: &Machine, work: &[&NodeWork]) -> f64 {
+    let per_node = work.iter().map(|w| node_cpu(&machine.cpu, w));
+    let slowest = per_node.clone().map(|(e, n)| e.max(n)).fold(0.0, f64::max);
+    match machine.hosts {
+        Hosts::PerNode => slowest,
+        Hosts::Shared { cores } => {
+            let total: f64 = per_node.map(|(e, n)| e + n).sum();
+            slowest.max(total / cores.max(1.0))
+        }
+    }
+}
+
+/// Seconds of `tasks` (one per group) running at once on `machine`.
+pub fn task_seconds(machine: &Machine, tasks: &[TaskWork]) -> Estimate {
+    let stretch = |pick: fn(&TaskWork) -> &Vec<NodeWork>| {
+        let all: Vec<&NodeWork> = tasks.iter().flat_map(|t| pick(t).iter()).collect();
+        cpu_seconds(machine, &all)
+    };
+    let busiest = tasks.iter().map(TaskWork::busiest_link).fold(0.0, f64::max);
+    let network_s = busiest / machine.link_bps;
+    let cpu_s = stretch(|t| &t.during);
+    let serial_s = stretch(|t| &t.before) + stretch(|t| &t.after);
+    let fill_s = tasks
+        .iter()
+        .map(|t| {
+            let wait = (t.hop_bytes - machine.burst_bytes).max(0.0) / machine.link_bps;
+            let work = cpu_seconds(machine, &[&t.hop_work]);
+            t.depth as f64 * (wait + work + machine.latency_s)
+        })
+        .fold(0.0, f64::max);
+    let fixed_s = machine.task_s;
+    Estimate {
+        seconds: fixed_s + serial_s + overlap(network_s, cpu_s) + fill_s,
+        network_s,
+        cpu_s,
+        serial_s,
+        fill_s,
+        fixed_s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::GroupShape;
+    use crate::work::encode;
+    use eckpt_coding::{Layout, Topology};
+
+    const MIB: u64 = 1 << 20;
+
+    fn pipeline(k: usize, d: u64, chunk: u64) -> TaskWork {
+        encode(
+            Layout::Dedicated,
+            Topology::Pipeline,
+            GroupShape { k, m: 2 },
+            d,
+            chunk,
+        )
+    }
+
+    #[test]
+    fn a_fast_cpu_leaves_the_link_as_the_limit() {
+        let mut machine = Machine::reference(1e9);
+        machine.cpu = Cpu {
+            message_s: 0.0,
+            link_byte_s: 0.0,
+            gf_byte_s: 0.0,
+            read_byte_s: 0.0,
+            write_byte_s: 0.0,
+            scan_byte_s: 0.0,
+            store_byte_s: 0.0,
+            chain_block_s: 0.0,
+            round_s: 0.0,
+        };
+        machine.latency_s = 0.0;
+        machine.task_s = 0.0;
+        let d = 64 * MIB;
+        let e = task_seconds(&machine, &[pipeline(4, d, MIB)]);
+        let link = 2.0 * d as f64 / machine.link_bps;
+        assert_eq!(e.network_s, link, "m·D over the link");
+        assert_eq!(e.bound(), "network");
+        let fill = 4.0 * 2.0 * MIB as f64 / machine.link_bps;
+        assert!((e.seconds - link - fill).abs() < 1e-9, "plus k hops of m chunks");
+    }
+
+    #[test]
+    fn overlap_lies_between_the_larger_and_the_sum() {
+        assert_eq!(overlap(2.0, 0.0), 2.0);
+        assert_eq!(overlap(0.0, 0.0), 0.0);
+        for (a, b) in [(1.0, 1.0), (1.0, 0.3), (0.2, 5.0), (1e-9, 1e-9)] {
+            let o = overlap(a, b);
+            assert!(o >= a.max(b) && o <= a + b, "{a} {b}: {o}");
+            assert_eq!(o, overlap(b, a));
+        }
+        assert!(overlap(1.0, 0.2) < 1.003, "a small side is hidden");
+    }
+
+    #[test]
+    fn shared_cores_make_more_nodes_slower_and_own_hosts_do_not() {
+        let d = 32 * MIB;
+        let own = Machine::reference(1e9);
+        let shared = own.emulated(1e9, 2.0);
+        let t = |m: &Machine, k| task_seconds(m, &[pipeline(k, d, 64 << 10)]).seconds;
+        assert!(t(&shared, 30) > 1.5 * t(&shared, 4), "32 nodes on 2 cores");
+        assert!(
+            t(&own, 30) < 1.1 * t(&own, 4),
+            "weak scaling on hosts of their own"
+        );
+    }
+}

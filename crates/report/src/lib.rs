@@ -1,0 +1,397 @@
+//! `eckpt report`: one self-contained HTML page of results — the model against every
+//! benchmark measurement, encode time over node counts and transfer units, per-epoch bytes
+//! and encode times, and each run's timeline with its failures, recoveries and
+//! relocations. Pure: result files in (as bytes), the page out (as a string).
+//!
+//! - [`inputs`]: tolerant parsing of `eckpt bench cluster --json` results and `eckpt run`
+//!   records (untrusted input, fuzzed).
+//! - [`predictions`]: the model's prediction for each benchmark result.
+//! - [`figures`]: which charts the inputs make.
+//! - [`svg`]: the plotting module (inline SVG, no scripts).
+//! - [`page`]: the HTML document.
+
+#![warn(missing_docs)]
+
+pub mod figures;
+pub mod inputs;
+pub mod page;
+pub mod predictions;
+pub mod svg;
+
+use figures::{Comparison, Sweep};
+use inputs::{BenchResult, Input, RunRecord};
+use page::{Block, Cell, Section, Table};
+use predictions::Costs;
+use svg::{format, Unit};
+
+/// Why a report cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// A file that is not a result the report reads.
+    #[error("{0}")]
+    Input(String),
+}
+
+/// Benchmark results shown per epoch (more make the chart unreadable).
+const EPOCH_SERIES: usize = 6;
+
+/// The page for `inputs` (file name, contents parsed), predictions priced with `costs`;
+/// `meta` says where it came from.
+pub fn report(inputs: &[(String, Input)], costs: &Costs, meta: &str) -> String {
+    let bench: Vec<BenchResult> = inputs
+        .iter()
+        .flat_map(|(_, i)| match i {
+            Input::Bench(b) => b.clone(),
+            Input::Run(_) => Vec::new(),
+        })
+        .collect();
+    let mut sections = Vec::new();
+    if !bench.is_empty() {
+        sections.extend(bench_sections(&bench, costs));
+    }
+    for (name, input) in inputs {
+        if let Input::Run(run) = input {
+            sections.push(run_section(name, run));
+        }
+    }
+    page::render("eckpt report", meta, &sections)
+}
+
+fn percent(x: f64) -> String {
+    format!("{:+.1} %", x * 100.0)
+}
+
+fn comparison_table(comparisons: &[Comparison]) -> Table {
+    Table {
+        headers: [
+            "configuration and epoch",
+            "measured",
+            "model",
+            "error",
+            "model says",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: comparisons
+            .iter()
+            .map(|c| {
+                let class = if c.error().abs() <= 0.15 { "good" } else { "bad" };
+                vec![
+                    Cell::text(&c.what),
+                    Cell::num(format(c.measured, Unit::Seconds)),
+                    Cell::num(format(c.predicted, Unit::Seconds)),
+                    Cell::with(percent(c.error()), class),
+                    Cell::text(format!("{}-bound", c.bound)),
+                ]
+            })
+            .collect(),
+    }
+}
+
+fn bench_table(bench: &[BenchResult]) -> Table {
+    Table {
+        headers: [
+            "configuration",
+            "link measured",
+            "full encode",
+            "later epochs",
+            "were",
+            "sent per data node",
+            "changed per node",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: bench
+            .iter()
+            .map(|r| {
+                vec![
+                    Cell::text(figures::describe(r, None)),
+                    Cell::num(format!("{:.3} Gbit/s", r.link_gbps)),
+                    Cell::num(format(r.full_encode_seconds, Unit::Seconds)),
+                    Cell::num(format(r.encode_seconds, Unit::Seconds)),
+                    Cell::text(r.kind()),
+                    Cell::num(format(r.bytes_sent_per_node as f64, Unit::Bytes)),
+                    Cell::num(format(r.changed_bytes_per_node as f64, Unit::Bytes)),
+                ]
+            })
+            .collect(),
+    }
+}
+
+fn bench_sections(bench: &[BenchResult], costs: &Costs) -> Vec<Section> {
+    let mut sections = Vec::new();
+    let comparisons = figures::comparisons(bench, costs);
+    if let Some(chart) = figures::comparison_chart(&comparisons) {
+        let within = comparisons.iter().filter(|c| c.error().abs() <= 0.15).count();
+        sections.push(Section {
+            id: "model".into(),
+            title: "Model vs measurement".into(),
+            blocks: vec![
+                Block::Text(format!(
+                    "{within} of {} predictions within 15 % of the measurement. Each benchmark \
+                     result is predicted for its nodes, coding, sizes and dirty pages at the link \
+                     rate it measured.",
+                    comparisons.len()
+                )),
+                Block::Figures(vec![chart.render()]),
+                Block::Table(comparison_table(&comparisons)),
+            ],
+        });
+    }
+    for (sweep, id, title) in [
+        (Sweep::Nodes, "nodes", "Encode time vs node count"),
+        (Sweep::Chunk, "chunk", "Transfer unit"),
+    ] {
+        if let Some(chart) = figures::sweep_chart(bench, sweep, costs) {
+            let names = figures::sweep_names(bench, sweep);
+            let mut blocks = vec![Block::Figures(vec![chart.render()])];
+            blocks.extend(
+                names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| Block::Text(format!("#{}: {n}", i + 1))),
+            );
+            sections.push(Section {
+                id: id.into(),
+                title: title.into(),
+                blocks,
+            });
+        }
+    }
+    if let Some((bytes, times)) = figures::bench_epochs(bench, EPOCH_SERIES) {
+        sections.push(Section {
+            id: "epochs".into(),
+            title: "Per epoch: checkpoint bytes and encode time".into(),
+            blocks: vec![
+                Block::Text(format!(
+                    "The first {} benchmark results: epoch 1 encodes every image in full, later \
+                     epochs what the mode does with the pages that changed.",
+                    bench.len().min(EPOCH_SERIES)
+                )),
+                Block::Figures(vec![bytes.render(), times.render()]),
+            ],
+        });
+    }
+    sections.push(Section {
+        id: "bench".into(),
+        title: "Benchmark results".into(),
+        blocks: vec![Block::Table(bench_table(bench))],
+    });
+    sections
+}
+
+fn run_section(name: &str, run: &RunRecord) -> Section {
+    let committed = run.epochs.iter().filter(|e| e.committed).count();
+    let summary = format!(
+        "{name}: `{}`, {} ranks on {} nodes ({} spares), {}; {} epochs committed, {} failures, \
+         {} recoveries, {} attempts{}.",
+        run.command.join(" "),
+        run.ranks,
+        run.nodes.len(),
+        run.spares.len(),
+        format(run.seconds, Unit::Seconds),
+        committed,
+        run.failures.len(),
+        run.recoveries.len(),
+        run.attempts.len(),
+        match (&run.error, run.exit_code) {
+            (Some(e), _) => format!("; failed: {e}"),
+            (None, Some(code)) => format!("; exit code {code}"),
+            (None, None) => String::new(),
+        }
+    );
+    let recoveries = Table {
+        headers: [
+            "recovery",
+            "epoch",
+            "lost",
+            "detect",
+            "decode",
+            "encode",
+            "relaunch",
+            "total",
+            "downtime",
+            "ranks placed or moved",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: run
+            .recoveries
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let placed: Vec<String> = r
+                    .placement
+                    .iter()
+                    .flatten()
+                    .map(|(rank, node)| format!("{rank}→{node}"))
+                    .chain(
+                        r.moved
+                            .iter()
+                            .flatten()
+                            .map(|(rank, from, to)| format!("{rank}: {from}→{to}")),
+                    )
+                    .collect();
+                vec![
+                    Cell::text(format!("#{} at {}", i + 1, format(r.start_s, Unit::Seconds))),
+                    Cell::num(r.epoch.to_string()),
+                    Cell::text(r.lost.join(", ")),
+                    Cell::num(format(r.detect_seconds, Unit::Seconds)),
+                    Cell::num(format(r.decode_seconds, Unit::Seconds)),
+                    Cell::num(format(r.encode_seconds, Unit::Seconds)),
+                    Cell::num(format(r.relaunch_seconds, Unit::Seconds)),
+                    Cell::num(format(r.end_s - r.start_s, Unit::Seconds)),
+                    Cell::num(format(r.downtime_seconds, Unit::Seconds)),
+                    Cell::text(placed.join(", ")),
+                ]
+            })
+            .collect(),
+    };
+    let mut blocks = vec![
+        Block::Text(summary),
+        Block::Figures(vec![figures::run_timeline(run).render()]),
+        Block::Figures(vec![
+            figures::run_bytes(run).render(),
+            figures::run_encodes(run).render(),
+        ]),
+    ];
+    if !run.recoveries.is_empty() {
+        blocks.push(Block::Table(recoveries));
+    }
+    Section {
+        id: format!("run-{}", name.replace(|c: char| !c.is_ascii_alphanumeric(), "-")),
+        title: format!("Run {name}"),
+        blocks,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eckpt_model::Machine;
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    /// Any JSON value a field might hold: numbers of every size and sign, strings, lists.
+    fn any_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (-1e300f64..1e300).prop_map(Value::from),
+            prop::sample::select(vec![0.0, -1.0, 1e-300, 5e-324, 1e308]).prop_map(Value::from),
+            "[a-z0-9 <>&\"]{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            prop::collection::vec(inner, 0..6).prop_map(Value::Array)
+        })
+    }
+
+    const FIELDS: &[&str] = &[
+        "nodes",
+        "coding",
+        "size_per_node",
+        "pattern",
+        "netns",
+        "link_rate",
+        "link_gbps",
+        "full_encode_seconds",
+        "encode_seconds",
+        "encode_seconds_samples",
+        "kinds",
+        "changed_bytes_per_node",
+        "command",
+        "ranks",
+        "seconds",
+        "attempts",
+        "epochs",
+        "failures",
+        "recoveries",
+        "epoch",
+        "t_s",
+        "start_s",
+        "end_s",
+        "moved",
+        "placement",
+    ];
+
+    fn any_record() -> impl Strategy<Value = Value> {
+        prop::collection::btree_map(prop::sample::select(FIELDS.to_vec()), any_value(), 0..12).prop_map(|m| {
+            let mut o: serde_json::Map<String, Value> =
+                m.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            // Half look like runs, half like bench results, nested entries included.
+            o.entry("full_encode_seconds").or_insert(json!(1.0));
+            Value::Object(o)
+        })
+    }
+
+    proptest! {
+        /// Whatever a result file holds, a report of it renders: one document, no script.
+        #[test]
+        fn any_result_renders(record in any_record(), run in any::<bool>()) {
+            let mut record = record;
+            if run {
+                record["epochs"] = json!([record.clone()]);
+                record["failures"] = json!([record.clone()]);
+                record["recoveries"] = json!([record.clone()]);
+            }
+            let bytes = serde_json::to_vec(&record).unwrap();
+            if let Ok(input) = inputs::parse("p.json", &bytes) {
+                let costs = Costs { machine: Machine::reference(1e9), host_cores: 2.0 };
+                let page = report(&[("p.json".into(), input)], &costs, "prop");
+                prop_assert!(page.ends_with("</html>\n"));
+                prop_assert!(!page.contains("<script") && !page.contains("NaN"));
+            }
+        }
+    }
+
+    #[test]
+    fn a_report_of_a_bench_result_and_a_run_has_their_sections() {
+        let bench = br#"{"nodes":6,"coding":{"k":4,"m":2,"code":"cauchy","mode":"full","layout":"dedicated",
+            "topology":"pipeline","chunk":1048576,"max_stripes":8},"size_per_node":67108864,"pattern":"mat",
+            "netns":true,"link_rate":"1gbit","link_gbps":0.965,"full_encode_seconds":1.13,
+            "encode_seconds":1.13,"encode_seconds_samples":[1.13],"kinds":["full"]}"#;
+        let run = br#"{"command":["./mat"],"ranks":4,"attempts":[{"attempt":1,"start_s":0,"end_s":9}],
+            "epochs":[{"epoch":1,"t_s":3,"committed":true,"kinds":["full"],"encode_seconds":0.5,
+            "image_bytes":1000,"stored_bytes":1000}],"failures":[{"t_s":8,"nodes":["n1"]}]}"#;
+        let inputs = vec![
+            ("b.json".to_string(), inputs::parse("b.json", bench).unwrap()),
+            ("r.json".to_string(), inputs::parse("r.json", run).unwrap()),
+        ];
+        let costs = Costs {
+            machine: Machine::reference(1e9),
+            host_cores: 2.0,
+        };
+        let page = report(&inputs, &costs, "test");
+        for id in [
+            "id=\"model\"",
+            "id=\"bench\"",
+            "id=\"epochs\"",
+            "id=\"run-r-json\"",
+        ] {
+            assert!(page.contains(id), "{id}");
+        }
+        assert!(page.matches("<svg").count() >= 5);
+    }
+
+    /// A record `eckpt run` wrote for a real run that lost one node and then two
+    /// (docs/results/run-two-failures.json, the run docs/REPRODUCTION.md shows): its
+    /// timeline carries both failures and the relocations of both recoveries.
+    #[test]
+    fn a_real_run_with_two_failures_shows_both_on_its_timeline() {
+        let bytes = include_bytes!("../../../docs/results/run-two-failures.json");
+        let input = inputs::parse("run.json", bytes).unwrap();
+        let Input::Run(run) = &input else {
+            panic!("not read as a run record")
+        };
+        assert_eq!(run.failures.len(), 2);
+        assert_eq!(run.recoveries.len(), 2);
+        let costs = Costs {
+            machine: Machine::reference(1e9),
+            host_cores: 2.0,
+        };
+        let page = report(&[("run.json".into(), input)], &costs, "test");
+        assert_eq!(page.matches("class=\"marker failure\"").count(), 2);
+        assert!(page.matches("class=\"marker relocation\"").count() >= 2);
+    }
+}
