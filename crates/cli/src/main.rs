@@ -49,8 +49,11 @@ enum Command {
     Checkpoint(commands::ckpt::CheckpointArgs),
     /// Rebuild lost or damaged nodes' data from the survivors and restore redundancy.
     Recover(commands::ckpt::RecoverArgs),
-    /// Export a rank's committed image (decoded from the survivors if its node is gone).
+    /// Export a rank's committed image (decoded from the survivors if its node is gone), or
+    /// its flushed image from a flush directory.
     Restore(commands::ckpt::RestoreArgs),
+    /// Copy a committed epoch of every rank to the cluster's flush directory now.
+    Flush(commands::ckpt::FlushArgs),
     /// Run a job on a cluster and carry it through node failures: launch its ranks, forward
     /// their output, recover and relaunch them when nodes are lost.
     Run(commands::run::RunArgs),
@@ -90,6 +93,7 @@ fn main() {
         Command::Checkpoint(args) => commands::ckpt::run_checkpoint(args),
         Command::Recover(args) => commands::ckpt::run_recover(args),
         Command::Restore(args) => commands::ckpt::run_restore(args),
+        Command::Flush(args) => commands::ckpt::run_flush(args),
         Command::Run(args) => commands::run::run(args),
         Command::MpirunAgent(args) => commands::run::run_mpirun_agent(args),
         Command::Agent(args) => commands::daemons::run_agent(args),

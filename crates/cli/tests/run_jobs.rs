@@ -10,26 +10,11 @@
 mod cluster;
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use cluster::programs::build_c;
+use cluster::programs::{assert_failure_free, build_c, reference, text};
 use cluster::{ok, run_job as run_in};
 use serde_json::Value;
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// The lines rank `rank` printed, without the `[R] ` prefix.
-fn rank_lines(out: &[u8], rank: u32) -> Vec<String> {
-    let prefix = format!("[{rank}] ");
-    text(out)
-        .lines()
-        .filter_map(|l| l.strip_prefix(&prefix).map(String::from))
-        .collect()
-}
 
 fn seed() -> u64 {
     let seed = std::env::var("ECKPT_TEST_SEED")
@@ -133,27 +118,6 @@ fn bad_input_gets_one_line() {
     }
 }
 
-/// What a failure-free run of `mat` prints and logs, per rank: standalone checkpoints in
-/// a store of its own, one process per rank.
-fn reference(mat: &Path, dir: &Path, ranks: u32, mat_args: &[&str]) -> BTreeMap<u32, (String, Vec<u8>)> {
-    std::fs::create_dir_all(dir).unwrap();
-    (0..ranks)
-        .map(|r| {
-            std::fs::write(dir.join(format!("input{r}")), format!("input of rank {r}")).unwrap();
-            let out = Command::new(mat)
-                .args(mat_args)
-                .current_dir(dir)
-                .env("ECKPT_DIR", dir.join("store"))
-                .env("ECKPT_RANK", r.to_string())
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{}", text(&out.stderr));
-            let sum = text(&out.stdout).trim().to_string();
-            (r, (sum, std::fs::read(dir.join(format!("log{r}"))).unwrap()))
-        })
-        .collect()
-}
-
 /// Every attempt of a run record placed ranks with at most one more on one node than on
 /// another.
 fn assert_balanced(record: &Value) {
@@ -227,15 +191,7 @@ fn random_node_kills_end_with_the_failure_free_result() {
         let out = run_in(&work, &args, Duration::from_secs(300));
         let err = text(&out.stderr);
         assert!(out.status.success(), "{context}: {err}");
-        for (r, (sum, log)) in &expected {
-            let lines = rank_lines(&out.stdout, *r);
-            assert_eq!(lines.last(), Some(sum), "{context}: rank {r}'s checksum");
-            let got = std::fs::read(work.join(format!("log{r}"))).unwrap();
-            assert!(
-                got == *log,
-                "{context}: rank {r}'s log differs from the failure-free run"
-            );
-        }
+        assert_failure_free(&out.stdout, &work, &expected, &context);
         let record: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
         let lost: usize = record["failures"]
             .as_array()

@@ -116,6 +116,12 @@ fn cluster_code(e: &ClusterError) -> i32 {
         | ClusterError::Link(_)
         | ClusterError::Proto(_) => capi::ECKPT_ECLUSTER,
         ClusterError::Internal(_) => capi::ECKPT_EINTERNAL,
+        // A flushed epoch read back: by the kind it has on the wire.
+        ClusterError::Flush(_) => match e.kind() {
+            ErrorKind::Corrupt => capi::ECKPT_ECORRUPT,
+            ErrorKind::Io => capi::ECKPT_EIO,
+            _ => capi::ECKPT_ECLUSTER,
+        },
         // Another process's failure keeps the code of its kind: a corrupt block an agent
         // found is as corrupt as one found here.
         ClusterError::Remote { kind, .. } => match kind {

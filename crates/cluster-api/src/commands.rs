@@ -1,5 +1,5 @@
 //! What commands do against a running cluster: ask the coordinator, checkpoint a file as a
-//! rank, export a rank's committed image.
+//! rank, export a rank's committed image — or, without a cluster, a rank's flushed image.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -207,6 +207,8 @@ pub struct RestoreReport {
     pub from: String,
     /// Whether it had to be decoded (its node is gone).
     pub decoded: bool,
+    /// Whether it was read from a flush directory (`from` is its path).
+    pub from_flush: bool,
 }
 
 /// Writes item `item` (default: the rank's only item, or the checkpointed file) of rank
@@ -239,9 +241,27 @@ pub async fn restore(
         other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
     };
     let names: Vec<&str> = items.iter().map(|(n, _)| n.as_str()).collect();
+    let wanted = choose_item(rank, &names, item)?;
+    let tmp = temp_output(out);
+    let received = receive_item(&mut conn, &node.name, &items, &wanted, &tmp).await;
+    let written = publish_output(&tmp, out, received)?;
+    Ok(RestoreReport {
+        rank,
+        epoch,
+        item: wanted,
+        bytes: written,
+        from: node.name,
+        decoded: scratch.is_some(),
+        from_flush: false,
+    })
+}
+
+/// The item a restore writes: the one asked for, else the rank's only item, else the
+/// checkpointed file; one line naming the items when the choice is not clear.
+fn choose_item(rank: u32, names: &[&str], item: Option<&str>) -> Result<String, ClusterError> {
     let wanted = match item {
         Some(i) => i.to_string(),
-        None if items.len() == 1 => items[0].0.clone(),
+        None if names.len() == 1 => names[0].to_string(),
         None if names.contains(&FILE_ITEM) => FILE_ITEM.to_string(),
         None => {
             return Err(ClusterError::Invalid(format!(
@@ -256,28 +276,80 @@ pub async fn restore(
             names.join(", ")
         )));
     }
-    let tmp = out.with_file_name(format!(
+    Ok(wanted)
+}
+
+/// Where a restore writes before its output is complete.
+fn temp_output(out: &Path) -> std::path::PathBuf {
+    out.with_file_name(format!(
         ".{}.eckpt-tmp",
         out.file_name().and_then(|n| n.to_str()).unwrap_or("restore")
-    ));
-    let received = receive_item(&mut conn, &node.name, &items, &wanted, &tmp).await;
-    let written = match received {
+    ))
+}
+
+/// Renames the complete temporary output into place, or removes it after a failure.
+fn publish_output(tmp: &Path, out: &Path, written: Result<u64, ClusterError>) -> Result<u64, ClusterError> {
+    let written = match written {
         Ok(n) => n,
         Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
+            let _ = std::fs::remove_file(tmp);
             return Err(e);
         }
     };
-    if let Err(e) = std::fs::rename(&tmp, out) {
-        let _ = std::fs::remove_file(&tmp);
+    if let Err(e) = std::fs::rename(tmp, out) {
+        let _ = std::fs::remove_file(tmp);
         return Err(crate::io_at(out)(e));
     }
+    Ok(written)
+}
+
+/// `eckpt restore --from-flush`: writes item `item` of rank `rank` of flushed epoch `epoch`
+/// (default: the newest that opens) from the flush directory `flush` to `out` — no cluster
+/// needed. Every block is verified before it is written, the item's hash at its end; the
+/// output appears only when complete and intact.
+pub fn restore_flushed(
+    flush: &Path,
+    rank: u32,
+    epoch: Option<u64>,
+    item: Option<&str>,
+    out: &Path,
+) -> Result<RestoreReport, ClusterError> {
+    if out.is_dir() {
+        return Err(ClusterError::Invalid(format!(
+            "{}: is a directory; give the file to write",
+            out.display()
+        )));
+    }
+    let dir = eckpt_flush::FlushDir::new(flush);
+    let flushed = match epoch {
+        Some(e) => dir.open(e)?,
+        None => dir.newest()?.0,
+    };
+    let entry = flushed.manifest().rank(rank).ok_or_else(|| {
+        ClusterError::Invalid(format!(
+            "flushed epoch {} has no rank {rank} (the job had {} ranks)",
+            flushed.epoch(),
+            flushed.manifest().world
+        ))
+    })?;
+    let names: Vec<&str> = entry.items.iter().map(|i| i.name.as_str()).collect();
+    let wanted = choose_item(rank, &names, item)?;
+    let tmp = temp_output(out);
+    let copied = std::fs::File::create(&tmp)
+        .map_err(crate::io_at(&tmp))
+        .and_then(|mut file| {
+            let n = flushed.copy_item(rank, &wanted, &mut file)?;
+            file.sync_all().map_err(crate::io_at(&tmp))?;
+            Ok(n)
+        });
+    let written = publish_output(&tmp, out, copied)?;
     Ok(RestoreReport {
         rank,
-        epoch,
+        epoch: flushed.epoch(),
         item: wanted,
         bytes: written,
-        from: node.name,
-        decoded: scratch.is_some(),
+        from: flush.display().to_string(),
+        decoded: false,
+        from_flush: true,
     })
 }

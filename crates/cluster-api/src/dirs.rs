@@ -10,6 +10,7 @@
 //!                          was given `--store PATH` (PATH/store, PATH/coded) — agent.sock,
 //!                          pid, log
 //!   runs/                  one record per `eckpt run`
+//!   (flushed epochs live in the cluster's --flush-dir, on shared storage: `eckpt-flush`)
 //!   debug/                 fault-injection pause points (tests and demos)
 //! ```
 
@@ -45,6 +46,27 @@ pub struct ClusterFile {
     pub coordinator_host: Option<String>,
     /// Network namespaces, when agents run in them.
     pub netns: Option<NetnsConfig>,
+    /// Flushes to shared storage, when the cluster makes them.
+    #[serde(default)]
+    pub flush: Option<FlushConfig>,
+}
+
+/// The last level of checkpointing (`--flush-dir`): committed epochs copied by the agents to
+/// a directory every host sees (a parallel file system), in `eckpt-flush`'s layout, so that
+/// a job survives more than `m` lost nodes of a group or the whole cluster, and restarts on
+/// another number of nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlushConfig {
+    /// The shared directory (absolute: agents and the coordinator run elsewhere).
+    pub dir: PathBuf,
+    /// Flush a committed epoch when at least this many epochs passed since the last flush
+    /// (1: every epoch); 0: only on demand (`eckpt flush`).
+    pub every: u64,
+    /// Bytes per second each node writes at most, so that a flush does not starve the
+    /// encode of later epochs (`None`: unbounded).
+    pub rate: Option<u64>,
+    /// Flushed epochs kept (the oldest beyond are deleted once a newer one is published).
+    pub keep: usize,
 }
 
 impl ClusterFile {

@@ -4,6 +4,7 @@
 
 use eckpt_codec::CodecError;
 use eckpt_coding::CodingError;
+use eckpt_flush::FlushError;
 use eckpt_proto::ProtoError;
 use eckpt_store::StoreError;
 use serde::{Deserialize, Serialize};
@@ -66,6 +67,9 @@ pub enum ClusterError {
     /// The wire protocol failed.
     #[error(transparent)]
     Proto(#[from] ProtoError),
+    /// A flushed epoch could not be written or read.
+    #[error(transparent)]
+    Flush(#[from] FlushError),
 }
 
 /// What kind of failure an error reports, as it travels between processes.
@@ -135,6 +139,11 @@ impl ClusterError {
             ClusterError::Codec(CodecError::Shape(_)) => ErrorKind::Internal,
             // An ECKPT_ISA the node's CPU cannot run: its configuration, not its data.
             ClusterError::Codec(CodecError::Kernel(_)) => ErrorKind::Invalid,
+            ClusterError::Flush(e) => match e {
+                FlushError::Io { .. } | FlushError::Source { .. } => ErrorKind::Io,
+                e if e.is_corrupt() => ErrorKind::Corrupt,
+                _ => ErrorKind::Invalid,
+            },
             ClusterError::Proto(e) => match e {
                 ProtoError::Closed | ProtoError::Truncated { .. } => ErrorKind::Link,
                 ProtoError::Io { source, .. } if is_broken_link(source) => ErrorKind::Link,

@@ -8,6 +8,7 @@ use eckpt_coding::{CodingConfig, Layout, Mode, ObjectId, Topology};
 use eckpt_proto::Endpoint;
 use serde::{Deserialize, Serialize};
 
+use crate::dirs::FlushConfig;
 use crate::error::WireError;
 use crate::shard_layout::ShardLayout;
 
@@ -340,6 +341,31 @@ pub enum AgentRequest {
         /// Scratch task, if the image was decoded.
         scratch: Option<u64>,
     },
+    /// Copy committed `epoch` of each of `ranks` (deltas resolved) into the flush's staging
+    /// directory, pinned in the store meanwhile, at most `rate` bytes per second.
+    Flush {
+        /// The epoch (committed).
+        epoch: u64,
+        /// The ranks this node hosts.
+        ranks: Vec<u32>,
+        /// The staging directory of the flush (on storage every node sees).
+        staging: PathBuf,
+        /// Bytes per second at most (`None`: unbounded).
+        rate: Option<u64>,
+    },
+    /// Prepare flushed epoch `epoch` of each of `ranks`, read from the flush directory
+    /// `flush` and verified, as this node's epoch `as_epoch` (committed on the
+    /// coordinator's decision like any epoch).
+    ImportFlushed {
+        /// The flush directory.
+        flush: PathBuf,
+        /// The flushed epoch.
+        epoch: u64,
+        /// The epoch number the images take in the cluster.
+        as_epoch: u64,
+        /// The ranks this node hosts from now on.
+        ranks: Vec<u32>,
+    },
     /// Send `bytes` to `peer` as fast as possible: the link reference of benchmarks.
     LinkTest {
         /// Receiver.
@@ -375,6 +401,99 @@ pub enum AgentResponse {
     Items(Vec<(String, u64)>),
     /// Answer to `LinkTest`: seconds taken.
     Link(f64),
+    /// Answer to `Flush`: this node's ranks as flushed.
+    Flushed(FlushPart),
+}
+
+impl std::fmt::Display for FlushRestore {
+    /// The one line that says the job restarted from its flush, and why.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+        for node in self.placement.values() {
+            *per_node.entry(node).or_default() += 1;
+        }
+        let nodes: Vec<String> = per_node.iter().map(|(n, c)| format!("{n}:{c}")).collect();
+        write!(
+            f,
+            "restored the {}-rank job from flushed epoch {} as epoch {} ({}); ranks per node {}; import {:.2} s, encode {:.2} s",
+            self.world,
+            self.flushed_epoch,
+            self.epoch,
+            self.reason,
+            nodes.join(" "),
+            self.import_seconds,
+            self.encode_seconds
+        )?;
+        if !self.skipped.is_empty() {
+            write!(f, "; skipped {}", self.skipped.join("; "))?;
+        }
+        Ok(())
+    }
+}
+
+/// One node's part of a flush.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlushPart {
+    /// Each rank's items with their checksums, for the epoch's manifest.
+    pub ranks: Vec<eckpt_flush::RankEntry>,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Seconds the node spent (pacing included).
+    pub seconds: f64,
+}
+
+/// A flush published.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlushReport {
+    /// The epoch flushed.
+    pub epoch: u64,
+    /// Ranks in it.
+    pub ranks: u32,
+    /// Bytes of every rank's image.
+    pub bytes: u64,
+    /// Seconds from the start of the flush to its publication.
+    pub seconds: f64,
+    /// Seconds of the slowest node's copy.
+    pub slowest_node_seconds: f64,
+    /// Where it was published.
+    pub dir: PathBuf,
+}
+
+/// The cluster's flushing, in `eckpt status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlushStatus {
+    /// The configuration.
+    pub config: FlushConfig,
+    /// The epoch being flushed, if any.
+    pub running: Option<u64>,
+    /// Published epochs in the flush directory, ascending.
+    pub flushed: Vec<u64>,
+    /// The last flush published by this coordinator.
+    pub last: Option<FlushReport>,
+    /// Why the last flush failed, if it did (cleared by the next success).
+    pub last_error: Option<String>,
+}
+
+/// A restart from a flushed epoch (more than `m` losses in a group, empty node stores).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlushRestore {
+    /// The flushed epoch the job resumes from.
+    pub flushed_epoch: u64,
+    /// The epoch number it takes in the cluster (epochs never go back: later epochs are
+    /// numbered after it).
+    pub epoch: u64,
+    /// Ranks of the job.
+    pub world: u32,
+    /// Where each rank now lives.
+    pub placement: BTreeMap<u32, String>,
+    /// Why the node-level levels could not serve (what was lost).
+    pub reason: String,
+    /// Newer flushed epochs that could not be used, and why.
+    pub skipped: Vec<String>,
+    /// Seconds spent reading the flush into the node stores.
+    pub import_seconds: f64,
+    /// Seconds spent encoding the new groups' parity.
+    pub encode_seconds: f64,
 }
 
 /// One node in a status report.
@@ -417,6 +536,9 @@ pub struct StatusReport {
     pub nodes: Vec<NodeStatus>,
     /// Groups with their members and protection.
     pub groups: Vec<GroupStatus>,
+    /// Flushes to shared storage, when the cluster makes them.
+    #[serde(default)]
+    pub flush: Option<FlushStatus>,
 }
 
 /// A group in a status report.
@@ -563,6 +685,9 @@ pub struct RecoveryReport {
     pub unrecoverable: Vec<String>,
     /// Warnings (e.g. too few nodes left to restore full redundancy).
     pub warnings: Vec<String>,
+    /// The node-level data could not serve and the job was restored from a flushed epoch.
+    #[serde(default)]
+    pub from_flush: Option<FlushRestore>,
 }
 
 /// Requests the coordinator serves.
@@ -640,6 +765,13 @@ pub enum CoordRequest {
         /// Epoch (default: the committed one).
         epoch: Option<u64>,
     },
+    /// Flush `epoch` (default: the committed one) now and answer when it is published.
+    Flush {
+        /// The epoch (committed and still in the node stores).
+        epoch: Option<u64>,
+    },
+    /// Wait until no flush is running; answers the flush status.
+    WaitFlush,
     /// Remove a node on purpose (its data is rebuilt elsewhere on the next recover).
     Leave {
         /// Node.
@@ -687,6 +819,10 @@ pub enum CoordResponse {
     },
     /// `Recover`.
     Recovered(RecoveryReport),
+    /// `Flush`: the flush published.
+    Flushed(FlushReport),
+    /// `WaitFlush`: the flushing now that none runs (`None`: the cluster does not flush).
+    FlushState(Option<FlushStatus>),
     /// Progress of a long request (sent before the final answer).
     Progress {
         /// What is happening.
@@ -731,4 +867,10 @@ pub struct UpSummary {
     pub topology: Topology,
     /// A stopped cluster was brought back rather than a new one created.
     pub restarted: bool,
+    /// Flushes to shared storage, when the cluster makes them.
+    #[serde(default)]
+    pub flush: Option<FlushConfig>,
+    /// The new cluster resumed a job from its flush directory.
+    #[serde(default)]
+    pub from_flush: Option<FlushRestore>,
 }

@@ -19,16 +19,22 @@ pub enum Phase {
     AfterCommit,
     /// A recovery is between decode and re-encode.
     MidRecovery,
+    /// An agent is copying its ranks to a flush, after its first rank.
+    MidFlush,
+    /// Every node's part of a flush is written; the coordinator has not published it.
+    BeforePublish,
 }
 
 impl Phase {
-    /// Every phase, in the order an epoch and a recovery reach them.
-    pub const ALL: [Phase; 5] = [
+    /// Every phase, in the order an epoch, a recovery and a flush reach them.
+    pub const ALL: [Phase; 7] = [
         Phase::BeforeEncode,
         Phase::MidEncode,
         Phase::BeforeCommit,
         Phase::AfterCommit,
         Phase::MidRecovery,
+        Phase::MidFlush,
+        Phase::BeforePublish,
     ];
 
     /// The name `eckpt debug pause --at` takes and the pause file holds.
@@ -39,6 +45,8 @@ impl Phase {
             Phase::BeforeCommit => "before-commit",
             Phase::AfterCommit => "after-commit",
             Phase::MidRecovery => "mid-recovery",
+            Phase::MidFlush => "mid-flush",
+            Phase::BeforePublish => "before-publish",
         }
     }
 

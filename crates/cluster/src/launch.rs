@@ -14,9 +14,11 @@ use crate::coordinator::Journal;
 use crate::netns::{parse_rate, Network};
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::{
-    check_node_name, write_atomic, ClusterDir, ClusterFile, NetnsConfig, CLUSTER_FORMAT,
+    check_node_name, write_atomic, ClusterDir, ClusterFile, FlushConfig, NetnsConfig, CLUSTER_FORMAT,
 };
-use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, StatusReport, UpSummary};
+use eckpt_cluster_api::msg::{
+    CoordRequest, CoordResponse, FlushRestore, Relocation, StatusReport, UpSummary,
+};
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::config::CodingConfig;
 
@@ -43,6 +45,9 @@ pub struct UpOptions {
     /// Address of the coordinator's TCP listener (default: loopback, or the bridge of a
     /// namespaced cluster); agents on other hosts need one they can reach.
     pub bind: Option<String>,
+    /// Flushes to shared storage (`--flush-dir`…); a new cluster whose flush directory
+    /// holds flushed epochs resumes the newest.
+    pub flush: Option<FlushConfig>,
 }
 
 /// How long `up` and `join` wait for processes to come up.
@@ -178,6 +183,7 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
             return Err(ClusterError::Invalid("--link-rate needs --netns".into()));
         }
     }
+    let flush = options.flush.clone().map(absolute_flush).transpose()?;
     let (k, m) = (options.coding.k, options.coding.m);
     if node_count < k + m {
         return Err(ClusterError::Invalid(format!(
@@ -212,11 +218,54 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         coordinator_tcp: None,
         coordinator_host: None,
         netns,
+        flush,
     };
     write_cluster_file(&dir, &file)?;
     Journal::new(options.coding, &nodes, &spares).save(&dir.journal())?;
     start(&dir, &file, options, &nodes, &spares)?;
-    Ok(summary(&dir, &file, nodes, spares, false))
+    let mut summary = summary(&dir, &file, nodes, spares, false);
+    if options.agents {
+        summary.from_flush = resume_flushed_job(&dir, &file)?;
+    }
+    Ok(summary)
+}
+
+/// The flush configuration with its directory made absolute (agents run elsewhere).
+fn absolute_flush(mut config: FlushConfig) -> Result<FlushConfig, ClusterError> {
+    if config.keep == 0 {
+        return Err(ClusterError::Invalid(
+            "--flush-keep must keep at least 1 flushed epoch".into(),
+        ));
+    }
+    if !config.dir.is_absolute() {
+        config.dir = std::env::current_dir()
+            .map_err(eckpt_cluster_api::io_at(&config.dir))?
+            .join(&config.dir);
+    }
+    Ok(config)
+}
+
+/// A new cluster over the flush directory of a job: its node stores are empty, so the job
+/// resumes from the newest flushed epoch (`eckpt recover` does it: a cluster with no
+/// committed epoch falls back to its flush). `None` when there is nothing flushed.
+fn resume_flushed_job(dir: &ClusterDir, file: &ClusterFile) -> Result<Option<FlushRestore>, ClusterError> {
+    let Some(flush) = &file.flush else {
+        return Ok(None);
+    };
+    if eckpt_flush::FlushDir::new(&flush.dir).epochs()?.is_empty() {
+        return Ok(None);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Internal(format!("starting a runtime: {e}")))?;
+    let request = CoordRequest::Recover {
+        relocation: Relocation::Process,
+    };
+    match rt.block_on(commands::coordinator_call(dir, &request, |_| {}))? {
+        CoordResponse::Recovered(report) => Ok(report.from_flush),
+        other => Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
+    }
 }
 
 /// `up` on a directory that holds a cluster: starts what is not running — the coordinator
@@ -266,6 +315,8 @@ fn summary(
         layout: file.coding.layout,
         topology: file.coding.topology,
         restarted,
+        flush: file.flush.clone(),
+        from_flush: None,
     }
 }
 

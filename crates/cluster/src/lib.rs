@@ -20,3 +20,13 @@ pub mod netns;
 pub mod parity_store;
 pub mod shard;
 pub mod stripe_blob;
+
+/// Runs file I/O or computation on a blocking thread, off the async runtime whose workers
+/// serve connections and heartbeats.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, eckpt_cluster_api::ClusterError> + Send + 'static,
+) -> Result<T, eckpt_cluster_api::ClusterError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| eckpt_cluster_api::ClusterError::Internal(format!("worker thread: {e}")))?
+}

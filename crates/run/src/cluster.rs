@@ -10,7 +10,8 @@ use std::time::Duration;
 use eckpt_cluster_api::commands::coordinator_call;
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
-    CoordRequest, CoordResponse, EpochOutcome, NodeInfo, RecoveryReport, Relocation, StatusReport,
+    CoordRequest, CoordResponse, EpochOutcome, FlushStatus, NodeInfo, RecoveryReport, Relocation,
+    StatusReport,
 };
 use eckpt_cluster_api::ClusterError;
 
@@ -69,7 +70,17 @@ impl Cluster {
         }
     }
 
-    /// `eckpt recover`: decode what is lost, place its ranks, restore redundancy.
+    /// Waits until no flush is running: the flushing then (`None`: the cluster does not
+    /// flush).
+    pub fn wait_flush(&self) -> Result<Option<FlushStatus>, RunError> {
+        match self.call(&CoordRequest::WaitFlush)? {
+            CoordResponse::FlushState(state) => Ok(state),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `eckpt recover`: decode what is lost, place its ranks, restore redundancy — or
+    /// restart from the flush when the node level cannot serve.
     pub fn recover(&self, relocation: Relocation) -> Result<RecoveryReport, RunError> {
         match self.call(&CoordRequest::Recover { relocation })? {
             CoordResponse::Recovered(r) => Ok(r),

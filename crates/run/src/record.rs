@@ -146,12 +146,21 @@ pub struct RecoveryRecord {
     pub relaunch_seconds: f64,
     /// From the node's death to every rank started again.
     pub downtime_seconds: f64,
+    /// The flushed epoch the job restarted from, when the node level could not serve.
+    #[serde(default)]
+    pub from_flush: Option<u64>,
 }
 
 impl RecoveryRecord {
     /// Fills in what the coordinator's report says.
     pub fn absorb(&mut self, report: &RecoveryReport) {
         self.epoch = report.epoch;
+        if let Some(restore) = &report.from_flush {
+            self.from_flush = Some(restore.flushed_epoch);
+            self.placement.clone_from(&restore.placement);
+            self.decode_seconds += restore.import_seconds;
+            self.encode_seconds += restore.encode_seconds;
+        }
         for (node, ranks) in &report.rebuilt {
             if !self.lost.contains(node) {
                 self.lost.push(node.clone());

@@ -102,6 +102,9 @@ impl Session {
                 .map(|r| format!(", namespaced {r} links"))
                 .unwrap_or_default()
         ));
+        if let Some(restore) = &summary.from_flush {
+            note(restore.to_string());
+        }
         Ok(Session {
             dir,
             started: true,

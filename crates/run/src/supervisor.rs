@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eckpt_cluster::launch;
+use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{NodeInfo, RecoveryReport, StatusReport};
 use eckpt_cluster_api::ErrorKind;
 
@@ -88,8 +89,9 @@ impl std::fmt::Display for Event {
                     .collect();
                 write!(
                     f,
-                    "recovered epoch {}: lost {}; ranks {}{}; detect {:.2} s, decode {:.2} s, encode {:.2} s, relaunch {:.2} s ({:.2} s from the loss to every rank running)",
+                    "recovered epoch {}{}: lost {}; ranks {}{}; detect {:.2} s, decode {:.2} s, encode {:.2} s, relaunch {:.2} s ({:.2} s from the loss to every rank running)",
                     r.epoch,
+                    r.from_flush.map(|e| format!(" (from flushed epoch {e})")).unwrap_or_default(),
                     if r.lost.is_empty() { "nothing".to_string() } else { r.lost.join(" ") },
                     if went.is_empty() { "stay".to_string() } else { went.join(" ") },
                     if moved.is_empty() { String::new() } else { format!(", moved {}", moved.join(" ")) },
@@ -125,6 +127,17 @@ fn list(ranks: &[u32]) -> String {
 
 /// Where each node of a placement runs.
 type Hosts = BTreeMap<String, NodeHost>;
+
+/// Refuses a cluster that holds a job of another size.
+fn check_world(status: &StatusReport, ranks: u32, dir: &ClusterDir) -> Result<(), RunError> {
+    if let Some(world) = status.world.filter(|&w| w != ranks) {
+        let root = dir.root().display();
+        return Err(RunError::Launch(format!(
+            "the cluster in {root} holds a job of {world} ranks, not {ranks}: run it with -n {world}, or use another --dir (or `eckpt down --dir {root} --purge`)"
+        )));
+    }
+    Ok(())
+}
 
 /// How an attempt ended, for the loop.
 enum AttemptEnd {
@@ -207,13 +220,7 @@ impl<'a> Supervisor<'a> {
     ) -> Result<Supervisor<'a>, RunError> {
         let cluster = Cluster::new(&session.dir)?;
         let status = cluster.status()?;
-        if let Some(world) = status.world.filter(|&w| w != options.ranks) {
-            let root = session.dir.root().display();
-            return Err(RunError::Launch(format!(
-                "the cluster in {root} holds a job of {world} ranks, not {}: run it with -n {world}, or use another --dir (or `eckpt down --dir {root} --purge`)",
-                options.ranks
-            )));
-        }
+        check_world(&status, options.ranks, &session.dir)?;
         let file = session.dir.load()?;
         let now_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -302,7 +309,17 @@ impl<'a> Supervisor<'a> {
 
     fn run(&mut self, events: &mut dyn FnMut(Event)) -> Result<i32, RunError> {
         self.await_agents(events)?;
-        let status = self.cluster.status()?;
+        let mut status = self.cluster.status()?;
+        let flushed = status.flush.as_ref().is_some_and(|f| !f.flushed.is_empty());
+        if status.committed_epoch == 0 && flushed {
+            // Agents that registered after `up` (started by another launcher): the job
+            // resumes from its flush now, as `up` does when it starts them itself.
+            if let Some(restore) = self.cluster.recover(self.options.relocation)?.from_flush {
+                events(Event::Note(restore.to_string()));
+            }
+            status = self.cluster.status()?;
+            check_world(&status, self.options.ranks, self.cluster.dir())?;
+        }
         if status.committed_epoch > 0 {
             events(Event::Note(format!(
                 "resuming the checkpointed job from epoch {}",
@@ -382,7 +399,7 @@ impl<'a> Supervisor<'a> {
                 None => self.cluster.recover(self.options.relocation),
             };
             match result {
-                Ok(report) => self.absorb(&report),
+                Ok(report) => self.absorb(&report, events),
                 Err(RunError::Cluster(e)) if e.kind() == ErrorKind::Unrecoverable => {
                     return Err(RunError::Unrecoverable(e.to_string()));
                 }
@@ -398,9 +415,15 @@ impl<'a> Supervisor<'a> {
         }
     }
 
-    fn absorb(&mut self, report: &RecoveryReport) {
+    fn absorb(&mut self, report: &RecoveryReport, events: &mut dyn FnMut(Event)) {
+        if let Some(restore) = &report.from_flush {
+            events(Event::Note(restore.to_string()));
+        }
         if let Some(r) = self.recovered.as_mut() {
             r.absorb(report);
+            if report.from_flush.is_some() && r.lost.is_empty() {
+                r.lost = self.reported_lost.iter().cloned().collect();
+            }
         }
     }
 
@@ -620,6 +643,10 @@ impl<'a> Supervisor<'a> {
             if outcome.committed {
                 let count = self.kills.due(outcome.epoch);
                 if count > 0 {
+                    // On a cluster that flushes, the kill comes after the flush this epoch
+                    // started (or the one running) ended: what a test may fall back to is
+                    // then fixed, whatever the machine's speed.
+                    self.cluster.wait_flush()?;
                     let cause = format!("--kill-at after epoch {}", outcome.epoch);
                     self.kill_nodes(count, &cause, events)?;
                 }

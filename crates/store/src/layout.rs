@@ -5,7 +5,7 @@
 //! (`epoch-E-G`) or being deleted (`trash-…`). Every transition is one `rename` followed by
 //! an fsync of the rank directory, so a crash leaves each epoch in exactly one state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -23,6 +23,7 @@ const COMMITTED_PREFIX: &str = "epoch-";
 const PREPARED_PREFIX: &str = "prepared-";
 pub(crate) const TMP_PREFIX: &str = "tmp-";
 const TRASH_PREFIX: &str = "trash-";
+const PIN_PREFIX: &str = "pin-";
 
 /// Directory of `rank` under the store root.
 pub(crate) fn rank_dir(root: &Path, rank: u32) -> PathBuf {
@@ -46,6 +47,13 @@ pub(crate) fn epoch_dir_name(prepared: bool, epoch: u64, generation: u32) -> Str
     format!("{prefix}{epoch}-{generation}")
 }
 
+/// The epoch of a pin file's name after its prefix (`<E>-<owner>`).
+fn parse_pin(s: &str) -> Option<u64> {
+    let (e, _) = s.split_once('-')?;
+    let epoch: u64 = e.parse().ok()?;
+    (epoch.to_string() == e && epoch > 0).then_some(epoch)
+}
+
 fn parse_epoch_gen(s: &str) -> Option<(u64, u32)> {
     let (e, g) = s.split_once('-')?;
     let epoch: u64 = e.parse().ok()?;
@@ -62,6 +70,10 @@ pub(crate) struct RankScan {
     pub prepared: BTreeMap<u64, Vec<u32>>,
     /// Leftovers of interrupted writes and deletions.
     pub garbage: Vec<String>,
+    /// Epochs held by a [`Pin`] (retention keeps them and what they depend on).
+    pub pinned: BTreeSet<u64>,
+    /// The pin files themselves.
+    pub pins: Vec<String>,
 }
 
 impl RankScan {
@@ -104,6 +116,9 @@ pub(crate) fn scan_rank(dir: &Path) -> Result<RankScan> {
             }
         } else if name.starts_with(TMP_PREFIX) || name.starts_with(TRASH_PREFIX) {
             scan.garbage.push(name);
+        } else if let Some(epoch) = name.strip_prefix(PIN_PREFIX).and_then(parse_pin) {
+            scan.pinned.insert(epoch);
+            scan.pins.push(name);
         }
     }
     for gens in scan.committed.values_mut().chain(scan.prepared.values_mut()) {
@@ -189,4 +204,59 @@ impl RankLock {
         }
         Ok(RankLock { _file: file })
     }
+}
+
+/// Keeps a committed epoch of a rank — and every epoch its content depends on — from
+/// retention while it lives: a durable `pin-<E>-<owner>` file in the rank's directory that
+/// [`crate::Store`]'s retention reads. Dropping it removes the file; a pin left by a crashed
+/// process stays until its owner clears it ([`crate::Store::clear_pins`]).
+#[derive(Debug)]
+pub struct Pin {
+    path: PathBuf,
+    epoch: u64,
+}
+
+impl Pin {
+    /// Pins committed `epoch` of the rank in `dir`.
+    pub(crate) fn create(dir: &Path, rank: u32, epoch: u64) -> Result<Pin> {
+        if scan_rank(dir)?.committed_gen(epoch).is_none() {
+            return Err(StoreError::NoEpoch { rank, epoch });
+        }
+        let path = dir.join(format!("{PIN_PREFIX}{epoch}-{}", unique_suffix()));
+        File::create(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(io_at(&path))?;
+        let pin = Pin { path, epoch };
+        fsync_dir(dir)?;
+        // Retention that decided before the pin existed may have retired the epoch since.
+        if scan_rank(dir)?.committed_gen(epoch).is_none() {
+            return Err(StoreError::NoEpoch { rank, epoch });
+        }
+        Ok(pin)
+    }
+
+    /// The pinned epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_file(&self.path) {
+            tracing::warn!(pin = %self.path.display(), error = %e, "could not remove a pin");
+        }
+    }
+}
+
+/// Removes every pin file of the rank in `dir` (their owner is gone).
+pub(crate) fn clear_pins(dir: &Path) -> Result<()> {
+    for name in scan_rank(dir)?.pins {
+        let path = dir.join(name);
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_at(&path)(e)),
+            _ => {}
+        }
+    }
+    Ok(())
 }

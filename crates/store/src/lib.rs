@@ -20,6 +20,7 @@
 //!       manifest               checksummed header line + JSON (see `manifest` docs)
 //!       data                   the blocks this epoch stores, item by item, ascending
 //!     prepared-<E>-<G>/        durable, awaiting commit or abort (two-phase commit)
+//!     pin-<E>-<owner>          epoch E is being copied elsewhere (a flush): retention keeps it
 //!     tmp-<E>-<G>-<pid>-<n>/   being written; removed at the next open or write
 //!     trash-<name>-<pid>-<n>/  being deleted; removed at the next open or write
 //! ```
@@ -75,6 +76,8 @@ pub use read::ItemReader;
 pub use write::{EpochSizes, EpochWriter, PreparedEpoch};
 
 use error::io_at;
+pub use layout::Pin;
+
 use layout::{parse_rank_dir, rank_dir, scan_rank, RankLock};
 use read::{locate, Chain};
 use write::{cleanup_rank, Plan};
@@ -452,6 +455,48 @@ impl Store {
         }
         let plan = self.plan_after(rank, epoch, latest)?;
         self.begin(lock, plan)
+    }
+
+    /// Starts a self-contained full image of `rank` as `epoch`, with no parent: unlike
+    /// [`Store::writer`], items not written are absent, nothing is carried over. Restoring a
+    /// flushed image prepares it this way, to be committed on the cluster's decision.
+    /// `epoch` must be newer than the latest committed epoch; prepared epochs of the rank
+    /// are discarded.
+    pub fn image_writer(&self, rank: u32, epoch: u64) -> Result<EpochWriter> {
+        if epoch == 0 {
+            return Err(StoreError::Invalid("epochs start at 1".into()));
+        }
+        let lock = self.lock_rank(rank, true)?;
+        if let Some(l) = self.latest_committed(rank)?.filter(|&l| l >= epoch) {
+            return Err(StoreError::Invalid(format!(
+                "rank {rank} epoch {epoch} is not newer than committed epoch {l}"
+            )));
+        }
+        let plan = Plan {
+            rank,
+            epoch,
+            generation: 0,
+            parent: None,
+            source: None,
+            full: true,
+        };
+        self.begin(lock, plan)
+    }
+
+    /// Keeps committed `epoch` of `rank` (and what it depends on) from retention until the
+    /// [`Pin`] is dropped, so that it can be copied out (flushed) while the rank checkpoints
+    /// on. An error if the epoch is not (or no longer) committed.
+    pub fn pin(&self, rank: u32, epoch: u64) -> Result<Pin> {
+        Pin::create(&self.rank_dir(rank), rank, epoch)
+    }
+
+    /// Removes every pin of every rank: called by the pins' owner when it starts, since any
+    /// pin it finds was left by a process of its that died.
+    pub fn clear_pins(&self) -> Result<()> {
+        for rank in self.ranks()? {
+            layout::clear_pins(&self.rank_dir(rank))?;
+        }
+        Ok(())
     }
 
     /// Takes up a prepared epoch left by an earlier (possibly crashed) process, to commit

@@ -563,8 +563,8 @@ pub(crate) fn cleanup_rank(dir: &Path, discard_prepared: bool) -> Result<()> {
     Ok(())
 }
 
-/// Deletes committed epochs that neither the `keep_committed` newest committed epochs nor
-/// any prepared epoch depend on (caller holds the rank lock). If any dependency cannot be
+/// Deletes committed epochs that neither the `keep_committed` newest committed epochs, nor
+/// a pinned epoch, nor any prepared epoch depend on (caller holds the rank lock). If any dependency cannot be
 /// established (unreadable manifest, missing parent) nothing is deleted.
 pub(crate) fn apply_retention(dir: &Path, rank: u32, policy: &RetentionPolicy) -> Result<()> {
     let scan = scan_rank(dir)?;
@@ -575,6 +575,7 @@ pub(crate) fn apply_retention(dir: &Path, rank: u32, policy: &RetentionPolicy) -
         .take(policy.keep_committed)
         .copied()
         .collect();
+    roots.extend(scan.pinned.iter().filter(|e| scan.committed.contains_key(e)));
     for (&epoch, gens) in &scan.prepared {
         let g = gens[gens.len() - 1];
         let data = EpochData::load(&dir.join(epoch_dir_name(true, epoch, g)), rank, epoch, g)?;

@@ -1,5 +1,7 @@
 //! Checkpoints through a running cluster: `checkpoint` (a file from any checkpointer as a
-//! rank's image), `recover` (rebuild lost nodes), `restore` (export a rank's image).
+//! rank's image), `recover` (rebuild lost nodes, or restart from the flush), `restore`
+//! (export a rank's image, also straight from a flush directory), `flush` (copy an epoch to
+//! shared storage now).
 
 use std::path::PathBuf;
 
@@ -132,6 +134,10 @@ pub fn run_recover(args: RecoverArgs) -> Result<i32> {
         print_json(&report);
         return Ok(0);
     }
+    if let Some(restore) = &report.from_flush {
+        println!("{restore}");
+        return Ok(0);
+    }
     if report.rebuilt.is_empty() && report.repaired.is_empty() && report.reencoded.is_empty() {
         println!("nothing to recover: every node is up and every checksum holds");
     }
@@ -160,12 +166,17 @@ pub fn run_recover(args: RecoverArgs) -> Result<i32> {
 #[derive(clap::Args)]
 pub struct RestoreArgs {
     /// Cluster directory.
-    #[arg(long)]
-    dir: PathBuf,
+    #[arg(long, required_unless_present = "from_flush")]
+    dir: Option<PathBuf>,
+    /// Read the rank from this flush directory instead of a cluster (no agent needed: the
+    /// whole cluster may be gone).
+    #[arg(long, value_name = "FLUSH_DIR", conflicts_with = "dir")]
+    from_flush: Option<PathBuf>,
     /// Rank to export.
     #[arg(long)]
     rank: u32,
-    /// Epoch (default: the latest committed).
+    /// Epoch (default: the latest committed; with --from-flush the newest flushed epoch
+    /// that is complete).
     #[arg(long)]
     epoch: Option<u64>,
     /// Item of the rank's image (default: its only item, or the checkpointed file).
@@ -180,14 +191,22 @@ pub struct RestoreArgs {
 }
 
 pub fn run_restore(args: RestoreArgs) -> Result<i32> {
-    let dir = ClusterDir::new(&args.dir)?;
-    let report = block_on(commands::restore(
-        &dir,
-        args.rank,
-        args.epoch,
-        args.item.as_deref(),
-        &args.out,
-    ))??;
+    let report = match (&args.from_flush, &args.dir) {
+        (Some(flush), _) => {
+            commands::restore_flushed(flush, args.rank, args.epoch, args.item.as_deref(), &args.out)?
+        }
+        (None, Some(dir)) => {
+            let dir = ClusterDir::new(dir)?;
+            block_on(commands::restore(
+                &dir,
+                args.rank,
+                args.epoch,
+                args.item.as_deref(),
+                &args.out,
+            ))??
+        }
+        (None, None) => bail!("give the cluster (--dir) or a flush directory (--from-flush)"),
+    };
     if args.json {
         print_json(&report);
     } else {
@@ -198,11 +217,50 @@ pub fn run_restore(args: RestoreArgs) -> Result<i32> {
             report.bytes,
             report.item,
             args.out.display(),
-            if report.decoded {
+            if report.from_flush {
+                format!(" (from the flush in {}, every block verified)", report.from)
+            } else if report.decoded {
                 format!(" (decoded from the survivors by {})", report.from)
             } else {
                 format!(" (from {})", report.from)
             }
+        );
+    }
+    Ok(0)
+}
+
+#[derive(clap::Args)]
+pub struct FlushArgs {
+    /// Cluster directory (created with --flush-dir).
+    #[arg(long)]
+    dir: PathBuf,
+    /// The epoch to flush (default: the committed one; it must still be in the node stores).
+    #[arg(long)]
+    epoch: Option<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run_flush(args: FlushArgs) -> Result<i32> {
+    let dir = ClusterDir::new(&args.dir)?;
+    let request = CoordRequest::Flush { epoch: args.epoch };
+    let CoordResponse::Flushed(report) = block_on(commands::coordinator_call(&dir, &request, |_| {}))??
+    else {
+        bail!("unexpected answer from the coordinator");
+    };
+    if args.json {
+        print_json(&report);
+    } else {
+        println!(
+            "flushed epoch {} ({} ranks, {} bytes) to {} in {:.3} s: {:.1} MB/s (slowest node {:.3} s)",
+            report.epoch,
+            report.ranks,
+            report.bytes,
+            report.dir.display(),
+            report.seconds,
+            report.bytes as f64 / report.seconds.max(1e-9) / 1e6,
+            report.slowest_node_seconds
         );
     }
     Ok(0)

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use eckpt_cluster::debug::Phase;
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster_api::commands;
-use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_cluster_api::dirs::{ClusterDir, FlushConfig};
 use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, StatusReport};
 use eckpt_codec::CodeKind;
 use eckpt_coding::{CodingConfig, Layout, Mode, Topology};
@@ -77,6 +77,41 @@ impl CodingArgs {
     }
 }
 
+/// The last checkpoint level (shared by `up` and `run`): committed epochs copied to shared
+/// storage, from which a job restarts after losing more than m nodes of a group or the
+/// whole cluster, on any number of nodes.
+#[derive(clap::Args, Clone)]
+pub struct FlushArgs {
+    /// Flush committed epochs to this directory on storage every node sees (a parallel
+    /// file system); a new cluster whose flush directory holds flushed epochs resumes the
+    /// newest (new clusters only).
+    #[arg(long)]
+    flush_dir: Option<PathBuf>,
+    /// Flush when at least N epochs committed since the last flush (1: every epoch; 0: only
+    /// `eckpt flush`).
+    #[arg(long, default_value_t = 10, requires = "flush_dir")]
+    flush_every: u64,
+    /// Bytes per second each node writes to the flush directory at most (e.g. 200MiB), so
+    /// that flushing does not starve the encode of later epochs; default: unbounded.
+    #[arg(long, value_parser = parse_size, requires = "flush_dir")]
+    flush_rate: Option<u64>,
+    /// Flushed epochs kept (older ones are deleted once a newer one is published).
+    #[arg(long, default_value_t = 2, requires = "flush_dir")]
+    flush_keep: usize,
+}
+
+impl FlushArgs {
+    /// The configuration, when --flush-dir was given.
+    pub fn config(&self) -> Option<FlushConfig> {
+        self.flush_dir.as_ref().map(|dir| FlushConfig {
+            dir: dir.clone(),
+            every: self.flush_every,
+            rate: self.flush_rate,
+            keep: self.flush_keep,
+        })
+    }
+}
+
 /// What a new cluster looks like (shared by `up` and `run`).
 #[derive(clap::Args, Clone)]
 pub struct ShapeArgs {
@@ -102,6 +137,8 @@ pub struct ShapeArgs {
     /// (default: loopback, or the bridge of --netns).
     #[arg(long)]
     bind: Option<String>,
+    #[command(flatten)]
+    flush: FlushArgs,
 }
 
 impl ShapeArgs {
@@ -123,6 +160,7 @@ impl ShapeArgs {
             exe: this_exe()?,
             agents: !self.no_agents,
             bind: self.bind.clone(),
+            flush: self.flush.config(),
         })
     }
 }
@@ -172,6 +210,17 @@ pub fn run_up(args: UpArgs) -> Result<i32> {
                 .map(|r| format!(", {r} links"))
                 .unwrap_or_default()
         );
+        if let Some(flush) = &summary.flush {
+            println!(
+                "flushes to {} every {} epoch(s), keeping {}",
+                flush.dir.display(),
+                flush.every,
+                flush.keep
+            );
+        }
+        if let Some(restore) = &summary.from_flush {
+            println!("{restore}");
+        }
     }
     if !args.detach {
         eprintln!("running; Ctrl-C brings the cluster down");
@@ -251,6 +300,29 @@ pub fn run_status(args: StatusArgs) -> Result<i32> {
             } else {
                 format!(", LOST: {}", g.lost.join(" "))
             }
+        );
+    }
+    if let Some(f) = &s.flush {
+        println!(
+            "flush to {} every {} epoch(s), keep {}: flushed epochs {:?}{}{}{}",
+            f.config.dir.display(),
+            f.config.every,
+            f.config.keep,
+            f.flushed,
+            f.running
+                .map(|e| format!(", flushing epoch {e}"))
+                .unwrap_or_default(),
+            f.last
+                .as_ref()
+                .map(|l| format!(
+                    ", last: epoch {} ({} bytes in {:.2} s)",
+                    l.epoch, l.bytes, l.seconds
+                ))
+                .unwrap_or_default(),
+            f.last_error
+                .as_ref()
+                .map(|e| format!(", LAST FLUSH FAILED: {e}"))
+                .unwrap_or_default()
         );
     }
     for n in &s.nodes {
@@ -339,7 +411,8 @@ pub enum Debug {
         /// Cluster directory.
         #[arg(long)]
         dir: PathBuf,
-        /// One of before-encode, mid-encode, before-commit, after-commit, mid-recovery.
+        /// One of before-encode, mid-encode, before-commit, after-commit, mid-recovery,
+        /// mid-flush, before-publish.
         #[arg(long)]
         at: String,
     },

@@ -1,6 +1,7 @@
 //! The example programs built against the libeckpt of this build, for tests that run them
 //! as ranks: `examples/c/<name>.c` with cc, `examples/mpi/stencil.c` with Open MPI's mpicc.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -54,4 +55,58 @@ pub fn build_c(name: &str, out: &Path) -> PathBuf {
 /// `examples/mpi/stencil.c` built into `out` with Open MPI's mpicc.
 pub fn build_stencil(out: &Path) -> PathBuf {
     build("mpicc", &repo().join("examples/mpi/stencil.c"), out, "stencil")
+}
+
+/// Output bytes as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The lines rank `rank` printed through `eckpt run`, without the `[R] ` prefix.
+pub fn rank_lines(out: &[u8], rank: u32) -> Vec<String> {
+    let prefix = format!("[{rank}] ");
+    text(out)
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix).map(String::from))
+        .collect()
+}
+
+/// What a failure-free run of `mat` prints and logs, per rank: standalone checkpoints in
+/// a store of its own, one process per rank.
+pub fn reference(mat: &Path, dir: &Path, ranks: u32, mat_args: &[&str]) -> BTreeMap<u32, (String, Vec<u8>)> {
+    std::fs::create_dir_all(dir).unwrap();
+    (0..ranks)
+        .map(|r| {
+            std::fs::write(dir.join(format!("input{r}")), format!("input of rank {r}")).unwrap();
+            let out = Command::new(mat)
+                .args(mat_args)
+                .current_dir(dir)
+                .env("ECKPT_DIR", dir.join("store"))
+                .env("ECKPT_RANK", r.to_string())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            let sum = text(&out.stdout).trim().to_string();
+            (r, (sum, std::fs::read(dir.join(format!("log{r}"))).unwrap()))
+        })
+        .collect()
+}
+
+/// Each rank of an `eckpt run` of `mat` in `work` (its stdout `out`) ended with the checksum
+/// and the log of the failure-free run.
+pub fn assert_failure_free(
+    out: &[u8],
+    work: &Path,
+    expected: &BTreeMap<u32, (String, Vec<u8>)>,
+    context: &str,
+) {
+    for (r, (sum, log)) in expected {
+        let lines = rank_lines(out, *r);
+        assert_eq!(lines.last(), Some(sum), "{context}: rank {r}'s checksum");
+        let got = std::fs::read(work.join(format!("log{r}"))).unwrap();
+        assert!(
+            got == *log,
+            "{context}: rank {r}'s log differs from the failure-free run"
+        );
+    }
 }

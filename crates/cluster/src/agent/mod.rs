@@ -4,6 +4,7 @@
 //! coordinator restarts.
 
 mod coding;
+mod flush;
 mod install;
 mod links;
 mod ranks;
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint};
 use eckpt_store::{Options, Store};
 
+use crate::blocking;
 use crate::parity_store::ParityStore;
 use eckpt_cluster_api::dirs::{check_node_name, ClusterDir, ClusterFile};
 use eckpt_cluster_api::msg::DATA_FRAME;
@@ -95,6 +97,9 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
         None => dir.store(&options.name),
     };
     let store = Store::open_with(&store_root, Options::default())?;
+    // This agent is the only process that pins epochs (for flushes): any pin left is from a
+    // predecessor that died mid-flush, and that flush is over.
+    store.clear_pins()?;
     let coded = ParityStore::open(&ClusterDir::coded_beside(&store_root))?;
     let tcp = listen(
         &Endpoint::Tcp {
@@ -329,14 +334,6 @@ async fn export(
     Ok(())
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ClusterError> + Send + 'static,
-) -> Result<T, ClusterError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ClusterError::Internal(format!("worker thread: {e}")))?
-}
-
 /// Handles one request; `None` when the handler answered itself.
 async fn handle(
     agent: &Arc<Agent>,
@@ -428,6 +425,21 @@ async fn handle(
             }
             streamed?;
             return Ok(None);
+        }
+        AgentRequest::Flush {
+            epoch,
+            ranks,
+            staging,
+            rate,
+        } => AgentResponse::Flushed(blocking(move || a.flush(epoch, &ranks, &staging, rate)).await?),
+        AgentRequest::ImportFlushed {
+            flush,
+            epoch,
+            as_epoch,
+            ranks,
+        } => {
+            blocking(move || a.import_flushed(&flush, epoch, as_epoch, &ranks)).await?;
+            AgentResponse::Ok
         }
         AgentRequest::LinkTest { peer, bytes } => {
             let mut peer_conn = eckpt_cluster_api::net::open_node(&peer, &agent.host, &agent.secret).await?;

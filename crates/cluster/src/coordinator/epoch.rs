@@ -205,6 +205,7 @@ impl Coordinator {
                     outcome.committed = true;
                     pause_point_async(&debug, crate::debug::Phase::AfterCommit, "coordinator").await;
                     self.send_commit(epoch, &commit, true).await;
+                    self.flush_after_commit(epoch);
                 }
                 Err(e) => outcome.reason = Some(e.to_string()),
             }

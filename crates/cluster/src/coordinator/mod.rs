@@ -13,6 +13,9 @@ mod encode_plan;
 mod epoch;
 mod epoch_state;
 mod export;
+mod flush;
+mod flush_plan;
+mod flush_restore;
 mod journal_file;
 mod pace;
 mod protection;
@@ -33,7 +36,7 @@ use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_cluster_api::dirs::{ClusterDir, FlushConfig};
 use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, CoordRequest, CoordResponse, GroupRecord, GroupStatus, Hello, NodeInfo,
     NodeStatus, StatusReport,
@@ -66,11 +69,22 @@ pub struct Coordinator {
     next_session: std::sync::atomic::AtomicU64,
     /// `snapshot()` pace points waiting for every rank.
     pace_points: std::sync::Mutex<pace::PacePoints>,
+    /// Where and how often committed epochs are flushed (`None`: never).
+    flush_config: Option<FlushConfig>,
+    /// The flush running and the last ones.
+    flushing: flush::Flushing,
 }
 
 impl Coordinator {
-    /// A coordinator resuming `journal`: no agent alive yet, its next epoch open.
-    fn new(dir: ClusterDir, secret: ClusterSecret, journal: Journal) -> Coordinator {
+    /// A coordinator resuming `journal`: no agent alive yet, its next epoch open; `flushed`
+    /// are the epochs the flush directory holds.
+    fn new(
+        dir: ClusterDir,
+        secret: ClusterSecret,
+        journal: Journal,
+        flush_config: Option<FlushConfig>,
+        flushed: Vec<u64>,
+    ) -> Coordinator {
         let open = journal.next_epoch;
         Coordinator {
             dir,
@@ -83,6 +97,8 @@ impl Coordinator {
             op: tokio::sync::Mutex::new(()),
             next_session: 1.into(),
             pace_points: std::sync::Mutex::new(pace::PacePoints::default()),
+            flush_config,
+            flushing: flush::Flushing::new(flushed),
         }
     }
 
@@ -163,6 +179,7 @@ impl Coordinator {
             world: journal.world,
             nodes,
             groups,
+            flush: self.flush_status(),
         }
     }
 
@@ -261,7 +278,22 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
         &dir.cluster_file(),
         &serde_json::to_vec_pretty(&cluster).expect("cluster.json serializes"),
     )?;
-    let coord = Arc::new(Coordinator::new(dir.clone(), secret, journal));
+    let flushed = match &cluster.flush {
+        Some(config) => eckpt_flush::FlushDir::new(&config.dir)
+            .epochs()
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "cannot list the flush directory");
+                Vec::new()
+            }),
+        None => Vec::new(),
+    };
+    let coord = Arc::new(Coordinator::new(
+        dir.clone(),
+        secret,
+        journal,
+        cluster.flush.clone(),
+        flushed,
+    ));
     eckpt_cluster_api::dirs::write_pid_file(&dir.coordinator())?;
     let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
     for listener in [unix, tcp] {
@@ -350,6 +382,8 @@ async fn handle(
             CoordResponse::Recovered(coord.recover(conn, relocation).await?)
         }
         CoordRequest::Export { rank, epoch } => coord.export(rank, epoch).await?,
+        CoordRequest::Flush { epoch } => CoordResponse::Flushed(coord.flush_now(epoch).await?),
+        CoordRequest::WaitFlush => CoordResponse::FlushState(coord.wait_flush().await),
         CoordRequest::Leave { node } => {
             let info = coord
                 .alive()

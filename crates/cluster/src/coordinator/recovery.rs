@@ -18,7 +18,7 @@ use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, CodingTask, CoordResponse, DecodeSpec, Deliver, GroupRecord, NodeInfo,
     ObjectKind, RecoveryReport, Relocation,
 };
-use eckpt_cluster_api::ClusterError;
+use eckpt_cluster_api::{ClusterError, ErrorKind};
 use eckpt_coding::geometry::Geometry;
 
 /// A member to rebuild: its position, the node decoding it, and what that node does with it.
@@ -229,7 +229,26 @@ impl Coordinator {
         }
         let alive_names: BTreeSet<String> = alive.keys().cloned().collect();
         let damaged_names: BTreeSet<String> = damaged.keys().cloned().collect();
-        let plan = plan_recovery(&journal, &alive_names, &damaged_names, relocation)?;
+        let planned = plan_recovery(&journal, &alive_names, &damaged_names, relocation);
+        // The node level cannot serve: the job restarts from its flush, if it has one.
+        let cannot_serve = match &planned {
+            Err(e) if e.kind() == ErrorKind::Unrecoverable => Some(e.to_string()),
+            Ok(plan) if !plan.unrecoverable.is_empty() => Some(plan.unrecoverable.join("; ")),
+            Ok(_) if epoch == 0 && self.flushing.has_flushed() => {
+                Some("the node stores hold no committed epoch".to_string())
+            }
+            _ => None,
+        };
+        if let (Some(reason), Some(config)) = (cannot_serve, self.flush_config.clone()) {
+            progress(conn, "restoring from the flush", 1, 3).await;
+            let restore = self.restore_from_flush(&config, reason).await?;
+            progress(conn, "done", 3, 3).await;
+            report.epoch = restore.epoch;
+            report.warnings.extend(restore.skipped.iter().cloned());
+            report.from_flush = Some(restore);
+            return Ok(report);
+        }
+        let plan = planned?;
         if plan.is_empty() {
             progress(conn, "nothing to recover", 3, 3).await;
             return Ok(report);

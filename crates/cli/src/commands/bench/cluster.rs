@@ -122,7 +122,7 @@ struct Report {
 
 /// The directory the benchmark's cluster lives in: tmpfs when there is one (a node-local RAM
 /// disk, as ranks would use).
-fn scratch() -> Result<tempfile::TempDir> {
+pub(super) fn scratch() -> Result<tempfile::TempDir> {
     let shm = Path::new("/dev/shm");
     Ok(if shm.is_dir() {
         tempfile::Builder::new().prefix("eckpt-bench-").tempdir_in(shm)?
@@ -198,6 +198,7 @@ pub fn run(args: Args) -> Result<i32> {
         exe: this_exe()?,
         agents: true,
         bind: None,
+        flush: None,
     })?;
     let result = measure(&args, coding, &dir_path, tmp.path(), &mut cgroups);
     let down = launch::down(&dir_path, true);

@@ -6,6 +6,7 @@ mod capture;
 mod cgroup;
 mod cluster;
 mod codec;
+mod flush;
 mod klauspost;
 mod recover;
 pub mod stats;
@@ -25,6 +26,9 @@ pub enum Bench {
     Cluster(cluster::Args),
     /// Frames over loopback TCP vs a Unix socket (agents on one host use Unix sockets).
     Transport(transport::Args),
+    /// Flushes to shared storage: throughput vs the directory's write speed measured in the
+    /// same run, and the ranks' checkpoint latency with and without a flush running.
+    Flush(flush::Args),
 }
 
 pub fn run(bench: Bench) -> Result<i32> {
@@ -33,5 +37,6 @@ pub fn run(bench: Bench) -> Result<i32> {
         Bench::Capture(args) => capture::run(args),
         Bench::Cluster(args) => cluster::run(args),
         Bench::Transport(args) => transport::run(args),
+        Bench::Flush(args) => flush::run(args),
     }
 }

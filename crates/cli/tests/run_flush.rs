@@ -1,0 +1,178 @@
+//! `eckpt run` beyond what erasure coding survives: more than `m` nodes of a group killed,
+//! and the whole cluster deleted and replaced by a smaller one. Either way the job resumes
+//! from its last flushed epoch, says so in one line, and ends with the checksums and logs
+//! of a failure-free run of the same program.
+
+mod cluster;
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use cluster::programs::{assert_failure_free, build_c, reference, text};
+use cluster::{eckpt, ok, run_job};
+use serde_json::Value;
+
+const RANKS: u32 = 4;
+
+/// `mat`'s arguments: `steps` steps, a checkpoint every 4.
+fn mat_args(steps: &str) -> Vec<&str> {
+    vec!["-m", "2", "-s", steps, "-k", "4", "-l", "log%r", "-i", "input%r"]
+}
+
+/// A working directory with every rank's input file.
+fn work_dir(root: &Path, name: &str) -> std::path::PathBuf {
+    let work = root.join(name);
+    std::fs::create_dir_all(&work).unwrap();
+    for r in 0..RANKS {
+        std::fs::write(work.join(format!("input{r}")), format!("input of rank {r}")).unwrap();
+    }
+    work
+}
+
+#[test]
+fn more_than_m_lost_nodes_resume_the_job_from_its_flush() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mat = build_c("mat", tmp.path());
+    let args = mat_args("60");
+    let expected = reference(&mat, &tmp.path().join("reference"), RANKS, &args);
+    let work = work_dir(tmp.path(), "job");
+    let flush = tmp.path().join("flush");
+    let record = tmp.path().join("record.json");
+    let (f, rec) = (flush.display().to_string(), record.display().to_string());
+    // One group of 6 (m = 2); three of its rank-hosting nodes die after epoch 5.
+    let mut run_args = vec![
+        "--nodes",
+        "6",
+        "--k",
+        "4",
+        "--m",
+        "2",
+        "--flush-dir",
+        &f,
+        "--flush-every",
+        "2",
+        "--kill-at",
+        "5:3",
+        "--record",
+        &rec,
+        "-n",
+        "4",
+        "--",
+    ];
+    run_args.push(mat.to_str().unwrap());
+    run_args.extend(&args);
+    let out = run_job(&work, &run_args, Duration::from_secs(300));
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_failure_free(&out.stdout, &work, &expected, "after losing 3 nodes of a group");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("restored the 4-rank job from flushed epoch"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(said[0].contains("more than m=2"), "{err}");
+    let record: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let recoveries = record["recoveries"].as_array().unwrap();
+    assert_eq!(recoveries.len(), 1, "{record}");
+    let flushed = recoveries[0]["from_flush"].as_u64().unwrap();
+    assert!((2..=5).contains(&flushed), "flushed epoch {flushed}");
+    assert_eq!(recoveries[0]["lost"].as_array().unwrap().len(), 3, "{record}");
+}
+
+/// Flushed epochs published in `flush`.
+fn published(flush: &Path) -> usize {
+    std::fs::read_dir(flush).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("epoch-"))
+            .count()
+    })
+}
+
+/// Starts `eckpt run ARGS` in `work` in the background.
+fn start_job(work: &Path, args: &[&str]) -> Child {
+    eckpt()
+        .arg("run")
+        .args(args)
+        .current_dir(work)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_job_whose_whole_cluster_is_gone_resumes_from_its_flush_on_fewer_nodes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mat = build_c("mat", tmp.path());
+    let args = mat_args("200");
+    let expected = reference(&mat, &tmp.path().join("reference"), RANKS, &args);
+    let work = work_dir(tmp.path(), "job");
+    let flush = tmp.path().join("flush");
+    let first = tmp.path().join("first");
+    let (f, d) = (flush.display().to_string(), first.display().to_string());
+    let mut run_args = vec![
+        "--dir",
+        &d,
+        "--keep",
+        "--nodes",
+        "6",
+        "--k",
+        "4",
+        "--m",
+        "2",
+        "--flush-dir",
+        &f,
+        "--flush-every",
+        "2",
+        "-n",
+        "4",
+        "--",
+    ];
+    run_args.push(mat.to_str().unwrap());
+    run_args.extend(&args);
+    // The first cluster runs the job until an epoch is flushed (or to its end: either
+    // way its flush holds an epoch the job can resume from), then is interrupted and
+    // deleted with every node store.
+    let mut job = start_job(&work, &run_args);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while published(&flush) == 0 && job.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "no epoch was flushed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &job.id().to_string()])
+        .status();
+    let _ = job.wait();
+    // The cluster is kept: this flushes the committed epoch after a flush still running,
+    // unless that one was it ("already flushed").
+    let _ = cluster::run(&["flush", "--dir", &d]);
+    ok(&["down", "--dir", &d, "--purge"]);
+    assert!(published(&flush) > 0);
+
+    // A new, smaller cluster with another code over the same flush directory.
+    let mut run_args = vec![
+        "--nodes",
+        "4",
+        "--k",
+        "2",
+        "--m",
+        "1",
+        "--flush-dir",
+        &f,
+        "-n",
+        "4",
+        "--",
+    ];
+    run_args.push(mat.to_str().unwrap());
+    run_args.extend(&args);
+    let out = run_job(&work, &run_args, Duration::from_secs(300));
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("restored the 4-rank job from flushed epoch")
+            && err.contains("(the node stores hold no committed epoch)"),
+        "{err}"
+    );
+    assert_failure_free(&out.stdout, &work, &expected, "on a new cluster of 4 nodes");
+}

@@ -1,0 +1,286 @@
+//! Flushes at the coordinator: the last checkpoint level. After an epoch commits, when a
+//! flush is due (`--flush-every`) and none is running, its flush starts in the background —
+//! ranks go on checkpointing and the next epochs commit meanwhile: a flush holds only its
+//! own turn, never the epoch or recovery lock. Every node hosting ranks copies them into a
+//! staging directory of the shared flush directory (`AgentRequest::Flush`); once all are
+//! written the coordinator writes the manifest, publishes the epoch by one rename and
+//! retires the oldest beyond `--flush-keep` (`eckpt-flush`). A failure anywhere — a node
+//! dying, a full file system, the coordinator itself killed — leaves the staging directory
+//! unpublished (the next flush removes it) and every published epoch as it was.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::{Notify, OwnedMutexGuard};
+
+use super::Coordinator;
+use crate::blocking;
+use crate::debug::{pause_point_async, Phase};
+use eckpt_cluster_api::dirs::FlushConfig;
+use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, FlushReport, FlushStatus};
+use eckpt_cluster_api::ClusterError;
+use eckpt_flush::{FlushDir, Manifest, BLOCK_SIZE};
+
+/// The coordinator's flushing: one at a time, and what the last one did.
+pub(super) struct Flushing {
+    /// Held by a flush, and by a restart from a flush (which must not have an epoch retired
+    /// under it).
+    turn: Arc<tokio::sync::Mutex<()>>,
+    state: Mutex<FlushState>,
+    /// Signalled when a flush ends.
+    ended: Notify,
+}
+
+#[derive(Debug, Default)]
+struct FlushState {
+    running: Option<u64>,
+    /// The newest epoch flushed or attempted: automatic flushes are `every` epochs apart.
+    latest: u64,
+    /// Published epochs in the flush directory, ascending.
+    flushed: Vec<u64>,
+    last: Option<FlushReport>,
+    last_error: Option<String>,
+}
+
+impl Flushing {
+    /// No flush running; `flushed` are the epochs the flush directory holds.
+    pub(super) fn new(flushed: Vec<u64>) -> Flushing {
+        Flushing {
+            turn: Arc::new(tokio::sync::Mutex::new(())),
+            state: Mutex::new(FlushState {
+                latest: flushed.last().copied().unwrap_or(0),
+                flushed,
+                ..FlushState::default()
+            }),
+            ended: Notify::new(),
+        }
+    }
+
+    /// Waits for the turn to flush or to read the flushed epochs.
+    pub(super) async fn turn(&self) -> OwnedMutexGuard<()> {
+        self.turn.clone().lock_owned().await
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, FlushState> {
+        self.state.lock().expect("flush state lock")
+    }
+
+    /// Whether the flush directory holds a published epoch.
+    pub(super) fn has_flushed(&self) -> bool {
+        !self.state().flushed.is_empty()
+    }
+}
+
+/// Whether committed `epoch` is due for an automatic flush: at least `every` epochs after
+/// the newest epoch flushed or attempted (`every` 0: only on demand).
+fn due(epoch: u64, every: u64, latest: u64) -> bool {
+    every > 0 && latest.checked_add(every).is_some_and(|next| epoch >= next)
+}
+
+impl Coordinator {
+    /// After `epoch` committed: starts its flush in the background if one is due and none
+    /// runs. The flush is marked running before this returns, so a caller that sees the
+    /// epoch decided and then waits for flushes ([`Coordinator::wait_flush`]) waits for it.
+    pub(super) fn flush_after_commit(self: &Arc<Self>, epoch: u64) {
+        let Some(config) = self.flush_config.clone() else {
+            return;
+        };
+        if !due(epoch, config.every, self.flushing.state().latest) {
+            return;
+        }
+        let Ok(turn) = self.flushing.turn.clone().try_lock_owned() else {
+            return;
+        };
+        self.flushing.state().running = Some(epoch);
+        let coord = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = coord.flush(epoch, config, turn).await {
+                tracing::warn!(epoch, error = %e, "flush failed");
+            }
+        });
+    }
+
+    /// `eckpt flush`: flushes `epoch` (default: the committed one) after any running flush,
+    /// and answers once it is published.
+    pub(super) async fn flush_now(self: &Arc<Self>, epoch: Option<u64>) -> Result<FlushReport, ClusterError> {
+        let config = self.flush_config.clone().ok_or_else(|| {
+            ClusterError::Invalid("this cluster does not flush: it was created without --flush-dir".into())
+        })?;
+        let turn = self.flushing.turn().await;
+        let committed = self.snapshot().committed;
+        let epoch = epoch.unwrap_or(committed);
+        if committed == 0 {
+            return Err(ClusterError::Invalid("no epoch is committed yet".into()));
+        }
+        if epoch > committed {
+            return Err(ClusterError::Invalid(format!(
+                "epoch {epoch} is not committed (the committed epoch is {committed})"
+            )));
+        }
+        if self.flushing.state().flushed.contains(&epoch) {
+            return Err(ClusterError::Invalid(format!(
+                "epoch {epoch} is already flushed in {}",
+                config.dir.display()
+            )));
+        }
+        self.flushing.state().running = Some(epoch);
+        self.flush(epoch, config, turn).await
+    }
+
+    /// Flushes `epoch` in its turn and records how it went.
+    async fn flush(
+        self: &Arc<Self>,
+        epoch: u64,
+        config: FlushConfig,
+        _turn: OwnedMutexGuard<()>,
+    ) -> Result<FlushReport, ClusterError> {
+        let result = self.copy_and_publish(epoch, &config).await;
+        {
+            let mut state = self.flushing.state();
+            state.running = None;
+            state.latest = state.latest.max(epoch);
+            match &result {
+                Ok((report, flushed)) => {
+                    tracing::info!(
+                        epoch,
+                        bytes = report.bytes,
+                        seconds = report.seconds,
+                        "flush published"
+                    );
+                    state.last = Some(report.clone());
+                    state.last_error = None;
+                    state.flushed.clone_from(flushed);
+                }
+                Err(e) => state.last_error = Some(format!("epoch {epoch}: {e}")),
+            }
+        }
+        self.flushing.ended.notify_waiters();
+        result.map(|(report, _)| report)
+    }
+
+    /// Every hosting node copies its ranks into a staging directory; then the manifest,
+    /// the publication and retention. The report, and the epochs published after it.
+    async fn copy_and_publish(
+        &self,
+        epoch: u64,
+        config: &FlushConfig,
+    ) -> Result<(FlushReport, Vec<u64>), ClusterError> {
+        let started = Instant::now();
+        let journal = self.snapshot();
+        let world = journal
+            .world
+            .ok_or_else(|| ClusterError::Invalid("no job has checkpointed yet".into()))?;
+        let alive = self.alive();
+        let mut per_node: BTreeMap<&String, Vec<u32>> = BTreeMap::new();
+        for (rank, node) in &journal.placement {
+            per_node.entry(node).or_default().push(*rank);
+        }
+        let mut hosts = Vec::with_capacity(per_node.len());
+        for (node, ranks) in per_node {
+            let info = alive.get(node).ok_or_else(|| ClusterError::Node {
+                node: node.clone(),
+                reason: format!("down: ranks {ranks:?} cannot be flushed"),
+            })?;
+            hosts.push((info.clone(), ranks));
+        }
+        let dir = FlushDir::new(&config.dir);
+        let staging = {
+            let dir = dir.clone();
+            blocking(move || Ok(dir.stage(epoch)?)).await?
+        };
+        let requests = hosts
+            .into_iter()
+            .map(|(info, ranks)| {
+                let request = AgentRequest::Flush {
+                    epoch,
+                    ranks,
+                    staging: staging.path().to_path_buf(),
+                    rate: config.rate,
+                };
+                (info, request)
+            })
+            .collect();
+        let parts = match self.run_task(self.task_id(), requests).await {
+            Ok(answers) => answers,
+            Err(e) => {
+                let _ = blocking(move || Ok(staging.abandon()?)).await;
+                return Err(e);
+            }
+        };
+        let mut ranks = Vec::new();
+        let (mut bytes, mut slowest) = (0u64, 0f64);
+        for answer in parts {
+            let AgentResponse::Flushed(part) = answer else {
+                return Err(ClusterError::Protocol(format!(
+                    "expected a flushed part, got {answer:?}"
+                )));
+            };
+            ranks.extend(part.ranks);
+            bytes += part.bytes;
+            slowest = slowest.max(part.seconds);
+        }
+        pause_point_async(&self.dir.debug(), Phase::BeforePublish, "coordinator").await;
+        let keep = config.keep;
+        let flushed = blocking(move || {
+            match Manifest::new(epoch, world, BLOCK_SIZE, ranks) {
+                Ok(manifest) => staging.publish(&manifest)?,
+                Err(e) => {
+                    let _ = staging.abandon();
+                    return Err(e.into());
+                }
+            }
+            dir.retain(keep)?;
+            Ok(dir.epochs()?)
+        })
+        .await?;
+        let report = FlushReport {
+            epoch,
+            ranks: world,
+            bytes,
+            seconds: started.elapsed().as_secs_f64(),
+            slowest_node_seconds: slowest,
+            dir: config.dir.clone(),
+        };
+        Ok((report, flushed))
+    }
+
+    /// `WaitFlush`: once no flush runs, the flushing status.
+    pub(super) async fn wait_flush(&self) -> Option<FlushStatus> {
+        loop {
+            let ended = self.flushing.ended.notified();
+            if self.flushing.state().running.is_none() {
+                return self.flush_status();
+            }
+            ended.await;
+        }
+    }
+
+    /// The flushing as `eckpt status` shows it (`None`: the cluster does not flush).
+    pub(super) fn flush_status(&self) -> Option<FlushStatus> {
+        let config = self.flush_config.clone()?;
+        let state = self.flushing.state();
+        Some(FlushStatus {
+            config,
+            running: state.running,
+            flushed: state.flushed.clone(),
+            last: state.last.clone(),
+            last_error: state.last_error.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flushes_are_every_epochs_apart_and_zero_means_on_demand() {
+        assert!(due(1, 1, 0));
+        assert!(!due(3, 4, 0) && due(4, 4, 0));
+        assert!(!due(9, 4, 6) && due(10, 4, 6));
+        assert!(due(13, 4, 6), "a skipped epoch does not delay the next flush");
+        assert!(!due(100, 0, 0));
+        assert!(!due(u64::MAX, 2, u64::MAX));
+    }
+}
