@@ -138,8 +138,15 @@ pub struct RecoveryRecord {
     pub moved: Vec<(u32, String, String)>,
     /// From the first failure seen to the start of recovery.
     pub detect_seconds: f64,
-    /// Decoding.
+    /// Decoding: the decode tasks, installing what they rebuilt, and moving ranks.
     pub decode_seconds: f64,
+    /// The decode tasks alone (part of `decode_seconds`).
+    #[serde(default)]
+    pub decode_task_seconds: f64,
+    /// Payload bytes of the decode tasks over their busiest node link (the most one node
+    /// sent or received): over the link rate, how long a decode at link speed would take.
+    #[serde(default)]
+    pub decode_link_bytes: u64,
     /// Re-encoding (redundancy restored).
     pub encode_seconds: f64,
     /// From the end of recovery to every rank started again.
@@ -169,6 +176,14 @@ impl RecoveryRecord {
         }
         self.moved.extend(report.moved.iter().cloned());
         self.decode_seconds += report.decode_seconds;
+        self.decode_task_seconds += report.decode_task_seconds;
+        // Successive reports of one recovery decode one after the other.
+        self.decode_link_bytes += report
+            .decode_traffic
+            .values()
+            .map(|&(sent, received)| sent.max(received))
+            .max()
+            .unwrap_or(0);
         self.encode_seconds += report.encode_seconds;
     }
 }
@@ -185,5 +200,37 @@ impl RunRecord {
             serde_json::to_vec_pretty(self).expect("the record serializes"),
         )?;
         std::fs::rename(&tmp, path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absorbing_reports_adds_their_decodes_and_their_busiest_links() {
+        let report = |traffic: &[(&str, u64, u64)]| RecoveryReport {
+            epoch: 7,
+            rebuilt: vec![("n1".into(), BTreeMap::from([(1, "s0".to_string())]))],
+            decode_seconds: 2.0,
+            decode_task_seconds: 1.5,
+            decode_traffic: traffic
+                .iter()
+                .map(|&(node, sent, received)| (node.to_string(), (sent, received)))
+                .collect(),
+            ..RecoveryReport::default()
+        };
+        let mut record = RecoveryRecord::default();
+        record.absorb(&report(&[("n0", 100, 0), ("s0", 0, 300), ("n2", 200, 200)]));
+        assert_eq!(
+            record.decode_link_bytes, 300,
+            "the busiest node, sent or received"
+        );
+        record.absorb(&report(&[("n0", 50, 0)]));
+        assert_eq!(record.decode_link_bytes, 350);
+        assert_eq!(record.decode_task_seconds, 3.0);
+        assert_eq!(record.decode_seconds, 4.0);
+        assert_eq!(record.lost, ["n1"]);
+        assert_eq!(record.epoch, 7);
     }
 }
