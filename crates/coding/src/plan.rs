@@ -219,10 +219,16 @@ pub fn actions(plan: &RowPlan, topology: Topology) -> Vec<Action> {
         _ => plan.sources[plan.sources.len() - 1].node,
     };
     if topology == Topology::Ring {
-        // On around the ring: each holder keeps its outputs and passes the rest on.
+        // On around the ring: each holder keeps its outputs and passes the rest on — starting
+        // with `last` when it holds outputs itself (a decode's target), so that they do not
+        // travel round the ring back to it.
+        let mut around = holders.clone();
+        if let Some(at) = around.iter().position(|(node, _)| *node == last) {
+            around[..=at].rotate_right(1);
+        }
         let mut from = (last, Buf::Acc);
         let mut remaining = all;
-        for (node, outs) in &holders {
+        for (node, outs) in &around {
             if *node == from.0 {
                 steps.push(Action::Keep {
                     node: *node,
@@ -452,14 +458,42 @@ impl CodingPlan {
                         chunk: data_chunk(g, row, member)?,
                     });
                 }
-                Ok(Some(RowPlan {
+                Ok(Some(targets_at_the_ends(RowPlan {
                     row,
                     sources,
                     outputs,
                     coef,
-                }))
+                })))
             }
         }
+    }
+}
+
+/// `plan` with the sources that also keep an output moved to the ends of the route. A
+/// rebuild target that is a survivor too would otherwise receive the partial sums on the
+/// way *and* its output from the route's end (`(outputs + 1) × chunk` over its link). The
+/// first on the route only sends partial sums and receives its output; the last keeps its
+/// output where the sums end. With up to two such targets (m = 2) no link then carries more
+/// than the partial sums (`outputs × chunk`), as in an encode.
+fn targets_at_the_ends(plan: RowPlan) -> RowPlan {
+    let n = plan.sources.len();
+    let keeps = |s: &usize| plan.outputs.iter().any(|o| o.node == plan.sources[*s].node);
+    let (targets, others): (Vec<usize>, Vec<usize>) = (0..n).partition(keeps);
+    let order: Vec<usize> = match targets.split_first() {
+        Some((first, later)) => std::iter::once(*first)
+            .chain(others)
+            .chain(later.iter().copied())
+            .collect(),
+        None => others,
+    };
+    let coef = (0..plan.outputs.len())
+        .flat_map(|o| order.iter().map(move |&s| (o, s)))
+        .map(|(o, s)| plan.coef[o * n + s])
+        .collect();
+    RowPlan {
+        sources: order.iter().map(|&s| plan.sources[s]).collect(),
+        coef,
+        ..plan
     }
 }
 
@@ -546,6 +580,37 @@ mod tests {
             sends(&steps),
             vec![(0, 3), (1, 3), (2, 3), (0, 4), (1, 4), (2, 4)]
         );
+    }
+
+    #[test]
+    fn survivors_rebuilding_lost_data_receive_no_more_than_the_partial_sums() {
+        let g = Geometry::new(crate::config::Layout::Dedicated, 4, 2, 3);
+        let code = Code::new(CodeKind::Cauchy, 4, 2).unwrap();
+        let mut members: Vec<Option<usize>> = (0..6).map(Some).collect();
+        members[1] = None;
+        members[3] = None;
+        let work = Work::Decode {
+            unavailable: vec![1, 3],
+            rebuild: vec![(1, 2), (3, 4)],
+        };
+        let mut plan = CodingPlan::new(g.clone(), code, members, work).unwrap();
+        for row in 0..g.rows() {
+            let p = plan.row(row).unwrap().unwrap();
+            let route: Vec<usize> = p.sources.iter().map(|s| s.node).collect();
+            assert_eq!(route, [2, 0, 5, 4], "targets at the ends of the route");
+            for topology in [Topology::Pipeline, Topology::Ring] {
+                let mut received = [0usize; 6];
+                for action in actions(&p, topology) {
+                    if let Action::Send { to, outputs, .. } = action {
+                        received[to] += outputs.len();
+                    }
+                }
+                assert!(
+                    received.iter().all(|&r| r <= 2),
+                    "{topology}: chunks received per node {received:?}"
+                );
+            }
+        }
     }
 
     #[test]
