@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{by_rows, Job, Lanes, Pass, Write};
+use super::{by_rows, Job, Lanes, Pass};
 
 /// Rows one pass keeps in registers.
 const MAX_ROWS: usize = 8;
@@ -42,10 +42,6 @@ impl Lanes for Avx2 {
         _mm256_storeu_si256(p.cast(), v)
     }
     #[inline(always)]
-    unsafe fn stream(p: *mut u8, v: __m256i) {
-        _mm256_stream_si256(p.cast(), v)
-    }
-    #[inline(always)]
     unsafe fn zero() -> __m256i {
         _mm256_setzero_si256()
     }
@@ -73,8 +69,8 @@ impl Lanes for Avx2 {
 }
 
 #[target_feature(enable = "avx2")]
-unsafe fn pass(pass: Pass<'_, [u8; 64]>, rows: usize, start: usize, end: usize, write: Write) {
-    by_rows!(Avx2, pass, rows, start, end, write;
+unsafe fn pass(pass: Pass<'_, [u8; 64]>, rows: usize, start: usize, end: usize, accumulate: bool) {
+    by_rows!(Avx2, pass, rows, start, end, accumulate;
         1 => 2, 2 => 2, 3 => 2, 4 => 2, 5 => 1, 6 => 1, 7 => 1, 8 => 1)
 }
 

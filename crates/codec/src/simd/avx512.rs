@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{by_rows, Job, Lanes, Pass, Write};
+use super::{by_rows, Job, Lanes, Pass};
 
 /// Rows one pass keeps in registers.
 const MAX_ROWS: usize = 8;
@@ -41,10 +41,6 @@ impl Lanes for Avx512 {
         _mm512_storeu_si512(p.cast(), v)
     }
     #[inline(always)]
-    unsafe fn stream(p: *mut u8, v: __m512i) {
-        _mm512_stream_si512(p.cast(), v)
-    }
-    #[inline(always)]
     unsafe fn zero() -> __m512i {
         _mm512_setzero_si512()
     }
@@ -74,8 +70,8 @@ impl Lanes for Avx512 {
 }
 
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn pass(pass: Pass<'_, [u8; 128]>, rows: usize, start: usize, end: usize, write: Write) {
-    by_rows!(Avx512, pass, rows, start, end, write;
+unsafe fn pass(pass: Pass<'_, [u8; 128]>, rows: usize, start: usize, end: usize, accumulate: bool) {
+    by_rows!(Avx512, pass, rows, start, end, accumulate;
         1 => 2, 2 => 2, 3 => 2, 4 => 2, 5 => 2, 6 => 2, 7 => 2, 8 => 2)
 }
 

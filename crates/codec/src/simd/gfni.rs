@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{by_rows, Job, Lanes, Pass, Write};
+use super::{by_rows, Job, Lanes, Pass};
 use crate::gf;
 
 /// Rows one pass keeps in registers.
@@ -38,10 +38,6 @@ impl Lanes for Gfni {
     #[inline(always)]
     unsafe fn store(p: *mut u8, v: __m512i) {
         _mm512_storeu_si512(p.cast(), v)
-    }
-    #[inline(always)]
-    unsafe fn stream(p: *mut u8, v: __m512i) {
-        _mm512_stream_si512(p.cast(), v)
     }
     #[inline(always)]
     unsafe fn zero() -> __m512i {
@@ -87,8 +83,8 @@ fn affine_matrix(c: u8) -> u64 {
 }
 
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
-unsafe fn pass(pass: Pass<'_, u64>, rows: usize, start: usize, end: usize, write: Write) {
-    by_rows!(Gfni, pass, rows, start, end, write;
+unsafe fn pass(pass: Pass<'_, u64>, rows: usize, start: usize, end: usize, accumulate: bool) {
+    by_rows!(Gfni, pass, rows, start, end, accumulate;
         1 => 4, 2 => 4, 3 => 4, 4 => 4, 5 => 2, 6 => 2, 7 => 2, 8 => 2)
 }
 

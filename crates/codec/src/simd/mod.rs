@@ -31,24 +31,6 @@ const PASS_WORKING_SET: usize = 256 * 1024;
 /// A cache line: where the vector loop starts, and the size of a padded head or tail.
 const LINE: usize = 64;
 
-/// Bytes of inputs and outputs from which a call that overwrites its outputs stores them
-/// with non-temporal stores: past L2 the outputs go out to L3 or memory anyway, and an
-/// ordinary store first reads each output line in (read-for-ownership), a third more
-/// traffic for RS(10,4) (18 lines moved per 10 of data instead of 14). Below it the
-/// outputs stay in cache for whoever reads them next.
-const STREAM_WORKING_SET: usize = 4 * 1024 * 1024;
-
-/// How a pass writes its outputs.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Write {
-    /// Overwrite them with ordinary stores.
-    Overwrite,
-    /// Add into them.
-    Accumulate,
-    /// Overwrite them with non-temporal stores (every output vector aligned).
-    Stream,
-}
-
 /// What an ISA level gives the generic loop.
 pub(crate) trait Lanes: Copy {
     /// Bytes per vector.
@@ -71,8 +53,6 @@ pub(crate) trait Lanes: Copy {
     unsafe fn load(p: *const u8) -> Self::V;
     /// Stores a vector at `p` (unaligned).
     unsafe fn store(p: *mut u8, v: Self::V);
-    /// Stores a vector at `p`, aligned to [`Lanes::BYTES`], past the caches.
-    unsafe fn stream(p: *mut u8, v: Self::V);
     /// The zero vector.
     unsafe fn zero() -> Self::V;
     /// Prepares an input vector for products.
@@ -167,21 +147,16 @@ unsafe fn start<S: Lanes, const R: usize, const V: usize, const ACC: bool>(
     acc
 }
 
-/// Stores the accumulators at `offset`, non-temporally when `NT`.
+/// Stores the accumulators at `offset`.
 #[inline(always)]
-unsafe fn finish<S: Lanes, const R: usize, const V: usize, const NT: bool>(
+unsafe fn finish<S: Lanes, const R: usize, const V: usize>(
     outs: &[*mut u8],
     offset: usize,
     acc: &[[S::V; V]; R],
 ) {
     for (r, row) in acc.iter().enumerate() {
         for (v, a) in row.iter().enumerate() {
-            let p = outs[r].add(offset + v * S::BYTES);
-            if NT {
-                S::stream(p, *a);
-            } else {
-                S::store(p, *a);
-            }
+            S::store(outs[r].add(offset + v * S::BYTES), *a);
         }
     }
 }
@@ -240,7 +215,7 @@ unsafe fn add_inputs<S: Lanes, const R: usize, const V: usize>(
 /// `offset + V · S::BYTES` bytes are readable in every input and writable in every output;
 /// the CPU has the level's instructions.
 #[inline(always)]
-unsafe fn block<S: Lanes, const R: usize, const V: usize, const ACC: bool, const NT: bool>(
+unsafe fn block<S: Lanes, const R: usize, const V: usize, const ACC: bool>(
     s: S,
     pass: Pass<'_, S::Table>,
     offset: usize,
@@ -277,7 +252,7 @@ unsafe fn block<S: Lanes, const R: usize, const V: usize, const ACC: bool, const
         single(&mut acc, c);
         c += 1;
     }
-    finish::<S, R, V, NT>(pass.outs, offset, &acc);
+    finish::<S, R, V>(pass.outs, offset, &acc);
 }
 
 /// The `R` outputs of `pass` over `[start, end)`: blocks of `V` vectors, then single
@@ -288,7 +263,7 @@ unsafe fn block<S: Lanes, const R: usize, const V: usize, const ACC: bool, const
 /// # Safety
 /// As for [`block`], for every offset in the range.
 #[inline(always)]
-unsafe fn rows<S: Lanes, const R: usize, const V: usize, const ACC: bool, const NT: bool>(
+unsafe fn rows<S: Lanes, const R: usize, const V: usize, const ACC: bool>(
     s: S,
     pass: Pass<'_, S::Table>,
     start_at: usize,
@@ -300,17 +275,17 @@ unsafe fn rows<S: Lanes, const R: usize, const V: usize, const ACC: bool, const 
         while offset < end {
             let mut acc = start::<S, R, 1, ACC>(pass.outs, offset);
             add_input::<S, R, 1>(s, &mut acc, |r| held[r], *input, offset);
-            finish::<S, R, 1, NT>(pass.outs, offset, &acc);
+            finish::<S, R, 1>(pass.outs, offset, &acc);
             offset += S::BYTES;
         }
         return;
     }
     while offset + V * S::BYTES <= end {
-        block::<S, R, V, ACC, NT>(s, pass, offset);
+        block::<S, R, V, ACC>(s, pass, offset);
         offset += V * S::BYTES;
     }
     while offset < end {
-        block::<S, R, 1, ACC, NT>(s, pass, offset);
+        block::<S, R, 1, ACC>(s, pass, offset);
         offset += S::BYTES;
     }
 }
@@ -320,22 +295,20 @@ unsafe fn rows<S: Lanes, const R: usize, const V: usize, const ACC: bool, const 
 /// and the columns per iteration `V` the level chose for it, listed as `R => V` for every
 /// `R` in `1..=max_rows`.
 macro_rules! by_rows {
-    ($S:ty, $pass:expr, $rows:expr, $start:expr, $end:expr, $write:expr; $($r:literal => $v:literal),+) => {{
-        use $crate::simd::Write;
+    ($S:ty, $pass:expr, $rows:expr, $start:expr, $end:expr, $acc:expr; $($r:literal => $v:literal),+) => {{
         let s = <$S>::new();
-        match ($rows, $write) {
-            $(($r, Write::Accumulate) => $crate::simd::rows::<$S, $r, $v, true, false>(s, $pass, $start, $end),
-              ($r, Write::Overwrite) => $crate::simd::rows::<$S, $r, $v, false, false>(s, $pass, $start, $end),
-              ($r, Write::Stream) => $crate::simd::rows::<$S, $r, $v, false, true>(s, $pass, $start, $end),)+
+        match ($rows, $acc) {
+            $(($r, true) => $crate::simd::rows::<$S, $r, $v, true>(s, $pass, $start, $end),
+              ($r, false) => $crate::simd::rows::<$S, $r, $v, false>(s, $pass, $start, $end),)+
             _ => unreachable!("a pass has 1..=max_rows rows"),
         }
     }};
 }
 pub(crate) use by_rows;
 
-/// A level's pass function: `rows` outputs of the pass over `[start, end)`, written as
-/// [`Write`] says.
-pub(crate) type PassFn<T> = unsafe fn(Pass<'_, T>, usize, usize, usize, Write);
+/// A level's pass function: `rows` outputs of the pass over `[start, end)`, added into the
+/// outputs when the flag is set.
+pub(crate) type PassFn<T> = unsafe fn(Pass<'_, T>, usize, usize, usize, bool);
 
 /// Runs `job` with a level whose passes keep at most `max_rows` outputs in registers.
 ///
@@ -362,19 +335,7 @@ pub(crate) unsafe fn run<S: Lanes>(max_rows: usize, pass_fn: PassFn<S::Table>, j
     } else {
         (PASS_WORKING_SET / (ins.len() + rows_total)).max(S::BYTES) / S::BYTES * S::BYTES
     };
-    // Streaming stores need every output vector aligned: the outputs must share the first
-    // one's misalignment, as the loop starts where the first is aligned.
-    let write = if job.accumulate {
-        Write::Accumulate
-    } else if passes == 1
-        && len * (ins.len() + rows_total) >= STREAM_WORKING_SET
-        && outs.iter().all(|o| o.align_offset(LINE) == head)
-    {
-        Write::Stream
-    } else {
-        Write::Overwrite
-    };
-    let each_pass = |ins: &[*const u8], outs: &[*mut u8], start: usize, end: usize, write: Write| {
+    let each_pass = |ins: &[*const u8], outs: &[*mut u8], start: usize, end: usize| {
         for p in 0..passes {
             let row0 = p * max_rows;
             let rows = max_rows.min(rows_total - row0);
@@ -387,7 +348,7 @@ pub(crate) unsafe fn run<S: Lanes>(max_rows: usize, pass_fn: PassFn<S::Table>, j
                 outs: &outs[row0..row0 + rows],
             };
             // SAFETY: forwarded from `run`'s contract; the range lies inside the buffers.
-            unsafe { pass_fn(pass, rows, start, end, write) };
+            unsafe { pass_fn(pass, rows, start, end, job.accumulate) };
         }
     };
     // The bytes before the aligned start and after the last whole vector (each shorter
@@ -409,13 +370,7 @@ pub(crate) unsafe fn run<S: Lanes>(max_rows: usize, pass_fn: PassFn<S::Table>, j
         }
         let copy_ins: Vec<*const u8> = in_copies.chunks(LINE).map(|c| c.as_ptr()).collect();
         let copy_outs: Vec<*mut u8> = out_copies.chunks_mut(LINE).map(|c| c.as_mut_ptr()).collect();
-        // The copies are not aligned for streaming stores.
-        let write = if job.accumulate {
-            Write::Accumulate
-        } else {
-            Write::Overwrite
-        };
-        each_pass(&copy_ins, &copy_outs, 0, n.next_multiple_of(S::BYTES), write);
+        each_pass(&copy_ins, &copy_outs, 0, n.next_multiple_of(S::BYTES));
         for (copy, output) in out_copies.chunks(LINE).zip(outputs.iter_mut()) {
             output[from..to].copy_from_slice(&copy[..n]);
         }
@@ -423,14 +378,8 @@ pub(crate) unsafe fn run<S: Lanes>(max_rows: usize, pass_fn: PassFn<S::Table>, j
     let mut start = head;
     while start < whole {
         let end = (start + piece).min(whole);
-        each_pass(&ins, &outs, start, end, write);
+        each_pass(&ins, &outs, start, end);
         start = end;
-    }
-    if write == Write::Stream {
-        // Non-temporal stores are weakly ordered: make them visible before the outputs are
-        // handed back (to another thread, say).
-        // SAFETY: SFENCE is part of x86-64's baseline SSE.
-        unsafe { std::arch::x86_64::_mm_sfence() };
     }
     padded(job.inputs, job.outputs, 0, head);
     padded(job.inputs, job.outputs, whole, len);

@@ -3,7 +3,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{by_rows, Job, Lanes, Pass, Write};
+use super::{by_rows, Job, Lanes, Pass};
 
 /// Rows one pass keeps in registers (16 XMM registers).
 const MAX_ROWS: usize = 8;
@@ -39,10 +39,6 @@ impl Lanes for Ssse3 {
         _mm_storeu_si128(p.cast(), v)
     }
     #[inline(always)]
-    unsafe fn stream(p: *mut u8, v: __m128i) {
-        _mm_stream_si128(p.cast(), v)
-    }
-    #[inline(always)]
     unsafe fn zero() -> __m128i {
         _mm_setzero_si128()
     }
@@ -70,8 +66,8 @@ impl Lanes for Ssse3 {
 }
 
 #[target_feature(enable = "ssse3")]
-unsafe fn pass(pass: Pass<'_, [u8; 32]>, rows: usize, start: usize, end: usize, write: Write) {
-    by_rows!(Ssse3, pass, rows, start, end, write;
+unsafe fn pass(pass: Pass<'_, [u8; 32]>, rows: usize, start: usize, end: usize, accumulate: bool) {
+    by_rows!(Ssse3, pass, rows, start, end, accumulate;
         1 => 2, 2 => 2, 3 => 2, 4 => 1, 5 => 1, 6 => 1, 7 => 1, 8 => 1)
 }
 
