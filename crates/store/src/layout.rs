@@ -10,6 +10,7 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::error::{io_at, Result, StoreError};
 
@@ -203,6 +204,20 @@ impl RankLock {
             });
         }
         Ok(RankLock { _file: file })
+    }
+
+    /// Takes the lock, waiting up to `wait` while someone else holds it:
+    /// [`StoreError::Busy`] if it is still held then.
+    pub(crate) fn acquire(root: &Path, rank: u32, wait: Duration) -> Result<RankLock> {
+        let started = Instant::now();
+        loop {
+            match RankLock::try_acquire(root, rank) {
+                Err(StoreError::Busy { .. }) if started.elapsed() < wait => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                other => return other,
+            }
+        }
     }
 }
 

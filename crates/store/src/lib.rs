@@ -65,6 +65,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 pub use coding_inputs::XorBlock;
 pub use delta::{parse_delta, parse_delta_ref, Delta, DeltaItem, DELTA_FORMAT};
@@ -230,7 +231,15 @@ fn is_tmpfs(path: &Path) -> bool {
 pub struct Store {
     root: PathBuf,
     options: Options,
+    lock_wait: Duration,
 }
+
+/// How long [`Store`] operations wait for a rank's lock by default. Its holders other than a
+/// second writer keep it for milliseconds — an agent applying the cluster's commit or abort
+/// decision, another process of the node opening the store (which tidies every rank under
+/// its lock) — and failing at once on them made a relaunched rank's checkpoint, or an
+/// agent's commit, fail at random. A second writer that keeps the lock is still refused.
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(10);
 
 impl Store {
     /// Opens (creating if needed) the store at `root` with default [`Options`].
@@ -265,7 +274,11 @@ impl Store {
                 layout::fsync_dir(parent)?;
             }
         }
-        let store = Store { root, options };
+        let store = Store {
+            root,
+            options,
+            lock_wait: DEFAULT_LOCK_WAIT,
+        };
         for rank in store.ranks()? {
             match RankLock::try_acquire(&store.root, rank) {
                 Ok(_lock) => cleanup_rank(&rank_dir(&store.root, rank), false)?,
@@ -274,6 +287,13 @@ impl Store {
             }
         }
         Ok(store)
+    }
+
+    /// The store, with operations waiting up to `wait` for a rank's lock held by someone
+    /// else ([`DEFAULT_LOCK_WAIT`] unless set): `Duration::ZERO` refuses at once.
+    pub fn with_lock_wait(mut self, wait: Duration) -> Store {
+        self.lock_wait = wait;
+        self
     }
 
     /// Root directory of the store.
@@ -406,7 +426,7 @@ impl Store {
     /// Takes the rank's lock and removes crash leftovers, including every prepared epoch
     /// when `discard_prepared` (a new epoch supersedes undecided ones).
     fn lock_rank(&self, rank: u32, discard_prepared: bool) -> Result<RankLock> {
-        let lock = RankLock::try_acquire(&self.root, rank)?;
+        let lock = RankLock::acquire(&self.root, rank, self.lock_wait)?;
         cleanup_rank(&self.rank_dir(rank), discard_prepared)?;
         Ok(lock)
     }

@@ -390,7 +390,10 @@ fn ratio_forces_full_image() {
 #[test]
 fn two_phase_prepare_resume_abort() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    // Refused at once rather than after the default wait for the lock.
+    let store = Store::open(dir.path())
+        .unwrap()
+        .with_lock_wait(std::time::Duration::ZERO);
     let mut w = store.writer(1, 1).unwrap();
     w.put_full("x", b"first").unwrap();
     w.commit().unwrap();
