@@ -13,7 +13,7 @@ use std::process::Command;
 
 use cluster::{assert_refused, bytes, finish, ok, run, spawn, Cluster};
 
-/// A cluster of 4 nodes (one group, k=3 m=1) that flushes only when asked, into `flush`.
+/// A cluster of 4 nodes (k=2 m=1) that flushes only when asked, into `flush`.
 fn flushing_cluster(flush: &Path, extra: &[&str]) -> Cluster {
     let mut args = vec![
         "--nodes",
