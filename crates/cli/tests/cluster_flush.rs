@@ -72,6 +72,14 @@ fn assert_flushed(c: &Cluster, flush: &Path, epoch: u64) {
     }
 }
 
+/// A [`flushing_cluster`] whose first epoch is committed and flushed.
+fn cluster_with_epoch_1_flushed(flush: &Path) -> Cluster {
+    let mut c = flushing_cluster(flush, &[]);
+    c.checkpoint(data(1), true);
+    flush_now(&c);
+    c
+}
+
 /// Published epochs in the flush directory, and whether anything else is left there.
 fn flushed(flush: &Path) -> (Vec<u64>, Vec<String>) {
     let mut epochs = Vec::new();
@@ -152,9 +160,7 @@ fn a_flush_runs_beside_later_epochs_and_copies_the_epoch_it_pinned() {
 fn killing_an_agent_or_the_coordinator_mid_flush_never_publishes_a_partial_epoch() {
     let tmp = tempfile::tempdir().unwrap();
     let flush = tmp.path().join("flush");
-    let mut c = flushing_cluster(&flush, &[]);
-    c.checkpoint(data(1), true);
-    flush_now(&c);
+    let mut c = cluster_with_epoch_1_flushed(&flush);
 
     // An agent dies while it writes its ranks.
     c.checkpoint(data(2), true);
@@ -232,9 +238,7 @@ fn a_full_flush_file_system_and_a_damaged_flushed_file_fail_in_one_line() {
         .unwrap();
     assert!(mounted.success(), "mount tmpfs");
     let _mount = Mount(flush.clone());
-    let mut c = flushing_cluster(&flush, &[]);
-    c.checkpoint(data(1), true);
-    flush_now(&c);
+    let mut c = cluster_with_epoch_1_flushed(&flush);
     c.checkpoint(data(2), true);
     let out = run(&["flush", "--dir", c.d()]);
     assert_refused(&out, "No space left on device");
@@ -271,9 +275,7 @@ fn a_full_flush_file_system_and_a_damaged_flushed_file_fail_in_one_line() {
 fn more_than_m_losses_restart_from_the_newest_intact_flush_and_a_new_cluster_resumes_it() {
     let tmp = tempfile::tempdir().unwrap();
     let flush = tmp.path().join("flush");
-    let mut c = flushing_cluster(&flush, &[]);
-    c.checkpoint(data(1), true);
-    flush_now(&c);
+    let mut c = cluster_with_epoch_1_flushed(&flush);
     c.checkpoint(data(2), true);
     flush_now(&c);
     c.checkpoint(data(3), true);

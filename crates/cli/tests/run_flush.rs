@@ -41,27 +41,12 @@ fn more_than_m_lost_nodes_resume_the_job_from_its_flush() {
     let record = tmp.path().join("record.json");
     let (f, rec) = (flush.display().to_string(), record.display().to_string());
     // One group of 6 (m = 2); three of its rank-hosting nodes die after epoch 5.
-    let mut run_args = vec![
-        "--nodes",
-        "6",
-        "--k",
-        "4",
-        "--m",
-        "2",
-        "--flush-dir",
-        &f,
-        "--flush-every",
-        "2",
-        "--kill-at",
-        "5:3",
-        "--record",
-        &rec,
-        "-n",
-        "4",
-        "--",
-    ];
-    run_args.push(mat.to_str().unwrap());
-    run_args.extend(&args);
+    let run_line = format!(
+        "--nodes 6 --k 4 --m 2 --flush-dir {f} --flush-every 2 --kill-at 5:3 --record {rec} -n 4 -- {} {}",
+        mat.display(),
+        args.join(" ")
+    );
+    let run_args: Vec<&str> = run_line.split(' ').collect();
     let out = run_job(&work, &run_args, Duration::from_secs(300));
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
@@ -124,26 +109,12 @@ fn a_job_whose_whole_cluster_is_gone_resumes_from_its_flush_on_fewer_nodes() {
     let flush = tmp.path().join("flush");
     let first = tmp.path().join("first");
     let (f, d) = (flush.display().to_string(), first.display().to_string());
-    let mut run_args = vec![
-        "--dir",
-        &d,
-        "--keep",
-        "--nodes",
-        "6",
-        "--k",
-        "4",
-        "--m",
-        "2",
-        "--flush-dir",
-        &f,
-        "--flush-every",
-        "2",
-        "-n",
-        "4",
-        "--",
-    ];
-    run_args.push(mat.to_str().unwrap());
-    run_args.extend(&args);
+    let run_line = format!(
+        "--dir {d} --keep --nodes 6 --k 4 --m 2 --flush-dir {f} --flush-every 2 -n 4 -- {} {}",
+        mat.display(),
+        args.join(" ")
+    );
+    let run_args: Vec<&str> = run_line.split(' ').collect();
     // The first cluster runs the job until an epoch is flushed (or to its end: either
     // way its flush holds an epoch the job can resume from), then is interrupted and
     // deleted with every node store.
@@ -164,21 +135,12 @@ fn a_job_whose_whole_cluster_is_gone_resumes_from_its_flush_on_fewer_nodes() {
     assert!(published(&flush) > 0);
 
     // A new, smaller cluster with another code over the same flush directory.
-    let mut run_args = vec![
-        "--nodes",
-        "4",
-        "--k",
-        "2",
-        "--m",
-        "1",
-        "--flush-dir",
-        &f,
-        "-n",
-        "4",
-        "--",
-    ];
-    run_args.push(mat.to_str().unwrap());
-    run_args.extend(&args);
+    let run_line = format!(
+        "--nodes 4 --k 2 --m 1 --flush-dir {f} -n 4 -- {} {}",
+        mat.display(),
+        args.join(" ")
+    );
+    let run_args: Vec<&str> = run_line.split(' ').collect();
     let out = run_job(&work, &run_args, Duration::from_secs(300));
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
