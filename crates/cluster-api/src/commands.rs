@@ -221,12 +221,7 @@ pub async fn restore(
     item: Option<&str>,
     out: &Path,
 ) -> Result<RestoreReport, ClusterError> {
-    if out.is_dir() {
-        return Err(ClusterError::Invalid(format!(
-            "{}: is a directory; give the file to write",
-            out.display()
-        )));
-    }
+    refuse_directory(out)?;
     let answer = coordinator_call(dir, &CoordRequest::Export { rank, epoch }, |_| {}).await?;
     let CoordResponse::ExportFrom { node, epoch, scratch } = answer else {
         return Err(ClusterError::Protocol(format!("unexpected answer {answer:?}")));
@@ -303,6 +298,17 @@ fn publish_output(tmp: &Path, out: &Path, written: Result<u64, ClusterError>) ->
     Ok(written)
 }
 
+/// A restore's output must name a file, not a directory.
+fn refuse_directory(out: &Path) -> Result<(), ClusterError> {
+    if out.is_dir() {
+        return Err(ClusterError::Invalid(format!(
+            "{}: is a directory; give the file to write",
+            out.display()
+        )));
+    }
+    Ok(())
+}
+
 /// `eckpt restore --from-flush`: writes item `item` of rank `rank` of flushed epoch `epoch`
 /// (default: the newest that opens) from the flush directory `flush` to `out` — no cluster
 /// needed. Every block is verified before it is written, the item's hash at its end; the
@@ -314,12 +320,7 @@ pub fn restore_flushed(
     item: Option<&str>,
     out: &Path,
 ) -> Result<RestoreReport, ClusterError> {
-    if out.is_dir() {
-        return Err(ClusterError::Invalid(format!(
-            "{}: is a directory; give the file to write",
-            out.display()
-        )));
-    }
+    refuse_directory(out)?;
     let dir = eckpt_flush::FlushDir::new(flush);
     let flushed = match epoch {
         Some(e) => dir.open(e)?,
