@@ -156,27 +156,21 @@ impl FlushDir {
                 .create(&self.root)
                 .map_err(io_at(&self.root))?;
         }
-        for name in self.names()? {
-            if name.starts_with(TMP_PREFIX) || name.starts_with(TRASH_PREFIX) {
-                let path = self.root.join(&name);
-                match fs::remove_dir_all(&path) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_at(&path)(e)),
-                    _ => {}
-                }
-            }
-        }
+        self.remove_leftovers(&[TMP_PREFIX, TRASH_PREFIX])?;
         let dir = self.root.join(format!("{TMP_PREFIX}{epoch}-{}", unique_suffix()));
         create_private_dir(&dir)?;
         fsync_dir(&self.root)?;
         Ok(Staging::new(self.root.clone(), dir, epoch))
     }
 
-    /// Deletes the oldest published epochs beyond the newest `keep` (at least 1 is always
-    /// kept); the epochs deleted.
-    pub fn retain(&self, keep: usize) -> Result<Vec<u64>> {
+    /// Unpublishes the oldest published epochs beyond the newest `keep` (at least 1 is
+    /// always kept) by renaming each to `trash-…`: from then on no reader sees them, and a
+    /// crash leaves nothing half-deleted under an epoch's name. Cheap (renames); the bytes
+    /// go with [`FlushDir::purge_trash`], which a flusher runs once the new epoch is
+    /// reported. The epochs retired.
+    pub fn retire(&self, keep: usize) -> Result<Vec<u64>> {
         let epochs = self.epochs()?;
         let drop = epochs.len().saturating_sub(keep.max(1));
-        let mut removed = Vec::new();
         for &epoch in &epochs[..drop] {
             let from = self.epoch_dir(epoch);
             let to = self.root.join(format!(
@@ -185,10 +179,30 @@ impl FlushDir {
                 unique_suffix()
             ));
             fs::rename(&from, &to).map_err(io_at(&from))?;
-            fsync_dir(&self.root)?;
-            fs::remove_dir_all(&to).map_err(io_at(&to))?;
-            removed.push(epoch);
         }
-        Ok(removed)
+        if drop > 0 {
+            fsync_dir(&self.root)?;
+        }
+        Ok(epochs[..drop].to_vec())
+    }
+
+    /// Deletes retired epochs (`trash-…`). Not while another process stages into or purges
+    /// this directory: one flusher at a time.
+    pub fn purge_trash(&self) -> Result<()> {
+        self.remove_leftovers(&[TRASH_PREFIX])
+    }
+
+    /// Removes every directory whose name starts with one of `prefixes`.
+    fn remove_leftovers(&self, prefixes: &[&str]) -> Result<()> {
+        for name in self.names()? {
+            if prefixes.iter().any(|p| name.starts_with(p)) {
+                let path = self.root.join(&name);
+                match fs::remove_dir_all(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_at(&path)(e)),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
     }
 }

@@ -42,8 +42,9 @@
 //! - Reading verifies every block's CRC-32C before handing its bytes out and the item's
 //!   xxh3 at its end ([`FlushedEpoch`]): a damaged file is an error naming the epoch, rank,
 //!   item and block, never wrong bytes.
-//! - Retention ([`FlushDir::retain`]) deletes the oldest published epochs beyond the newest
-//!   `K`, each by a rename to `trash-…` first, so no half-deleted epoch keeps its name.
+//! - Retention ([`FlushDir::retire`]) unpublishes the oldest published epochs beyond the
+//!   newest `K`, each by a rename to `trash-…`, so no half-deleted epoch keeps its name; the
+//!   bytes are deleted afterwards ([`FlushDir::purge_trash`]).
 
 #![warn(missing_docs)]
 
@@ -54,6 +55,7 @@ mod names;
 mod pace;
 mod read;
 mod write;
+mod write_behind;
 
 pub use dir::FlushDir;
 pub use error::{FlushError, Result};
@@ -64,3 +66,4 @@ pub use names::{item_file_name, MAX_FILE_NAME};
 pub use pace::{pace_delay, Pacer};
 pub use read::FlushedEpoch;
 pub use write::{RankWriter, Staging, BLOCK_SIZE};
+pub use write_behind::{WriteBehind, WRITE_BEHIND};

@@ -14,6 +14,7 @@ use crate::error::{io_at, FlushError, Result};
 use crate::manifest::{ItemEntry, Manifest, RankEntry, MANIFEST_FILE};
 use crate::names::item_file_name;
 use crate::pace::Pacer;
+use crate::write_behind::WriteBehind;
 
 /// Bytes per checksummed block, and per read and write of a flush.
 pub const BLOCK_SIZE: u64 = 1 << 20;
@@ -134,11 +135,13 @@ impl RankWriter {
     pub fn item(&mut self, name: &str, len: u64, source: &mut dyn Read, pacer: &mut Pacer) -> Result<()> {
         let file_name = item_file_name(name);
         let path = self.dir.join(&file_name);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(io_at(&path))?;
+        let mut file = WriteBehind::new(
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(io_at(&path))?,
+        );
         let mut buf = vec![0u8; len.min(BLOCK_SIZE) as usize];
         let mut hasher = Xxh3::new();
         let mut crcs = String::with_capacity(ItemEntry::blocks(len, BLOCK_SIZE) as usize * 8);
@@ -158,7 +161,7 @@ impl RankWriter {
             file.write_all(&buf[..n]).map_err(io_at(&path))?;
             done += n as u64;
         }
-        file.sync_all().map_err(io_at(&path))?;
+        file.sync().map_err(io_at(&path))?;
         self.items.push(ItemEntry {
             name: name.to_string(),
             file: file_name,

@@ -162,9 +162,25 @@ fn retention_keeps_the_newest_and_newest_skips_damaged_epochs() {
     for epoch in [1, 3, 6, 9] {
         flush(&dir, epoch, 1);
     }
-    assert_eq!(dir.retain(2).unwrap(), vec![1, 3]);
+    assert_eq!(dir.retire(2).unwrap(), vec![1, 3]);
     assert_eq!(dir.epochs().unwrap(), vec![6, 9]);
-    assert_eq!(dir.retain(0).unwrap(), vec![6], "at least one is always kept");
+    let trash = |dir: &FlushDir| {
+        std::fs::read_dir(dir.root())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("trash-")
+            })
+            .count()
+    };
+    assert_eq!(trash(&dir), 2, "retired epochs wait, unpublished, for the purge");
+    dir.purge_trash().unwrap();
+    assert_eq!(trash(&dir), 0);
+    assert_eq!(dir.retire(0).unwrap(), vec![6], "at least one is always kept");
+    assert_eq!(dir.retire(1).unwrap(), Vec::<u64>::new());
     flush(&dir, 10, 1);
     std::fs::remove_file(dir.epoch_dir(10).join("rank.0").join("eckpt%2Fmeta")).unwrap();
     let (newest, skipped) = dir.newest().unwrap();

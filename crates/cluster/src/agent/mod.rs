@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint};
 use eckpt_store::{Options, Store};
 
-use crate::blocking;
 use crate::parity_store::ParityStore;
+use crate::{background, blocking};
 use eckpt_cluster_api::dirs::{check_node_name, ClusterDir, ClusterFile};
 use eckpt_cluster_api::msg::DATA_FRAME;
 use eckpt_cluster_api::msg::{
@@ -431,7 +431,7 @@ async fn handle(
             ranks,
             staging,
             rate,
-        } => AgentResponse::Flushed(blocking(move || a.flush(epoch, &ranks, &staging, rate)).await?),
+        } => AgentResponse::Flushed(background(move || a.flush(epoch, &ranks, &staging, rate)).await?),
         AgentRequest::ImportFlushed {
             flush,
             epoch,

@@ -4,7 +4,8 @@
 //! own turn, never the epoch or recovery lock. Every node hosting ranks copies them into a
 //! staging directory of the shared flush directory (`AgentRequest::Flush`); once all are
 //! written the coordinator writes the manifest, publishes the epoch by one rename and
-//! retires the oldest beyond `--flush-keep` (`eckpt-flush`). A failure anywhere — a node
+//! retires the oldest beyond `--flush-keep` (`eckpt-flush`), deleting their bytes after the
+//! flush is reported. A failure anywhere — a node
 //! dying, a full file system, the coordinator itself killed — leaves the staging directory
 //! unpublished (the next flush removes it) and every published epoch as it was.
 
@@ -28,13 +29,15 @@ pub(super) struct Flushing {
     /// under it).
     turn: Arc<tokio::sync::Mutex<()>>,
     state: Mutex<FlushState>,
-    /// Signalled when a flush ends.
+    /// Signalled when a flush ends (its retired epochs deleted).
     ended: Notify,
 }
 
 #[derive(Debug, Default)]
 struct FlushState {
     running: Option<u64>,
+    /// Whether the epochs the last flush retired are still being deleted.
+    purging: bool,
     /// The newest epoch flushed or attempted: automatic flushes are `every` epochs apart.
     latest: u64,
     /// Published epochs in the flush directory, ascending.
@@ -133,7 +136,7 @@ impl Coordinator {
         self: &Arc<Self>,
         epoch: u64,
         config: FlushConfig,
-        _turn: OwnedMutexGuard<()>,
+        turn: OwnedMutexGuard<()>,
     ) -> Result<FlushReport, ClusterError> {
         let result = self.copy_and_publish(epoch, &config).await;
         {
@@ -154,8 +157,20 @@ impl Coordinator {
                 }
                 Err(e) => state.last_error = Some(format!("epoch {epoch}: {e}")),
             }
+            state.purging = true;
         }
-        self.flushing.ended.notify_waiters();
+        // The retired epochs' bytes are deleted after the flush is reported, still in its
+        // turn: the next flush (or a restart from one) waits, the flush's caller does not.
+        let dir = FlushDir::new(&config.dir);
+        let coord = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = blocking(move || Ok(dir.purge_trash()?)).await {
+                tracing::warn!(error = %e, "deleting retired flushed epochs failed");
+            }
+            coord.flushing.state().purging = false;
+            drop(turn);
+            coord.flushing.ended.notify_waiters();
+        });
         result.map(|(report, _)| report)
     }
 
@@ -230,7 +245,7 @@ impl Coordinator {
                     return Err(e.into());
                 }
             }
-            dir.retain(keep)?;
+            dir.retire(keep)?;
             Ok(dir.epochs()?)
         })
         .await?;
@@ -245,11 +260,16 @@ impl Coordinator {
         Ok((report, flushed))
     }
 
-    /// `WaitFlush`: once no flush runs, the flushing status.
+    /// `WaitFlush`: once no flush runs and the last one's retired epochs are deleted, the
+    /// flushing status.
     pub(super) async fn wait_flush(&self) -> Option<FlushStatus> {
         loop {
             let ended = self.flushing.ended.notified();
-            if self.flushing.state().running.is_none() {
+            let idle = {
+                let state = self.flushing.state();
+                state.running.is_none() && !state.purging
+            };
+            if idle {
                 return self.flush_status();
             }
             ended.await;
