@@ -10,7 +10,7 @@
 //! become `E` through `From<CodingError>`.
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use eckpt_codec::{CodecError, LinearMap};
 
@@ -24,7 +24,17 @@ pub trait Links<E> {
     fn send(&mut self, to: usize, message: Vec<u8>) -> Result<(), E>;
     /// The next message from participant `from`.
     fn recv(&mut self, from: usize) -> Result<Vec<u8>, E>;
+    /// Messages a link holds between a sender's [`Links::send`] and the receiver's
+    /// [`Links::recv`] before the sender blocks (at least). A participant receives outputs
+    /// delivered to it up to this many rows late (at most [`MAX_LOOKAHEAD`]), so that it
+    /// can go on sending the next rows meanwhile. 0: every row in lockstep.
+    fn capacity(&self) -> usize {
+        0
+    }
 }
+
+/// The most rows a participant runs ahead of the outputs delivered to it.
+pub const MAX_LOOKAHEAD: usize = 8;
 
 /// The participant's local chunks: what it reads as a source and where outputs go.
 pub trait Chunks<E> {
@@ -142,37 +152,49 @@ struct Participant<'a, E> {
 }
 
 impl<E: From<CodingError>> Participant<'_, E> {
-    /// Performs this participant's steps of one row, in the row's global order.
-    fn run_row(&mut self, rp: &RowPlan, steps: &[Action]) -> Result<(), E> {
-        let mut st = RowState::default();
+    /// Performs `steps` (this participant's, of one row, in the row's global order).
+    fn run_steps(&mut self, rp: &RowPlan, st: &mut RowState, steps: &[Action]) -> Result<(), E> {
         let me = self.me;
-        for step in steps.iter().filter(|a| involves(a, me)) {
+        for step in steps {
             match step {
                 Action::Contribute {
                     source,
                     outputs,
                     into,
                     ..
-                } => self.contribute(rp, &mut st, *source, outputs, *into)?,
+                } => self.contribute(rp, st, *source, outputs, *into)?,
                 Action::Send {
                     from,
                     to,
                     outputs,
                     payload,
-                } if *from == me => self.send(rp, &mut st, *to, outputs, payload)?,
+                } if *from == me => self.send(rp, st, *to, outputs, payload)?,
                 Action::Send {
                     from,
                     outputs,
                     payload,
                     ..
-                } => self.receive(rp, &mut st, *from, outputs, payload)?,
-                Action::Keep { outputs, .. } => self.keep(rp, &mut st, outputs),
-                Action::Store { output, .. } => self.store(rp, &mut st, *output)?,
+                } => self.receive(rp, st, *from, outputs, payload)?,
+                Action::Keep { outputs, .. } => self.keep(rp, st, outputs),
+                Action::Store { output, .. } => self.store(rp, st, *output)?,
             }
         }
+        Ok(())
+    }
+
+    /// Keeps a finished row's buffers for the next rows.
+    fn recycle(&mut self, mut st: RowState) {
         self.spare.extend(st.acc.take());
         self.spare.extend(st.out.take());
         self.spare.truncate(4);
+    }
+
+    /// Finishes the oldest deferred row.
+    fn finish_deferred(&mut self, pending: &mut VecDeque<Deferred>) -> Result<(), E> {
+        if let Some(mut d) = pending.pop_front() {
+            self.run_steps(&d.rp, &mut d.st, &d.steps)?;
+            self.recycle(d.st);
+        }
         Ok(())
     }
 
@@ -428,17 +450,89 @@ pub fn run_participant<E: From<CodingError>>(
         spare: Vec::new(),
         stats: ExecStats::default(),
     };
+    let lookahead = participant.links.capacity().min(MAX_LOOKAHEAD);
+    let mut pending = VecDeque::new();
     for row in 0..rows {
         if let Some(rp) = plan.row(row)? {
-            let steps = actions(&rp, topology);
-            if steps.iter().any(|a| involves(a, me)) {
+            let mine: Vec<Action> = actions(&rp, topology)
+                .into_iter()
+                .filter(|a| involves(a, me))
+                .collect();
+            if !mine.is_empty() {
                 participant.stats.rows += 1;
-                participant.run_row(&rp, &steps)?;
+                let (now, later) = mine.split_at(if lookahead > 0 {
+                    deliveries_from(&mine, me)
+                } else {
+                    mine.len()
+                });
+                // Messages from a peer are received in the order it sent them: deferred
+                // rows that receive from a peer this row hears from now go first.
+                let peers = senders_to(now, me);
+                while pending.iter().any(|d: &Deferred| !d.from.is_disjoint(&peers)) {
+                    participant.finish_deferred(&mut pending)?;
+                }
+                let mut st = RowState::default();
+                participant.run_steps(&rp, &mut st, now)?;
+                if later.is_empty() {
+                    participant.recycle(st);
+                } else {
+                    st.input = None;
+                    pending.push_back(Deferred {
+                        from: senders_to(later, me),
+                        steps: later.to_vec(),
+                        rp,
+                        st,
+                    });
+                    while pending.len() > lookahead {
+                        participant.finish_deferred(&mut pending)?;
+                    }
+                }
             }
         }
         progress(row + 1, rows);
     }
+    while !pending.is_empty() {
+        participant.finish_deferred(&mut pending)?;
+    }
     Ok(participant.stats)
+}
+
+/// The rest of a row for a participant that has sent its part and waits for outputs
+/// delivered to it (a decode target at the head of a pipeline, a spare): received later,
+/// while the next rows go on.
+struct Deferred {
+    rp: RowPlan,
+    steps: Vec<Action>,
+    st: RowState,
+    /// The peers these steps receive from.
+    from: BTreeSet<usize>,
+}
+
+/// Where `mine` (a participant's steps of one row) ends in receiving delivered outputs and
+/// storing them, and nothing else: the index of that tail (`mine.len()`: no such tail).
+fn deliveries_from(mine: &[Action], me: usize) -> usize {
+    let deferrable = |a: &Action| match a {
+        Action::Send { to, payload, .. } => *to == me && matches!(payload, Payload::Deliver(_)),
+        Action::Store { .. } => true,
+        _ => false,
+    };
+    let start = mine.len() - mine.iter().rev().take_while(|a| deferrable(a)).count();
+    // The tail starts with a receive (a row that ends storing what it computed itself has
+    // nothing to wait for).
+    (start..mine.len())
+        .find(|&i| matches!(mine[i], Action::Send { .. }))
+        .unwrap_or(mine.len())
+}
+
+/// The peers that send to `me` in `steps`.
+fn senders_to(steps: &[Action], me: usize) -> BTreeSet<usize> {
+    steps
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send { from, to, .. } if *to == me => Some(*from),
+            _ => None,
+        })
+        .collect()
 }
 
 fn involves(action: &Action, me: usize) -> bool {
@@ -541,6 +635,113 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Links over bounded channels that log what their participant does: `'S'` per send,
+    /// `'R'` per receive.
+    struct LoggedLinks {
+        to: HashMap<usize, std::sync::mpsc::SyncSender<Vec<u8>>>,
+        from: HashMap<usize, std::sync::mpsc::Receiver<Vec<u8>>>,
+        capacity: usize,
+        log: String,
+    }
+
+    impl Links<CodingError> for LoggedLinks {
+        fn send(&mut self, to: usize, message: Vec<u8>) -> Result<(), CodingError> {
+            self.log.push('S');
+            self.to[&to]
+                .send(message)
+                .map_err(|_| CodingError::Protocol("hung up".into()))
+        }
+        fn recv(&mut self, from: usize) -> Result<Vec<u8>, CodingError> {
+            self.log.push('R');
+            self.from[&from]
+                .recv()
+                .map_err(|_| CodingError::Protocol("hung up".into()))
+        }
+        fn capacity(&self) -> usize {
+            self.capacity
+        }
+    }
+
+    struct Zeros;
+
+    impl Chunks<CodingError> for Zeros {
+        fn read(&mut self, _: Input, buf: &mut [u8]) -> Result<(), CodingError> {
+            buf.fill(1);
+            Ok(())
+        }
+        fn write(&mut self, _: &Output, _: &[u8]) -> Result<(), CodingError> {
+            Ok(())
+        }
+    }
+
+    /// Each participant's log of a pipeline decode of members 0 and 1 onto survivors 2 and
+    /// 3 (k=4, m=2, 6 rows) over links of `capacity` messages.
+    fn logs_of_a_decode_onto_survivors(capacity: usize) -> Vec<String> {
+        let n = 6;
+        let mut to: Vec<HashMap<_, _>> = (0..n).map(|_| HashMap::new()).collect();
+        let mut from: Vec<HashMap<_, _>> = (0..n).map(|_| HashMap::new()).collect();
+        for (a, to) in to.iter_mut().enumerate() {
+            for (b, from) in from.iter_mut().enumerate() {
+                let (tx, rx) = std::sync::mpsc::sync_channel(capacity);
+                to.insert(b, tx);
+                from.insert(a, rx);
+            }
+        }
+        let work = Work::Decode {
+            unavailable: vec![0, 1],
+            rebuild: vec![(0, 2), (1, 3)],
+        };
+        let threads: Vec<_> = to
+            .into_iter()
+            .zip(from)
+            .enumerate()
+            .map(|(me, (to, from))| {
+                let mut p = plan(Layout::Dedicated, 4, 2, 6, work.clone());
+                std::thread::spawn(move || {
+                    let mut links = LoggedLinks {
+                        to,
+                        from,
+                        capacity,
+                        log: String::new(),
+                    };
+                    run_participant(
+                        me,
+                        &mut p,
+                        Topology::Pipeline,
+                        64,
+                        &mut links,
+                        &mut Zeros,
+                        &mut |_, _| {},
+                    )
+                    .unwrap();
+                    links.log
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_target_at_the_head_of_the_route_sends_ahead_of_the_outputs_it_waits_for() {
+        // The head sends a row's partial sums and receives the row's output from the
+        // route's end: in lockstep it idles a whole round trip per row.
+        let lockstep = logs_of_a_decode_onto_survivors(0);
+        let head = lockstep
+            .iter()
+            .position(|l| l.starts_with('S') && l.contains('R'));
+        let head = head.expect("a participant that sends first and receives later");
+        assert_eq!(lockstep[head], "SR".repeat(6));
+        // With links that hold 2 messages, it runs up to 2 rows ahead, never more: the
+        // first row's output is received when the third row is sent, and every row's
+        // messages are still exchanged.
+        let ahead = logs_of_a_decode_onto_survivors(2);
+        assert_eq!(ahead[head], "SSSRSRSRSRRR");
+        for (a, b) in lockstep.iter().zip(&ahead) {
+            let count = |l: &str, c: char| l.chars().filter(|&x| x == c).count();
+            assert_eq!((count(a, 'S'), count(a, 'R')), (count(b, 'S'), count(b, 'R')));
         }
     }
 }

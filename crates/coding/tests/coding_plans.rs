@@ -27,7 +27,15 @@ impl Links<CodingError> for ChannelLinks {
             .recv()
             .map_err(|_| CodingError::Protocol(format!("participant {from} hung up")))
     }
+    fn capacity(&self) -> usize {
+        LINK_CAPACITY
+    }
 }
+
+/// Messages a test link queues before its sender blocks: targets receive their outputs up
+/// to this many rows late, so the tests run the deferred deliveries too — and would hang,
+/// not pass, if the executor deferred more than a link can hold.
+const LINK_CAPACITY: usize = 2;
 
 /// A participant's shards in memory, and what it was given to keep.
 #[derive(Default, Clone)]
@@ -73,7 +81,7 @@ fn run(
     let mut receivers: Vec<HashMap<usize, Receiver<Vec<u8>>>> = (0..n).map(|_| HashMap::new()).collect();
     for (a, to) in senders.iter_mut().enumerate() {
         for (b, from) in receivers.iter_mut().enumerate() {
-            let (tx, rx) = sync_channel(2);
+            let (tx, rx) = sync_channel(LINK_CAPACITY);
             to.insert(b, tx);
             from.insert(a, rx);
         }

@@ -173,6 +173,11 @@ impl Links<ClusterError> for TaskLinks {
         rx.blocking_recv()
             .ok_or_else(|| failure_of(failure, &self.names[&from], "stream"))
     }
+
+    /// The sender's channel and the receiver's, whatever the connection between them holds.
+    fn capacity(&self) -> usize {
+        2 * DEPTH
+    }
 }
 
 /// Connects with `hello` and sends every message of `rx` until it closes.
