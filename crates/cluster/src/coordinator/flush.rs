@@ -245,7 +245,10 @@ impl Coordinator {
                     return Err(e.into());
                 }
             }
-            dir.retire(keep)?;
+            // The epoch is published: failing to retire older ones does not undo that.
+            if let Err(e) = dir.retire(keep) {
+                tracing::warn!(epoch, error = %e, "retiring older flushed epochs failed");
+            }
             Ok(dir.epochs()?)
         })
         .await?;
