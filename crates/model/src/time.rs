@@ -99,7 +99,8 @@ pub fn task_seconds(machine: &Machine, tasks: &[TaskWork]) -> Estimate {
         cpu_seconds(machine, &all)
     };
     let busiest = tasks.iter().map(TaskWork::busiest_link).fold(0.0, f64::max);
-    let network_s = busiest / machine.link_bps;
+    // An idle shaped link (tbf) lets its bucket, `burst_bytes`, through at once.
+    let network_s = (busiest - machine.burst_bytes).max(0.0) / machine.link_bps;
     let cpu_s = stretch(|t| &t.during);
     let serial_s = stretch(|t| &t.before) + stretch(|t| &t.after);
     let fill_s = tasks
@@ -163,6 +164,26 @@ mod tests {
         assert_eq!(e.bound(), "network");
         let fill = 4.0 * 2.0 * MIB as f64 / machine.link_bps;
         assert!((e.seconds - link - fill).abs() < 1e-9, "plus k hops of m chunks");
+    }
+
+    #[test]
+    fn a_shaped_link_lets_its_burst_through_at_once() {
+        let mut machine = Machine::reference(1e8);
+        let d = 64 << 10;
+        let link = |m: &Machine| task_seconds(m, &[pipeline(4, d, 64 << 10)]).network_s;
+        assert_eq!(
+            link(&machine),
+            2.0 * d as f64 / machine.link_bps,
+            "m·D, no bucket"
+        );
+        machine.burst_bytes = (d / 2) as f64;
+        let excess = (2 * d - d / 2) as f64 / machine.link_bps;
+        assert!(
+            (link(&machine) - excess).abs() < 1e-12,
+            "only bytes beyond the bucket wait"
+        );
+        machine.burst_bytes = (4 * d) as f64;
+        assert_eq!(link(&machine), 0.0, "an update smaller than the bucket");
     }
 
     #[test]
