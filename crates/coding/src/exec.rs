@@ -460,11 +460,8 @@ pub fn run_participant<E: From<CodingError>>(
                 .collect();
             if !mine.is_empty() {
                 participant.stats.rows += 1;
-                let (now, later) = mine.split_at(if lookahead > 0 {
-                    deliveries_from(&mine, me)
-                } else {
-                    mine.len()
-                });
+                // With no lookahead a deferred tail is finished below at once: lockstep.
+                let (now, later) = mine.split_at(deliveries_from(&mine, me));
                 // Messages from a peer are received in the order it sent them: deferred
                 // rows that receive from a peer this row hears from now go first.
                 let peers = senders_to(now, me);

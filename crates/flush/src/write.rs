@@ -145,9 +145,8 @@ impl RankWriter {
         let mut buf = vec![0u8; len.min(BLOCK_SIZE) as usize];
         let mut hasher = Xxh3::new();
         let mut crcs = String::with_capacity(ItemEntry::blocks(len, BLOCK_SIZE) as usize * 8);
-        let mut done = 0u64;
-        while done < len {
-            let n = (len - done).min(BLOCK_SIZE) as usize;
+        while file.written() < len {
+            let n = (len - file.written()).min(BLOCK_SIZE) as usize;
             source
                 .read_exact(&mut buf[..n])
                 .map_err(|source| FlushError::Source {
@@ -159,7 +158,6 @@ impl RankWriter {
             crcs.push_str(&format!("{:08x}", crc32c::crc32c(&buf[..n])));
             pacer.take(n as u64);
             file.write_all(&buf[..n]).map_err(io_at(&path))?;
-            done += n as u64;
         }
         file.sync().map_err(io_at(&path))?;
         self.items.push(ItemEntry {
