@@ -1,7 +1,7 @@
 //! `update` epochs under every topology and layout (the other cluster tests use the default
-//! pipeline): data members send old ⊕ new directly (broadcast, fanin) or through relaying
-//! parity holders (pipeline, ring); after two updates, losing two rank holders decodes every
-//! rank byte-exact from the updated parity.
+//! pipeline): data members send old ⊕ new to every parity holder whatever the topology, and
+//! the topology still shapes the full first epoch and the decode; after two updates, losing
+//! two rank holders decodes every rank byte-exact from the updated parity.
 
 mod cluster;
 

@@ -31,7 +31,8 @@ pub enum Hello {
         task: u64,
         /// Sending participant.
         from: usize,
-        /// Phase (update mode relays parity by phases; 0 otherwise).
+        /// Phase (update mode sends each parity index's records over links of their own; 0
+        /// otherwise).
         phase: u32,
     },
 }

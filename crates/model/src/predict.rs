@@ -275,7 +275,7 @@ fn update(scenario: &Scenario, machine: &Machine, groups: &[GroupShape], d: u64)
     let tasks = groups
         .iter()
         .map(|g| {
-            let mut t = work::update(c.layout, c.topology, *g, d, chunk, scenario.dirty_fraction);
+            let mut t = work::update(c.layout, *g, d, chunk, scenario.dirty_fraction);
             fixed_work(&mut t, c.layout, *g, d, OPENS_UPDATE, ROUNDS_UPDATE);
             t
         })

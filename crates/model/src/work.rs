@@ -3,10 +3,10 @@
 //! by walking the very steps the agents execute ([`eckpt_coding::plan::actions`]) over one
 //! cycle of rows of the object's [`Geometry`] (the assignment of shards to members repeats
 //! every cycle); an update follows the agents' record routing (`agent/update.rs`): each
-//! changed piece goes once to the first parity holder of its row, which relays it to the
-//! next (pipeline, ring), or to every parity holder (broadcast, fan-in).
+//! changed piece goes from its data member to every parity holder of its row, whatever the
+//! topology.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use eckpt_coding::geometry::Geometry;
 use eckpt_coding::plan::{actions, Action, Input, Output, Payload, RowPlan, Source};
@@ -74,7 +74,7 @@ pub struct TaskWork {
     /// Bytes of the largest message on those hops.
     pub hop_bytes: f64,
     /// What a node does with a hop's message before it can pass it on (one row of a coding
-    /// task; an update's relay folding its first batches).
+    /// task).
     pub hop_work: NodeWork,
 }
 
@@ -279,20 +279,14 @@ pub fn touched(bytes: u64, dirty: f64) -> f64 {
 }
 
 /// An update of the parity after a fraction `dirty` of every data member's pages changed:
-/// each changed page travels as a record (`RECORD_HEADER` + the page's `old ⊕ new`).
-/// Data members read old and new of each changed page, and every touched chunk's new
-/// contents for its CRC (the store checks each block as it reads, then the chunk is
-/// checksummed: read twice), before sending; parity holders read each touched parity
-/// chunk on first touch into a fresh buffer while folding, and at the end stage the
-/// touched chunks (copied into the redo log's buffer, then written).
-pub fn update(
-    layout: Layout,
-    topology: Topology,
-    shape: GroupShape,
-    shard_bytes: u64,
-    chunk: u64,
-    dirty: f64,
-) -> TaskWork {
+/// each changed page travels as a record (`RECORD_HEADER` + the page's `old ⊕ new`) to
+/// every parity holder of its row. Data members read old and new of each changed page, and
+/// every touched chunk's new contents for its CRC (the store checks each block as it
+/// reads, then the chunk is checksummed: read twice), before sending; parity holders read
+/// each touched parity chunk on first touch into a fresh buffer while folding, and at the
+/// end stage the touched chunks (copied into the redo log's buffer, then written). Nothing
+/// is relayed, so no pipeline fills: every stream starts at once.
+pub fn update(layout: Layout, shape: GroupShape, shard_bytes: u64, chunk: u64, dirty: f64) -> TaskWork {
     let g = geometry(layout, shape, shard_bytes, chunk);
     let (k, m, n) = (shape.k, shape.m, shape.members());
     let mut task = TaskWork::new(n);
@@ -304,35 +298,28 @@ pub fn update(
     let record = changed + RECORD_HEADER as f64 * (c / BLOCK as f64) * dirty;
     let touched_data = touched(chunk, dirty);
     let touched_row = touched(chunk * k as u64, dirty);
-    let relay = matches!(topology, Topology::Pipeline | Topology::Ring);
     let (rows, cycles) = cycle(layout, &g);
-    let mut streams: BTreeSet<(usize, usize, usize)> = BTreeSet::new();
+    let mut streams: BTreeSet<(usize, usize)> = BTreeSet::new();
     let mut before = vec![NodeWork::default(); n];
     let mut during = vec![NodeWork::default(); n];
     let mut after = vec![NodeWork::default(); n];
     for row in 0..rows {
-        let holder = |p: usize| g.holder(row, k + p);
         for l in 0..k {
             let from = g.holder(row, l);
             before[from].read += 2.0 * changed + 2.0 * touched_data * c;
-            let phases = if relay { 1 } else { m };
-            for p in 0..phases {
+            for p in 0..m {
+                let to = g.holder(row, k + p);
                 during[from].sent += record;
-                during[holder(p)].received += record;
-                streams.insert((from, holder(p), p));
+                during[to].received += record;
+                streams.insert((from, to));
             }
         }
         for p in 0..m {
-            let h = holder(p);
+            let h = g.holder(row, k + p);
             during[h].gf += k as f64 * changed;
             during[h].read += touched_row * c;
             during[h].written += touched_row * c;
             after[h].written += 2.0 * touched_row * c;
-            if relay && p + 1 < m {
-                during[h].sent += k as f64 * record;
-                during[holder(p + 1)].received += k as f64 * record;
-                streams.insert((h, holder(p + 1), p + 1));
-            }
         }
     }
     for w in before.iter_mut().chain(&mut during).chain(&mut after) {
@@ -346,34 +333,13 @@ pub fn update(
     for w in &mut during {
         w.messages = (w.sent + w.received) / BATCH as f64;
     }
-    for &(from, to, _) in &streams {
+    for &(from, to) in &streams {
         during[from].messages += 1.0;
         during[to].messages += 1.0;
-    }
-    // A relay forwards a batch once it has it whole; its first batches arrive together from
-    // every sender, so the relay hops wait for one batch of each of its senders.
-    let mut stream_bytes: BTreeMap<(usize, usize, usize), f64> = BTreeMap::new();
-    for row in 0..rows {
-        for l in 0..k {
-            let (from, to) = (g.holder(row, l), g.holder(row, k));
-            *stream_bytes.entry((from, to, 0)).or_default() += record * cycles;
-        }
-    }
-    let mut first_batches: BTreeMap<usize, f64> = BTreeMap::new();
-    for (&(_, to, _), &bytes) in &stream_bytes {
-        *first_batches.entry(to).or_default() += bytes.min(BATCH as f64);
     }
     task.before = before;
     task.during = during;
     task.after = after;
-    task.depth = if relay { m - 1 } else { 0 };
-    task.hop_bytes = first_batches.values().copied().fold(0.0, f64::max);
-    let relay_node = (0..rows).map(|row| g.holder(row, k)).next();
-    if let Some(h) = relay_node {
-        let w = &task.during[h];
-        task.hop_work
-            .add_scaled(w, (task.hop_bytes / w.received.max(1.0)).min(1.0));
-    }
     task
 }
 
@@ -526,25 +492,26 @@ mod tests {
     }
 
     #[test]
-    fn update_sends_changes_once_and_relays_k_times_as_much() {
+    fn update_sends_changes_to_every_holder_which_receives_k_times_as_much() {
         let d = 64 * MIB;
         let dirty = 0.1;
-        let w = update(Layout::Dedicated, Topology::Pipeline, shape(4, 2), d, MIB, dirty);
+        let w = update(Layout::Dedicated, shape(4, 2), d, MIB, dirty);
         let changed = d as f64 * dirty;
         let record = changed * (1.0 + RECORD_HEADER as f64 / BLOCK as f64);
-        assert!((w.during[0].sent - record).abs() < 1.0);
         assert!(
-            (w.during[4].received - 4.0 * record).abs() < 1.0,
-            "first holder receives k"
+            (w.during[0].sent - 2.0 * record).abs() < 1.0,
+            "to each of m holders"
         );
-        assert!((w.during[4].sent - 4.0 * record).abs() < 1.0, "and relays them");
-        assert_eq!(w.during[5].sent, 0.0);
-        let b = update(Layout::Dedicated, Topology::Broadcast, shape(4, 2), d, MIB, dirty);
-        assert!(
-            (b.during[0].sent - 2.0 * record).abs() < 1.0,
-            "broadcast: to every holder"
-        );
-        let r = update(Layout::Rotated, Topology::Pipeline, shape(4, 2), d, MIB, dirty);
+        for holder in [4, 5] {
+            assert!(
+                (w.during[holder].received - 4.0 * record).abs() < 1.0,
+                "every holder receives k"
+            );
+            assert_eq!(w.during[holder].sent, 0.0, "and relays nothing");
+        }
+        assert_eq!(w.busiest_link(), w.during[4].received);
+        assert_eq!(w.depth, 0, "no relay hop");
+        let r = update(Layout::Rotated, shape(4, 2), d, MIB, dirty);
         for node in &r.during {
             assert!(
                 (node.sent - 2.0 * record).abs() < 1.0,

@@ -1,14 +1,18 @@
 //! An agent's part in an `update` epoch ([`UpdateTask`]): data members send `old ⊕ new` of
-//! their changed blocks, once, to the first parity holder of each row; parity holders fold
-//! `X·(old ⊕ new)` into a staged copy of their parity chunks and (pipeline, ring) pass the
-//! same records on to the next parity holder, so each data member's link carries its
-//! changed bytes once. With `broadcast` (and `fanin`, which has no tree to build over
-//! sparse records) data members send to every parity holder themselves.
+//! their changed blocks to every parity holder of each row, whatever the encode topology;
+//! parity holders fold `X·(old ⊕ new)` into a staged copy of their parity chunks.
+//!
+//! Every parity holder must receive each changed byte of its rows, so its in-link carries
+//! `k·δ` however the records travel; sent directly, that is the busiest link and the epoch
+//! takes one pass over it. Relaying through the first parity holder (as the encode's
+//! pipeline does) would spare a data member's out-link `(m−1)·δ`, which is never the busiest,
+//! and add a second pass behind the first: measured on 16 namespaced nodes at 100 Mbit/s,
+//! a 2 % update took 1.47 s relayed against 0.84 s sent directly (docs/PERFORMANCE.md).
+//! (Fan-in has no tree to build over sparse records either.)
 //!
 //! Records travel in phases, one per parity index: phase `p` delivers to the holders of
-//! parity `p`. Every sender of a phase ends each of its streams with an empty message, and a
-//! relay ends its phase-`p+1` streams only after all its phase-`p` streams ended, so the
-//! phases cannot wait on each other in a circle.
+//! parity `p`, over links of its own. Every sender of a phase ends each of its streams with
+//! an empty message; no phase waits on another.
 //!
 //! A member plays the data role ([`DataRole`]), the parity role ([`ParityRole`]) or both
 //! (rotated layout), at once. Store reads and the GF arithmetic run on blocking threads;
@@ -32,7 +36,6 @@ use crate::shard::ImageShard;
 use eckpt_cluster_api::msg::{TaskReport, UpdateTask};
 use eckpt_cluster_api::shard_layout::ShardLayout;
 use eckpt_cluster_api::ClusterError;
-use eckpt_coding::config::Topology;
 use eckpt_coding::geometry::Geometry;
 use eckpt_coding::records::{parse_batch, push_record, RecordRef, BATCH};
 use eckpt_store::XorBlock;
@@ -57,8 +60,7 @@ pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, Clus
     let mut report = TaskReport::default();
     if let Some(parity) = &mut parity {
         parity.drain().await?;
-        report.bytes_received = parity.traffic.received.load(Ordering::Relaxed);
-        report.bytes_sent += parity.traffic.forwarded.load(Ordering::Relaxed);
+        report.bytes_received = parity.received.load(Ordering::Relaxed);
     }
     if let Some(data) = data {
         let (sent, crcs) = joined(data, "update sender").await??;
@@ -105,7 +107,7 @@ impl Part {
         let (k, m) = (task.group.k, task.group.m);
         let geometry = task.check()?;
         let generator = Code::new(task.coding.code, k, m)?.generator().to_vec();
-        let phases = Phases::new(&geometry, task.coding.topology, me);
+        let phases = Phases::new(&geometry, me);
         let part = Part {
             agent,
             task,
@@ -140,35 +142,21 @@ impl Part {
 }
 
 /// Who sends to and receives from whom in each phase (one per parity index), as seen by
-/// member `me`.
+/// member `me`: every data holder sends to the holders of parity `p` in phase `p`.
 struct Phases {
     me: usize,
-    relay: bool,
     data_holders: BTreeSet<usize>,
     /// `receivers[p]`: the holders of parity `p`.
     receivers: Vec<BTreeSet<usize>>,
-    /// `senders[p]`: the data holders, or (relaying, `p > 0`) the holders of parity `p - 1`.
-    senders: Vec<BTreeSet<usize>>,
 }
 
 impl Phases {
-    fn new(geometry: &Geometry, topology: Topology, me: usize) -> Phases {
+    fn new(geometry: &Geometry, me: usize) -> Phases {
         let (k, m) = (geometry.k(), geometry.m());
-        let relay = matches!(topology, Topology::Pipeline | Topology::Ring);
-        let data_holders: BTreeSet<usize> = (0..k + m).filter(|&x| geometry.holds_data(x)).collect();
-        let receivers: Vec<BTreeSet<usize>> = (0..m).map(|p| holders_of(geometry, p)).collect();
-        let senders = (0..m)
-            .map(|p| match relay && p > 0 {
-                true => receivers[p - 1].clone(),
-                false => data_holders.clone(),
-            })
-            .collect();
         Phases {
             me,
-            relay,
-            data_holders,
-            receivers,
-            senders,
+            data_holders: (0..k + m).filter(|&x| geometry.holds_data(x)).collect(),
+            receivers: (0..m).map(|p| holders_of(geometry, p)).collect(),
         }
     }
 
@@ -182,7 +170,7 @@ impl Phases {
 
     /// The members this one sends to in phase `p`.
     fn send_to(&self, p: usize) -> BTreeSet<usize> {
-        match self.senders[p].contains(&self.me) {
+        match self.holds_data() {
             true => self.others(&self.receivers[p]),
             false => BTreeSet::new(),
         }
@@ -191,7 +179,7 @@ impl Phases {
     /// The members this one receives from in phase `p`.
     fn recv_from(&self, p: usize) -> BTreeSet<usize> {
         match self.receivers[p].contains(&self.me) {
-            true => self.others(&self.senders[p]),
+            true => self.others(&self.data_holders),
             false => BTreeSet::new(),
         }
     }
@@ -202,19 +190,6 @@ impl Phases {
 
     fn holds_parity(&self) -> bool {
         self.receivers.iter().any(|r| r.contains(&self.me))
-    }
-
-    /// The phases data members send in: the first only when parity holders relay.
-    fn data_phases(&self) -> Vec<usize> {
-        match self.relay {
-            true => vec![0],
-            false => (0..self.count()).collect(),
-        }
-    }
-
-    /// Whether this member passes the records of phase `p` on into phase `p + 1`.
-    fn relays(&self, p: usize) -> bool {
-        self.relay && p + 1 < self.count() && self.senders[p + 1].contains(&self.me)
     }
 }
 
@@ -241,19 +216,17 @@ struct DataUpdate {
 }
 
 /// The data role: reads `old ⊕ new` of this member's changed blocks from the store, and
-/// sends each piece to the parity holder of its row in each of its phases.
+/// sends each piece to every parity holder of its row.
 struct DataRole {
     changes: Arc<Changes>,
-    phases: Vec<usize>,
+    /// The stream to each parity holder, by phase (parity index) and member.
     outs: BTreeMap<(usize, usize), Out>,
 }
 
 impl DataRole {
     fn new(part: &Part, links: &[TaskLinks]) -> DataRole {
-        let phases = part.phases.data_phases();
-        let outs = phases
-            .iter()
-            .flat_map(|&p| {
+        let outs = (0..part.phases.count())
+            .flat_map(|p| {
                 let to = part.phases.send_to(p);
                 to.into_iter()
                     .filter_map(move |to| links[p].sender(to).map(|s| ((p, to), s)))
@@ -269,18 +242,14 @@ impl DataRole {
         };
         DataRole {
             changes: Arc::new(changes),
-            phases,
             outs,
         }
     }
 
-    /// Sends every phase; the bytes sent and the CRCs of the changed chunks.
+    /// Sends the changes; the bytes sent and the CRCs of the changed chunks.
     async fn run(self) -> Result<(u64, Vec<(u64, u32)>), ClusterError> {
         let DataUpdate { records, crcs } = self.read_changes().await?;
-        let mut sent = 0;
-        for &p in &self.phases {
-            sent += self.send_phase(p, &records).await?;
-        }
+        let sent = self.send_records(&records).await?;
         Ok((sent, crcs))
     }
 
@@ -290,24 +259,27 @@ impl DataRole {
         blocking(move || changes.read()).await
     }
 
-    /// Sends `records` in batches to the holders of parity `p` and ends this phase's
-    /// streams; the bytes sent.
-    async fn send_phase(&self, p: usize, records: &[Record]) -> Result<u64, ClusterError> {
+    /// Sends `records` in batches to the holders of every parity and ends the streams; the
+    /// bytes sent. The phases' batches are cut from one pass over the records, so every
+    /// parity holder's stream advances at once.
+    async fn send_records(&self, records: &[Record]) -> Result<u64, ClusterError> {
         let geometry = &self.changes.geometry;
-        let k = geometry.k();
+        let (k, m) = (geometry.k(), geometry.m());
         let mut sent = 0u64;
-        let mut batches: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+        let mut batches: BTreeMap<(usize, usize), Vec<u8>> = BTreeMap::new();
         for r in records {
-            let dest = geometry.holder(r.row, k + p);
-            let batch = batches.entry(dest).or_default();
-            push_record(batch, r.row, r.offset, r.shard, &r.bytes);
-            if batch.len() >= BATCH {
-                let full = std::mem::take(batch);
-                sent += full.len() as u64;
-                self.send(p, dest, full).await?;
+            for p in 0..m {
+                let dest = geometry.holder(r.row, k + p);
+                let batch = batches.entry((p, dest)).or_default();
+                push_record(batch, r.row, r.offset, r.shard, &r.bytes);
+                if batch.len() >= BATCH {
+                    let full = std::mem::take(batch);
+                    sent += full.len() as u64;
+                    self.send(p, dest, full).await?;
+                }
             }
         }
-        for (dest, batch) in batches.into_iter().filter(|(_, b)| !b.is_empty()) {
+        for ((p, dest), batch) in batches.into_iter().filter(|(_, b)| !b.is_empty()) {
             sent += batch.len() as u64;
             self.send(p, dest, batch).await?;
         }
@@ -319,10 +291,8 @@ impl DataRole {
             &agent.info.name,
         )
         .await;
-        // Phase 0 (and every phase of a broadcast) has data members as its only senders:
-        // they end their streams here.
-        for &(q, to) in self.outs.keys().filter(|(q, _)| *q == p) {
-            self.send(q, to, Vec::new()).await?;
+        for &(p, to) in self.outs.keys() {
+            self.send(p, to, Vec::new()).await?;
         }
         Ok(sent)
     }
@@ -420,16 +390,9 @@ struct Stage {
 }
 
 impl Stage {
-    /// Folds a batch of phase `p` into the staged chunks; with `relay`, also returns its
-    /// records regrouped by the holder of parity `p + 1` of their row.
-    fn fold(
-        &mut self,
-        p: usize,
-        batch: &[u8],
-        relay: bool,
-    ) -> Result<BTreeMap<usize, Vec<u8>>, ClusterError> {
+    /// Folds a batch of phase `p` into the staged chunks.
+    fn fold(&mut self, p: usize, batch: &[u8]) -> Result<(), ClusterError> {
         let k = self.geometry.k();
-        let mut relayed: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
         for RecordRef {
             row,
             offset,
@@ -451,12 +414,8 @@ impl Stage {
                 .ok_or_else(|| ClusterError::Protocol(format!("no parity of row {row} here")))?;
             let coefficient = self.generator[(k + p) * k + shard as usize];
             self.add(pc, offset, coefficient, bytes)?;
-            if relay {
-                let dest = self.geometry.holder(row, k + p + 1);
-                push_record(relayed.entry(dest).or_default(), row, offset, shard, bytes);
-            }
         }
-        Ok(relayed)
+        Ok(())
     }
 
     /// `parity_chunk[offset..] ^= coefficient · delta`, in the staged update (which copies
@@ -479,20 +438,12 @@ impl Stage {
     }
 }
 
-/// Bytes the parity role received, and forwarded as a relay.
-#[derive(Default)]
-struct Traffic {
-    received: AtomicU64,
-    forwarded: AtomicU64,
-}
-
 /// The parity role: one task per phase drains that phase's incoming streams (every phase at
-/// once: a relay forwards phase-`p` records into phase `p + 1` while it still receives
-/// phase `p`, so a phase that waited for the previous one could stall the relays feeding
-/// it), folds them into the [`Stage`], relays them onwards, and ends its next-phase streams.
+/// once) and folds them into the [`Stage`].
 struct ParityRole {
     stage: Arc<Mutex<Stage>>,
-    traffic: Arc<Traffic>,
+    /// Bytes received over every phase.
+    received: Arc<AtomicU64>,
     phases: Vec<JoinHandle<Result<(), ClusterError>>>,
 }
 
@@ -515,7 +466,7 @@ impl ParityRole {
         }));
         let mut role = ParityRole {
             stage,
-            traffic: Arc::default(),
+            received: Arc::default(),
             phases: Vec::new(),
         };
         for p in 0..part.phases.count() {
@@ -525,24 +476,13 @@ impl ParityRole {
         Ok(role)
     }
 
-    /// Spawns a reader per incoming stream of phase `p`, and a task that waits for them and
-    /// then, as a relay, ends this member's streams of phase `p + 1`.
+    /// Spawns a reader per incoming stream of phase `p`, and a task that waits for them.
     fn start_phase(
         &self,
         part: &Part,
         p: usize,
         links: &mut [TaskLinks],
     ) -> JoinHandle<Result<(), ClusterError>> {
-        let relays = part.phases.relays(p);
-        let next: BTreeMap<usize, Out> = match relays {
-            true => part
-                .phases
-                .send_to(p + 1)
-                .into_iter()
-                .filter_map(|x| links[p + 1].sender(x).map(|s| (x, s)))
-                .collect(),
-            false => BTreeMap::new(),
-        };
         let readers: Vec<_> = part
             .phases
             .recv_from(p)
@@ -555,13 +495,12 @@ impl ParityRole {
                     rx,
                     failure,
                     stage: self.stage.clone(),
-                    next: relays.then(|| next.clone()),
-                    traffic: self.traffic.clone(),
+                    received: self.received.clone(),
                 };
                 tokio::spawn(stream.run())
             })
             .collect();
-        tokio::spawn(end_phase(readers, next.into_values().collect()))
+        tokio::spawn(end_phase(readers))
     }
 
     /// Waits until every phase is drained.
@@ -582,43 +521,31 @@ impl ParityRole {
     }
 }
 
-/// Waits for a phase's readers, then ends the next phase's streams (`enders`, a relay's).
-async fn end_phase(
-    readers: Vec<JoinHandle<Result<(), ClusterError>>>,
-    enders: Vec<Out>,
-) -> Result<(), ClusterError> {
+/// Waits for a phase's readers.
+async fn end_phase(readers: Vec<JoinHandle<Result<(), ClusterError>>>) -> Result<(), ClusterError> {
     for reader in readers {
         joined(reader, "update reader").await??;
-    }
-    for end in enders {
-        end.send(Vec::new())
-            .await
-            .map_err(|_| ClusterError::Link("relay link failed".into()))?;
     }
     Ok(())
 }
 
 /// One incoming stream of the parity role: phase `phase`'s records from member `name`,
-/// folded batch by batch on a blocking thread and, by a relay, passed on to `next`.
+/// folded batch by batch on a blocking thread.
 struct StreamIn {
     phase: usize,
     name: String,
     rx: mpsc::Receiver<Vec<u8>>,
     failure: Failure,
     stage: Arc<Mutex<Stage>>,
-    next: Option<BTreeMap<usize, Out>>,
-    traffic: Arc<Traffic>,
+    received: Arc<AtomicU64>,
 }
 
 impl StreamIn {
-    /// Folds and relays every batch until the sender ends the stream.
+    /// Folds every batch until the sender ends the stream.
     async fn run(mut self) -> Result<(), ClusterError> {
         while let Some(batch) = self.next_batch().await? {
-            self.traffic
-                .received
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            let relayed = self.fold(batch).await?;
-            self.relay(relayed).await?;
+            self.received.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            self.fold(batch).await?;
         }
         Ok(())
     }
@@ -631,25 +558,8 @@ impl StreamIn {
         }
     }
 
-    async fn fold(&self, batch: Vec<u8>) -> Result<BTreeMap<usize, Vec<u8>>, ClusterError> {
-        let (stage, p, relay) = (self.stage.clone(), self.phase, self.next.is_some());
-        blocking(move || stage.lock().expect("stage lock").fold(p, &batch, relay)).await
-    }
-
-    async fn relay(&self, relayed: BTreeMap<usize, Vec<u8>>) -> Result<(), ClusterError> {
-        let Some(next) = &self.next else { return Ok(()) };
-        for (dest, batch) in relayed {
-            self.traffic
-                .forwarded
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            let sender = next
-                .get(&dest)
-                .ok_or_else(|| ClusterError::Protocol(format!("no relay link to member {dest}")))?;
-            sender
-                .send(batch)
-                .await
-                .map_err(|_| ClusterError::Link(format!("relay to member {dest} failed")))?;
-        }
-        Ok(())
+    async fn fold(&self, batch: Vec<u8>) -> Result<(), ClusterError> {
+        let (stage, p) = (self.stage.clone(), self.phase);
+        blocking(move || stage.lock().expect("stage lock").fold(p, &batch)).await
     }
 }

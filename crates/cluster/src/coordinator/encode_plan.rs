@@ -157,9 +157,9 @@ pub(super) fn plan_encode(
     }
 }
 
-/// Whether updating is cheaper than encoding anew: an update sends every changed byte
-/// through the first parity holder of its row, a full pipeline encode sends `m·D` over each
-/// data member's link (an epoch that rewrites most pages is not worth updating).
+/// Whether updating is cheaper than encoding anew: an update sends every changed byte of a
+/// row into each of its parity holders, a full pipeline encode sends `m·D` over each data
+/// member's link (an epoch that rewrites most pages is not worth updating).
 pub fn update_is_cheaper(changed: u64, m: usize, longest: u64) -> bool {
     changed < m as u64 * longest
 }
