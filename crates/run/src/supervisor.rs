@@ -32,6 +32,10 @@ const TICK: Duration = Duration::from_millis(50);
 /// How long a run waits for agents that never registered (started by another launcher).
 const AGENT_WAIT: Duration = Duration::from_secs(60);
 
+/// How long a run waits for the coordinator to declare dead a node the run killed itself
+/// (`--kill-at`); the coordinator's heartbeat timeout is far shorter.
+const DECLARE_WAIT: Duration = Duration::from_secs(60);
+
 /// Recoveries in a row that may fail for another reason than too many losses (a node dying
 /// while it runs) before the run gives up.
 const RECOVERY_TRIES: u32 = 5;
@@ -205,6 +209,9 @@ struct Supervisor<'a> {
     failing_since: Option<Instant>,
     /// Nodes seen lost in the current failure (not to report twice).
     reported_lost: BTreeSet<String>,
+    /// Nodes this run killed that the coordinator still reports alive: until it declares
+    /// them dead, a restart would place ranks on them.
+    undeclared: BTreeSet<String>,
     /// A recovery done, waiting for the relaunch that completes it.
     recovered: Option<RecoveryRecord>,
     /// Names this run's launches (`ECKPT_LAUNCH` is `<run_id>-<attempt>`).
@@ -262,6 +269,7 @@ impl<'a> Supervisor<'a> {
             launch: None,
             failing_since: None,
             reported_lost: BTreeSet::new(),
+            undeclared: BTreeSet::new(),
             recovered: None,
             run_id: format!("{:x}-{}", now_unix as u64, std::process::id()),
         })
@@ -376,11 +384,26 @@ impl<'a> Supervisor<'a> {
     /// Recovers until nothing is lost.
     fn heal(&mut self, events: &mut dyn FnMut(Event)) -> Result<(), RunError> {
         let mut tries = 0;
+        let waiting = Instant::now();
         loop {
             self.check_interrupt()?;
-            let lost = Self::lost(&self.cluster.status()?);
+            let status = self.cluster.status()?;
+            self.undeclared
+                .retain(|n| status.nodes.iter().any(|s| &s.name == n && s.alive && !s.removed));
+            let lost = Self::lost(&status);
             if lost.is_empty() {
-                return Ok(());
+                if self.undeclared.is_empty() {
+                    return Ok(());
+                }
+                if waiting.elapsed() > DECLARE_WAIT {
+                    return Err(RunError::Launch(format!(
+                        "the coordinator did not declare killed node(s) {} dead within {} s",
+                        self.undeclared.iter().cloned().collect::<Vec<_>>().join(" "),
+                        DECLARE_WAIT.as_secs()
+                    )));
+                }
+                std::thread::sleep(TICK);
+                continue;
             }
             self.note_lost(&lost, "node declared dead", events);
             let start = Instant::now();
@@ -501,6 +524,7 @@ impl<'a> Supervisor<'a> {
             launch::kill_node(self.cluster.dir().root(), victim, true)?;
         }
         let set: BTreeSet<String> = victims.into_iter().collect();
+        self.undeclared.extend(set.iter().cloned());
         self.note_lost(&set, cause, events);
         Ok(())
     }
@@ -685,7 +709,7 @@ impl<'a> Supervisor<'a> {
                     let how = signal.map_or(String::new(), |s| format!(" by signal {s}"));
                     let lost = Self::lost(&self.cluster.status()?);
                     self.note_lost(&lost, "node declared dead", events);
-                    if lost.is_empty() {
+                    if lost.is_empty() && self.undeclared.is_empty() {
                         events(Event::Note(format!(
                             "{who} was killed{how}: restarting from the last committed epoch"
                         )));
