@@ -9,7 +9,7 @@
 
 mod cluster;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use cluster::programs::{assert_failure_free, build_c, reference, text};
@@ -131,6 +131,28 @@ fn assert_balanced(record: &Value) {
     }
 }
 
+/// No attempt places a rank on a node the run had already lost (killed nodes are wiped and
+/// never come back): a relaunch waits until the loss is recovered.
+fn assert_no_rank_on_a_lost_node(record: &Value) {
+    let failures = record["failures"].as_array().unwrap();
+    for attempt in record["attempts"].as_array().unwrap() {
+        let start = attempt["start_s"].as_f64().unwrap();
+        let lost: BTreeSet<&str> = failures
+            .iter()
+            .filter(|f| f["t_s"].as_f64().unwrap() < start)
+            .flat_map(|f| f["nodes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()))
+            .collect();
+        for node in attempt["placement"].as_object().unwrap().values() {
+            let node = node.as_str().unwrap();
+            assert!(
+                !lost.contains(node),
+                "attempt {} placed a rank on lost node {node}: {record}",
+                attempt["attempt"]
+            );
+        }
+    }
+}
+
 #[test]
 fn random_node_kills_end_with_the_failure_free_result() {
     let mut random = Random(seed() | 1);
@@ -217,6 +239,7 @@ fn random_node_kills_end_with_the_failure_free_result() {
             record["recoveries"].as_array().unwrap().len()
         );
         assert_balanced(&record);
+        assert_no_rank_on_a_lost_node(&record);
     }
 }
 
