@@ -384,7 +384,8 @@ impl<'a> Supervisor<'a> {
     /// Recovers until nothing is lost.
     fn heal(&mut self, events: &mut dyn FnMut(Event)) -> Result<(), RunError> {
         let mut tries = 0;
-        let waiting = Instant::now();
+        // Since when nothing is lost but a node this run killed is not declared dead yet.
+        let mut undeclared_since: Option<Instant> = None;
         loop {
             self.check_interrupt()?;
             let status = self.cluster.status()?;
@@ -395,7 +396,8 @@ impl<'a> Supervisor<'a> {
                 if self.undeclared.is_empty() {
                     return Ok(());
                 }
-                if waiting.elapsed() > DECLARE_WAIT {
+                let since = *undeclared_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > DECLARE_WAIT {
                     return Err(RunError::Launch(format!(
                         "the coordinator did not declare killed node(s) {} dead within {} s",
                         self.undeclared.iter().cloned().collect::<Vec<_>>().join(" "),
@@ -405,6 +407,7 @@ impl<'a> Supervisor<'a> {
                 std::thread::sleep(TICK);
                 continue;
             }
+            undeclared_since = None;
             self.note_lost(&lost, "node declared dead", events);
             let start = Instant::now();
             let recovered = self.recovered.get_or_insert_with(|| RecoveryRecord {

@@ -438,17 +438,17 @@ impl Stage {
     }
 }
 
-/// The parity role: one task per phase drains that phase's incoming streams (every phase at
-/// once) and folds them into the [`Stage`].
+/// The parity role: a reader per incoming stream (every phase's at once) folds what it
+/// receives into the [`Stage`].
 struct ParityRole {
     stage: Arc<Mutex<Stage>>,
     /// Bytes received over every phase.
     received: Arc<AtomicU64>,
-    phases: Vec<JoinHandle<Result<(), ClusterError>>>,
+    readers: Vec<JoinHandle<Result<(), ClusterError>>>,
 }
 
 impl ParityRole {
-    /// Opens the parity to update and starts draining every phase.
+    /// Opens the parity to update and starts a reader on every incoming stream.
     async fn start(
         part: &Part,
         generator: Vec<u8>,
@@ -464,49 +464,33 @@ impl ParityRole {
             chunk: part.chunk(),
             maps: HashMap::new(),
         }));
-        let mut role = ParityRole {
-            stage,
-            received: Arc::default(),
-            phases: Vec::new(),
-        };
-        for p in 0..part.phases.count() {
-            let phase = role.start_phase(part, p, links);
-            role.phases.push(phase);
-        }
-        Ok(role)
-    }
-
-    /// Spawns a reader per incoming stream of phase `p`, and a task that waits for them.
-    fn start_phase(
-        &self,
-        part: &Part,
-        p: usize,
-        links: &mut [TaskLinks],
-    ) -> JoinHandle<Result<(), ClusterError>> {
-        let readers: Vec<_> = part
-            .phases
-            .recv_from(p)
-            .into_iter()
-            .map(|from| {
-                let (rx, failure) = links[p].take_receiver(from).expect("a link from each sender");
+        let received: Arc<AtomicU64> = Arc::default();
+        let mut readers = Vec::new();
+        for (p, phase_links) in links.iter_mut().enumerate() {
+            for from in part.phases.recv_from(p) {
+                let (rx, failure) = phase_links.take_receiver(from).expect("a link from each sender");
                 let stream = StreamIn {
                     phase: p,
                     name: part.task.participants[from].name.clone(),
                     rx,
                     failure,
-                    stage: self.stage.clone(),
-                    received: self.received.clone(),
+                    stage: stage.clone(),
+                    received: received.clone(),
                 };
-                tokio::spawn(stream.run())
-            })
-            .collect();
-        tokio::spawn(end_phase(readers))
+                readers.push(tokio::spawn(stream.run()));
+            }
+        }
+        Ok(ParityRole {
+            stage,
+            received,
+            readers,
+        })
     }
 
-    /// Waits until every phase is drained.
+    /// Waits until every incoming stream is drained.
     async fn drain(&mut self) -> Result<(), ClusterError> {
-        for phase in self.phases.drain(..) {
-            joined(phase, "update phase").await??;
+        for reader in self.readers.drain(..) {
+            joined(reader, "update reader").await??;
         }
         Ok(())
     }
@@ -519,14 +503,6 @@ impl ParityRole {
             .expect("stage lock");
         blocking(move || stage.staged.seal()).await
     }
-}
-
-/// Waits for a phase's readers.
-async fn end_phase(readers: Vec<JoinHandle<Result<(), ClusterError>>>) -> Result<(), ClusterError> {
-    for reader in readers {
-        joined(reader, "update reader").await??;
-    }
-    Ok(())
 }
 
 /// One incoming stream of the parity role: phase `phase`'s records from member `name`,
