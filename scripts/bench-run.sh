@@ -12,16 +12,20 @@
 #   recovery   on a namespaced cluster with 1 Gbit/s links: two nodes killed with their disks;
 #              from the loss to every rank running again, next to the decode and encode
 #              times it contains.
-#   ipc        2 ranks (no more than the cores) on a namespaced cluster with 1 Gbit/s links:
-#              the halo-exchange time per step with both ranks on one node (--placement pack:
-#              shared memory) next to one rank per node (balanced: TCP over the link) — seed
-#              004's point that co-located processes should use local IPC.
+#   ipc        seed 004's restart on one node: 2 ranks x 4 MiB, one on each of n0 and n1 (3-node
+#              namespaced cluster, k=2 m=1, 1 Gbit/s links); n1 is lost after epoch 2 and both
+#              ranks are relaunched on n0. The halo-exchange time per step and the run time
+#              after the restart, with Open MPI choosing the transport afresh (shared memory
+#              between the now co-located ranks: what eckpt's relaunch gives) next to the TCP
+#              the job started with kept (OMPI_MCA_btl=self,tcp: what a checkpointer that
+#              restores the recorded sockets gives) — seed 004's point that co-located
+#              processes should switch to local IPC after relocation. REPS interleaved pairs.
 #   halo       16 ranks of 4 MiB on 8 nodes (rotated parity: every node holds data), two
 #              nodes lost: the stencil's halo-exchange time per step before the loss and after
 #              relocation per process (the lost nodes' ranks spread) and per node (each lost
 #              node's ranks together on one survivor) — seed 004's comparison.
 #
-# Usage: scripts/bench-run.sh [overhead|recovery|ipc|halo|all] (root for recovery and halo).
+# Usage: scripts/bench-run.sh [overhead|recovery|ipc|halo|all] (root for recovery, ipc and halo).
 # Environment: REPS (3), STEPS (3000), ECKPT (target/release/eckpt).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -75,18 +79,24 @@ lossy_run() {
     -n "$3" -- ./stencil -m "$4" -s "$5" -a -l log.%r > "lossy-$1.out" 2> "lossy-$1.err"
 }
 
-halo_means() { # file, before|after: the mean of every rank's halo windows
-  python3 - "$1" "$2" <<'PY'
-import re, sys
-path, when = sys.argv[1:]
+halo_windows() { # file, before|after, mean|median|resumed-from: every rank's halo windows
+  python3 - "$@" <<'PY'
+import re, statistics, sys
+path, when, what = sys.argv[1:]
 # Ranks that resumed from a checkpoint mark their windows "(resumed)".
-values = [
-    float(m.group(2))
+windows = [
+    (int(m.group(1)), float(m.group(3)))
     for line in open(path)
-    if (m := re.search(r"halo steps \d+-\d+( \(resumed\))?: ([0-9.]+) us", line))
-    and (m.group(1) is not None) == (when == "after")
+    if (m := re.search(r"halo steps (\d+)-\d+( \(resumed\))?: ([0-9.]+) us", line))
+    and (m.group(2) is not None) == (when == "after")
 ]
-print(f"{sum(values) / len(values):.0f} us over {len(values)} rank-windows" if values else "no windows")
+values = [us for _, us in windows]
+if what == "resumed-from":  # the step the restarted ranks resumed at
+    print(min(step for step, _ in windows))
+elif what == "median":
+    print(f"{statistics.median(values):.1f}" if values else "nan")
+else:
+    print(f"{sum(values) / len(values):.0f} us over {len(values)} rank-windows" if values else "no windows")
 PY
 }
 
@@ -109,12 +119,34 @@ PY
 fi
 
 if [ "$what" = ipc ] || [ "$what" = all ]; then
-  echo "== halo exchange per step, 2 ranks x 4 MiB, namespaced cluster with 1 Gbit/s links"
-  for placement in pack balanced; do
-    rm -f log.*
-    "$eckpt" run --nodes 4 --k 2 --m 2 --netns --link-rate 1gbit --launcher mpirun --placement "$placement" \
-      -n 2 -- ./stencil -m 4 -s 1000 -k 100 -l log.%r > "ipc-$placement.out" 2> "ipc-$placement.err"
-    echo "  $placement [$(grep -m1 launched "ipc-$placement.err" | sed 's/.*ranks: //')]: $(halo_means "ipc-$placement.out" before)"
+  echo "== restart on one node: 2 ranks on n0 and n1, n1 lost after epoch 2, both relaunched on n0"
+  for mib in 1 4; do
+    steps_ipc=$((80000 / mib))
+    echo "  ranks of $mib MiB, $steps_ipc steps"
+    for transport in shm tcp; do : > "after-$transport.txt"; : > "step-$transport.txt"; done
+    for rep in $(seq "$reps"); do
+      for transport in shm tcp; do
+        rm -f log.*
+        btl=(); [ "$transport" = tcp ] && btl=(OMPI_MCA_btl=self,tcp)
+        out=ipc-$transport.out
+        env "${btl[@]}" "$eckpt" run --nodes 3 --k 2 --m 1 --netns --link-rate 1gbit --launcher mpirun \
+          --interval 1s --kill-at 2:1 -n 2 -- ./stencil -m "$mib" -s "$steps_ipc" -a -l log.%r \
+          > "$out" 2> "ipc-$transport.err"
+        grep -q 'relaunched 2 ranks: n0:0-1' "ipc-$transport.err" ||
+          { echo "  rep $rep $transport: the ranks were not relaunched together on n0" >&2; exit 1; }
+        halo_windows "$out" after median >> "after-$transport.txt"
+        # The restarted job's run time per step (the loss falls at a slightly different step each run).
+        echo "$(elapsed "$out") $steps_ipc $(halo_windows "$out" after resumed-from)" |
+          awk '{printf "%.1f\n", 1e6 * $1 / ($2 - $3)}' >> "step-$transport.txt"
+        echo "    rep $rep, $transport: halo before the loss $(halo_windows "$out" before median) us," \
+          "after $(tail -1 "after-$transport.txt") us per step; a step after the restart $(tail -1 "step-$transport.txt") us"
+      done
+    done
+    shm=$(median < after-shm.txt); tcp=$(median < after-tcp.txt)
+    shm_step=$(median < step-shm.txt); tcp_step=$(median < step-tcp.txt)
+    echo "    median after the restart: halo $shm us (shared memory) vs $tcp us (TCP kept):" \
+      "$(echo "$shm $tcp" | awk '{printf "%+.0f %%", 100 * ($1 / $2 - 1)}');" \
+      "a step $shm_step us vs $tcp_step us: $(echo "$shm_step $tcp_step" | awk '{printf "%+.1f %%", 100 * ($1 / $2 - 1)}')"
   done
 fi
 
@@ -123,7 +155,7 @@ if [ "$what" = halo ] || [ "$what" = all ]; then
   for relocation in process node; do
     lossy_run "$relocation" rotated 16 4 600
     placement=$(grep -m1 "relaunched" "lossy-$relocation.err" | sed 's/.*ranks: //')
-    echo "  relocation per $relocation: before the loss $(halo_means "lossy-$relocation.out" before);" \
-      "after $(halo_means "lossy-$relocation.out" after) [$placement]"
+    echo "  relocation per $relocation: before the loss $(halo_windows "lossy-$relocation.out" before mean);" \
+      "after $(halo_windows "lossy-$relocation.out" after mean) [$placement]"
   done
 fi
