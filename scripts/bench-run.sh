@@ -12,14 +12,15 @@
 #   recovery   on a namespaced cluster with 1 Gbit/s links: two nodes killed with their disks;
 #              from the loss to every rank running again, next to the decode and encode
 #              times it contains.
-#   ipc        seed 004's restart on one node: 2 ranks x 4 MiB, one on each of n0 and n1 (3-node
-#              namespaced cluster, k=2 m=1, 1 Gbit/s links); n1 is lost after epoch 2 and both
-#              ranks are relaunched on n0. The halo-exchange time per step and the run time
-#              after the restart, with Open MPI choosing the transport afresh (shared memory
-#              between the now co-located ranks: what eckpt's relaunch gives) next to the TCP
-#              the job started with kept (OMPI_MCA_btl=self,tcp: what a checkpointer that
-#              restores the recorded sockets gives) — seed 004's point that co-located
-#              processes should switch to local IPC after relocation. REPS interleaved pairs.
+#   ipc        seed 004's restart on one node: ranks spread over n0 and n1 (3-node namespaced
+#              cluster, k=2 m=1, 1 Gbit/s links; 2 ranks of 1 and 4 MiB, and 4 ranks of 1 MiB as
+#              in the seed); n1 is lost after epoch 2 and every rank is relaunched on n0. The
+#              halo-exchange time per step and the run time after the restart, with Open MPI
+#              choosing the transport afresh (shared memory between the now co-located ranks:
+#              what eckpt's relaunch gives) next to the TCP the job started with kept
+#              (OMPI_MCA_btl=self,tcp: what a checkpointer that restores the recorded sockets
+#              gives) — seed 004's point that co-located processes should switch to local IPC
+#              after relocation. REPS interleaved pairs.
 #   halo       16 ranks of 4 MiB on 8 nodes (rotated parity: every node holds data), two
 #              nodes lost: the stencil's halo-exchange time per step before the loss and after
 #              relocation per process (the lost nodes' ranks spread) and per node (each lost
@@ -119,10 +120,12 @@ PY
 fi
 
 if [ "$what" = ipc ] || [ "$what" = all ]; then
-  echo "== restart on one node: 2 ranks on n0 and n1, n1 lost after epoch 2, both relaunched on n0"
-  for mib in 1 4; do
-    steps_ipc=$((80000 / mib))
-    echo "  ranks of $mib MiB, $steps_ipc steps"
+  echo "== restart on one node: ranks on n0 and n1, n1 lost after epoch 2, all relaunched on n0"
+  # ranks:MiB per rank — the seed ran 2 processes per node (4 after the restart).
+  for shape in 2:1 2:4 4:1; do
+    ranks=${shape%:*}; mib=${shape#*:}
+    steps_ipc=$((160000 / mib / ranks))
+    echo "  $ranks ranks of $mib MiB, $steps_ipc steps"
     for transport in shm tcp; do : > "after-$transport.txt"; : > "step-$transport.txt"; done
     for rep in $(seq "$reps"); do
       for transport in shm tcp; do
@@ -130,9 +133,9 @@ if [ "$what" = ipc ] || [ "$what" = all ]; then
         btl=(); [ "$transport" = tcp ] && btl=(OMPI_MCA_btl=self,tcp)
         out=ipc-$transport.out
         env "${btl[@]}" "$eckpt" run --nodes 3 --k 2 --m 1 --netns --link-rate 1gbit --launcher mpirun \
-          --interval 1s --kill-at 2:1 -n 2 -- ./stencil -m "$mib" -s "$steps_ipc" -a -l log.%r \
+          --interval 1s --kill-at 2:1 -n "$ranks" -- ./stencil -m "$mib" -s "$steps_ipc" -a -l log.%r \
           > "$out" 2> "ipc-$transport.err"
-        grep -q 'relaunched 2 ranks: n0:0-1' "ipc-$transport.err" ||
+        grep -q "relaunched $ranks ranks: n0:0-$((ranks - 1))\$" "ipc-$transport.err" ||
           { echo "  rep $rep $transport: the ranks were not relaunched together on n0" >&2; exit 1; }
         halo_windows "$out" after median >> "after-$transport.txt"
         # The restarted job's run time per step (the loss falls at a slightly different step each run).
