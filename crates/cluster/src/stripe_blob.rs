@@ -128,11 +128,10 @@ pub fn parse_stripe_blob(bytes: &[u8]) -> Result<Vec<(u32, &[u8])>, ClusterError
 /// Fills `buf` with the bytes of `file` (`len` long) from `offset`, zero past its end: a
 /// blob read as a zero-padded shard.
 fn read_padded(file: &File, len: u64, path: &Path, offset: u64, buf: &mut [u8]) -> Result<(), ClusterError> {
-    buf.fill(0);
-    if offset < len {
-        let n = ((len - offset) as usize).min(buf.len());
-        file.read_exact_at(&mut buf[..n], offset).map_err(io_at(path))?;
-    }
+    let n = len.saturating_sub(offset).min(buf.len() as u64) as usize;
+    file.read_exact_at(&mut buf[..n], offset).map_err(io_at(path))?;
+    // Only the padding past the blob's end is zeroed: a chunk inside it is read over.
+    buf[n..].fill(0);
     Ok(())
 }
 
@@ -377,7 +376,8 @@ mod tests {
             // Chunks in any order, the last one padded with zeros past the blob.
             let chunk = 64 * 1024;
             let chunks = (len as usize).div_ceil(chunk);
-            let mut read = vec![0u8; chunks * chunk];
+            // Stale bytes in the buffer: the padding past the blob must be zeroed by the read.
+            let mut read = vec![0xa5u8; chunks * chunk];
             for q in (0..chunks).rev() {
                 tee.read((q * chunk) as u64, &mut read[q * chunk..(q + 1) * chunk])
                     .unwrap();
