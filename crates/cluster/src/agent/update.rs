@@ -32,7 +32,6 @@ use tokio::task::JoinHandle;
 use super::links::{failure_of, Failure, LinkPlan, TaskLinks};
 use super::{blocking, Agent};
 use crate::parity_store::StagedUpdate;
-use crate::shard::ImageShard;
 use eckpt_cluster_api::msg::{TaskReport, UpdateTask};
 use eckpt_cluster_api::shard_layout::ShardLayout;
 use eckpt_cluster_api::ClusterError;
@@ -239,6 +238,7 @@ impl DataRole {
             geometry: part.geometry.clone(),
             me: part.me,
             chunk: part.chunk(),
+            old_crcs: part.task.object.shards[part.me].crcs.clone(),
         };
         DataRole {
             changes: Arc::new(changes),
@@ -316,6 +316,9 @@ struct Changes {
     geometry: Geometry,
     me: usize,
     chunk: usize,
+    /// The CRC-32C of each chunk of this member's shard at the base version (the
+    /// coordinator's record).
+    old_crcs: Vec<u32>,
 }
 
 impl Changes {
@@ -323,13 +326,13 @@ impl Changes {
     /// the CRCs of the changed chunks' new contents (blocking: reads the store).
     fn read(&self) -> Result<DataUpdate, ClusterError> {
         let mut records = Vec::new();
-        let mut touched = BTreeSet::new();
+        let mut touched = BTreeMap::new();
         for rank in self.layout.ranks() {
             for block in self.agent.store.dirty_xor(rank, self.epoch)? {
                 self.cut(rank, &block, &mut records, &mut touched)?;
             }
         }
-        let crcs = self.crcs(touched)?;
+        let crcs = self.crcs(&records, touched)?;
         Ok(DataUpdate { records, crcs })
     }
 
@@ -339,7 +342,7 @@ impl Changes {
         rank: u32,
         block: &XorBlock,
         records: &mut Vec<Record>,
-        touched: &mut BTreeSet<u64>,
+        touched: &mut BTreeMap<u64, Vec<usize>>,
     ) -> Result<(), ClusterError> {
         let (geometry, me, chunk) = (&self.geometry, self.me, self.chunk);
         let extent = self.layout.extent(rank, &block.item).ok_or_else(|| {
@@ -358,24 +361,54 @@ impl Changes {
                 shard: geometry.shard_at(row, me) as u16,
                 bytes: rest[..n].to_vec(),
             });
-            touched.insert(q);
+            touched.entry(q).or_default().push(records.len() - 1);
             rest = &rest[n..];
             at += n as u64;
         }
         Ok(())
     }
 
-    /// The CRC-32C of the new contents of each chunk in `touched`.
-    fn crcs(&self, touched: BTreeSet<u64>) -> Result<Vec<(u64, u32)>, ClusterError> {
-        let shard = ImageShard::open(&self.agent.store, self.layout.clone(), self.epoch)?;
-        let mut buf = vec![0u8; self.chunk];
+    /// The CRC-32C of the new contents of each chunk in `touched` (chunk → its records),
+    /// from the records alone: CRC-32C is affine, `crc(a ⊕ b) = crc(a) ⊕ crc(b) ⊕ crc(0…0)`,
+    /// so the new chunk's CRC is the old one's changed by the CRC of its `old ⊕ new`. Reading
+    /// every touched chunk back instead cost more than the changes themselves (the MAT
+    /// pattern touches 28 % of the chunks with 2 % of the pages).
+    fn crcs(
+        &self,
+        records: &[Record],
+        touched: BTreeMap<u64, Vec<usize>>,
+    ) -> Result<Vec<(u64, u32)>, ClusterError> {
+        let mut delta = vec![0u8; self.chunk];
+        let zeros = crc32c::crc32c(&delta);
         let mut crcs = Vec::with_capacity(touched.len());
-        for q in touched {
-            shard.read(q * self.chunk as u64, &mut buf)?;
-            crcs.push((q, crc32c::crc32c(&buf)));
+        for (q, pieces) in touched {
+            let old = self.old_crcs.get(q as usize).ok_or_else(|| {
+                ClusterError::Protocol(format!("chunk {q} of member {} has no recorded CRC", self.me))
+            })?;
+            let pieces = pieces
+                .iter()
+                .map(|&i| (records[i].offset as usize, &records[i].bytes[..]));
+            crcs.push((q, updated_crc(*old, zeros, &mut delta, pieces)));
         }
         Ok(crcs)
     }
+}
+
+/// The CRC-32C of a chunk whose CRC was `old` after `pieces` (offset, `old ⊕ new`) change
+/// it; `zeros` is the CRC of a chunk of zeros, `delta` a chunk-sized scratch buffer.
+fn updated_crc<'a>(
+    old: u32,
+    zeros: u32,
+    delta: &mut [u8],
+    pieces: impl IntoIterator<Item = (usize, &'a [u8])>,
+) -> u32 {
+    delta.fill(0);
+    for (at, bytes) in pieces {
+        for (d, b) in delta[at..at + bytes.len()].iter_mut().zip(bytes) {
+            *d ^= b;
+        }
+    }
+    old ^ crc32c::crc32c(delta) ^ zeros
 }
 
 /// Staged new contents of this member's changed parity chunks, and what it takes to fold
@@ -537,5 +570,35 @@ impl StreamIn {
     async fn fold(&self, batch: Vec<u8>) -> Result<(), ClusterError> {
         let (stage, p) = (self.stage.clone(), self.phase);
         blocking(move || stage.lock().expect("stage lock").fold(p, &batch)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The CRC taken from the changes alone is the CRC of the changed chunk.
+        #[test]
+        fn a_chunk_crc_follows_its_changes(
+            old in proptest::collection::vec(any::<u8>(), 1..3000),
+            changes in proptest::collection::vec((any::<prop::sample::Index>(), proptest::collection::vec(any::<u8>(), 1..300)), 0..6),
+        ) {
+            let mut new = old.clone();
+            let mut pieces = Vec::new();
+            for (at, bytes) in &changes {
+                let at = at.index(old.len());
+                let bytes = &bytes[..bytes.len().min(old.len() - at)];
+                for (n, b) in new[at..].iter_mut().zip(bytes) {
+                    *n ^= b;
+                }
+                pieces.push((at, bytes));
+            }
+            let mut scratch = vec![0u8; old.len()];
+            let zeros = crc32c::crc32c(&scratch);
+            let got = updated_crc(crc32c::crc32c(&old), zeros, &mut scratch, pieces);
+            prop_assert_eq!(got, crc32c::crc32c(&new));
+        }
     }
 }
