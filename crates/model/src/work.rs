@@ -281,8 +281,8 @@ pub fn touched(bytes: u64, dirty: f64) -> f64 {
 /// An update of the parity after a fraction `dirty` of every data member's pages changed:
 /// each changed page travels as a record (`RECORD_HEADER` + the page's `old ⊕ new`) to
 /// every parity holder of its row. Data members read old and new of each changed page, and
-/// every touched chunk's new contents for its CRC (the store checks each block as it
-/// reads, then the chunk is checksummed: read twice), before sending; parity holders read
+/// take the new CRC of every touched chunk from its changes (one checksum pass over the
+/// chunk, no store read), before sending; parity holders read
 /// each touched parity chunk on first touch into a fresh buffer while folding, and at the
 /// end stage the touched chunks (copied into the redo log's buffer, then written). Nothing
 /// is relayed, so no pipeline fills: every stream starts at once.
@@ -306,7 +306,7 @@ pub fn update(layout: Layout, shape: GroupShape, shard_bytes: u64, chunk: u64, d
     for row in 0..rows {
         for l in 0..k {
             let from = g.holder(row, l);
-            before[from].read += 2.0 * changed + 2.0 * touched_data * c;
+            before[from].read += 2.0 * changed + touched_data * c;
             for p in 0..m {
                 let to = g.holder(row, k + p);
                 during[from].sent += record;
