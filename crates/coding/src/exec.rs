@@ -95,7 +95,9 @@ impl Columns {
     }
 }
 
-fn xor_into(dst: &mut [u8], src: &[u8]) {
+/// `dst ^= src` over their common length, eight bytes at a time: adding in GF(2^8), and
+/// applying an `old ⊕ new` difference.
+pub fn xor_into(dst: &mut [u8], src: &[u8]) {
     for (d, s) in dst.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
         let v = u64::from_ne_bytes(d[..].try_into().expect("8 bytes"))
             ^ u64::from_ne_bytes(s.try_into().expect("8 bytes"));

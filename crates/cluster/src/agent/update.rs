@@ -35,6 +35,7 @@ use crate::parity_store::StagedUpdate;
 use eckpt_cluster_api::msg::{TaskReport, UpdateTask};
 use eckpt_cluster_api::shard_layout::ShardLayout;
 use eckpt_cluster_api::ClusterError;
+use eckpt_coding::exec::xor_into;
 use eckpt_coding::geometry::Geometry;
 use eckpt_coding::records::{parse_batch, push_record, RecordRef, BATCH};
 use eckpt_store::XorBlock;
@@ -404,9 +405,7 @@ fn updated_crc<'a>(
 ) -> u32 {
     delta.fill(0);
     for (at, bytes) in pieces {
-        for (d, b) in delta[at..at + bytes.len()].iter_mut().zip(bytes) {
-            *d ^= b;
-        }
+        xor_into(&mut delta[at..at + bytes.len()], bytes);
     }
     old ^ crc32c::crc32c(delta) ^ zeros
 }
