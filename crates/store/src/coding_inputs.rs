@@ -30,16 +30,16 @@ pub struct XorBlock {
     pub bytes: Vec<u8>,
 }
 
-/// Appends the non-zero `old ⊕ new` of each candidate block of `name`.
-fn xor_blocks(
+/// Hands `visit` the non-zero `old ⊕ new` of each candidate block of `name`, in order.
+fn xor_blocks<E: From<StoreError>>(
     old: &Chain,
     new: &Chain,
     name: &str,
     block_size: u32,
     span: u64,
     candidates: impl Iterator<Item = u64>,
-    out: &mut Vec<XorBlock>,
-) -> Result<()> {
+    visit: &mut impl FnMut(XorBlock) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
     let bs = u64::from(block_size);
     let mut old_buf = Vec::new();
     for index in candidates {
@@ -53,12 +53,12 @@ fn xor_blocks(
             *b ^= o;
         }
         if bytes.iter().any(|&b| b != 0) {
-            out.push(XorBlock {
+            visit(XorBlock {
                 item: name.to_string(),
                 block_size,
                 index,
                 bytes,
-            });
+            })?;
         }
     }
     Ok(())
@@ -86,6 +86,23 @@ impl Store {
     /// items. Blocks whose XOR is zero are left out. Needs `P` to still be stored, which
     /// retention guarantees while `epoch` is prepared.
     pub fn dirty_xor(&self, rank: u32, epoch: u64) -> Result<Vec<XorBlock>> {
+        let mut out = Vec::new();
+        self.dirty_xor_each(rank, epoch, |block| {
+            out.push(block);
+            Ok::<_, StoreError>(())
+        })?;
+        Ok(out)
+    }
+
+    /// [`Store::dirty_xor`] one block at a time, as the store is read: `visit` gets each
+    /// changed block in item and block order, so a caller can send the first changes while
+    /// the rest are still being read, and stop at its first error.
+    pub fn dirty_xor_each<E: From<StoreError>>(
+        &self,
+        rank: u32,
+        epoch: u64,
+        mut visit: impl FnMut(XorBlock) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
         let dir = self.rank_dir(rank);
         let new = Chain::open(&dir, rank, epoch, true)?;
         let m = &new.target().manifest;
@@ -94,7 +111,6 @@ impl Store {
             .ok_or_else(|| StoreError::Invalid(format!("rank {rank} epoch {epoch} has no parent to diff")))?;
         let old = Chain::open(&dir, rank, parent, false)?;
         let om = &old.target().manifest;
-        let mut out = Vec::new();
         for item in &m.items {
             let old_len = om.item_index(&item.name).map_or(0, |i| om.items[i].len);
             let bs = u64::from(item.block_size);
@@ -108,7 +124,7 @@ impl Store {
                     item.block_size,
                     span,
                     0..span_blocks,
-                    &mut out,
+                    &mut visit,
                 )?;
             } else {
                 // Stored blocks, then every block the item lost by shrinking.
@@ -126,7 +142,7 @@ impl Store {
                     item.block_size,
                     span,
                     candidates,
-                    &mut out,
+                    &mut visit,
                 )?;
             }
         }
@@ -139,10 +155,10 @@ impl Store {
                 item.block_size,
                 item.len,
                 candidates,
-                &mut out,
+                &mut visit,
             )?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Serialized length of `epoch`'s delta (see [`Store::padded_delta`]), from its
