@@ -5,21 +5,24 @@
 //! coded/
 //!   obj-g<G>-e<E>/          committed object: parity + parity.json, and/or blob
 //!                           (prepared: blob.plan, then blob.tmp while the encode writes it)
-//!     stage-<V>             update mode: new contents of changed parity chunks for version V
+//!     stage-<V>             update mode: new contents of the changed parity bytes for version V
+//!                           (stage-<V>.work while the update folds its changes)
 //!   prepared-g<G>-e<E>/     written by an encode, awaiting the coordinator's decision
 //!   rebuild-*/              shards being decoded here
 //! ```
 //!
 //! Committing is one rename of the object directory. An `update` epoch never touches the
-//! committed parity before the decision: it stages the changed chunks' new contents (a redo
+//! committed parity before the decision: it stages the changed bytes' new contents (a redo
 //! log, idempotent to apply), and applies them only once the epoch is committed, so an
 //! aborted epoch leaves the parity exactly as it was.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use eckpt_coding::exec::xor_into;
 use eckpt_coding::ObjectId;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -190,28 +193,29 @@ impl ParityStore {
         Ok(())
     }
 
-    /// Starts staging the update of `id` to `version`: the changed chunks' new contents
-    /// go to a stage file as they are folded, not into memory ([`StagedUpdate`]).
+    /// Starts staging the update of `id` to `version`: the changes are folded into a work
+    /// file, not into memory ([`StagedUpdate`]).
     pub fn stage(&self, id: ObjectId, version: u64) -> Result<StagedUpdate, ClusterError> {
         let dir = self.committed_dir(id);
         let reader = ParityReader::open(&dir, id)?;
-        let tmp = dir.join(format!("stage-{version}.tmp"));
-        let file = OpenOptions::new()
+        let work_path = dir.join(format!("stage-{version}.work"));
+        let work = OpenOptions::new()
             .create(true)
             .truncate(true)
             .read(true)
             .write(true)
-            .open(&tmp)
-            .map_err(io_at(&tmp))?;
+            .open(&work_path)
+            .map_err(io_at(&work_path))?;
+        // Sparse: a chunk's slot reads as zeros (no change) until a change is folded in.
+        work.set_len(reader.chunks() * reader.chunk() as u64)
+            .map_err(io_at(&work_path))?;
         Ok(StagedUpdate {
-            buf: vec![0u8; reader.chunk()],
             reader,
-            file,
+            work,
+            work_path,
             path: dir.join(format!("stage-{version}")),
-            tmp,
             dir,
-            at: BTreeMap::new(),
-            end: 0,
+            ranges: BTreeMap::new(),
         })
     }
 
@@ -229,7 +233,7 @@ impl ParityStore {
 
     /// Applies the staged update of `version` to the committed parity (idempotent: it
     /// writes new contents, not differences), then records the new version. Reads the stage
-    /// a chunk at a time.
+    /// a record at a time.
     pub fn apply_update(&self, id: ObjectId, version: u64) -> Result<(), ClusterError> {
         let dir = self.committed_dir(id);
         let stage_path = dir.join(format!("stage-{version}"));
@@ -243,25 +247,18 @@ impl ParityStore {
             .write(true)
             .open(&ppath)
             .map_err(io_at(&ppath))?;
-        let bad = |why: &str| ClusterError::Corrupt(format!("{}: {why}", stage_path.display()));
-        let mut record = vec![0u8; RECORD_HEAD + chunk];
         let mut at = 0u64;
         while at < stage_len {
-            if stage_len - at < record.len() as u64 {
-                return Err(bad("truncated record"));
+            let record = StageRecord::read(&stage, at, stage_len, chunk, manifest.crcs.len())
+                .map_err(|why| ClusterError::Corrupt(format!("{}: {why}", stage_path.display())))?;
+            let base = record.index * chunk as u64;
+            for (offset, bytes) in record.pieces() {
+                parity
+                    .write_all_at(bytes, base + u64::from(offset))
+                    .map_err(io_at(&ppath))?;
             }
-            stage.read_exact_at(&mut record, at).map_err(io_at(&stage_path))?;
-            let (head, data) = record.split_at(RECORD_HEAD);
-            let index = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
-            let crc = u32::from_le_bytes(head[8..].try_into().expect("4 bytes"));
-            if crc32c::crc32c(data) != crc || index as usize >= manifest.crcs.len() {
-                return Err(bad("bad record"));
-            }
-            parity
-                .write_all_at(data, index * chunk as u64)
-                .map_err(io_at(&ppath))?;
-            manifest.crcs[index as usize] = crc;
-            at += record.len() as u64;
+            manifest.crcs[record.index as usize] = record.crc;
+            at += record.len;
         }
         parity.sync_all().map_err(io_at(&ppath))?;
         manifest.version = version;
@@ -417,6 +414,22 @@ impl ParityReader {
         self.manifest.version
     }
 
+    /// The recorded CRC-32C of chunk `index`.
+    fn recorded_crc(&self, index: u64) -> Result<u32, ClusterError> {
+        self.manifest.crcs.get(index as usize).copied().ok_or_else(|| {
+            ClusterError::Invalid(format!("parity chunk {index} of object {} out of range", self.id))
+        })
+    }
+
+    /// Reads bytes from `offset` of chunk `index` into `buf`, unverified: a part cannot be
+    /// checked against its chunk's CRC. (An update built on damaged bytes carries the damage
+    /// into a chunk whose recorded CRC, taken from the changes, then fails.)
+    fn read_part(&self, index: u64, offset: usize, buf: &mut [u8]) -> Result<(), ClusterError> {
+        self.file
+            .read_exact_at(buf, index * self.manifest.chunk as u64 + offset as u64)
+            .map_err(io_at(&self.path))
+    }
+
     /// Reads chunk `index` into `buf` (one chunk) and checks its CRC.
     pub fn read(&self, index: u64, buf: &mut [u8]) -> Result<(), ClusterError> {
         if buf.len() != self.chunk() {
@@ -427,9 +440,7 @@ impl ParityReader {
                 self.chunk()
             )));
         }
-        let expected = *self.manifest.crcs.get(index as usize).ok_or_else(|| {
-            ClusterError::Invalid(format!("parity chunk {index} of object {} out of range", self.id))
-        })?;
+        let expected = self.recorded_crc(index)?;
         self.file
             .read_exact_at(buf, index * self.manifest.chunk as u64)
             .map_err(io_at(&self.path))?;
@@ -444,30 +455,34 @@ impl ParityReader {
     }
 }
 
-/// Bytes before a chunk's contents in a stage record: its index (u64) and checksum (u32).
-const RECORD_HEAD: usize = 12;
-
-/// The staged update of one object: for every parity chunk it changes, a record (index,
-/// checksum, new contents) in the stage file. A chunk is copied there from the committed
-/// parity on first touch and changed in place after, so memory is one chunk however much
-/// the update touches; [`StagedUpdate::seal`] writes the checksums and publishes the stage
-/// (a redo log [`ParityStore::apply_update`] applies at commit). Dropped unsealed, it
-/// leaves only a temporary file the next stage of the version replaces.
+/// The staged update of one object. While the update folds its changes, each changed
+/// parity chunk's difference (`new ⊕ old`) accumulates in the chunk's slot of a sparse work
+/// file, and the byte ranges changed are noted; memory holds only those ranges however much
+/// the update touches. [`StagedUpdate::seal`] turns the differences into a redo log of the
+/// changed bytes' new contents with each chunk's new CRC ([`StageRecord`]), which
+/// [`ParityStore::apply_update`] applies at commit.
+///
+/// Only changed bytes are read, staged and written back: a 2 % update scatters its pages
+/// over most 64 KiB chunks, and staging whole chunks moved ten times the changes through
+/// the stage. The new CRC comes from the recorded one by linearity (CRC-32C is affine:
+/// `crc(old ⊕ d) = crc(old) ⊕ crc(d) ⊕ crc(0…0)`), so damaged parity is never blessed: the
+/// damage stays in a chunk whose recorded CRC then fails. Dropped unsealed, the update
+/// leaves the parity as it was.
 pub struct StagedUpdate {
     reader: ParityReader,
-    file: File,
-    tmp: PathBuf,
+    work: File,
+    work_path: PathBuf,
     path: PathBuf,
     dir: PathBuf,
-    /// Stage-file offset of each touched chunk's record.
-    at: BTreeMap<u64, u64>,
-    end: u64,
-    buf: Vec<u8>,
+    /// The byte ranges `(offset, len)` changed in each touched chunk, as folded (they may
+    /// overlap).
+    ranges: BTreeMap<u64, Vec<(u32, u32)>>,
 }
 
 impl StagedUpdate {
-    /// Lets `change` modify bytes `offset..offset + len` of parity chunk `index`'s new
-    /// contents (the committed contents until a change).
+    /// Lets `change` XOR into bytes `offset..offset + len` of parity chunk `index`'s
+    /// difference (zero until a change): the bytes `change` is given are what the update
+    /// has added to them so far.
     pub fn modify(
         &mut self,
         index: u64,
@@ -476,57 +491,191 @@ impl StagedUpdate {
         change: impl FnOnce(&mut [u8]) -> Result<(), ClusterError>,
     ) -> Result<(), ClusterError> {
         let chunk = self.reader.chunk();
-        if offset.checked_add(len).is_none_or(|end| end > chunk) {
+        if offset.checked_add(len).is_none_or(|end| end > chunk) || index >= self.reader.chunks() {
             return Err(ClusterError::Invalid(format!(
-                "bytes {offset}+{len} of a {chunk}-byte parity chunk"
+                "bytes {offset}+{len} of parity chunk {index}, of {} chunks of {chunk} bytes",
+                self.reader.chunks()
             )));
         }
-        let record = match self.at.get(&index) {
-            Some(&at) => at,
-            None => {
-                self.buf.resize(chunk, 0);
-                self.reader.read(index, &mut self.buf)?;
-                let at = self.end;
-                let mut head = [0u8; RECORD_HEAD];
-                head[..8].copy_from_slice(&index.to_le_bytes());
-                self.file.write_all_at(&head, at).map_err(io_at(&self.tmp))?;
-                self.file
-                    .write_all_at(&self.buf, at + RECORD_HEAD as u64)
-                    .map_err(io_at(&self.tmp))?;
-                self.at.insert(index, at);
-                self.end += (RECORD_HEAD + chunk) as u64;
-                at
-            }
-        };
-        let bytes_at = record + (RECORD_HEAD + offset) as u64;
-        let bytes = &mut self.buf[..len];
-        self.file
-            .read_exact_at(bytes, bytes_at)
-            .map_err(io_at(&self.tmp))?;
-        change(bytes)?;
-        self.file.write_all_at(bytes, bytes_at).map_err(io_at(&self.tmp))
+        let at = index * chunk as u64 + offset as u64;
+        let mut bytes = vec![0u8; len];
+        self.work
+            .read_exact_at(&mut bytes, at)
+            .map_err(io_at(&self.work_path))?;
+        change(&mut bytes)?;
+        self.work
+            .write_all_at(&bytes, at)
+            .map_err(io_at(&self.work_path))?;
+        self.ranges
+            .entry(index)
+            .or_default()
+            .push((offset as u32, len as u32));
+        Ok(())
     }
 
     /// Parity chunks changed so far.
     pub fn touched(&self) -> usize {
-        self.at.len()
+        self.ranges.len()
     }
 
-    /// Writes each record's checksum, makes the stage durable and publishes it.
-    pub fn seal(mut self) -> Result<(), ClusterError> {
+    /// Writes the redo log: for each changed chunk its new CRC and the new contents of its
+    /// changed bytes (`old ⊕ difference`); makes it durable and publishes it.
+    pub fn seal(self) -> Result<(), ClusterError> {
         let chunk = self.reader.chunk();
-        self.buf.resize(chunk, 0);
-        for &at in self.at.values() {
-            self.file
-                .read_exact_at(&mut self.buf, at + RECORD_HEAD as u64)
-                .map_err(io_at(&self.tmp))?;
-            self.file
-                .write_all_at(&crc32c::crc32c(&self.buf).to_le_bytes(), at + 8)
-                .map_err(io_at(&self.tmp))?;
+        let tmp = self.path.with_extension("tmp");
+        let mut out = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&tmp)
+            .map_err(io_at(&tmp))?;
+        let mut difference = vec![0u8; chunk];
+        let zeros = crc32c::crc32c(&difference);
+        let mut old = Vec::new();
+        let mut record = Vec::new();
+        for (&index, ranges) in &self.ranges {
+            let ranges = merged(ranges);
+            difference.fill(0);
+            for &(offset, len) in &ranges {
+                let (o, n) = (offset as usize, len as usize);
+                self.work
+                    .read_exact_at(
+                        &mut difference[o..o + n],
+                        index * chunk as u64 + u64::from(offset),
+                    )
+                    .map_err(io_at(&self.work_path))?;
+            }
+            let crc = self.reader.recorded_crc(index)? ^ crc32c::crc32c(&difference) ^ zeros;
+            let mut pieces = Vec::with_capacity(ranges.len());
+            for &(offset, len) in &ranges {
+                let (o, n) = (offset as usize, len as usize);
+                old.resize(n, 0);
+                self.reader.read_part(index, o, &mut old)?;
+                xor_into(&mut old, &difference[o..o + n]);
+                pieces.push((offset, old.clone()));
+            }
+            StageRecord::encode(index, crc, &pieces, &mut record);
+            out.write_all(&record).map_err(io_at(&tmp))?;
         }
-        self.file.sync_all().map_err(io_at(&self.tmp))?;
-        fs::rename(&self.tmp, &self.path).map_err(io_at(&self.path))?;
+        out.sync_all().map_err(io_at(&tmp))?;
+        fs::rename(&tmp, &self.path).map_err(io_at(&self.path))?;
         fsync_dir(&self.dir)
+    }
+}
+
+impl Drop for StagedUpdate {
+    /// The work file is scratch, sealed or not.
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.work_path);
+    }
+}
+
+/// `ranges` sorted, with overlapping and adjacent ones joined.
+fn merged(ranges: &[(u32, u32)]) -> Vec<(u32, u32)> {
+    let mut sorted = ranges.to_vec();
+    sorted.sort_unstable();
+    let mut out: Vec<(u32, u32)> = Vec::with_capacity(sorted.len());
+    for (offset, len) in sorted {
+        match out.last_mut() {
+            Some((o, l)) if offset <= *o + *l => *l = (*l).max(offset + len - *o),
+            _ => out.push((offset, len)),
+        }
+    }
+    out
+}
+
+/// Bytes of a stage record's head: its checksum (u32, over the rest of the record), the
+/// chunk's index (u64), the chunk's new CRC (u32) and the number of pieces (u32).
+const RECORD_HEAD: usize = 4 + 8 + 4 + 4;
+/// Bytes of a piece's place in a record: offset in the chunk and length (u32 each).
+const PIECE_HEAD: usize = 8;
+
+/// One record of a stage file: a changed parity chunk's new CRC and the new contents of its
+/// changed bytes, in pieces (sorted, disjoint). Written by [`StagedUpdate::seal`], read back
+/// by [`ParityStore::apply_update`] as a file that may be damaged.
+struct StageRecord {
+    index: u64,
+    crc: u32,
+    places: Vec<(u32, u32)>,
+    bytes: Vec<u8>,
+    /// Bytes the record takes in the file.
+    len: u64,
+}
+
+impl StageRecord {
+    /// Encodes the record of chunk `index` into `out`.
+    fn encode(index: u64, crc: u32, pieces: &[(u32, Vec<u8>)], out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(&index.to_le_bytes());
+        out.extend_from_slice(&crc.to_le_bytes());
+        out.extend_from_slice(&(pieces.len() as u32).to_le_bytes());
+        for (offset, bytes) in pieces {
+            out.extend_from_slice(&offset.to_le_bytes());
+            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        }
+        for (_, bytes) in pieces {
+            out.extend_from_slice(bytes);
+        }
+        let checksum = crc32c::crc32c(&out[4..]);
+        out[..4].copy_from_slice(&checksum.to_le_bytes());
+    }
+
+    /// Reads the record at `at` of a `file_len`-byte stage whose parity has `chunks` chunks
+    /// of `chunk` bytes; why it is not a whole, valid record.
+    fn read(file: &File, at: u64, file_len: u64, chunk: usize, chunks: usize) -> Result<StageRecord, String> {
+        let read = |len: usize, from: u64| -> Result<Vec<u8>, String> {
+            if (len as u64) > file_len - from {
+                return Err("truncated record".into());
+            }
+            let mut buf = vec![0u8; len];
+            file.read_exact_at(&mut buf, from).map_err(|e| e.to_string())?;
+            Ok(buf)
+        };
+        let head = read(RECORD_HEAD, at)?;
+        let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
+        let index = u64::from_le_bytes(head[4..12].try_into().expect("8 bytes"));
+        let (checksum, crc, count) = (word(0), word(12), word(16) as usize);
+        if index as usize >= chunks || count > chunk {
+            return Err(format!("bad record for chunk {index}"));
+        }
+        let place_bytes = read(count * PIECE_HEAD, at + RECORD_HEAD as u64)?;
+        let mut places = Vec::with_capacity(count);
+        let mut end = 0usize;
+        for place in place_bytes.chunks_exact(PIECE_HEAD) {
+            let offset = u32::from_le_bytes(place[..4].try_into().expect("4 bytes"));
+            let len = u32::from_le_bytes(place[4..].try_into().expect("4 bytes"));
+            if (offset as usize) < end || offset as usize + len as usize > chunk {
+                return Err(format!("bad piece in the record for chunk {index}"));
+            }
+            end = offset as usize + len as usize;
+            places.push((offset, len));
+        }
+        let total: usize = places.iter().map(|&(_, len)| len as usize).sum();
+        let body_at = at + (RECORD_HEAD + place_bytes.len()) as u64;
+        let bytes = read(total, body_at)?;
+        let mut hasher = crc32c::crc32c(&head[4..]);
+        hasher = crc32c::crc32c_append(hasher, &place_bytes);
+        if crc32c::crc32c_append(hasher, &bytes) != checksum {
+            return Err(format!("the record for chunk {index} fails its checksum"));
+        }
+        Ok(StageRecord {
+            index,
+            crc,
+            places,
+            bytes,
+            len: (RECORD_HEAD + place_bytes.len() + total) as u64,
+        })
+    }
+
+    /// Each piece's offset in the chunk and new contents.
+    fn pieces(&self) -> impl Iterator<Item = (u32, &[u8])> {
+        let mut at = 0usize;
+        self.places.iter().map(move |&(offset, len)| {
+            let bytes = &self.bytes[at..at + len as usize];
+            at += len as usize;
+            (offset, bytes)
+        })
     }
 }
 
@@ -559,18 +708,38 @@ mod tests {
         assert!(coded.scrub(ID).unwrap().is_some());
     }
 
+    /// A committed object of `chunks` chunks of `chunk` bytes holding `parity`.
+    fn committed(coded: &ParityStore, chunk: usize, parity: &[u8]) {
+        let mut w = coded
+            .parity_writer(ID, (parity.len() / chunk) as u64, chunk as u32, 7)
+            .unwrap();
+        for (i, c) in parity.chunks(chunk).enumerate() {
+            w.write(i as u64, c).unwrap();
+        }
+        w.finish().unwrap();
+        coded.commit(ID).unwrap();
+    }
+
+    fn parity_of(coded: &ParityStore) -> Vec<u8> {
+        let reader = coded.parity_reader(ID).unwrap();
+        let mut out = vec![0u8; reader.chunk() * reader.chunks() as usize];
+        for (i, c) in out.chunks_mut(reader.chunk()).enumerate() {
+            reader.read(i as u64, c).unwrap();
+        }
+        out
+    }
+
     #[test]
     fn updates_apply_only_when_committed_and_idempotently() {
         let tmp = tempfile::tempdir().unwrap();
         let coded = ParityStore::open(tmp.path()).unwrap();
-        let mut w = coded.parity_writer(ID, 2, 512, 7).unwrap();
-        w.write(0, &[1u8; 512]).unwrap();
-        w.finish().unwrap();
-        coded.commit(ID).unwrap();
+        let before: Vec<u8> = (0..1024u32).map(|i| (i * 7) as u8).collect();
+        committed(&coded, 512, &before);
         let stage = |version| {
             let mut staged = coded.stage(ID, version).unwrap();
             staged
                 .modify(1, 100, 12, |bytes| {
+                    assert_eq!(bytes, [0; 12], "a difference starts at zero");
                     bytes.fill(9);
                     Ok(())
                 })
@@ -578,7 +747,7 @@ mod tests {
             staged
                 .modify(1, 108, 8, |bytes| {
                     assert_eq!(bytes[..4], [9; 4], "a second change sees the first");
-                    bytes.fill(7);
+                    bytes.iter_mut().for_each(|b| *b ^= 7);
                     Ok(())
                 })
                 .unwrap();
@@ -587,21 +756,119 @@ mod tests {
         };
         stage(8);
         assert_eq!(coded.staged_versions(ID), vec![8]);
-        let reader = coded.parity_reader(ID).unwrap();
-        let mut buf = vec![0u8; 512];
-        reader.read(1, &mut buf).unwrap();
-        assert_eq!(buf, [0u8; 512], "staging leaves the parity alone");
+        assert_eq!(parity_of(&coded), before, "staging leaves the parity alone");
         coded.drop_update(ID, 8).unwrap();
         stage(9);
+        let mut expected = before.clone();
+        expected[512 + 100..512 + 108].iter_mut().for_each(|b| *b ^= 9);
+        expected[512 + 108..512 + 112]
+            .iter_mut()
+            .for_each(|b| *b ^= 9 ^ 7);
+        expected[512 + 112..512 + 116].iter_mut().for_each(|b| *b ^= 7);
+        // Applied twice (a crash after the writes, before the stage was removed): the same.
+        let stage_file = tmp.path().join("obj-g3-e7/stage-9");
+        let copy = fs::read(&stage_file).unwrap();
         coded.apply_update(ID, 9).unwrap();
-        let reader = coded.parity_reader(ID).unwrap();
-        assert_eq!(reader.version(), 9);
-        reader.read(1, &mut buf).unwrap();
-        let mut expected = [0u8; 512];
-        expected[100..108].fill(9);
-        expected[108..116].fill(7);
-        assert_eq!(buf, expected);
+        fs::write(&stage_file, copy).unwrap();
+        coded.apply_update(ID, 9).unwrap();
+        assert_eq!(coded.parity_reader(ID).unwrap().version(), 9);
+        assert_eq!(
+            parity_of(&coded),
+            expected,
+            "every chunk verifies against its new CRC"
+        );
         assert!(coded.staged_versions(ID).is_empty());
+        let names: Vec<_> = fs::read_dir(tmp.path().join("obj-g3-e7"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(
+            !names.iter().any(|n| n.to_string_lossy().starts_with("stage-")),
+            "{names:?}"
+        );
+    }
+
+    #[test]
+    fn a_damaged_stage_is_refused_and_damaged_parity_is_not_blessed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let coded = ParityStore::open(tmp.path()).unwrap();
+        committed(&coded, 256, &[3u8; 1024]);
+        let mut staged = coded.stage(ID, 8).unwrap();
+        staged
+            .modify(2, 10, 20, |bytes| {
+                bytes.fill(1);
+                Ok(())
+            })
+            .unwrap();
+        staged.seal().unwrap();
+        let stage_file = tmp.path().join("obj-g3-e7/stage-8");
+        let good = fs::read(&stage_file).unwrap();
+        for damage in [good.len() - 1, 30] {
+            let mut bad = good.clone();
+            bad[damage] ^= 0x40;
+            fs::write(&stage_file, &bad).unwrap();
+            let err = coded.apply_update(ID, 8).unwrap_err();
+            assert!(err.to_string().contains("stage-8"), "{err}");
+        }
+        fs::write(&stage_file, &good[..good.len() - 3]).unwrap();
+        assert!(coded
+            .apply_update(ID, 8)
+            .unwrap_err()
+            .to_string()
+            .contains("truncated"));
+        assert_eq!(parity_of(&coded), [3u8; 1024], "a refused stage changes nothing");
+
+        // A flipped parity byte outside the changed ones stays a checksum failure.
+        let path = tmp.path().join("obj-g3-e7/parity");
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[2 * 256 + 200] ^= 1;
+        fs::write(&path, bytes).unwrap();
+        let mut staged = coded.stage(ID, 9).unwrap();
+        staged
+            .modify(2, 10, 20, |bytes| {
+                bytes.fill(1);
+                Ok(())
+            })
+            .unwrap();
+        staged.seal().unwrap();
+        coded.apply_update(ID, 9).unwrap();
+        let mut buf = vec![0u8; 256];
+        let err = coded.parity_reader(ID).unwrap().read(2, &mut buf).unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{err}");
+    }
+
+    proptest::proptest! {
+        /// Staging any changes and applying them gives the parity that XORing them into
+        /// whole chunks gives, every chunk verified against its new CRC.
+        #[test]
+        fn a_staged_update_is_the_changes_xored_in(
+            chunk in 1usize..300,
+            seed in proptest::prelude::any::<u8>(),
+            changes in proptest::collection::vec(
+                (0u64..4, proptest::prelude::any::<proptest::sample::Index>(), proptest::collection::vec(proptest::prelude::any::<u8>(), 1..100)),
+                0..12,
+            ),
+        ) {
+            let tmp = tempfile::tempdir().unwrap();
+            let coded = ParityStore::open(tmp.path()).unwrap();
+            let before: Vec<u8> = (0..4 * chunk).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
+            committed(&coded, chunk, &before);
+            let mut expected = before.clone();
+            let mut staged = coded.stage(ID, 8).unwrap();
+            for (index, at, bytes) in &changes {
+                let at = at.index(chunk);
+                let bytes = &bytes[..bytes.len().min(chunk - at)];
+                xor_into(&mut expected[*index as usize * chunk + at..][..bytes.len()], bytes);
+                staged.modify(*index, at, bytes.len(), |target| {
+                    xor_into(target, bytes);
+                    Ok(())
+                }).unwrap();
+            }
+            staged.seal().unwrap();
+            coded.apply_update(ID, 8).unwrap();
+            proptest::prop_assert_eq!(parity_of(&coded), expected);
+        }
     }
 
     #[test]
