@@ -60,8 +60,8 @@ impl NodeWork {
 /// they end), and how deep a row's dependency chain is.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskWork {
-    /// Work done before anything is sent (an update's data members reading their changes,
-    /// a stripe's members writing their blob), by participant.
+    /// Work done before anything is sent (a stripe's members writing their blob), by
+    /// participant.
     pub before: Vec<NodeWork>,
     /// Work overlapped with the transfers, by participant.
     pub during: Vec<NodeWork>,
@@ -280,12 +280,13 @@ pub fn touched(bytes: u64, dirty: f64) -> f64 {
 
 /// An update of the parity after a fraction `dirty` of every data member's pages changed:
 /// each changed page travels as a record (`RECORD_HEADER` + the page's `old ⊕ new`) to
-/// every parity holder of its row. Data members read old and new of each changed page, and
+/// every parity holder of its row. Data members read old and new of each changed page and
 /// take the new CRC of every touched chunk from its changes (one checksum pass over the
-/// chunk, no store read), before sending; parity holders read
-/// each touched parity chunk on first touch into a fresh buffer while folding, and at the
-/// end stage the touched chunks (copied into the redo log's buffer, then written). Nothing
-/// is relayed, so no pipeline fills: every stream starts at once.
+/// chunk, no store read), streaming records as they go; parity holders fold the records
+/// into their changed bytes while they arrive, and at the end stage those bytes' new
+/// contents (a checksum pass over each touched chunk, the changed bytes read from the fold
+/// and from the old parity, and written). Nothing is relayed, so no pipeline fills: every
+/// stream starts at once.
 pub fn update(layout: Layout, shape: GroupShape, shard_bytes: u64, chunk: u64, dirty: f64) -> TaskWork {
     let g = geometry(layout, shape, shard_bytes, chunk);
     let (k, m, n) = (shape.k, shape.m, shape.members());
@@ -298,15 +299,16 @@ pub fn update(layout: Layout, shape: GroupShape, shard_bytes: u64, chunk: u64, d
     let record = changed + RECORD_HEADER as f64 * (c / BLOCK as f64) * dirty;
     let touched_data = touched(chunk, dirty);
     let touched_row = touched(chunk * k as u64, dirty);
+    // The parity bytes a row's changes reach: a page's worth wherever any of the k changed.
+    let parity_changed = c * touched(BLOCK * k as u64, dirty);
     let (rows, cycles) = cycle(layout, &g);
     let mut streams: BTreeSet<(usize, usize)> = BTreeSet::new();
-    let mut before = vec![NodeWork::default(); n];
     let mut during = vec![NodeWork::default(); n];
     let mut after = vec![NodeWork::default(); n];
     for row in 0..rows {
         for l in 0..k {
             let from = g.holder(row, l);
-            before[from].read += 2.0 * changed + touched_data * c;
+            during[from].read += 2.0 * changed + touched_data * c;
             for p in 0..m {
                 let to = g.holder(row, k + p);
                 during[from].sent += record;
@@ -317,12 +319,13 @@ pub fn update(layout: Layout, shape: GroupShape, shard_bytes: u64, chunk: u64, d
         for p in 0..m {
             let h = g.holder(row, k + p);
             during[h].gf += k as f64 * changed;
-            during[h].read += touched_row * c;
-            during[h].written += touched_row * c;
-            after[h].written += 2.0 * touched_row * c;
+            during[h].read += k as f64 * changed;
+            during[h].written += k as f64 * changed;
+            after[h].read += touched_row * c + 2.0 * parity_changed;
+            after[h].written += parity_changed;
         }
     }
-    for w in before.iter_mut().chain(&mut during).chain(&mut after) {
+    for w in during.iter_mut().chain(&mut after) {
         *w = {
             let mut s = NodeWork::default();
             s.add_scaled(w, cycles);
@@ -337,7 +340,6 @@ pub fn update(layout: Layout, shape: GroupShape, shard_bytes: u64, chunk: u64, d
         during[from].messages += 1.0;
         during[to].messages += 1.0;
     }
-    task.before = before;
     task.during = during;
     task.after = after;
     task
