@@ -233,7 +233,8 @@ impl ParityStore {
 
     /// Applies the staged update of `version` to the committed parity (idempotent: it
     /// writes new contents, not differences), then records the new version. Reads the stage
-    /// a record at a time.
+    /// a record at a time, twice: a damaged record refuses the stage before anything is
+    /// written.
     pub fn apply_update(&self, id: ObjectId, version: u64) -> Result<(), ClusterError> {
         let dir = self.committed_dir(id);
         let stage_path = dir.join(format!("stage-{version}"));
@@ -247,19 +248,31 @@ impl ParityStore {
             .write(true)
             .open(&ppath)
             .map_err(io_at(&ppath))?;
-        let mut at = 0u64;
-        while at < stage_len {
-            let record = StageRecord::read(&stage, at, stage_len, chunk, manifest.crcs.len())
-                .map_err(|why| ClusterError::Corrupt(format!("{}: {why}", stage_path.display())))?;
+        let records =
+            |visit: &mut dyn FnMut(StageRecord) -> Result<(), ClusterError>| -> Result<(), ClusterError> {
+                let mut at = 0u64;
+                while at < stage_len {
+                    let record = StageRecord::read(&stage, at, stage_len, chunk, manifest.crcs.len())
+                        .map_err(|why| ClusterError::Corrupt(format!("{}: {why}", stage_path.display())))?;
+                    at += record.len;
+                    visit(record)?;
+                }
+                Ok(())
+            };
+        // Every record is checked before any is applied: a damaged stage changes nothing.
+        records(&mut |_| Ok(()))?;
+        let mut crcs = manifest.crcs.clone();
+        records(&mut |record| {
             let base = record.index * chunk as u64;
             for (offset, bytes) in record.pieces() {
                 parity
                     .write_all_at(bytes, base + u64::from(offset))
                     .map_err(io_at(&ppath))?;
             }
-            manifest.crcs[record.index as usize] = record.crc;
-            at += record.len;
-        }
+            crcs[record.index as usize] = record.crc;
+            Ok(())
+        })?;
+        manifest.crcs = crcs;
         parity.sync_all().map_err(io_at(&ppath))?;
         manifest.version = version;
         write_atomic(
@@ -795,12 +808,14 @@ mod tests {
         let coded = ParityStore::open(tmp.path()).unwrap();
         committed(&coded, 256, &[3u8; 1024]);
         let mut staged = coded.stage(ID, 8).unwrap();
-        staged
-            .modify(2, 10, 20, |bytes| {
-                bytes.fill(1);
-                Ok(())
-            })
-            .unwrap();
+        for index in [2, 0] {
+            staged
+                .modify(index, 10, 20, |bytes| {
+                    bytes.fill(1);
+                    Ok(())
+                })
+                .unwrap();
+        }
         staged.seal().unwrap();
         let stage_file = tmp.path().join("obj-g3-e7/stage-8");
         let good = fs::read(&stage_file).unwrap();
@@ -817,6 +832,7 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("truncated"));
+        // (The last byte is in the second record: the first, valid, is not applied either.)
         assert_eq!(parity_of(&coded), [3u8; 1024], "a refused stage changes nothing");
 
         // A flipped parity byte outside the changed ones stays a checksum failure.
