@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+mod chunk_crc;
 pub mod coordinator;
 pub mod debug;
 pub mod launch;

@@ -31,6 +31,8 @@ use eckpt_cluster_api::dirs::{fsync_dir, write_atomic};
 use eckpt_cluster_api::io_at;
 use eckpt_cluster_api::ClusterError;
 
+use crate::chunk_crc::ChunkDifference;
+
 /// What `parity.json` records.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct ParityManifest {
@@ -216,6 +218,7 @@ impl ParityStore {
             path: dir.join(format!("stage-{version}")),
             dir,
             ranges: BTreeMap::new(),
+            buf: Vec::new(),
         })
     }
 
@@ -248,31 +251,28 @@ impl ParityStore {
             .write(true)
             .open(&ppath)
             .map_err(io_at(&ppath))?;
-        let records =
-            |visit: &mut dyn FnMut(StageRecord) -> Result<(), ClusterError>| -> Result<(), ClusterError> {
-                let mut at = 0u64;
-                while at < stage_len {
-                    let record = StageRecord::read(&stage, at, stage_len, chunk, manifest.crcs.len())
-                        .map_err(|why| ClusterError::Corrupt(format!("{}: {why}", stage_path.display())))?;
-                    at += record.len;
-                    visit(record)?;
-                }
-                Ok(())
-            };
+        let records = || StageRecords {
+            file: &stage,
+            path: &stage_path,
+            at: 0,
+            len: stage_len,
+            chunk,
+            chunks: manifest.crcs.len(),
+        };
         // Every record is checked before any is applied: a damaged stage changes nothing.
-        records(&mut |_| Ok(()))?;
-        let mut crcs = manifest.crcs.clone();
-        records(&mut |record| {
+        for record in records() {
+            record?;
+        }
+        for record in records() {
+            let record = record?;
             let base = record.index * chunk as u64;
             for (offset, bytes) in record.pieces() {
                 parity
                     .write_all_at(bytes, base + u64::from(offset))
                     .map_err(io_at(&ppath))?;
             }
-            crcs[record.index as usize] = record.crc;
-            Ok(())
-        })?;
-        manifest.crcs = crcs;
+            manifest.crcs[record.index as usize] = record.crc;
+        }
         parity.sync_all().map_err(io_at(&ppath))?;
         manifest.version = version;
         write_atomic(
@@ -490,6 +490,8 @@ pub struct StagedUpdate {
     /// The byte ranges `(offset, len)` changed in each touched chunk, as folded (they may
     /// overlap).
     ranges: BTreeMap<u64, Vec<(u32, u32)>>,
+    /// Scratch for one change.
+    buf: Vec<u8>,
 }
 
 impl StagedUpdate {
@@ -511,13 +513,14 @@ impl StagedUpdate {
             )));
         }
         let at = index * chunk as u64 + offset as u64;
-        let mut bytes = vec![0u8; len];
+        self.buf.resize(len, 0);
+        let bytes = &mut self.buf[..len];
         self.work
-            .read_exact_at(&mut bytes, at)
+            .read_exact_at(bytes, at)
             .map_err(io_at(&self.work_path))?;
-        change(&mut bytes)?;
+        change(bytes)?;
         self.work
-            .write_all_at(&bytes, at)
+            .write_all_at(bytes, at)
             .map_err(io_at(&self.work_path))?;
         self.ranges
             .entry(index)
@@ -542,31 +545,23 @@ impl StagedUpdate {
             .write(true)
             .open(&tmp)
             .map_err(io_at(&tmp))?;
-        let mut difference = vec![0u8; chunk];
-        let zeros = crc32c::crc32c(&difference);
-        let mut old = Vec::new();
+        let mut difference = ChunkDifference::new(chunk);
         let mut record = Vec::new();
         for (&index, ranges) in &self.ranges {
             let ranges = merged(ranges);
-            difference.fill(0);
-            for &(offset, len) in &ranges {
-                let (o, n) = (offset as usize, len as usize);
-                self.work
-                    .read_exact_at(
-                        &mut difference[o..o + n],
-                        index * chunk as u64 + u64::from(offset),
-                    )
-                    .map_err(io_at(&self.work_path))?;
-            }
-            let crc = self.reader.recorded_crc(index)? ^ crc32c::crc32c(&difference) ^ zeros;
             let mut pieces = Vec::with_capacity(ranges.len());
             for &(offset, len) in &ranges {
                 let (o, n) = (offset as usize, len as usize);
-                old.resize(n, 0);
-                self.reader.read_part(index, o, &mut old)?;
-                xor_into(&mut old, &difference[o..o + n]);
-                pieces.push((offset, old.clone()));
+                let changed = &mut difference.bytes_mut()[o..o + n];
+                self.work
+                    .read_exact_at(changed, index * chunk as u64 + u64::from(offset))
+                    .map_err(io_at(&self.work_path))?;
+                let mut new = vec![0u8; n];
+                self.reader.read_part(index, o, &mut new)?;
+                xor_into(&mut new, changed);
+                pieces.push((offset, new));
             }
+            let crc = self.reader.recorded_crc(index)? ^ difference.take_move();
             StageRecord::encode(index, crc, &pieces, &mut record);
             out.write_all(&record).map_err(io_at(&tmp))?;
         }
@@ -602,6 +597,30 @@ fn merged(ranges: &[(u32, u32)]) -> Vec<(u32, u32)> {
 const RECORD_HEAD: usize = 4 + 8 + 4 + 4;
 /// Bytes of a piece's place in a record: offset in the chunk and length (u32 each).
 const PIECE_HEAD: usize = 8;
+
+/// The records of a stage file, read one at a time; the first damaged one ends it.
+struct StageRecords<'a> {
+    file: &'a File,
+    path: &'a Path,
+    at: u64,
+    len: u64,
+    chunk: usize,
+    chunks: usize,
+}
+
+impl Iterator for StageRecords<'_> {
+    type Item = Result<StageRecord, ClusterError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.at >= self.len {
+            return None;
+        }
+        let record = StageRecord::read(self.file, self.at, self.len, self.chunk, self.chunks);
+        // After a damaged record nothing is where its length says: stop there.
+        self.at = record.as_ref().map_or(self.len, |r| self.at + r.len);
+        Some(record.map_err(|why| ClusterError::Corrupt(format!("{}: {why}", self.path.display()))))
+    }
+}
 
 /// One record of a stage file: a changed parity chunk's new CRC and the new contents of its
 /// changed bytes, in pieces (sorted, disjoint). Written by [`StagedUpdate::seal`], read back
@@ -667,9 +686,8 @@ impl StageRecord {
         let total: usize = places.iter().map(|&(_, len)| len as usize).sum();
         let body_at = at + (RECORD_HEAD + place_bytes.len()) as u64;
         let bytes = read(total, body_at)?;
-        let mut hasher = crc32c::crc32c(&head[4..]);
-        hasher = crc32c::crc32c_append(hasher, &place_bytes);
-        if crc32c::crc32c_append(hasher, &bytes) != checksum {
+        let covered = crc32c::crc32c_append(crc32c::crc32c(&head[4..]), &place_bytes);
+        if crc32c::crc32c_append(covered, &bytes) != checksum {
             return Err(format!("the record for chunk {index} fails its checksum"));
         }
         Ok(StageRecord {

@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 
 use super::links::{failure_of, Failure, LinkPlan, TaskLinks};
 use super::{blocking, Agent};
+use crate::chunk_crc::ChunkDifference;
 use crate::parity_store::StagedUpdate;
 use eckpt_cluster_api::msg::{TaskReport, UpdateTask};
 use eckpt_cluster_api::shard_layout::ShardLayout;
@@ -385,17 +386,14 @@ impl Changes {
     }
 }
 
-/// The CRC-32C of each changed chunk's new contents, from the changes alone. CRC-32C is
-/// affine, `crc(a ⊕ b) = crc(a) ⊕ crc(b) ⊕ crc(0…0)`, so a chunk's CRC moves by
-/// `crc(δ) ⊕ crc(0…0)` for a change `δ` (a chunk of zeros but for the changed bytes), and
-/// the moves of several changes add up. Reading every touched chunk back instead cost more
-/// than the changes themselves (the MAT pattern touches 28 % of the chunks with 2 % of the
+/// The CRC-32C of each changed chunk's new contents, from the changes alone (moved by
+/// linearity, [`ChunkDifference`]). Reading every touched chunk back instead cost more than
+/// the changes themselves (the MAT pattern touches 28 % of the chunks with 2 % of the
 /// pages). The pieces of a chunk come one after another: they are gathered in one chunk of
 /// scratch and its move taken when another chunk's piece comes.
 struct ChunkCrcs {
-    scratch: Vec<u8>,
-    zeros: u32,
-    /// The chunk gathered in `scratch`.
+    difference: ChunkDifference,
+    /// The chunk gathered in `difference`.
     gathering: Option<u64>,
     /// Each changed chunk's move so far.
     moves: BTreeMap<u64, u32>,
@@ -403,10 +401,8 @@ struct ChunkCrcs {
 
 impl ChunkCrcs {
     fn new(chunk: usize) -> ChunkCrcs {
-        let scratch = vec![0u8; chunk];
         ChunkCrcs {
-            zeros: crc32c::crc32c(&scratch),
-            scratch,
+            difference: ChunkDifference::new(chunk),
             gathering: None,
             moves: BTreeMap::new(),
         }
@@ -418,13 +414,15 @@ impl ChunkCrcs {
             self.take_move();
             self.gathering = Some(chunk);
         }
-        xor_into(&mut self.scratch[offset..offset + bytes.len()], bytes);
+        xor_into(
+            &mut self.difference.bytes_mut()[offset..offset + bytes.len()],
+            bytes,
+        );
     }
 
     fn take_move(&mut self) {
         if let Some(chunk) = self.gathering.take() {
-            *self.moves.entry(chunk).or_default() ^= crc32c::crc32c(&self.scratch) ^ self.zeros;
-            self.scratch.fill(0);
+            *self.moves.entry(chunk).or_default() ^= self.difference.take_move();
         }
     }
 
