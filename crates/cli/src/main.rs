@@ -60,6 +60,9 @@ enum Command {
     /// Open MPI's rsh agent for `eckpt run --launcher mpirun` (enters a node's namespaces).
     #[command(hide = true)]
     MpirunAgent(commands::run::MpirunAgentArgs),
+    /// Ends a run's ranks when its supervisor dies (started by `eckpt run`).
+    #[command(hide = true)]
+    RunGuard(commands::run::RunGuardArgs),
     /// A node agent (started by `eckpt up` or `eckpt join`).
     Agent(commands::daemons::AgentArgs),
     /// The cluster coordinator (started by `eckpt up`).
@@ -96,6 +99,7 @@ fn main() {
         Command::Flush(args) => commands::ckpt::run_flush(args),
         Command::Run(args) => commands::run::run(args),
         Command::MpirunAgent(args) => commands::run::run_mpirun_agent(args),
+        Command::RunGuard(args) => commands::run::run_guard(args),
         Command::Agent(args) => commands::daemons::run_agent(args),
         Command::Coordinator(args) => commands::daemons::run_coordinator(args),
         Command::Model(args) => commands::model::run(args),

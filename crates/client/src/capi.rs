@@ -36,6 +36,10 @@ pub const ECKPT_ECAPTURE: c_int = -6;
 pub const ECKPT_EINTERNAL: c_int = -7;
 /// The cluster could not be reached, refused the request, or aborted the epoch.
 pub const ECKPT_ECLUSTER: c_int = -8;
+/// This process is not (or no longer) the job's writer: a rank of an attempt that a newer
+/// one replaced, or a rank started by hand while `eckpt run` holds the job. A rank that
+/// `eckpt run` started is terminated instead of getting this code (see `eckpt_checkpoint`).
+pub const ECKPT_EFENCED: c_int = -9;
 
 static CHECKPOINTER: Mutex<Option<Checkpointer>> = Mutex::new(None);
 
@@ -232,6 +236,7 @@ pub extern "C" fn eckpt_strerror(code: c_int) -> *const c_char {
         ECKPT_ECAPTURE => c"dirty tracking failed",
         ECKPT_EINTERNAL => c"internal error",
         ECKPT_ECLUSTER => c"cluster unreachable, request refused, or epoch aborted",
+        ECKPT_EFENCED => c"not the job's writer (superseded attempt or job run elsewhere)",
         _ => c"unknown error",
     };
     text.as_ptr()

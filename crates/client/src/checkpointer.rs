@@ -84,7 +84,7 @@ impl Checkpointer {
                 let world = config.world.ok_or_else(|| {
                     Error::Invalid("cluster mode needs the job size: world=N or ECKPT_WORLD".into())
                 })?;
-                let link = ClusterLink::new(dir, world)?;
+                let link = ClusterLink::new(dir, world, config.generation)?;
                 (None, Some(link), Baseline::new(dir, config.rank))
             }
             None => {
@@ -314,7 +314,7 @@ impl Checkpointer {
         let Some(epoch) = self.last_epoch else {
             return Ok(None);
         };
-        let outcome = link.wait(epoch)?;
+        let outcome = link.wait(self.config.rank, epoch)?;
         if outcome.committed {
             Ok(Some(epoch))
         } else {

@@ -2,14 +2,22 @@
 //! into the store of the node the coordinator placed it on, reports them ready, and lets
 //! the node agents erasure-code them; restart reads from wherever the rank lives now (after
 //! a recovery, possibly another node).
+//!
+//! Every request carries the rank's attempt generation when `eckpt run` started it
+//! (`ECKPT_GENERATION`). A coordinator that cannot be reached (restarting, cut off for a
+//! while) is tried again for the cluster's retry window; every call is bounded. A rank of
+//! a superseded attempt — the coordinator refuses its generation — ends itself at once: it
+//! must not go on computing and appending to its files beside the attempt that replaced it.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use eckpt_cluster_api::commands::coordinator_call;
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
-    CoordRequest, CoordResponse, EpochOutcome, NodeInfo, PaceReport, PaceStats, RankReport,
+    CoordRequest, CoordResponse, EpochOutcome, NodeInfo, PaceReport, PaceStats, RankReport, OPEN_WAIT,
 };
+use eckpt_cluster_api::{ClusterError, ErrorKind};
 
 use crate::Error;
 
@@ -17,24 +25,66 @@ use crate::Error;
 pub(crate) struct ClusterLink {
     dir: ClusterDir,
     world: u32,
+    /// The attempt this rank belongs to (`None`: not started by `eckpt run`).
+    generation: Option<u64>,
+    /// How long an unreachable coordinator is tried again.
+    retry: Duration,
     runtime: tokio::runtime::Runtime,
 }
 
+/// Ends this process: a rank of an attempt that a newer one replaced, or whose supervisor is
+/// gone. SIGKILL, so that nothing buffered reaches the rank's files on the way out.
+fn end_superseded_rank(rank: u32, why: &ClusterError) -> ! {
+    eprintln!("eckpt: rank {rank}: {why}; this rank's attempt is over: exiting");
+    // SAFETY: kill(2) of this very process.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    unreachable!("SIGKILL ends the process")
+}
+
 impl ClusterLink {
-    pub(crate) fn new(dir: &Path, world: u32) -> Result<ClusterLink, Error> {
+    pub(crate) fn new(dir: &Path, world: u32, generation: Option<u64>) -> Result<ClusterLink, Error> {
         let dir = ClusterDir::new(dir)?;
-        dir.load()?;
+        let retry = dir.load()?.deadlines.coordinator_retry();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| Error::Cluster(format!("starting the I/O runtime: {e}")))?;
-        Ok(ClusterLink { dir, world, runtime })
+        Ok(ClusterLink {
+            dir,
+            world,
+            generation,
+            retry,
+            runtime,
+        })
     }
 
-    fn call(&self, request: CoordRequest) -> Result<CoordResponse, Error> {
-        Ok(self
-            .runtime
-            .block_on(coordinator_call(&self.dir, &request, |_| {}))?)
+    /// One request for `rank`: retried while the coordinator cannot be reached (within the
+    /// retry window), bounded as a whole; a refused generation ends the process.
+    fn call(&self, rank: u32, request: CoordRequest) -> Result<CoordResponse, Error> {
+        let deadline = Instant::now() + self.retry;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let call = coordinator_call(&self.dir, &request, |_| {});
+            let answer = self
+                .runtime
+                .block_on(async { tokio::time::timeout(OPEN_WAIT + self.retry, call).await })
+                .unwrap_or_else(|_| {
+                    Err(ClusterError::Unreachable(format!(
+                        "the coordinator did not answer within {} s",
+                        (OPEN_WAIT + self.retry).as_secs()
+                    )))
+                });
+            match answer {
+                Err(ClusterError::Unreachable(_)) if Instant::now() + pause < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(e) if e.kind() == ErrorKind::Fenced && self.generation.is_some() => {
+                    end_superseded_rank(rank, &e)
+                }
+                answer => return Ok(answer?),
+            }
+        }
     }
 
     /// The epoch to write next, the node (store root) to write it to, and the job's pace as
@@ -45,12 +95,16 @@ impl ClusterLink {
         rank: u32,
         launched_on: Option<&str>,
     ) -> Result<(u64, NodeInfo, Option<PaceStats>), Error> {
-        match self.call(CoordRequest::OpenEpoch {
+        match self.call(
             rank,
-            world: self.world,
-            node: launched_on.map(String::from),
-            epoch: None,
-        })? {
+            CoordRequest::OpenEpoch {
+                rank,
+                world: self.world,
+                node: launched_on.map(String::from),
+                epoch: None,
+                generation: self.generation,
+            },
+        )? {
             CoordResponse::Opened { epoch, node, pace } => Ok((epoch, node, pace)),
             other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
         }
@@ -58,12 +112,16 @@ impl ClusterLink {
 
     /// Reports the rank's epoch prepared on `node`, with its sizes and pace.
     pub(crate) fn ready(&self, rank: u32, epoch: u64, node: &str, report: RankReport) -> Result<(), Error> {
-        self.call(CoordRequest::RankReady {
+        self.call(
             rank,
-            epoch,
-            node: node.to_string(),
-            report,
-        })?;
+            CoordRequest::RankReady {
+                rank,
+                epoch,
+                node: node.to_string(),
+                report,
+                generation: self.generation,
+            },
+        )?;
         Ok(())
     }
 
@@ -75,13 +133,17 @@ impl ClusterLink {
         round: u64,
         report: PaceReport,
     ) -> Result<PaceStats, Error> {
-        match self.call(CoordRequest::Pace {
+        match self.call(
             rank,
-            world: self.world,
-            launch: launch.to_string(),
-            round,
-            report,
-        })? {
+            CoordRequest::Pace {
+                rank,
+                world: self.world,
+                launch: launch.to_string(),
+                round,
+                report,
+                generation: self.generation,
+            },
+        )? {
             CoordResponse::Paced(pace) => Ok(pace),
             other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
         }
@@ -91,18 +153,22 @@ impl ClusterLink {
     /// cluster has none. The coordinator refuses (an error) when the rank's node is down or
     /// the job size is not the checkpointed one.
     pub(crate) fn locate(&self, rank: u32) -> Result<Option<(NodeInfo, u64)>, Error> {
-        match self.call(CoordRequest::Locate {
+        match self.call(
             rank,
-            world: self.world,
-        })? {
+            CoordRequest::Locate {
+                rank,
+                world: self.world,
+                generation: self.generation,
+            },
+        )? {
             CoordResponse::Located(found) => Ok(found),
             other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
         }
     }
 
-    /// Waits until `epoch` is committed or aborted.
-    pub(crate) fn wait(&self, epoch: u64) -> Result<EpochOutcome, Error> {
-        match self.call(CoordRequest::WaitEpoch { epoch })? {
+    /// Waits until `rank`'s `epoch` is committed or aborted.
+    pub(crate) fn wait(&self, rank: u32, epoch: u64) -> Result<EpochOutcome, Error> {
+        match self.call(rank, CoordRequest::WaitEpoch { epoch })? {
             CoordResponse::Outcome(o) => Ok(o),
             other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
         }

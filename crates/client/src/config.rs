@@ -42,6 +42,10 @@ pub struct Config {
     /// Which launch of the job this process belongs to: ranks meet at `snapshot()` pace
     /// points only with ranks of the same launch.
     pub launch: String,
+    /// Cluster mode: the generation of the attempt `eckpt run` started this rank in
+    /// (`ECKPT_GENERATION`). Every request carries it; once a newer attempt replaced this
+    /// one, the coordinator refuses it and the rank ends itself.
+    pub generation: Option<u64>,
 }
 
 /// Environment variables that name a rank when `ECKPT_RANK` is absent (MPI launchers).
@@ -66,12 +70,13 @@ fn default_dir(var: impl Fn(&str) -> Option<String>) -> Result<PathBuf, Error> {
     JOB_VARIABLES
         .iter()
         .find_map(|v| var(v).filter(|id| !id.is_empty()))
-        .map(|job| eckpt_store::default_root(&job))
-        .ok_or_else(|| {
+        .map(|job| Ok(eckpt_store::default_root(&job)?))
+        .unwrap_or_else(|| {
+            Err(
             Error::Invalid(format!(
                 "no checkpoint directory: set ECKPT_DIR or dir=… (the per-job default needs a batch job id: {})",
                 JOB_VARIABLES.join(", ")
-            ))
+            )))
         })
 }
 
@@ -90,6 +95,7 @@ impl Default for Config {
             interval: Interval::default(),
             mtbf: None,
             launch: String::new(),
+            generation: None,
         }
     }
 }
@@ -109,7 +115,8 @@ impl Config {
     /// Defaults overridden by `ECKPT_DIR`, `ECKPT_RANK` (or the MPI launcher's rank),
     /// `ECKPT_TRACK`, `ECKPT_BLOCK_SIZE`, `ECKPT_KEEP`, `ECKPT_MAX_CHAIN`, `ECKPT_CLUSTER`,
     /// `ECKPT_WORLD` (or the launcher's job size), `ECKPT_NODE`, `ECKPT_NODES`,
-    /// `ECKPT_INTERVAL`, `ECKPT_MTBF`, `ECKPT_LAUNCH` (or the launcher's launch id).
+    /// `ECKPT_INTERVAL`, `ECKPT_MTBF`, `ECKPT_LAUNCH` (or the launcher's launch id),
+    /// `ECKPT_GENERATION`.
     pub fn from_env() -> Result<Config, Error> {
         let mut config = Config::default();
         config.read_env()?;
@@ -138,6 +145,7 @@ impl Config {
             "interval",
             "mtbf",
             "launch",
+            "generation",
         ] {
             if let Ok(value) = std::env::var(format!("ECKPT_{}", key.to_ascii_uppercase())) {
                 self.set(key, &value)?;
@@ -219,6 +227,7 @@ impl Config {
             "interval" => self.interval = Interval::parse(value)?,
             "mtbf" => self.mtbf = Some(parse_duration("mtbf", value)?),
             "launch" => self.launch = value.to_string(),
+            "generation" => self.generation = Some(number("generation")?),
             _ => return Err(Error::Invalid(format!("unknown config key {key:?}"))),
         }
         Ok(())

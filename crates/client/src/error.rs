@@ -81,7 +81,8 @@ fn store_code(e: &StoreError) -> i32 {
         | StoreError::Corrupt { .. }
         | StoreError::Manifest(_)
         | StoreError::Delta(_) => capi::ECKPT_ECORRUPT,
-        StoreError::Invalid(_) => capi::ECKPT_EINVAL,
+        // A request against the rules, or a directory that is not this user's alone.
+        StoreError::Invalid(_) | StoreError::Untrusted(_) => capi::ECKPT_EINVAL,
         // The store could not do the work: a file operation failed, what should be there is
         // not, another writer holds the rank, or a delta does not fit its slot.
         StoreError::Io { .. }
@@ -96,6 +97,7 @@ fn store_code(e: &StoreError) -> i32 {
 fn cluster_code(e: &ClusterError) -> i32 {
     match e {
         ClusterError::Corrupt(_) => capi::ECKPT_ECORRUPT,
+        ClusterError::Fenced(_) => capi::ECKPT_EFENCED,
         ClusterError::Store(e) => store_code(e),
         ClusterError::Io { .. } => capi::ECKPT_EIO,
         // A group that cannot rebuild its data: too many members lost, or (rs codes) a
@@ -113,6 +115,7 @@ fn cluster_code(e: &ClusterError) -> i32 {
         ClusterError::Invalid(_)
         | ClusterError::Protocol(_)
         | ClusterError::Node { .. }
+        | ClusterError::Unreachable(_)
         | ClusterError::Link(_)
         | ClusterError::Proto(_) => capi::ECKPT_ECLUSTER,
         ClusterError::Internal(_) => capi::ECKPT_EINTERNAL,
@@ -128,6 +131,7 @@ fn cluster_code(e: &ClusterError) -> i32 {
             ErrorKind::Corrupt => capi::ECKPT_ECORRUPT,
             ErrorKind::Io => capi::ECKPT_EIO,
             ErrorKind::Internal => capi::ECKPT_EINTERNAL,
+            ErrorKind::Fenced => capi::ECKPT_EFENCED,
             ErrorKind::Invalid
             | ErrorKind::Protocol
             | ErrorKind::Node

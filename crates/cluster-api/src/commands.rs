@@ -13,18 +13,25 @@ use crate::msg::{DATA_FRAME, FILE_ITEM};
 use crate::net::{host_identity, open, open_node};
 use crate::ClusterError;
 
+/// How long opening a connection to the coordinator may take: a coordinator cut off by a
+/// partition would otherwise hold a caller for the kernel's SYN retries (two minutes).
+pub const CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Opens a control connection to the coordinator of the cluster in `dir`.
 pub async fn coordinator(dir: &ClusterDir) -> Result<Connection, ClusterError> {
     let file = dir.load()?;
     let secret = dir.load_secret()?;
-    open(file.coordinator_from(&host_identity()), &secret, &Hello::Control)
-        .await
-        .map_err(|e| {
-            let root = dir.root().display();
-            ClusterError::Invalid(format!(
-                "the coordinator of {root} is not reachable ({e}): if the cluster was stopped, `eckpt up --dir {root}` starts it again with its data"
-            ))
-        })
+    let endpoint = file.coordinator_from(&host_identity());
+    let opened = tokio::time::timeout(CONNECT_WAIT, open(endpoint, &secret, &Hello::Control)).await;
+    let why = match opened {
+        Ok(Ok(conn)) => return Ok(conn),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {} s", CONNECT_WAIT.as_secs()),
+    };
+    let root = dir.root().display();
+    Err(ClusterError::Unreachable(format!(
+        "the coordinator of {root} is not reachable ({why}): if the cluster was stopped, `eckpt up --dir {root}` starts it again with its data"
+    )))
 }
 
 /// Sends one request to the coordinator; progress reports go to `on_progress`; an error
@@ -110,6 +117,7 @@ pub async fn checkpoint_file(
             world,
             node,
             epoch,
+            generation: None,
         },
         |_| {},
     )

@@ -15,6 +15,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +50,83 @@ pub struct ClusterFile {
     /// Flushes to shared storage, when the cluster makes them.
     #[serde(default)]
     pub flush: Option<FlushConfig>,
+    /// How long the cluster's processes wait for one another.
+    #[serde(default)]
+    pub deadlines: Deadlines,
+}
+
+/// The cluster's time bounds, recorded in `cluster.json` so that every process of the
+/// cluster (coordinator, agents, `eckpt run`, ranks) uses the same, and tests can scale
+/// them instead of sleeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deadlines {
+    /// An agent silent this long is dead (agents heartbeat six times per period).
+    pub liveness_ms: u64,
+    /// A job's lease lasts this long after its supervisor last renewed it: a second
+    /// `eckpt run` of a job whose supervisor died may take it over only then, and the
+    /// dead supervisor's ranks are refused from then on.
+    pub lease_ms: u64,
+    /// How long a coordinator that hears from no agent at all suspects itself (a partition
+    /// of its own link) rather than the agents: it declares nobody dead meanwhile. Ranks
+    /// retry a coordinator they cannot reach for this long plus the liveness period.
+    pub partition_grace_ms: u64,
+}
+
+impl Default for Deadlines {
+    fn default() -> Deadlines {
+        Deadlines {
+            liveness_ms: 3_000,
+            lease_ms: 10_000,
+            partition_grace_ms: 60_000,
+        }
+    }
+}
+
+impl Deadlines {
+    /// An agent silent this long is dead.
+    pub fn liveness(&self) -> Duration {
+        Duration::from_millis(self.liveness_ms)
+    }
+
+    /// How often an agent heartbeats: six times per liveness period.
+    pub fn heartbeat(&self) -> Duration {
+        self.liveness() / 6
+    }
+
+    /// A job lease's length.
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    /// How often a supervisor renews its lease: five times per lease.
+    pub fn lease_renewal(&self) -> Duration {
+        self.lease() / 5
+    }
+
+    /// How long a coordinator hearing nobody suspects itself.
+    pub fn partition_grace(&self) -> Duration {
+        Duration::from_millis(self.partition_grace_ms)
+    }
+
+    /// How long a rank retries a coordinator it cannot reach.
+    pub fn coordinator_retry(&self) -> Duration {
+        self.partition_grace() + self.liveness()
+    }
+
+    /// Refuses bounds the cluster cannot work with.
+    pub fn validate(&self) -> Result<(), ClusterError> {
+        let check = |name: &str, ms: u64, min: u64| {
+            if ms < min {
+                return Err(ClusterError::Invalid(format!(
+                    "{name} {ms} ms is too short (at least {min} ms)"
+                )));
+            }
+            Ok(())
+        };
+        check("--liveness", self.liveness_ms, 600)?;
+        check("--lease", self.lease_ms, 1_000)?;
+        check("--partition-grace", self.partition_grace_ms, self.liveness_ms)
+    }
 }
 
 /// The last level of checkpointing (`--flush-dir`): committed epochs copied by the agents to
@@ -88,6 +166,22 @@ pub struct NetnsConfig {
     pub rate: Option<String>,
     /// Address index of each node.
     pub nodes: std::collections::BTreeMap<String, usize>,
+}
+
+/// The entries eckpt creates in a cluster directory (see the module documentation):
+/// `down --purge` deletes these and nothing else, so a file someone put in the directory
+/// stays, and so does the directory then.
+pub const CREATED_ENTRIES: [&str; 6] = ["secret", "cluster.json", "coordinator", "nodes", "runs", "debug"];
+
+/// Whether `name` is an entry eckpt creates in a cluster directory, or the temporary name
+/// of one being written (`.cluster.json.tmp-…`, `.secret.tmp-…`).
+pub fn is_created_entry(name: &str) -> bool {
+    CREATED_ENTRIES.contains(&name)
+        || name.strip_prefix('.').is_some_and(|rest| {
+            CREATED_ENTRIES
+                .iter()
+                .any(|e| rest.strip_prefix(e).is_some_and(|t| t.starts_with(".tmp-")))
+        })
 }
 
 /// Current `cluster.json` format.

@@ -26,6 +26,10 @@ pub enum ClusterError {
         /// What happened.
         reason: String,
     },
+    /// The coordinator could not be reached (stopped, restarting, or cut off): a rank may
+    /// retry within the cluster's deadlines.
+    #[error("{0}")]
+    Unreachable(String),
     /// A link to a peer broke or never came up: usually a symptom of a failure elsewhere (a
     /// peer that died or gave up), not the cause.
     #[error("{0}")]
@@ -50,6 +54,11 @@ pub enum ClusterError {
     /// Bytes failed their checksum.
     #[error("corrupt: {0}")]
     Corrupt(String),
+    /// A writer that is not (or no longer) the owner: a rank of a superseded attempt, a
+    /// second run of a live job, an agent claiming another node's name or store. Refused
+    /// with no side effect; never retried.
+    #[error("{0}")]
+    Fenced(String),
     /// A file operation failed.
     #[error("{path}: {source}")]
     Io {
@@ -88,6 +97,8 @@ pub enum ErrorKind {
     Unrecoverable,
     /// Bytes failed their checksum or do not parse.
     Corrupt,
+    /// A writer that lost (or never had) ownership was refused.
+    Fenced,
     /// A file operation failed (full disk, permissions).
     Io,
     /// A bug or a crashed worker thread.
@@ -118,15 +129,17 @@ impl ClusterError {
         match self {
             ClusterError::Invalid(_) => ErrorKind::Invalid,
             ClusterError::Protocol(_) => ErrorKind::Protocol,
-            ClusterError::Node { .. } => ErrorKind::Node,
+            ClusterError::Node { .. } | ClusterError::Unreachable(_) => ErrorKind::Node,
             ClusterError::Link(_) => ErrorKind::Link,
             ClusterError::Remote { kind, .. } => *kind,
             ClusterError::Internal(_) => ErrorKind::Internal,
             ClusterError::Unrecoverable(_) => ErrorKind::Unrecoverable,
             ClusterError::Corrupt(_) => ErrorKind::Corrupt,
+            ClusterError::Fenced(_) => ErrorKind::Fenced,
             ClusterError::Io { .. } => ErrorKind::Io,
             ClusterError::Store(e) => match e {
                 StoreError::Io { .. } => ErrorKind::Io,
+                StoreError::Untrusted(_) => ErrorKind::Fenced,
                 StoreError::BlockChecksum { .. }
                 | StoreError::Corrupt { .. }
                 | StoreError::Manifest(_)
@@ -200,6 +213,12 @@ impl From<CodingError> for ClusterError {
             CodingError::Protocol(m) => ClusterError::Protocol(m),
             CodingError::Codec(c) => ClusterError::Codec(c),
         }
+    }
+}
+
+impl From<eckpt_private_dir::PrivateDirError> for ClusterError {
+    fn from(e: eckpt_private_dir::PrivateDirError) -> ClusterError {
+        ClusterError::Store(e.into())
     }
 }
 

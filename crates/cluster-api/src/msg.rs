@@ -15,6 +15,12 @@ use crate::shard_layout::ShardLayout;
 /// The item name `eckpt checkpoint FILE` stores a file under.
 pub const FILE_ITEM: &str = "file";
 
+/// How long `OpenEpoch` and `Pace` wait for the other ranks (a rank's previous epoch to
+/// be decided, every rank at a pace point) before they give up with an error: long enough
+/// for the other ranks to reach their checkpoint and for the encode, bounded so that a rank
+/// whose peers never come does not hang without a word.
+pub const OPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Frames of bulk data are at most this long.
 pub const DATA_FRAME: usize = 4 << 20;
 
@@ -23,8 +29,9 @@ pub const DATA_FRAME: usize = 4 << 20;
 pub enum Hello {
     /// Requests and responses.
     Control,
-    /// An agent's long-lived session with the coordinator (registration, heartbeats).
-    Session(NodeInfo),
+    /// An agent's long-lived session with the coordinator (registration, what it holds,
+    /// heartbeats).
+    Session(Registration),
     /// A stream of coding data from participant `from` of task `task`, in `phase`.
     Peer {
         /// Task id.
@@ -57,6 +64,114 @@ pub struct NodeInfo {
     pub store: PathBuf,
     /// Agent process id.
     pub pid: u32,
+}
+
+/// What an agent registers with: how to reach it, and the proof that it is the node it
+/// names — the token kept in its store since its first registration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Registration {
+    /// How to reach the agent.
+    pub info: NodeInfo,
+    /// The node's token, from its store (`agent/identity.rs`). Not part of [`NodeInfo`],
+    /// which every rank and peer sees.
+    pub token: String,
+    /// The token was made just now: the store was new or wiped, so the node holds nothing
+    /// of what the cluster committed.
+    pub fresh: bool,
+}
+
+/// What an agent holds after resolving what was left undecided: the first message of its
+/// session. The coordinator compares it with its journal; a node missing committed data is
+/// damaged, not healthy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    /// Every rank in the store, with its newest committed epoch (`None`: none committed).
+    pub ranks: Vec<(u32, Option<u64>)>,
+    /// Committed coded objects (parity, stripe blobs).
+    pub objects: Vec<ObjectId>,
+}
+
+/// Who runs a job: the `eckpt run` that holds its lease.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseHolder {
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// When it took the lease (seconds since the Unix epoch).
+    pub since_unix: f64,
+    /// Its command line, for messages.
+    pub command: String,
+}
+
+impl std::fmt::Display for LeaseHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "eckpt run pid {} on host {}", self.pid, self.host)
+    }
+}
+
+/// How `eckpt run` starts a job the cluster may already hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStart {
+    /// Resume its last committed epoch, if any; a finished job is refused.
+    #[default]
+    Default,
+    /// Discard the cluster's checkpoints of the job and start over.
+    Fresh,
+    /// Continue a finished job from its final epoch.
+    Resume,
+}
+
+/// `eckpt run`'s claim on a cluster's job.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobClaim {
+    /// The job's id: given (`--job`), or the batch system's; `None` takes the job the
+    /// cluster holds, or a new one.
+    pub job: Option<String>,
+    /// Who claims it.
+    pub holder: LeaseHolder,
+    /// Resume, start over, or continue a finished job.
+    pub start: JobStart,
+}
+
+/// The job granted to a supervisor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobGrant {
+    /// The job's id.
+    pub job: String,
+    /// The attempt's generation: every rank request carries it; older ones are refused.
+    pub generation: u64,
+    /// The job's last committed epoch (0: it starts fresh).
+    pub committed: u64,
+    /// `--fresh` discarded the job's checkpoint of this epoch.
+    pub discarded: Option<u64>,
+}
+
+/// The job a cluster holds, in `eckpt status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobStatus {
+    /// Its id.
+    pub id: String,
+    /// The current attempt's generation.
+    pub generation: u64,
+    /// The supervisor holding its lease, if any.
+    pub holder: Option<LeaseHolder>,
+    /// Seconds since the holder last renewed the lease.
+    pub renewed_seconds_ago: Option<f64>,
+    /// Seconds until the lease expires unless renewed (0: expired).
+    pub lease_left_seconds: Option<f64>,
+    /// When the job finished (every rank exited 0), seconds since the Unix epoch.
+    pub finished_unix: Option<f64>,
+}
+
+/// What `eckpt down --purge` did with one node's node-local data.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodePurge {
+    /// The node.
+    pub node: String,
+    /// The directories deleted, or why not.
+    pub result: Result<Vec<PathBuf>, String>,
 }
 
 impl NodeInfo {
@@ -376,6 +491,11 @@ pub enum AgentRequest {
     },
     /// Receive and discard a link test (sent by the tester on its own connection).
     LinkSink,
+    /// Delete the node-local data (store, parity, token) and exit (`eckpt down --purge`).
+    Purge,
+    /// Delete every rank's epochs and every coded object: the job starts over (`eckpt run
+    /// --fresh`; the coordinator's journal already forgot them).
+    Discard,
     /// Exit.
     Shutdown,
 }
@@ -404,6 +524,8 @@ pub enum AgentResponse {
     Link(f64),
     /// Answer to `Flush`: this node's ranks as flushed.
     Flushed(FlushPart),
+    /// Answer to `Purge`: the directories deleted.
+    Purged(Vec<PathBuf>),
 }
 
 impl std::fmt::Display for FlushRestore {
@@ -518,6 +640,10 @@ pub struct NodeStatus {
     /// on a parity-only member would be in no data shard).
     #[serde(default)]
     pub hosts_ranks: bool,
+    /// Alive but missing committed data it should hold (its store was wiped, or lost
+    /// epochs): `eckpt recover` rebuilds it.
+    #[serde(default)]
+    pub damaged: Option<String>,
 }
 
 /// `eckpt status`.
@@ -540,6 +666,14 @@ pub struct StatusReport {
     /// Flushes to shared storage, when the cluster makes them.
     #[serde(default)]
     pub flush: Option<FlushStatus>,
+    /// The job the cluster holds, once a supervisor claimed it.
+    #[serde(default)]
+    pub job: Option<JobStatus>,
+    /// The coordinator has heard from no agent for this many seconds and suspects its own
+    /// link rather than every node: nobody is declared dead meanwhile (up to the cluster's
+    /// partition grace).
+    #[serde(default)]
+    pub isolated_seconds: Option<f64>,
 }
 
 /// A group in a status report.
@@ -696,6 +830,8 @@ pub struct RecoveryReport {
 pub enum CoordRequest {
     /// An agent is alive (on its session).
     Heartbeat,
+    /// What an agent holds (the first request of its session).
+    Holds(Inventory),
     /// Report.
     Status,
     /// How to reach every alive agent.
@@ -711,6 +847,9 @@ pub enum CoordRequest {
         node: Option<String>,
         /// The epoch the caller expects, if any.
         epoch: Option<u64>,
+        /// The generation of the attempt the rank belongs to (`eckpt run` sets it).
+        #[serde(default)]
+        generation: Option<u64>,
     },
     /// Rank `rank`'s epoch is prepared on `node`.
     RankReady {
@@ -723,6 +862,9 @@ pub enum CoordRequest {
         /// Sizes and pace (absent from `eckpt checkpoint FILE`).
         #[serde(default)]
         report: RankReport,
+        /// The rank's attempt generation.
+        #[serde(default)]
+        generation: Option<u64>,
     },
     /// A pace point of `snapshot()` without a checkpoint: waits until every rank of the job
     /// reached the same point (`round` of launch `launch`) and answers the job's pace.
@@ -737,6 +879,9 @@ pub enum CoordRequest {
         round: u64,
         /// The rank's measurements.
         report: PaceReport,
+        /// The rank's attempt generation.
+        #[serde(default)]
+        generation: Option<u64>,
     },
     /// Wait until `epoch` is decided.
     WaitEpoch {
@@ -752,6 +897,9 @@ pub enum CoordRequest {
         rank: u32,
         /// World size the restarting job runs with.
         world: u32,
+        /// The rank's attempt generation.
+        #[serde(default)]
+        generation: Option<u64>,
     },
     /// Rebuild every lost node's data and restore redundancy.
     Recover {
@@ -778,6 +926,30 @@ pub enum CoordRequest {
         /// Node.
         node: String,
     },
+    /// Take the job's lease for a supervisor (`eckpt run`): refused while another holds it.
+    ClaimJob(JobClaim),
+    /// Renew the lease of generation `generation`.
+    RenewLease {
+        /// The holder's generation.
+        generation: u64,
+    },
+    /// A new attempt of the job (a relaunch): a new generation; the ranks of older ones are
+    /// refused from now on.
+    NextAttempt {
+        /// The holder's generation.
+        generation: u64,
+    },
+    /// Give the lease up; `finished`: every rank exited 0, so a run of the job again is
+    /// refused unless `--resume` or `--fresh`.
+    ReleaseJob {
+        /// The holder's generation.
+        generation: u64,
+        /// The job finished.
+        finished: bool,
+    },
+    /// Delete every agent's node-local data (store, parity, token), then stop every agent
+    /// and the coordinator (`eckpt down --purge`).
+    Purge,
     /// Stop every agent and the coordinator.
     Shutdown,
 }
@@ -845,6 +1017,12 @@ pub enum CoordResponse {
     },
     /// Heartbeat acknowledgement.
     Alive,
+    /// `ClaimJob`.
+    JobGranted(JobGrant),
+    /// `NextAttempt`: the new generation.
+    Generation(u64),
+    /// `Purge`: what each node deleted.
+    Purged(Vec<NodePurge>),
 }
 
 /// Summary of the cluster configuration for `eckpt up`.

@@ -10,11 +10,13 @@ use std::time::{Duration, Instant};
 
 use eckpt_proto::{ClusterSecret, Endpoint};
 
+use crate::agent::identity;
 use crate::coordinator::Journal;
 use crate::netns::{parse_rate, Network};
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::{
-    check_node_name, write_atomic, ClusterDir, ClusterFile, FlushConfig, NetnsConfig, CLUSTER_FORMAT,
+    check_node_name, is_created_entry, write_atomic, ClusterDir, ClusterFile, Deadlines, FlushConfig,
+    NetnsConfig, CLUSTER_FORMAT,
 };
 use eckpt_cluster_api::msg::{
     CoordRequest, CoordResponse, FlushRestore, Relocation, StatusReport, UpSummary,
@@ -48,6 +50,8 @@ pub struct UpOptions {
     /// Flushes to shared storage (`--flush-dir`…); a new cluster whose flush directory
     /// holds flushed epochs resumes the newest.
     pub flush: Option<FlushConfig>,
+    /// The cluster's time bounds (new clusters; a restarted one keeps its own).
+    pub deadlines: Deadlines,
 }
 
 /// How long `up` and `join` wait for processes to come up.
@@ -177,6 +181,7 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         ))
     })?;
     options.coding.validate()?;
+    options.deadlines.validate()?;
     if let Some(rate) = &options.link_rate {
         parse_rate(rate)?;
         if !options.netns {
@@ -192,12 +197,10 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
             k + m
         )));
     }
+    claim_new_dir(&dir)?;
     for sub in [dir.coordinator(), dir.debug(), dir.root().join("nodes")] {
         fs::create_dir_all(&sub).map_err(eckpt_cluster_api::io_at(&sub))?;
     }
-    // Checkpoints and parity are the job's memory: only their owner may read them.
-    fs::set_permissions(dir.root(), std::os::unix::fs::PermissionsExt::from_mode(0o700))
-        .map_err(eckpt_cluster_api::io_at(dir.root()))?;
     ClusterSecret::create_file(&dir.secret())?;
     let nodes: Vec<String> = (0..node_count).map(|i| format!("n{i}")).collect();
     let spares: Vec<String> = (0..options.spares).map(|i| format!("s{i}")).collect();
@@ -219,6 +222,7 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         coordinator_host: None,
         netns,
         flush,
+        deadlines: options.deadlines,
     };
     write_cluster_file(&dir, &file)?;
     Journal::new(options.coding, &nodes, &spares).save(&dir.journal())?;
@@ -228,6 +232,30 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         summary.from_flush = resume_flushed_job(&dir, &file)?;
     }
     Ok(summary)
+}
+
+/// The directory of a new cluster: new, or empty and this user's alone — never one holding
+/// someone's files, which `down --purge` would then take for the cluster's. Created or
+/// adopted owner-only (checkpoints and parity are the job's memory).
+fn claim_new_dir(dir: &ClusterDir) -> Result<(), ClusterError> {
+    let root = dir.root();
+    if let Ok(entries) = fs::read_dir(root) {
+        let names: Vec<String> = entries
+            .flatten()
+            .take(4)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if !names.is_empty() {
+            return Err(ClusterError::Invalid(format!(
+                "{} is not empty and holds no eckpt cluster (it has {}{}): a new cluster needs a new or empty directory",
+                root.display(),
+                names[..names.len().min(3)].join(", "),
+                if names.len() > 3 { ", …" } else { "" }
+            )));
+        }
+    }
+    eckpt_private_dir::ensure(root)?;
+    Ok(())
 }
 
 /// The flush configuration with its directory made absolute (agents run elsewhere).
@@ -273,6 +301,7 @@ fn resume_flushed_job(dir: &ClusterDir, file: &ClusterFile) -> Result<Option<Flu
 /// agents of every node not removed with their stores and parity, in their network
 /// namespaces when the cluster has them — with the configuration recorded in the directory.
 fn restart(dir: &ClusterDir, options: &UpOptions) -> Result<UpSummary, ClusterError> {
+    eckpt_private_dir::check(dir.root())?;
     let mut file = dir.load()?;
     let root = dir.root().display();
     if let Some(pid) = running(&dir.coordinator()) {
@@ -457,11 +486,18 @@ pub fn kill_node(dir: &Path, name: &str, wipe: bool) -> Result<Option<u32>, Clus
         wait_until(Duration::from_secs(10), "the agent to die", || !pid_alive(pid))?;
     }
     if wipe {
-        // The store the agent registered (`--store` puts it outside the cluster directory).
+        // The store the agent registered (`--store` puts it outside the cluster directory),
+        // and only if it is that node's.
         let store = Journal::load(&dir.journal())
             .ok()
             .and_then(|j| j.nodes.get(name)?.info.as_ref().map(|i| i.store.clone()))
             .unwrap_or_else(|| dir.store(name));
+        if let Some((owner, _)) = identity::owner_of(&store).filter(|(owner, _)| owner != name) {
+            return Err(ClusterError::Fenced(format!(
+                "the store {} registered for node {name} belongs to node {owner}: not deleting it",
+                store.display()
+            )));
+        }
         for sub in [ClusterDir::coded_beside(&store), store] {
             if sub.exists() {
                 fs::remove_dir_all(&sub).map_err(eckpt_cluster_api::io_at(&sub))?;
@@ -472,21 +508,33 @@ pub fn kill_node(dir: &Path, name: &str, wipe: bool) -> Result<Option<u32>, Clus
 }
 
 /// `eckpt down`: stops the coordinator and every agent, removes the namespaces; with
-/// `purge`, deletes the directory.
-pub fn down(dir: &Path, purge: bool) -> Result<(), ClusterError> {
+/// `purge`, deletes what eckpt created — the agents' node-local data (through each agent,
+/// wherever it runs; directly for agents that are down on this host) and the entries of
+/// the cluster directory, then the directory if nothing else is in it. Returns what it
+/// could not delete, one line each.
+pub fn down(dir: &Path, purge: bool) -> Result<Vec<String>, ClusterError> {
     let dir = ClusterDir::new(dir)?;
     let file = dir.load()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| ClusterError::Internal(format!("starting a runtime: {e}")))?;
-    let _ = rt.block_on(async {
+    let request = if purge {
+        CoordRequest::Purge
+    } else {
+        CoordRequest::Shutdown
+    };
+    let answer = rt.block_on(async {
         tokio::time::timeout(
-            Duration::from_secs(10),
-            commands::coordinator_call(&dir, &CoordRequest::Shutdown, |_| {}),
+            Duration::from_secs(30),
+            commands::coordinator_call(&dir, &request, |_| {}),
         )
         .await
     });
+    let purged = match answer {
+        Ok(Ok(CoordResponse::Purged(nodes))) => nodes,
+        _ => Vec::new(),
+    };
     let mut processes = vec![dir.coordinator()];
     if let Ok(entries) = fs::read_dir(dir.root().join("nodes")) {
         processes.extend(entries.flatten().map(|e| e.path()));
@@ -506,8 +554,78 @@ pub fn down(dir: &Path, purge: bool) -> Result<(), ClusterError> {
         }
         network.remove_bridge();
     }
-    if purge {
-        fs::remove_dir_all(dir.root()).map_err(eckpt_cluster_api::io_at(dir.root()))?;
+    if !purge {
+        return Ok(Vec::new());
     }
-    Ok(())
+    let mut kept = purge_node_stores(&dir, &purged);
+    kept.extend(purge_cluster_dir(&dir)?);
+    Ok(kept)
+}
+
+/// Deletes the node-local data of every node whose agent did not (it was down): directly
+/// when its store is on this host and says it is that node's. What stays, one line each.
+fn purge_node_stores(dir: &ClusterDir, purged: &[eckpt_cluster_api::msg::NodePurge]) -> Vec<String> {
+    let Ok(journal) = Journal::load(&dir.journal()) else {
+        return vec![
+            "the journal is unreadable: node stores outside the cluster directory were not looked for".into(),
+        ];
+    };
+    let here = eckpt_cluster_api::net::host_name();
+    let mut kept = Vec::new();
+    for (name, entry) in &journal.nodes {
+        if purged.iter().any(|p| &p.node == name && p.result.is_ok()) {
+            continue;
+        }
+        let Some(info) = &entry.info else { continue };
+        if info.store.starts_with(dir.root()) || !info.store.exists() {
+            continue;
+        }
+        let host = info.host.split('/').next().unwrap_or_default();
+        let result = match identity::owner_of(&info.store) {
+            _ if host != here => Err(format!("it is on host {host}, whose agent is down")),
+            Some((owner, created_local)) if &owner == name => identity::purge(&info.store, created_local)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Some((owner, _)) => Err(format!("it belongs to node {owner}")),
+            None => Err("it holds no node identity".into()),
+        };
+        if let Err(why) = result {
+            kept.push(format!(
+                "kept node {name}'s store {}: {why}",
+                info.store.display()
+            ));
+        }
+    }
+    kept
+}
+
+/// Deletes the entries eckpt created in the cluster directory, then the directory unless
+/// something else is in it. What stays, one line each.
+fn purge_cluster_dir(dir: &ClusterDir) -> Result<Vec<String>, ClusterError> {
+    let root = dir.root();
+    let mut others = Vec::new();
+    for entry in fs::read_dir(root)
+        .map_err(eckpt_cluster_api::io_at(root))?
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        if !is_created_entry(&name) {
+            others.push(name);
+        } else if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            fs::remove_dir_all(&path).map_err(eckpt_cluster_api::io_at(&path))?;
+        } else {
+            fs::remove_file(&path).map_err(eckpt_cluster_api::io_at(&path))?;
+        }
+    }
+    if others.is_empty() {
+        fs::remove_dir(root).map_err(eckpt_cluster_api::io_at(root))?;
+        return Ok(Vec::new());
+    }
+    others.sort();
+    Ok(vec![format!(
+        "kept {}: it holds files eckpt did not create ({})",
+        root.display(),
+        others.join(", ")
+    )])
 }

@@ -9,15 +9,18 @@
 //! - [`agent`], [`coordinator`]: the two processes.
 //! - [`launch`], [`netns`]: `eckpt up/down/join/kill-node` and emulated hosts.
 //! - [`debug`]: pause points for fault-injection tests.
+//! - [`crash_only`]: a panic aborts a daemon; [`owner_lock`]: one daemon per directory.
 
 #![warn(missing_docs)]
 
 pub mod agent;
 mod chunk_crc;
 pub mod coordinator;
+pub mod crash_only;
 pub mod debug;
 pub mod launch;
 pub mod netns;
+pub mod owner_lock;
 pub mod parity_store;
 pub mod shard;
 pub mod stripe_blob;

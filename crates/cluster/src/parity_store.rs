@@ -311,6 +311,16 @@ impl ParityStore {
         Ok(())
     }
 
+    /// The committed objects here (what a registration reports it holds).
+    pub fn committed_objects(&self) -> Result<Vec<ObjectId>, ClusterError> {
+        Ok(self
+            .objects()?
+            .into_iter()
+            .map(|(id, _)| id)
+            .filter(|&id| self.committed_dir(id).is_dir())
+            .collect())
+    }
+
     /// Every object here with its directory.
     pub fn objects(&self) -> Result<Vec<(ObjectId, PathBuf)>, ClusterError> {
         let mut out = Vec::new();

@@ -198,7 +198,9 @@ fn write_new_file(path: &Path, bytes: &[u8]) -> Result<(), ProtoError> {
     file.sync_all().map_err(io_ctx(ctx()))
 }
 
-fn random_bytes(buf: &mut [u8]) -> Result<(), ProtoError> {
+/// Fills `buf` from the operating system's random number generator (secrets, nonces, node
+/// tokens).
+pub fn random_bytes(buf: &mut [u8]) -> Result<(), ProtoError> {
     getrandom::fill(buf).map_err(|e| ProtoError::Io {
         context: "reading the OS random number generator".into(),
         source: std::io::Error::other(e.to_string()),

@@ -23,7 +23,7 @@ pub mod frame;
 mod io;
 mod transport;
 
-pub use auth::{secret_path, ClusterSecret, HANDSHAKE_TIMEOUT, SECRET_LEN};
+pub use auth::{random_bytes, secret_path, ClusterSecret, HANDSHAKE_TIMEOUT, SECRET_LEN};
 pub use error::ProtoError;
 pub use frame::{decode_frame, encode_frame, Decoded, FrameError, FrameKind, DEFAULT_MAX_PAYLOAD};
 pub use io::{FrameReader, FrameWriter};

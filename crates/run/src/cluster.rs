@@ -10,8 +10,8 @@ use std::time::Duration;
 use eckpt_cluster_api::commands::coordinator_call;
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
-    CoordRequest, CoordResponse, EpochOutcome, FlushStatus, NodeInfo, RecoveryReport, Relocation,
-    StatusReport,
+    CoordRequest, CoordResponse, EpochOutcome, FlushStatus, JobClaim, JobGrant, NodeInfo, RecoveryReport,
+    Relocation, StatusReport,
 };
 use eckpt_cluster_api::ClusterError;
 
@@ -84,6 +84,40 @@ impl Cluster {
     pub fn recover(&self, relocation: Relocation) -> Result<RecoveryReport, RunError> {
         match self.call(&CoordRequest::Recover { relocation })? {
             CoordResponse::Recovered(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+impl Cluster {
+    /// Claims the job's lease (refused while another supervisor holds it).
+    pub fn claim_job(&self, claim: JobClaim) -> Result<JobGrant, RunError> {
+        match self.call(&CoordRequest::ClaimJob(claim))? {
+            CoordResponse::JobGranted(grant) => Ok(grant),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Renews the lease of `generation`.
+    pub fn renew_lease(&self, generation: u64) -> Result<(), RunError> {
+        match self.call(&CoordRequest::RenewLease { generation })? {
+            CoordResponse::Ok => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The generation of the next attempt.
+    pub fn next_attempt(&self, generation: u64) -> Result<u64, RunError> {
+        match self.call(&CoordRequest::NextAttempt { generation })? {
+            CoordResponse::Generation(next) => Ok(next),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Gives the lease up; `finished`: every rank exited 0.
+    pub fn release_job(&self, generation: u64, finished: bool) -> Result<(), RunError> {
+        match self.call(&CoordRequest::ReleaseJob { generation, finished })? {
+            CoordResponse::Ok => Ok(()),
             other => Err(unexpected(other)),
         }
     }

@@ -11,6 +11,8 @@
 //!   node's network namespace; [`output`]: `[R] ` prefixed lines; [`procs`]: the job's
 //!   processes in `/proc`.
 //! - [`supervisor`]: the loop of attempts, failures and recoveries; [`faults`]: `--kill-at`.
+//! - [`lease`]: the job's lease and attempt generations; [`guard`]: ranks die with their
+//!   supervisor.
 //! - [`session`]: using or starting the cluster; [`cluster`]: calls to its coordinator.
 //! - [`record`]: the run's journal, for `eckpt report`.
 
@@ -18,8 +20,10 @@
 
 pub mod cluster;
 pub mod faults;
+pub mod guard;
 pub mod host;
 pub mod launcher;
+pub mod lease;
 pub mod output;
 pub mod placement;
 pub mod procs;
@@ -29,7 +33,7 @@ pub mod supervisor;
 
 use std::path::{Path, PathBuf};
 
-use eckpt_cluster_api::msg::Relocation;
+use eckpt_cluster_api::msg::{JobStart, Relocation};
 use eckpt_cluster_api::ClusterError;
 
 pub use launcher::Launcher;
@@ -61,6 +65,11 @@ pub struct RunOptions {
     pub mtbf: Option<String>,
     /// Keep a cluster this run started running at the end.
     pub keep: bool,
+    /// The job's id (`--job`, else the batch system's); `None`: the job the cluster holds,
+    /// or a new one.
+    pub job: Option<String>,
+    /// Resume (default), start over (`--fresh`) or continue a finished job (`--resume`).
+    pub start: JobStart,
     /// The program and its arguments.
     pub command: Vec<String>,
     /// The `eckpt` executable (agents, coordinator and the `mpirun` helper run it).
@@ -90,6 +99,13 @@ pub enum RunError {
     /// Interrupted by a signal.
     #[error("interrupted: the ranks were stopped; the last committed epoch is kept")]
     Interrupted,
+    /// The job's ranks disagree on how many checkpoints they take: an epoch can never
+    /// commit.
+    #[error("{0}")]
+    Mismatch(String),
+    /// Another supervisor took the job over (this one could not renew its lease in time).
+    #[error("lost the job's lease: {0}; the ranks were stopped")]
+    LeaseLost(String),
     /// A file.
     #[error("{path}: {source}")]
     Io {

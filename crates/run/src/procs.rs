@@ -60,6 +60,28 @@ pub fn of_launch(launch: &str) -> Vec<(i32, Option<u32>)> {
         .collect()
 }
 
+/// Processes of every launch of run `run_id` (launch ids `<run_id>-<attempt>`).
+pub fn of_run(run_id: &str) -> Vec<(i32, Option<u32>)> {
+    let prefix = format!("{run_id}-");
+    pids()
+        .into_iter()
+        .filter_map(|pid| {
+            let env = environ(pid);
+            env.get("ECKPT_LAUNCH")
+                .is_some_and(|l| l.starts_with(&prefix))
+                .then(|| (pid, rank_of(&env)))
+        })
+        .collect()
+}
+
+/// Ranks of launch `launch` that have a process on this host now.
+pub fn running_ranks(launch: &str) -> std::collections::BTreeSet<u32> {
+    of_launch(launch)
+        .into_iter()
+        .filter_map(|(_, rank)| rank)
+        .collect()
+}
+
 /// Processes in network namespace `ns`.
 pub fn in_netns(ns: &str) -> Vec<i32> {
     pids()

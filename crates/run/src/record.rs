@@ -20,6 +20,9 @@ pub struct RunRecord {
     pub format: u32,
     /// The program and its arguments.
     pub command: Vec<String>,
+    /// The job's id in the cluster.
+    #[serde(default)]
+    pub job: Option<String>,
     /// Ranks of the job.
     pub ranks: u32,
     /// `local` or `mpirun`.
@@ -59,6 +62,9 @@ pub struct AttemptRecord {
     pub attempt: u32,
     /// When the ranks were started.
     pub start_s: f64,
+    /// The attempt's generation: its ranks' requests carry it.
+    #[serde(default)]
+    pub generation: u64,
     /// When the attempt ended.
     pub end_s: f64,
     /// Rank → node.
@@ -117,7 +123,8 @@ pub struct FailureRecord {
     pub t_s: f64,
     /// Which nodes.
     pub nodes: Vec<String>,
-    /// `kill-at 30:2`, `kill during recovery`, `node declared dead`, `rank 3 killed by signal 9`.
+    /// `kill-at 30:2`, `kill during recovery`, `node declared dead`, `rank 3 killed by signal 9`
+    /// (a rank's crash loses no node: `nodes` is empty).
     pub cause: String,
 }
 

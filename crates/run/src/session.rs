@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{CoordRequest, CoordResponse};
+use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, FlushRestore};
 
 use crate::RunError;
 
@@ -31,6 +31,8 @@ pub struct Session {
     pub started: bool,
     /// Whether this run created its directory in a temporary place.
     pub temporary: bool,
+    /// The new cluster resumed the job from its flush directory.
+    pub from_flush: Option<FlushRestore>,
 }
 
 fn answers(dir: &ClusterDir) -> bool {
@@ -74,6 +76,7 @@ impl Session {
                 dir,
                 started: false,
                 temporary,
+                from_flush: None,
             });
         }
         let mut up = choice.up.clone();
@@ -83,6 +86,7 @@ impl Session {
             up.nodes = None;
         }
         let summary = launch::up(&up)?;
+        let from_flush = summary.from_flush.clone();
         note(format!(
             "{} cluster in {}: {} nodes{} (k={} m={}, {} mode{})",
             if existing { "restarted the" } else { "started a" },
@@ -102,13 +106,14 @@ impl Session {
                 .map(|r| format!(", namespaced {r} links"))
                 .unwrap_or_default()
         ));
-        if let Some(restore) = &summary.from_flush {
+        if let Some(restore) = &from_flush {
             note(restore.to_string());
         }
         Ok(Session {
             dir,
             started: true,
             temporary,
+            from_flush,
         })
     }
 
@@ -124,7 +129,9 @@ impl Session {
             ));
             return Ok(());
         }
-        launch::down(self.dir.root(), self.temporary)?;
+        for kept in launch::down(self.dir.root(), self.temporary)? {
+            note(kept);
+        }
         Ok(())
     }
 }

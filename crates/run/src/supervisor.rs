@@ -1,10 +1,16 @@
-//! The supervisor: attempts of the job until it ends. Each attempt places and launches
-//! every rank, then watches three things: the ranks (one that exits with a status ends the
-//! run with it; one killed by a signal is a failure), the cluster's nodes (one declared
-//! dead is a failure) and the decided epochs (recorded; `--kill-at` fires after them). A
-//! failure stops every rank; recovery runs until nothing is lost (more losses than the
-//! code tolerates end the run with the coordinator's one-line reason, nothing committed
-//! deleted); then the next attempt relaunches every rank where it now lives.
+//! The supervisor: attempts of the job until it ends. It first claims the job's lease
+//! (one supervisor per job; `lease`) and starts its guard (ranks die with it; `guard`).
+//! Each attempt, with a generation of its own that its ranks carry, places and launches
+//! every rank, then watches: the ranks (one that exits with a status ends the run with it —
+//! unless a node is declared lost within the liveness period, the likely cause; one killed
+//! by a signal is a failure; one that exits without an epoch the others wrote ends the run,
+//! since that epoch can never commit), the cluster's nodes (one declared dead or found
+//! damaged is a failure; while the coordinator hears from no agent at all it suspects its
+//! own link and nobody is lost), the lease, and the decided epochs (recorded; `--kill-at`
+//! fires after them). A failure stops every rank; recovery runs until nothing is lost (more
+//! losses than the code tolerates end the run with the coordinator's one-line reason,
+//! nothing committed deleted); then the next attempt relaunches every rank where it now
+//! lives.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,14 +18,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eckpt_cluster::launch;
-use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{NodeInfo, RecoveryReport, StatusReport};
+use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
+use eckpt_cluster_api::msg::{FlushRestore, JobClaim, LeaseHolder, NodeInfo, RecoveryReport, StatusReport};
 use eckpt_cluster_api::ErrorKind;
 
 use crate::cluster::{Cluster, EpochWatch};
 use crate::faults::{choose_victims, GroupView, KillPlan};
+use crate::guard::Guard;
 use crate::host::NodeHost;
 use crate::launcher::{kill_launch, Ending, LaunchSpec};
+use crate::lease::Lease;
 use crate::placement::{self, Host};
 use crate::procs;
 use crate::record::{AttemptRecord, EpochRecord, FailureRecord, RecoveryRecord, RunRecord, RECORD_FORMAT};
@@ -163,15 +171,27 @@ pub fn run(options: &RunOptions, events: &mut dyn FnMut(Event)) -> Result<(i32, 
     }
     let session = Session::open(&options.cluster, &mut |text| events(Event::Note(text)))?;
     let started = Instant::now();
-    let mut supervisor = match Supervisor::new(options, &session, interrupted, started) {
-        Ok(supervisor) => supervisor,
+    let begun = Supervisor::new(options, &session, interrupted, started)
+        .and_then(|supervisor| Ok((Guard::start(&options.exe, &supervisor.run_id)?, supervisor)));
+    let (guard, mut supervisor) = match begun {
+        Ok(begun) => begun,
         Err(e) => {
             // A cluster this run started must not outlive a run that could not begin.
             let _ = session.close(options.keep, &mut |text| events(Event::Note(text)));
             return Err(e);
         }
     };
-    let result = supervisor.run(events);
+    let mut result = supervisor.run(events);
+    // Every rank is stopped by now: the guard has nothing left to do, and the lease goes
+    // (a job whose every rank exited 0 is recorded as finished).
+    guard.release();
+    if let Some(lease) = supervisor.lease.take() {
+        if let Err(e) = lease.release(&supervisor.cluster, matches!(result, Ok(0))) {
+            if result.is_ok() {
+                result = Err(e);
+            }
+        }
+    }
     let mut record = supervisor.record;
     record.seconds = started.elapsed().as_secs_f64();
     match &result {
@@ -216,6 +236,14 @@ struct Supervisor<'a> {
     recovered: Option<RecoveryRecord>,
     /// Names this run's launches (`ECKPT_LAUNCH` is `<run_id>-<attempt>`).
     run_id: String,
+    /// The job's lease, once claimed.
+    lease: Option<Lease>,
+    /// The job's id, once claimed.
+    job: String,
+    /// The cluster's time bounds.
+    deadlines: Deadlines,
+    /// Whether the coordinator's isolation was said (once per episode).
+    isolation_said: bool,
 }
 
 impl<'a> Supervisor<'a> {
@@ -227,7 +255,6 @@ impl<'a> Supervisor<'a> {
     ) -> Result<Supervisor<'a>, RunError> {
         let cluster = Cluster::new(&session.dir)?;
         let status = cluster.status()?;
-        check_world(&status, options.ranks, &session.dir)?;
         let file = session.dir.load()?;
         let now_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -256,7 +283,7 @@ impl<'a> Supervisor<'a> {
             ..RunRecord::default()
         };
         let watch = EpochWatch::start(&session.dir, status.open_epoch)?;
-        Ok(Supervisor {
+        let mut supervisor = Supervisor {
             options,
             cluster,
             record,
@@ -272,7 +299,68 @@ impl<'a> Supervisor<'a> {
             undeclared: BTreeSet::new(),
             recovered: None,
             run_id: format!("{:x}-{}", now_unix as u64, std::process::id()),
-        })
+            lease: None,
+            job: String::new(),
+            deadlines: file.deadlines,
+            isolation_said: false,
+        };
+        if let Some(restore) = &session.from_flush {
+            supervisor.record_flush_restore(restore);
+        }
+        Ok(supervisor)
+    }
+
+    /// Records a restart from the flush directory (no node of this run was lost).
+    fn record_flush_restore(&mut self, restore: &FlushRestore) {
+        let now = self.now();
+        let mut r = RecoveryRecord {
+            start_s: now,
+            end_s: now,
+            ..RecoveryRecord::default()
+        };
+        r.absorb(&RecoveryReport {
+            epoch: restore.epoch,
+            from_flush: Some(restore.clone()),
+            ..RecoveryReport::default()
+        });
+        self.record.recoveries.push(r);
+    }
+
+    /// Claims the job's lease: refused while another supervisor runs the job.
+    fn claim(&mut self, events: &mut dyn FnMut(Event)) -> Result<(), RunError> {
+        let holder = LeaseHolder {
+            host: eckpt_cluster_api::net::host_name(),
+            pid: std::process::id(),
+            since_unix: self.record.started_unix,
+            command: self.options.command.join(" "),
+        };
+        let claim = JobClaim {
+            job: self.options.job.clone(),
+            holder,
+            start: self.options.start,
+        };
+        let (lease, grant) = Lease::claim(&self.cluster, claim, &mut |text| events(Event::Note(text)))?;
+        if let Some(epoch) = grant.discarded {
+            events(Event::Note(format!(
+                "--fresh: discarded job {}'s checkpoint of epoch {epoch}; the job starts over",
+                grant.job
+            )));
+        }
+        self.record.job = Some(grant.job.clone());
+        self.job = grant.job;
+        self.lease = Some(lease);
+        Ok(())
+    }
+
+    fn lease(&self) -> Result<&Lease, RunError> {
+        let lease = self
+            .lease
+            .as_ref()
+            .ok_or_else(|| RunError::Launch("the job's lease is not held".into()))?;
+        match lease.lost() {
+            Some(why) => Err(RunError::LeaseLost(why)),
+            None => Ok(lease),
+        }
     }
 
     fn now(&self) -> f64 {
@@ -317,6 +405,7 @@ impl<'a> Supervisor<'a> {
 
     fn run(&mut self, events: &mut dyn FnMut(Event)) -> Result<i32, RunError> {
         self.await_agents(events)?;
+        self.claim(events)?;
         let mut status = self.cluster.status()?;
         let flushed = status.flush.as_ref().is_some_and(|f| !f.flushed.is_empty());
         if status.committed_epoch == 0 && flushed {
@@ -324,10 +413,11 @@ impl<'a> Supervisor<'a> {
             // resumes from its flush now, as `up` does when it starts them itself.
             if let Some(restore) = self.cluster.recover(self.options.relocation)?.from_flush {
                 events(Event::Note(restore.to_string()));
+                self.record_flush_restore(&restore);
             }
             status = self.cluster.status()?;
-            check_world(&status, self.options.ranks, self.cluster.dir())?;
         }
+        check_world(&status, self.options.ranks, self.cluster.dir())?;
         if status.committed_epoch > 0 {
             events(Event::Note(format!(
                 "resuming the checkpointed job from epoch {}",
@@ -338,6 +428,9 @@ impl<'a> Supervisor<'a> {
         loop {
             self.heal(events)?;
             attempt_no += 1;
+            if attempt_no > 1 {
+                self.lease()?.next_attempt(&self.cluster)?;
+            }
             match self.attempt(attempt_no, events)? {
                 AttemptEnd::Done => return Ok(0),
                 AttemptEnd::Exit(code) => return Ok(code),
@@ -354,12 +447,15 @@ impl<'a> Supervisor<'a> {
         }
     }
 
-    /// Nodes lost now: members of a group or hosts of ranks whose agent is down.
+    /// Nodes lost now: members of a group or hosts of ranks whose agent is down, or that
+    /// came back without committed data they should hold (damaged).
     fn lost(status: &StatusReport) -> BTreeSet<String> {
         status
             .nodes
             .iter()
-            .filter(|n| !n.alive && !n.removed && (n.group.is_some() || !n.ranks.is_empty()))
+            .filter(|n| {
+                (!n.alive || n.damaged.is_some()) && !n.removed && (n.group.is_some() || !n.ranks.is_empty())
+            })
             .map(|n| n.name.clone())
             .collect()
     }
@@ -558,6 +654,7 @@ impl<'a> Supervisor<'a> {
 
     /// Places and launches every rank, then watches the attempt to its end.
     fn attempt(&mut self, attempt_no: u32, events: &mut dyn FnMut(Event)) -> Result<AttemptEnd, RunError> {
+        let generation = self.lease()?.generation();
         let (placement, hosts) = self.place()?;
         let launch_id = format!("{}-{attempt_no}", self.run_id);
         let mut env = vec![
@@ -566,6 +663,8 @@ impl<'a> Supervisor<'a> {
                 self.cluster.dir().root().display().to_string(),
             ),
             ("ECKPT_WORLD".to_string(), self.options.ranks.to_string()),
+            ("ECKPT_JOB".to_string(), self.job.clone()),
+            ("ECKPT_GENERATION".to_string(), generation.to_string()),
         ];
         for (key, value) in [
             ("ECKPT_INTERVAL", &self.options.interval),
@@ -618,6 +717,7 @@ impl<'a> Supervisor<'a> {
         self.record.attempts.push(AttemptRecord {
             attempt: attempt_no,
             start_s,
+            generation,
             end_s: self.now(),
             placement,
             end: match &end {
@@ -690,23 +790,15 @@ impl<'a> Supervisor<'a> {
         let mut tick: u64 = 0;
         loop {
             self.check_interrupt()?;
+            self.lease()?;
             self.take_epochs(events)?;
             match attempt.poll() {
                 None => {}
-                Some(Ending::Done) => return Ok(AttemptEnd::Done),
-                Some(Ending::Failed { rank, code }) => {
-                    // A rank failing because its node went away is a failure to recover
-                    // from; otherwise the status is the program's answer.
-                    let lost = Self::lost(&self.cluster.status()?);
-                    if lost.is_empty() {
-                        return Ok(AttemptEnd::Exit(code));
-                    }
-                    self.note_lost(&lost, "node declared dead", events);
-                    let who = rank.map_or("a rank".to_string(), |r| format!("rank {r}"));
-                    return Ok(AttemptEnd::Failure(format!(
-                        "{who} exited {code} after a node loss"
-                    )));
+                Some(Ending::Done) => {
+                    self.check_no_epoch_left_open(&self.cluster.status()?, None)?;
+                    return Ok(AttemptEnd::Done);
                 }
+                Some(Ending::Failed { rank, code }) => return self.rank_failed(rank, code, events),
                 Some(Ending::Killed { rank, signal }) => {
                     let who = rank.map_or("a rank".to_string(), |r| format!("rank {r}"));
                     let how = signal.map_or(String::new(), |s| format!(" by signal {s}"));
@@ -716,12 +808,20 @@ impl<'a> Supervisor<'a> {
                         events(Event::Note(format!(
                             "{who} was killed{how}: restarting from the last committed epoch"
                         )));
+                        self.failing_since.get_or_insert_with(Instant::now);
+                        self.record.failures.push(FailureRecord {
+                            t_s: self.now(),
+                            nodes: Vec::new(),
+                            cause: format!("{who} killed{how}"),
+                        });
                     }
                     return Ok(AttemptEnd::Failure(format!("{who} killed{how}")));
                 }
             }
             if tick.is_multiple_of(4) {
-                let lost = Self::lost(&self.cluster.status()?);
+                let status = self.cluster.status()?;
+                self.say_isolation(&status, events);
+                let lost = Self::lost(&status);
                 if !lost.is_empty() {
                     self.note_lost(&lost, "node declared dead", events);
                     return Ok(AttemptEnd::Failure(format!(
@@ -729,9 +829,86 @@ impl<'a> Supervisor<'a> {
                         lost.into_iter().collect::<Vec<_>>().join(" ")
                     )));
                 }
+                self.check_no_epoch_left_open(&status, Some(&attempt.exited()))?;
             }
             tick += 1;
             std::thread::sleep(TICK);
         }
+    }
+
+    /// A rank exited with a non-zero status. Its node's loss is the likely cause when one
+    /// is declared within the liveness period (an MPI rank aborts when a peer's node dies,
+    /// before the coordinator has missed the node's heartbeats): then it is a failure to
+    /// recover from; otherwise the status is the program's answer.
+    fn rank_failed(
+        &mut self,
+        rank: Option<u32>,
+        code: i32,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<AttemptEnd, RunError> {
+        let who = rank.map_or("a rank".to_string(), |r| format!("rank {r}"));
+        let deadline = Instant::now() + self.deadlines.liveness() + Duration::from_millis(500);
+        loop {
+            let lost = Self::lost(&self.cluster.status()?);
+            if !lost.is_empty() || !self.undeclared.is_empty() {
+                self.note_lost(&lost, "node declared dead", events);
+                return Ok(AttemptEnd::Failure(format!(
+                    "{who} exited {code} after a node loss"
+                )));
+            }
+            if Instant::now() > deadline {
+                return Ok(AttemptEnd::Exit(code));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Says once per episode that the coordinator hears from no agent (it suspects its own
+    /// link, so nobody is declared lost meanwhile).
+    fn say_isolation(&mut self, status: &StatusReport, events: &mut dyn FnMut(Event)) {
+        match status.isolated_seconds {
+            Some(seconds) if !self.isolation_said => {
+                self.isolation_said = true;
+                events(Event::Note(format!(
+                    "the coordinator has heard from no agent for {seconds:.1} s (a partition of its link?): nobody is declared lost for up to {:.0} s",
+                    self.deadlines.partition_grace().as_secs_f64()
+                )));
+            }
+            None if self.isolation_said => {
+                self.isolation_said = false;
+                events(Event::Note("the coordinator hears from its agents again".into()));
+            }
+            _ => {}
+        }
+    }
+
+    /// An epoch that some ranks wrote and a rank that exited did not can never commit: the
+    /// ranks disagree on how many checkpoints they take. Ends the run naming the ranks and
+    /// the epoch, instead of waiting forever (or exiting 0 with the epoch never committed).
+    /// `exited`: the ranks that exited so far; `None` once every rank has.
+    fn check_no_epoch_left_open(
+        &self,
+        status: &StatusReport,
+        exited: Option<&BTreeSet<u32>>,
+    ) -> Result<(), RunError> {
+        let ready: BTreeSet<u32> = status.ranks_ready.iter().copied().collect();
+        let world = self.options.ranks;
+        if ready.is_empty() || ready.len() as u32 >= world {
+            return Ok(());
+        }
+        let missing: Vec<u32> = (0..world)
+            .filter(|r| !ready.contains(r) && exited.is_none_or(|e| e.contains(r)))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let ready: Vec<u32> = ready.into_iter().collect();
+        Err(RunError::Mismatch(format!(
+            "rank(s) {} exited without checkpointing epoch {}, which rank(s) {} wrote: the epoch can never commit (every rank must checkpoint the same number of times); the last committed epoch is {}",
+            list(&missing),
+            status.open_epoch,
+            list(&ready),
+            status.committed_epoch
+        )))
     }
 }

@@ -78,6 +78,10 @@ pub enum StoreError {
     /// The caller asked for something the store's rules forbid.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// The store's directory is not this user's alone (another owner, a symlink, writable
+    /// by others): its contents cannot be trusted.
+    #[error(transparent)]
+    Untrusted(#[from] eckpt_private_dir::PrivateDirError),
     /// A padded delta was requested with a length smaller than the delta.
     #[error("rank {rank} epoch {epoch}: delta needs {needed} bytes, only {len} allowed")]
     DeltaTooLarge {

@@ -160,6 +160,30 @@ pub(crate) fn remove_epoch_dir(rank_dir: &Path, name: &str) -> Result<()> {
     fs::remove_dir_all(&to).map_err(io_at(&to))
 }
 
+/// Deletes a whole rank directory: renamed to `trash-…` in the store root (fsynced), then
+/// removed.
+pub(crate) fn remove_rank_dir(root: &Path, dir: &Path) -> Result<()> {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let to = root.join(format!("{TRASH_PREFIX}{name}-{}", unique_suffix()));
+    fs::rename(dir, &to).map_err(io_at(dir))?;
+    fsync_dir(root)?;
+    fs::remove_dir_all(&to).map_err(io_at(&to))
+}
+
+/// Removes the `trash-…` rank directories a crash left in the store root.
+pub(crate) fn remove_root_garbage(root: &Path) -> Result<()> {
+    for entry in fs::read_dir(root).map_err(io_at(root))? {
+        let name = entry.map_err(io_at(root))?.file_name();
+        if let Some(name) = name.to_str().filter(|n| n.starts_with(TRASH_PREFIX)) {
+            remove_garbage(root, name)?;
+        }
+    }
+    Ok(())
+}
+
 /// Removes a `tmp-…` or `trash-…` leftover (never a committed or prepared epoch).
 pub(crate) fn remove_garbage(rank_dir: &Path, name: &str) -> Result<()> {
     let path = rank_dir.join(name);

@@ -172,7 +172,11 @@ impl EpochView {
 /// process but not the node), else `job-<job>` under `$XDG_STATE_HOME/eckpt`, else under
 /// `~/.local/state/eckpt`, else under `eckpt-<uid>` in the temporary directory. Characters
 /// of `job` other than ASCII letters, digits, `.`, `-` and `_` become `_`.
-pub fn default_root(job: &str) -> PathBuf {
+///
+/// The per-user directory is created owner-only, or adopted only when it is this user's,
+/// not a symlink and not writable by others (`eckpt-private-dir`): another user who made
+/// `/dev/shm/eckpt-<uid>` first could otherwise move a job's checkpoint away or plant one.
+pub fn default_root(job: &str) -> Result<PathBuf> {
     let shm = Path::new("/dev/shm");
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
@@ -186,13 +190,14 @@ pub fn default_root(job: &str) -> PathBuf {
             }
         })
         .collect();
-    pick_root(
+    let user_root = pick_root(
         is_tmpfs(shm).then_some(shm),
         std::env::var_os("XDG_STATE_HOME"),
         std::env::var_os("HOME"),
         uid,
-    )
-    .join(format!("job-{job}"))
+    );
+    eckpt_private_dir::ensure(&user_root)?;
+    Ok(user_root.join(format!("job-{job}")))
 }
 
 /// The per-user directory under which [`default_root`] puts each job's store.
@@ -266,8 +271,8 @@ impl Store {
             return Err(StoreError::Invalid(format!("block size {}", options.block_size)));
         }
         let root = root.as_ref().to_path_buf();
-        if !root.is_dir() {
-            layout::create_private_dir(&root, true)?;
+        // Owner-only, and refused when someone else could have put epochs in it.
+        if eckpt_private_dir::ensure(&root)? {
             // Make the new root's own entry durable, or a power loss could take it (and
             // every epoch committed under it) away.
             if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -279,6 +284,7 @@ impl Store {
             options,
             lock_wait: DEFAULT_LOCK_WAIT,
         };
+        layout::remove_root_garbage(&store.root)?;
         for rank in store.ranks()? {
             match RankLock::try_acquire(&store.root, rank) {
                 Ok(_lock) => cleanup_rank(&rank_dir(&store.root, rank), false)?,
@@ -421,6 +427,21 @@ impl Store {
     /// Streams an item of a committed epoch.
     pub fn item_reader(&self, rank: u32, epoch: u64, name: &str) -> Result<ItemReader> {
         ItemReader::new(self.chain(rank, epoch)?, name)
+    }
+
+    /// Deletes every epoch of `rank`, committed or not, and the rank's directory (a job
+    /// that starts over). Under the rank's lock; crash-safe: the directory is renamed away
+    /// first, so a crash leaves either the rank whole or a `trash-` leftover that the next
+    /// open removes.
+    pub fn remove_rank(&self, rank: u32) -> Result<()> {
+        let dir = self.rank_dir(rank);
+        if !dir.is_dir() {
+            return Ok(());
+        }
+        let lock = RankLock::acquire(&self.root, rank, self.lock_wait)?;
+        layout::remove_rank_dir(&self.root, &dir)?;
+        drop(lock);
+        Ok(())
     }
 
     /// Takes the rank's lock and removes crash leftovers, including every prepared epoch
@@ -686,9 +707,9 @@ mod tests {
 
     #[test]
     fn default_root_is_per_job_and_never_escapes() {
-        let root = default_root("4242.pbs/../x");
+        let root = default_root("4242.pbs/../x").unwrap();
         assert_eq!(root.file_name().unwrap(), "job-4242.pbs_.._x");
-        assert_ne!(default_root("1"), default_root("2"));
+        assert_ne!(default_root("1").unwrap(), default_root("2").unwrap());
     }
 
     #[test]

@@ -159,7 +159,7 @@ pub fn calibrate(dir: &ClusterDir) -> Result<Calibration> {
     rt.block_on(measure_pair(dir, &nodes, bytes, &mut samples))?;
     rt.block_on(measure_ring(dir, &nodes, bytes, &mut samples))?;
     measure_local(&dir.node(&nodes[0].name), &mut samples)?;
-    let machine = machine_of(&samples, nodes.len(), nominal)?;
+    let machine = machine_of(&samples, nodes.len(), nominal, file.deadlines.liveness())?;
     Ok(Calibration {
         format: CALIBRATION_FORMAT,
         measured_unix: std::time::SystemTime::now()
@@ -222,7 +222,13 @@ async fn measure_ring(dir: &ClusterDir, nodes: &[NodeInfo], bytes: u64, samples:
 /// host's cores were the limit: the agents then got the share `ring CPU / (cores × wall)` of
 /// them, and the model's shared host gets that many cores; otherwise the reference share.
 /// Fixed costs are the reference's: no measurement of a running cluster shows them.
-fn machine_of(samples: &Samples, nodes: usize, nominal: Option<f64>) -> Result<Machine> {
+/// A node loss is detected after the cluster's liveness period (`liveness`).
+fn machine_of(
+    samples: &Samples,
+    nodes: usize,
+    nominal: Option<f64>,
+    liveness: std::time::Duration,
+) -> Result<Machine> {
     let pick = |name: &str| median(&samples[name]);
     let best = samples["link_bps"].iter().copied().fold(0.0, f64::max);
     let ring_bound = pick("ring_bps") < 0.8 * nodes as f64 * best;
@@ -249,7 +255,7 @@ fn machine_of(samples: &Samples, nodes: usize, nominal: Option<f64>) -> Result<M
             chain_block_s: pick("chain_block_s"),
             ..reference.cpu
         },
-        detect_s: eckpt_cluster::coordinator::DEAD_AFTER.as_secs_f64(),
+        detect_s: liveness.as_secs_f64(),
         ..reference
     };
     machine.validate()?;

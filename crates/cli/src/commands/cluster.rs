@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use eckpt_cluster::debug::Phase;
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster_api::commands;
-use eckpt_cluster_api::dirs::{ClusterDir, FlushConfig};
+use eckpt_cluster_api::dirs::{ClusterDir, Deadlines, FlushConfig};
 use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, StatusReport};
 use eckpt_codec::CodeKind;
 use eckpt_coding::{CodingConfig, Layout, Mode, Topology};
@@ -139,6 +139,35 @@ pub struct ShapeArgs {
     bind: Option<String>,
     #[command(flatten)]
     flush: FlushArgs,
+    #[command(flatten)]
+    deadlines: DeadlineArgs,
+}
+
+/// The cluster's time bounds (shared by `up` and `run`; recorded in `cluster.json`).
+#[derive(clap::Args, Clone)]
+pub struct DeadlineArgs {
+    /// An agent silent this long is dead (heartbeats go six times per period).
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    liveness: Duration,
+    /// A job's lease lasts this long after its `eckpt run` last renewed it: when that run
+    /// dies, a new run of the job may take over only then, and the dead run's ranks are
+    /// refused from then on.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    lease: Duration,
+    /// How long a coordinator that hears from no agent at all suspects its own link (a
+    /// partition) rather than every node, declaring nobody dead.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    partition_grace: Duration,
+}
+
+impl DeadlineArgs {
+    fn deadlines(&self) -> Deadlines {
+        Deadlines {
+            liveness_ms: self.liveness.as_millis() as u64,
+            lease_ms: self.lease.as_millis() as u64,
+            partition_grace_ms: self.partition_grace.as_millis() as u64,
+        }
+    }
 }
 
 impl ShapeArgs {
@@ -161,6 +190,7 @@ impl ShapeArgs {
             agents: !self.no_agents,
             bind: self.bind.clone(),
             flush: self.flush.config(),
+            deadlines: self.deadlines.deadlines(),
         })
     }
 }
@@ -235,16 +265,21 @@ pub struct DownArgs {
     /// Cluster directory.
     #[arg(long)]
     dir: PathBuf,
-    /// Also delete the directory and every checkpoint in it.
+    /// Also delete every checkpoint: the agents' node-local data (on every host whose agent
+    /// runs) and what eckpt created in the directory — nothing else, so the directory
+    /// stays if it holds other files.
     #[arg(long)]
     purge: bool,
 }
 
 pub fn run_down(args: DownArgs) -> Result<i32> {
-    launch::down(&args.dir, args.purge)?;
+    let kept = launch::down(&args.dir, args.purge)?;
     let dir = args.dir.display();
+    for line in &kept {
+        eprintln!("eckpt down: {line}");
+    }
     if args.purge {
-        println!("cluster in {dir} stopped and deleted");
+        println!("cluster in {dir} stopped and its checkpoints deleted");
     } else {
         println!("cluster in {dir} stopped; `eckpt up --dir {dir}` starts it again with its data");
     }
@@ -287,6 +322,27 @@ pub fn run_status(args: StatusArgs) -> Result<i32> {
         s.coding.layout,
         s.coding.topology
     );
+    if let Some(job) = &s.job {
+        println!(
+            "job {} (generation {}){}{}",
+            job.id,
+            job.generation,
+            match (&job.holder, job.lease_left_seconds) {
+                (Some(holder), Some(left)) if left > 0.0 =>
+                    format!(": run by {holder}, lease {left:.1} s left"),
+                (Some(holder), _) => format!(": lease of {holder} EXPIRED (a new run may take the job over)"),
+                (None, _) => String::new(),
+            },
+            if job.finished_unix.is_some() {
+                ", finished"
+            } else {
+                ""
+            }
+        );
+    }
+    if let Some(seconds) = s.isolated_seconds {
+        println!("ISOLATED: the coordinator has heard from no agent for {seconds:.1} s (a partition?): nobody is declared dead meanwhile");
+    }
     for g in &s.groups {
         println!(
             "group {}: k={} m={} [{}] protects epoch {}{}",
@@ -327,13 +383,17 @@ pub fn run_status(args: StatusArgs) -> Result<i32> {
     }
     for n in &s.nodes {
         println!(
-            "  {:<6} {:<5} {:<22} ranks {:?}{}{}",
+            "  {:<6} {:<5} {:<22} ranks {:?}{}{}{}",
             n.name,
             if n.alive { "up" } else { "DOWN" },
             n.addr,
             n.ranks,
             if n.spare { " (spare)" } else { "" },
-            if n.removed { " (removed)" } else { "" }
+            if n.removed { " (removed)" } else { "" },
+            n.damaged
+                .as_ref()
+                .map(|d| format!(" DAMAGED: {d} (`eckpt recover` rebuilds it)"))
+                .unwrap_or_default()
         );
     }
     Ok(0)

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::Relocation;
+use eckpt_cluster_api::msg::{JobStart, Relocation};
 use eckpt_run::faults::KillPlan;
 use eckpt_run::output::{Sink, Sinks};
 use eckpt_run::placement::Policy;
@@ -66,6 +66,17 @@ pub struct RunArgs {
     /// Also write the run's record (epochs, failures, recoveries) to this file.
     #[arg(long)]
     record: Option<PathBuf>,
+    /// The job's id (default: the batch system's, from SLURM_JOB_ID, PBS_JOBID or LSB_JOBID;
+    /// without one, the job the cluster holds, or a new id). A cluster holding another
+    /// job's checkpoint is refused.
+    #[arg(long)]
+    job: Option<String>,
+    /// Discard the cluster's checkpoint of the job and start over.
+    #[arg(long, conflicts_with = "resume")]
+    fresh: bool,
+    /// Continue a job that finished (every rank exited 0) from its final epoch.
+    #[arg(long)]
+    resume: bool,
     /// Print the run's record as JSON on stdout at the end; the program's stdout then goes
     /// to stderr.
     #[arg(long)]
@@ -99,6 +110,14 @@ pub fn run(args: RunArgs) -> Result<i32> {
         interval: args.interval.clone(),
         mtbf: args.mtbf.clone(),
         keep: args.keep,
+        job: args.job.clone().or_else(batch_job_id),
+        start: if args.fresh {
+            JobStart::Fresh
+        } else if args.resume {
+            JobStart::Resume
+        } else {
+            JobStart::Default
+        },
         command: args.command.clone(),
         exe: this_exe()?,
         sinks: Sinks {
@@ -116,6 +135,14 @@ pub fn run(args: RunArgs) -> Result<i32> {
         }
     }
     Ok(code)
+}
+
+/// The batch system's job id, which stays the same when the job is requeued or relaunched
+/// within its allocation.
+fn batch_job_id() -> Option<String> {
+    ["SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|id| !id.is_empty()))
 }
 
 /// Refuses an interval or MTBF the ranks would refuse only once running.
@@ -214,4 +241,24 @@ pub fn run_mpirun_agent(args: MpirunAgentArgs) -> Result<i32> {
     let cluster = eckpt_run::cluster::Cluster::new(&dir)?;
     let nodes = cluster.nodes().context("finding the cluster's nodes")?;
     match eckpt_run::launcher::mpirun::rsh_agent(&nodes, &args.host, &args.command)? {}
+}
+
+/// `eckpt run-guard` (hidden): the process that ends a run's ranks when its supervisor dies
+/// (see `eckpt_run::guard`).
+#[derive(clap::Args)]
+pub struct RunGuardArgs {
+    /// The run whose processes to end (launch ids `RUN-<attempt>`).
+    #[arg(long)]
+    run: String,
+}
+
+pub fn run_guard(args: RunGuardArgs) -> Result<i32> {
+    let killed = eckpt_run::guard::watch(&args.run);
+    if killed > 0 {
+        eprintln!(
+            "eckpt run-guard: the supervisor of run {} is gone: ended its {killed} process(es)",
+            args.run
+        );
+    }
+    Ok(0)
 }

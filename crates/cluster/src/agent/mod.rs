@@ -5,6 +5,7 @@
 
 mod coding;
 mod flush;
+pub mod identity;
 mod install;
 mod links;
 mod ranks;
@@ -24,13 +25,14 @@ use crate::{background, blocking};
 use eckpt_cluster_api::dirs::{check_node_name, ClusterDir, ClusterFile};
 use eckpt_cluster_api::msg::DATA_FRAME;
 use eckpt_cluster_api::msg::{
-    AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello, NodeInfo, RankReport,
+    AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello, NodeInfo, RankReport, Registration,
 };
 use eckpt_cluster_api::net::{accept_loop, call, host_identity, next_request, open, Inbox};
 use eckpt_cluster_api::{ClusterError, WireError};
 
-/// How often an agent tells the coordinator it is alive.
-pub const HEARTBEAT: Duration = Duration::from_millis(500);
+/// How long a starting agent waits for the coordinator to accept its registration (the
+/// coordinator may start after the agents when another launcher starts them).
+pub const REGISTER_WAIT: Duration = Duration::from_secs(120);
 
 /// How an agent is started.
 #[derive(Debug, Clone)]
@@ -60,6 +62,8 @@ pub struct Agent {
     coded: ParityStore,
     inbox: Inbox,
     cluster: ClusterFile,
+    /// The node this agent is, proven by its store (and the store's lock, held).
+    identity: identity::Identity,
 }
 
 impl Agent {
@@ -77,13 +81,14 @@ impl Agent {
 
 /// Runs an agent until it is told to shut down.
 pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
+    crate::crash_only::install();
     check_node_name(&options.name)?;
     let dir = ClusterDir::new(&options.dir)?;
     let cluster = dir.load()?;
     let secret = dir.load_secret()?;
     let node_dir = dir.node(&options.name);
     std::fs::create_dir_all(&node_dir).map_err(eckpt_cluster_api::io_at(&node_dir))?;
-    let store_root = match &options.local {
+    let (store_root, created_local) = match &options.local {
         Some(local) => {
             let local = if local.is_absolute() {
                 local.clone()
@@ -92,11 +97,14 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
                     .map_err(eckpt_cluster_api::io_at(local))?
                     .join(local)
             };
-            ClusterDir::local_store(&local)
+            // Node-local storage is often a place others can write (/tmp, /dev/shm).
+            let created = eckpt_private_dir::ensure(&local)?;
+            (ClusterDir::local_store(&local), created)
         }
-        None => dir.store(&options.name),
+        None => (dir.store(&options.name), false),
     };
     let store = Store::open_with(&store_root, Options::default())?;
+    let identity = identity::claim(store.root(), &options.name, created_local)?;
     // This agent is the only process that pins epochs (for flushes): any pin left is from a
     // predecessor that died mid-flush, and that flush is over.
     store.clear_pins()?;
@@ -134,8 +142,8 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
         coded,
         inbox: Inbox::default(),
         cluster,
+        identity,
     });
-    eckpt_cluster_api::dirs::write_pid_file(&node_dir)?;
     let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
     for listener in [tcp, unix] {
         let (agent, stop) = (agent.clone(), stop_tx.clone());
@@ -148,18 +156,30 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
     // the main runtime is busy with a large decode or import (otherwise the coordinator sees
     // a loaded node as dead for a moment, and a recovery or epoch fails on it).
     let session_agent = agent.clone();
+    let (registered, first_registration) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("coordinator-session".into())
-        .spawn(
-            move || match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(rt) => rt.block_on(session_loop(session_agent)),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot start the session runtime");
-                    std::process::exit(2);
-                }
-            },
-        )
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("the session thread's runtime starts");
+            rt.block_on(session_loop(session_agent, registered))
+        })
         .map_err(|e| ClusterError::Internal(format!("starting the session thread: {e}")))?;
+    // The pid file names this node's agent only once the coordinator accepted it: an
+    // agent refused as a duplicate or an impostor leaves no trace.
+    tokio::task::spawn_blocking(move || first_registration.recv_timeout(REGISTER_WAIT))
+        .await
+        .map_err(|e| ClusterError::Internal(e.to_string()))?
+        .map_err(|_| {
+            ClusterError::Invalid(format!(
+                "the coordinator of {} did not accept this agent within {} s",
+                agent.dir.root().display(),
+                REGISTER_WAIT.as_secs()
+            ))
+        })??;
+    eckpt_cluster_api::dirs::write_pid_file(&node_dir)?;
     tracing::info!(node = %agent.info.name, tcp = %agent.info.tcp, "agent started");
     tokio::select! {
         _ = stop_rx.recv() => tracing::info!("shutting down on request"),
@@ -168,25 +188,41 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
     Ok(())
 }
 
-/// Registers with the coordinator, resolves what was left undecided, and heartbeats; on a
-/// broken session, tries again every second.
-async fn session_loop(agent: Arc<Agent>) {
+/// What the session thread tells the agent's start about its first registration.
+type Registered = std::sync::mpsc::Sender<Result<(), ClusterError>>;
+
+/// Registers with the coordinator, resolves what was left undecided, says what the node
+/// holds, and heartbeats; on a broken session, tries again every second. A refusal (another
+/// agent is this node, or this store is another node's) ends the agent: at its start
+/// through `first`, later by exiting.
+async fn session_loop(agent: Arc<Agent>, first: Registered) {
+    let mut first = Some(first);
     loop {
-        match session(&agent).await {
+        match session(&agent, &mut first).await {
             Ok(()) => {}
+            Err(e) if e.kind() == eckpt_cluster_api::ErrorKind::Fenced => {
+                tracing::error!(error = %e, "the coordinator refused this agent");
+                match first.take() {
+                    Some(first) => {
+                        let _ = first.send(Err(e));
+                        return;
+                    }
+                    None => std::process::exit(2),
+                }
+            }
             Err(e) => tracing::warn!(error = %e, "coordinator session ended"),
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
-async fn session(agent: &Arc<Agent>) -> Result<(), ClusterError> {
-    let mut conn = open(
-        &agent.coordinator(),
-        &agent.secret,
-        &Hello::Session(agent.info.clone()),
-    )
-    .await?;
+async fn session(agent: &Arc<Agent>, first: &mut Option<Registered>) -> Result<(), ClusterError> {
+    let registration = Registration {
+        info: agent.info.clone(),
+        token: agent.identity.token.clone(),
+        fresh: agent.identity.fresh,
+    };
+    let mut conn = open(&agent.coordinator(), &agent.secret, &Hello::Session(registration)).await?;
     match conn.recv_control().await? {
         CoordResponse::Registered {
             committed,
@@ -194,18 +230,25 @@ async fn session(agent: &Arc<Agent>) -> Result<(), ClusterError> {
             versions,
         } => {
             let a = agent.clone();
-            tokio::task::spawn_blocking(move || a.resolve(committed, &keep, &versions))
-                .await
-                .map_err(|e| ClusterError::Internal(e.to_string()))??;
+            let held = blocking(move || {
+                a.resolve(committed, &keep, &versions)?;
+                a.inventory()
+            })
+            .await?;
+            match call(&mut conn, &CoordRequest::Holds(held)).await? {
+                CoordResponse::Alive => {}
+                other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
+            }
+            if let Some(first) = first.take() {
+                let _ = first.send(Ok(()));
+            }
         }
-        CoordResponse::Error(e) => {
-            tracing::error!(error = %e.message, "the coordinator refused this agent");
-            std::process::exit(2);
-        }
+        CoordResponse::Error(e) => return Err(ClusterError::from_coordinator(e)),
         other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
     }
+    let heartbeat = agent.cluster.deadlines.heartbeat();
     loop {
-        tokio::time::sleep(HEARTBEAT).await;
+        tokio::time::sleep(heartbeat).await;
         match call(&mut conn, &CoordRequest::Heartbeat).await? {
             CoordResponse::Alive => {}
             other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
@@ -238,7 +281,7 @@ async fn serve(
             let Some(request) = next_request::<AgentRequest>(&mut conn).await? else {
                 return Ok(());
             };
-            let shutdown = matches!(request, AgentRequest::Shutdown);
+            let shutdown = matches!(request, AgentRequest::Shutdown | AgentRequest::Purge);
             let response = match handle(&agent, &mut conn, request).await {
                 Ok(r) => r,
                 Err(e) => Some(AgentResponse::Error(WireError::from(&e))),
@@ -363,6 +406,7 @@ async fn handle(
                         stored_bytes: len,
                         pace: None,
                     },
+                    generation: None,
                 },
             )
             .await?
@@ -464,6 +508,15 @@ async fn handle(
                     break;
                 }
             }
+            AgentResponse::Ok
+        }
+        AgentRequest::Purge => {
+            let created_local = agent.identity.created_local;
+            let store = agent.store.root().to_path_buf();
+            AgentResponse::Purged(blocking(move || identity::purge(&store, created_local)).await?)
+        }
+        AgentRequest::Discard => {
+            blocking(move || a.discard()).await?;
             AgentResponse::Ok
         }
         AgentRequest::Shutdown => AgentResponse::Ok,

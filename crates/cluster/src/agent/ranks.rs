@@ -9,7 +9,9 @@ use super::install::{self, Rebuilt, StoreImages};
 use super::{blocking, Agent};
 use crate::shard::node_items;
 use crate::stripe_blob::{parse_stripe_blob, StripePlan};
-use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, Deliver, DescribeRequest, NodeInfo, ShardInfo};
+use eckpt_cluster_api::msg::{
+    AgentRequest, AgentResponse, Deliver, DescribeRequest, Inventory, NodeInfo, ShardInfo,
+};
 use eckpt_cluster_api::net::call;
 use eckpt_cluster_api::shard_layout::ShardLayout;
 use eckpt_cluster_api::ClusterError;
@@ -159,6 +161,27 @@ impl Agent {
             }
         }
         self.coded.retain(keep)
+    }
+
+    /// What this node holds: each rank's newest committed epoch and the committed coded
+    /// objects (reported when it registers; the coordinator compares it with its journal).
+    pub fn inventory(&self) -> Result<Inventory, ClusterError> {
+        let mut ranks = Vec::new();
+        for rank in self.store.ranks()? {
+            ranks.push((rank, self.store.latest_committed(rank)?));
+        }
+        Ok(Inventory {
+            ranks,
+            objects: self.coded.committed_objects()?,
+        })
+    }
+
+    /// Deletes every rank's epochs and every coded object: the job starts over (`--fresh`).
+    pub fn discard(&self) -> Result<(), ClusterError> {
+        for rank in self.store.ranks()? {
+            self.store.remove_rank(rank)?;
+        }
+        self.coded.retain(&[])
     }
 
     /// Verifies committed `epoch` of each rank (every block) and each object's parity.

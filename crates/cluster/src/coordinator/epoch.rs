@@ -148,6 +148,13 @@ impl Coordinator {
     /// Runs epoch `epoch` once every rank is ready: encode, then commit or abort.
     pub(super) async fn run_epoch(self: Arc<Self>, epoch: u64) {
         let _op = self.op.lock().await;
+        // A recovery or a new attempt of the job that took the lock first aborted the epoch.
+        {
+            let epochs = self.epochs.lock().expect("epoch lock");
+            if epochs.open != epoch || !epochs.running {
+                return;
+            }
+        }
         let debug = self.dir.debug();
         pause_point_async(&debug, crate::debug::Phase::BeforeEncode, "coordinator").await;
         let journal = self.snapshot();

@@ -4,17 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::pace::check_policy;
 use super::Coordinator;
 use eckpt_cluster_api::msg::{AgentRequest, CoordResponse, EpochOutcome, NodeInfo, PaceStats, RankReport};
 use eckpt_cluster_api::ClusterError;
 
-/// How long `OpenEpoch` waits for a rank's previous epoch to be decided before it gives up
-/// with an error: long enough for the other ranks to reach their checkpoint and for the
-/// encode, bounded so that a rank whose peers never come does not hang without a word.
-pub const OPEN_WAIT: Duration = Duration::from_secs(600);
+pub use eckpt_cluster_api::msg::OPEN_WAIT;
 
 /// Ranks' progress through the open epoch.
 pub(super) struct EpochState {
@@ -123,7 +119,10 @@ impl Coordinator {
         world: u32,
         node: Option<String>,
         expected: Option<u64>,
+        generation: Option<u64>,
     ) -> Result<CoordResponse, ClusterError> {
+        let who = format!("rank {rank}");
+        self.fence(generation, &who)?;
         let alive = self.alive();
         let target = self.epochs.lock().expect("epoch lock").target(rank, expected)?;
         let name = self.place_rank(rank, world, node, &alive)?;
@@ -133,6 +132,9 @@ impl Coordinator {
             ))
         })?;
         self.wait_open(rank, target).await?;
+        // A new attempt of the job may have started while this rank waited: its epoch is
+        // not this rank's to write.
+        self.fence(generation, &who)?;
         // Recorded when `target - 1` was decided, which `wait_open` waited for: every rank
         // opening `target` gets the same figures.
         let pace = self.snapshot().pace.get(&(target - 1)).copied();
@@ -211,22 +213,30 @@ impl Coordinator {
         }
     }
 
-    /// `RankReady`: records the rank; the last one starts the epoch's encode.
+    /// `RankReady`: records the rank; the last one starts the epoch's encode. The same
+    /// report again (a retry after a broken connection) is a success.
     pub(super) fn rank_ready(
         self: &Arc<Self>,
         rank: u32,
         epoch: u64,
         node: String,
         report: RankReport,
+        generation: Option<u64>,
     ) -> Result<(), ClusterError> {
-        let journal = self.snapshot();
-        if journal.placement.get(&rank) != Some(&node) {
+        self.fence(generation, &format!("rank {rank}"))?;
+        let (placed, world) = {
+            let journal = self.journal.lock().expect("journal lock");
+            (journal.placement.get(&rank).cloned(), journal.world.unwrap_or(0))
+        };
+        if placed.as_ref() != Some(&node) {
             return Err(ClusterError::Invalid(format!(
                 "rank {rank} does not live on {node}"
             )));
         }
-        let world = journal.world.unwrap_or(0);
         let mut epochs = self.epochs.lock().expect("epoch lock");
+        if epoch == epochs.open && epochs.ready.get(&rank) == Some(&node) {
+            return Ok(());
+        }
         if epoch != epochs.open || epochs.running {
             return Err(ClusterError::Invalid(format!(
                 "epoch {epoch} is not open for checkpoints (open: {}{})",
@@ -303,8 +313,9 @@ impl Coordinator {
         self.ask_all(requests).await;
     }
 
-    /// Sends `Abort` for the open epoch if ranks had started it (recovery moves ranks).
-    pub(super) async fn abort_open_epoch(&self) {
+    /// Sends `Abort` for the open epoch if ranks had started it (recovery moves ranks; a
+    /// new attempt of the job relaunches them), `reason` saying why.
+    pub(super) async fn abort_open_epoch(&self, reason: &str) {
         let epoch = {
             let mut epochs = self.epochs.lock().expect("epoch lock");
             if epochs.ready.is_empty() {
@@ -315,7 +326,6 @@ impl Coordinator {
             epochs.open
         };
         self.abort_everywhere(epoch, None).await;
-        let reason = "aborted by recovery: re-checkpoint on the ranks' new nodes";
         self.finish_epoch(outcome(epoch, false, Some(reason.into())));
     }
 }

@@ -69,9 +69,15 @@ impl Flushing {
         self.state.lock().expect("flush state lock")
     }
 
-    /// Whether the flush directory holds a published epoch.
-    pub(super) fn has_flushed(&self) -> bool {
-        !self.state().flushed.is_empty()
+    /// Whether the flush directory holds a published epoch newer than `floor` (epochs up
+    /// to it belong to a job `--fresh` discarded).
+    pub(super) fn has_flushed_after(&self, floor: u64) -> bool {
+        self.state().flushed.iter().any(|&e| e > floor)
+    }
+
+    /// The newest published epoch (0: none).
+    pub(super) fn newest_flushed(&self) -> u64 {
+        self.state().flushed.last().copied().unwrap_or(0)
     }
 }
 

@@ -43,7 +43,9 @@ impl Coordinator {
         // later flushes of this one must never collide with them.
         let floor = epochs.last().map_or(1, |e| e + 1);
         let mut skipped = Vec::new();
-        for &flushed in epochs.iter().rev() {
+        // Epochs up to `fresh_from` are of a job that `--fresh` discarded.
+        let fresh_from = self.snapshot().job.fresh_from;
+        for &flushed in epochs.iter().rev().filter(|&&e| e > fresh_from) {
             match self.restore_epoch(&dir, flushed, floor, &reason).await {
                 Ok(mut restore) => {
                     restore.skipped = skipped;

@@ -16,6 +16,7 @@ mod export;
 mod flush;
 mod flush_plan;
 mod flush_restore;
+mod job;
 mod journal_file;
 mod pace;
 mod protection;
@@ -25,7 +26,7 @@ mod sessions;
 mod state;
 
 pub use epoch_state::OPEN_WAIT;
-pub use sessions::DEAD_AFTER;
+pub use job::JobRecord;
 pub use state::{form_groups, natural_key, Journal, NodeEntry};
 
 use std::collections::{BTreeMap, HashMap};
@@ -36,10 +37,10 @@ use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use eckpt_cluster_api::dirs::{ClusterDir, FlushConfig};
+use eckpt_cluster_api::dirs::{ClusterDir, Deadlines, FlushConfig};
 use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, CoordRequest, CoordResponse, GroupRecord, GroupStatus, Hello, NodeInfo,
-    NodeStatus, StatusReport,
+    NodePurge, NodeStatus, StatusReport,
 };
 use eckpt_cluster_api::net::{accept_loop, call, host_identity, next_request, node_error, open_node};
 use eckpt_cluster_api::{ClusterError, WireError};
@@ -73,6 +74,10 @@ pub struct Coordinator {
     flush_config: Option<FlushConfig>,
     /// The flush running and the last ones.
     flushing: flush::Flushing,
+    /// The cluster's time bounds (`cluster.json`).
+    deadlines: Deadlines,
+    /// When the job's lease holder last renewed it (`None`: no holder).
+    lease_renewed: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Coordinator {
@@ -82,10 +87,13 @@ impl Coordinator {
         dir: ClusterDir,
         secret: ClusterSecret,
         journal: Journal,
-        flush_config: Option<FlushConfig>,
+        cluster: &eckpt_cluster_api::dirs::ClusterFile,
         flushed: Vec<u64>,
     ) -> Coordinator {
         let open = journal.next_epoch;
+        // A holder the journal names gets a whole lease from this start: it renews with the
+        // restarted coordinator as soon as it reaches it.
+        let renewed = journal.job.holder.as_ref().map(|_| std::time::Instant::now());
         Coordinator {
             dir,
             secret,
@@ -97,8 +105,10 @@ impl Coordinator {
             op: tokio::sync::Mutex::new(()),
             next_session: 1.into(),
             pace_points: std::sync::Mutex::new(pace::PacePoints::default()),
-            flush_config,
+            flush_config: cluster.flush.clone(),
             flushing: flush::Flushing::new(flushed),
+            deadlines: cluster.deadlines,
+            lease_renewed: std::sync::Mutex::new(renewed),
         }
     }
 
@@ -164,13 +174,18 @@ impl Coordinator {
     fn status(&self) -> StatusReport {
         let journal = self.snapshot();
         let alive = self.alive();
+        let damaged = self.damaged();
         let epochs = self.epochs.lock().expect("epoch lock");
         let nodes = journal
             .nodes
             .iter()
-            .map(|(name, entry)| node_status(&journal, &alive, name, entry))
+            .map(|(name, entry)| node_status(&journal, &alive, &damaged, name, entry))
             .collect();
-        let groups = journal.groups.iter().map(|g| group_status(g, &alive)).collect();
+        let groups = journal
+            .groups
+            .iter()
+            .map(|g| group_status(g, &alive, &damaged))
+            .collect();
         StatusReport {
             coding: journal.coding,
             committed_epoch: journal.committed,
@@ -180,12 +195,15 @@ impl Coordinator {
             nodes,
             groups,
             flush: self.flush_status(),
+            job: self.job_status(),
+            isolated_seconds: self.isolation().map(|d| d.as_secs_f64()),
         }
     }
 
     /// `Locate`: the node holding the rank's committed epoch; an error, never "none", when
     /// there is one it cannot read now or the job's size changed.
-    fn locate(&self, rank: u32, world: u32) -> Result<CoordResponse, ClusterError> {
+    fn locate(&self, rank: u32, world: u32, generation: Option<u64>) -> Result<CoordResponse, ClusterError> {
+        self.fence(generation, &format!("rank {rank}"))?;
         let journal = self.snapshot();
         if let Some(w) = journal.world.filter(|&w| w != world) {
             return Err(ClusterError::Invalid(format!(
@@ -203,7 +221,44 @@ impl Coordinator {
         let info = self.alive().remove(name).ok_or_else(|| {
             ClusterError::Invalid(format!("rank {rank}'s node {name} is down: run `eckpt recover`"))
         })?;
+        if let Some(what) = self.damaged().get(name) {
+            return Err(ClusterError::Invalid(format!(
+                "rank {rank}'s node {name} lacks committed data ({what}): run `eckpt recover`"
+            )));
+        }
         Ok(CoordResponse::Located(Some((info, journal.committed))))
+    }
+}
+
+impl Coordinator {
+    /// `Purge`: every alive agent deletes its node-local data and exits; what each did.
+    /// Nodes not alive are listed with why their data stays (`eckpt down` deletes what it
+    /// can reach of theirs).
+    async fn purge(&self) -> Vec<NodePurge> {
+        let alive = self.alive();
+        let names: Vec<String> = alive.keys().cloned().collect();
+        let requests = alive.into_values().map(|n| (n, AgentRequest::Purge)).collect();
+        let mut out: Vec<NodePurge> = names
+            .into_iter()
+            .zip(self.ask_all(requests).await)
+            .map(|(node, answer)| NodePurge {
+                node,
+                result: match answer {
+                    Ok(AgentResponse::Purged(dirs)) => Ok(dirs),
+                    Ok(other) => Err(format!("unexpected answer {other:?}")),
+                    Err(e) => Err(e.to_string()),
+                },
+            })
+            .collect();
+        for name in self.snapshot().nodes.keys() {
+            if !out.iter().any(|p| &p.node == name) {
+                out.push(NodePurge {
+                    node: name.clone(),
+                    result: Err("its agent is not running".into()),
+                });
+            }
+        }
+        out
     }
 }
 
@@ -211,6 +266,7 @@ impl Coordinator {
 fn node_status(
     journal: &Journal,
     alive: &BTreeMap<String, NodeInfo>,
+    damaged: &BTreeMap<String, String>,
     name: &str,
     entry: &NodeEntry,
 ) -> NodeStatus {
@@ -232,11 +288,16 @@ fn node_status(
             .map(|(g, pos)| (journal.groups[g].group.id, pos)),
         removed: entry.removed,
         hosts_ranks: journal.holds_data(name),
+        damaged: damaged.get(name).cloned(),
     }
 }
 
-/// One group's line in `eckpt status`.
-fn group_status(g: &GroupRecord, alive: &BTreeMap<String, NodeInfo>) -> GroupStatus {
+/// One group's line in `eckpt status`: a member is lost when it is down or damaged.
+fn group_status(
+    g: &GroupRecord,
+    alive: &BTreeMap<String, NodeInfo>,
+    damaged: &BTreeMap<String, String>,
+) -> GroupStatus {
     GroupStatus {
         id: g.group.id,
         k: g.group.k,
@@ -246,7 +307,7 @@ fn group_status(g: &GroupRecord, alive: &BTreeMap<String, NodeInfo>) -> GroupSta
             .group
             .members
             .iter()
-            .filter(|m| !alive.contains_key(*m))
+            .filter(|m| !alive.contains_key(*m) || damaged.contains_key(*m))
             .cloned()
             .collect(),
         protected_epoch: g.objects.last().map_or(0, |o| o.version),
@@ -256,8 +317,11 @@ fn group_status(g: &GroupRecord, alive: &BTreeMap<String, NodeInfo>) -> GroupSta
 
 /// Runs the coordinator until told to shut down.
 pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
+    crate::crash_only::install();
     let dir = ClusterDir::new(&options.dir)?;
     let mut cluster = dir.load()?;
+    // One coordinator per cluster directory: a second one would make decisions of its own.
+    let _owner = crate::owner_lock::OwnerLock::take(&dir.coordinator().join("lock"), "coordinator")?;
     let secret = dir.load_secret()?;
     let mut journal = Journal::load(&dir.journal())?;
     // Task ids are never reused, even those handed out after the last journal write.
@@ -287,13 +351,7 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
             }),
         None => Vec::new(),
     };
-    let coord = Arc::new(Coordinator::new(
-        dir.clone(),
-        secret,
-        journal,
-        cluster.flush.clone(),
-        flushed,
-    ));
+    let coord = Arc::new(Coordinator::new(dir.clone(), secret, journal, &cluster, flushed));
     eckpt_cluster_api::dirs::write_pid_file(&dir.coordinator())?;
     let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
     for listener in [unix, tcp] {
@@ -328,7 +386,7 @@ async fn serve(
             let Some(request) = next_request::<CoordRequest>(&mut conn).await? else {
                 return Ok(());
             };
-            let shutdown = matches!(request, CoordRequest::Shutdown);
+            let shutdown = matches!(request, CoordRequest::Shutdown | CoordRequest::Purge);
             let response = match handle(&coord, &mut conn, request).await {
                 Ok(r) => r,
                 Err(e) => CoordResponse::Error(WireError::from(&e)),
@@ -351,7 +409,9 @@ async fn handle(
     request: CoordRequest,
 ) -> Result<CoordResponse, ClusterError> {
     Ok(match request {
-        CoordRequest::Heartbeat => CoordResponse::Alive,
+        CoordRequest::Heartbeat | CoordRequest::Holds(_) => {
+            return Err(ClusterError::Protocol("heartbeats belong on a session".into()))
+        }
         CoordRequest::Status => CoordResponse::Status(Box::new(coord.status())),
         CoordRequest::Nodes => CoordResponse::Nodes(coord.alive().into_values().collect()),
         CoordRequest::OpenEpoch {
@@ -359,14 +419,16 @@ async fn handle(
             world,
             node,
             epoch,
-        } => coord.open_epoch(rank, world, node, epoch).await?,
+            generation,
+        } => coord.open_epoch(rank, world, node, epoch, generation).await?,
         CoordRequest::RankReady {
             rank,
             epoch,
             node,
             report,
+            generation,
         } => {
-            coord.rank_ready(rank, epoch, node, report)?;
+            coord.rank_ready(rank, epoch, node, report, generation)?;
             CoordResponse::Ok
         }
         CoordRequest::Pace {
@@ -375,9 +437,27 @@ async fn handle(
             launch,
             round,
             report,
-        } => CoordResponse::Paced(coord.pace(rank, world, launch, round, report).await?),
+            generation,
+        } => CoordResponse::Paced(coord.pace(rank, world, launch, round, report, generation).await?),
         CoordRequest::WaitEpoch { epoch } => CoordResponse::Outcome(coord.wait_epoch(epoch).await),
-        CoordRequest::Locate { rank, world } => coord.locate(rank, world)?,
+        CoordRequest::Locate {
+            rank,
+            world,
+            generation,
+        } => coord.locate(rank, world, generation)?,
+        CoordRequest::ClaimJob(claim) => CoordResponse::JobGranted(coord.claim_job(claim).await?),
+        CoordRequest::RenewLease { generation } => {
+            coord.renew_lease(generation)?;
+            CoordResponse::Ok
+        }
+        CoordRequest::NextAttempt { generation } => {
+            CoordResponse::Generation(coord.next_attempt(generation).await?)
+        }
+        CoordRequest::ReleaseJob { generation, finished } => {
+            coord.release_job(generation, finished)?;
+            CoordResponse::Ok
+        }
+        CoordRequest::Purge => CoordResponse::Purged(coord.purge().await),
         CoordRequest::Recover { relocation } => {
             CoordResponse::Recovered(coord.recover(conn, relocation).await?)
         }

@@ -9,7 +9,7 @@
 //! pace point without a checkpoint (`Pace`: a barrier of every rank, used when no figures
 //! are known yet — a fresh launch, or after an epoch aborted before every rank was in).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use super::epoch_state::OPEN_WAIT;
 use super::Coordinator;
@@ -75,10 +75,55 @@ struct Round {
     taken: BTreeSet<u32>,
 }
 
-/// Pace points in progress, by launch and round.
+/// `(launch, round)`: one pace point.
+type PointKey = (String, u64);
+
+/// How many answered pace points are remembered for ranks that ask again.
+const ANSWERED_KEPT: usize = 64;
+
+/// Pace points in progress, by launch and round, and the last answered ones.
 #[derive(Default)]
 pub(super) struct PacePoints {
-    rounds: HashMap<(String, u64), Round>,
+    rounds: HashMap<PointKey, Round>,
+    /// Answers of points every rank took: a rank asking again (a retry after a broken
+    /// connection) gets the same answer instead of opening the point anew.
+    answered: VecDeque<(PointKey, Result<PaceStats, String>)>,
+}
+
+impl PacePoints {
+    fn answer_of(&self, key: &PointKey) -> Option<Result<PaceStats, ClusterError>> {
+        self.answered
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, a)| a.clone().map_err(ClusterError::Invalid))
+    }
+
+    /// `rank` takes the answer of `key`, if there is one yet; a point every rank took is
+    /// moved to the answered ones. `Err` when the point is gone unanswered (a new attempt
+    /// of the job forgot it).
+    fn take(&mut self, key: &PointKey, rank: u32) -> Result<Option<PaceStats>, ClusterError> {
+        let Some(round) = self.rounds.get_mut(key) else {
+            return match self.answer_of(key) {
+                Some(answer) => answer.map(Some),
+                None => Err(ClusterError::Fenced(format!(
+                    "pace point {} of launch {} was abandoned: a new attempt of the job started",
+                    key.1, key.0
+                ))),
+            };
+        };
+        let Some(answer) = round.answer.clone() else {
+            return Ok(None);
+        };
+        round.taken.insert(rank);
+        if round.taken.len() as u32 >= round.world {
+            self.rounds.remove(key);
+            self.answered.push_back((key.clone(), answer.clone()));
+            while self.answered.len() > ANSWERED_KEPT {
+                self.answered.pop_front();
+            }
+        }
+        answer.map(Some).map_err(ClusterError::Invalid)
+    }
 }
 
 impl Coordinator {
@@ -91,7 +136,9 @@ impl Coordinator {
         launch: String,
         round: u64,
         report: PaceReport,
+        generation: Option<u64>,
     ) -> Result<PaceStats, ClusterError> {
+        self.fence(generation, &format!("rank {rank}"))?;
         if let Some(w) = self.snapshot().world.filter(|&w| w != world) {
             return Err(ClusterError::Invalid(format!(
                 "the job has {w} ranks; this pace point says {world}"
@@ -105,6 +152,9 @@ impl Coordinator {
         let key = (launch, round);
         {
             let mut points = self.pace_points.lock().expect("pace lock");
+            if let Some(answer) = points.answer_of(&key) {
+                return answer;
+            }
             let entry = points.rounds.entry(key.clone()).or_insert_with(|| Round {
                 world,
                 reports: BTreeMap::new(),
@@ -127,19 +177,8 @@ impl Coordinator {
         let deadline = tokio::time::Instant::now() + OPEN_WAIT;
         loop {
             let notified = self.changed.notified();
-            {
-                let mut points = self.pace_points.lock().expect("pace lock");
-                let round = points
-                    .rounds
-                    .get_mut(&key)
-                    .expect("the round stays until every rank took it");
-                if let Some(answer) = round.answer.clone() {
-                    round.taken.insert(rank);
-                    if round.taken.len() as u32 == round.world {
-                        points.rounds.remove(&key);
-                    }
-                    return answer.map_err(ClusterError::Invalid);
-                }
+            if let Some(answer) = self.pace_points.lock().expect("pace lock").take(&key, rank)? {
+                return Ok(answer);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 let mut points = self.pace_points.lock().expect("pace lock");
@@ -157,6 +196,15 @@ impl Coordinator {
                 )));
             }
         }
+    }
+}
+
+impl Coordinator {
+    /// Forgets every pace point in progress (a new attempt of the job: its ranks meet at
+    /// points of their own launch); ranks still waiting at one are told.
+    pub(super) fn forget_pace_points(&self) {
+        self.pace_points.lock().expect("pace lock").rounds.clear();
+        self.changed.notify_waiters();
     }
 }
 
@@ -183,6 +231,40 @@ mod tests {
         assert_eq!(stats.checkpoint_seconds, Some(0.5));
         // The order of the reports does not matter: every rank gets the same figures.
         assert_eq!(aggregate([(2, &c), (1, &b), (0, &a)]).unwrap(), stats);
+    }
+
+    #[test]
+    fn a_rank_asking_twice_gets_the_same_answer_and_the_point_is_forgotten_once() {
+        let mut points = PacePoints::default();
+        let key: PointKey = ("launch".into(), 1);
+        points.rounds.insert(
+            key.clone(),
+            Round {
+                world: 2,
+                reports: BTreeMap::new(),
+                answer: Some(Ok(PaceStats {
+                    step_seconds: 0.5,
+                    checkpoint_seconds: None,
+                })),
+                taken: BTreeSet::new(),
+            },
+        );
+        let first = points.take(&key, 0).unwrap().unwrap();
+        assert_eq!(points.take(&key, 0).unwrap(), Some(first), "rank 0 again");
+        assert!(points.rounds.contains_key(&key), "rank 1 has not taken it yet");
+        assert_eq!(points.take(&key, 1).unwrap(), Some(first));
+        assert!(!points.rounds.contains_key(&key));
+        assert_eq!(
+            points.take(&key, 0).unwrap(),
+            Some(first),
+            "after every rank took it"
+        );
+        let gone: PointKey = ("launch".into(), 2);
+        assert!(points
+            .take(&gone, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("abandoned"));
     }
 
     #[test]

@@ -16,10 +16,9 @@ use super::{Coordinator, Journal};
 use crate::debug::pause_point_async;
 use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, CodingTask, CoordResponse, DecodeSpec, Deliver, GroupRecord, NodeInfo,
-    ObjectKind, RecoveryReport, Relocation,
+    RecoveryReport, Relocation,
 };
 use eckpt_cluster_api::{ClusterError, ErrorKind};
-use eckpt_coding::geometry::Geometry;
 
 /// A member to rebuild: its position, the node decoding it, and what that node does with it.
 type Rebuild = (usize, NodeInfo, Deliver);
@@ -51,35 +50,16 @@ impl Coordinator {
     ) -> BTreeMap<String, String> {
         let mut requests = Vec::new();
         let mut names = Vec::new();
-        for rec in &journal.groups {
-            let g = &rec.group;
-            for (pos, name) in g
-                .members
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| alive.contains_key(*n))
-            {
-                // The objects this member holds something of: parity, or a stripe blob.
-                let objects = rec
-                    .objects
-                    .iter()
-                    .filter(|o| {
-                        let geometry = Geometry::new(journal.coding.layout, g.k, g.m, o.data_chunks);
-                        geometry.parity_chunks(pos) > 0
-                            || (matches!(o.kind, ObjectKind::Stripe { .. }) && geometry.holds_data(pos))
-                    })
-                    .map(|o| o.id)
-                    .collect();
-                names.push(name.clone());
-                requests.push((
-                    alive[name].clone(),
-                    AgentRequest::Scrub {
-                        ranks: journal.ranks_on(name),
-                        epoch: journal.committed,
-                        objects,
-                    },
-                ));
-            }
+        for name in journal.members().into_iter().filter(|n| alive.contains_key(n)) {
+            names.push(name.clone());
+            requests.push((
+                alive[&name].clone(),
+                AgentRequest::Scrub {
+                    ranks: journal.ranks_on(&name),
+                    epoch: journal.committed,
+                    objects: journal.held_objects(&name),
+                },
+            ));
         }
         let mut damaged = BTreeMap::new();
         for (name, r) in names.into_iter().zip(self.ask_all(requests).await) {
@@ -210,9 +190,13 @@ impl Coordinator {
         relocation: Relocation,
     ) -> Result<RecoveryReport, ClusterError> {
         let _op = self.op.lock().await;
-        self.abort_open_epoch().await;
+        self.abort_open_epoch("aborted by recovery: re-checkpoint on the ranks' new nodes")
+            .await;
         let journal = self.snapshot();
         let alive = self.alive();
+        // Nodes that registered without committed data they should hold: rebuilt below
+        // (the scrub finds what they miss), then no longer damaged.
+        let damaged_before: BTreeSet<String> = self.damaged().into_keys().collect();
         let epoch = journal.committed;
         let mut report = RecoveryReport {
             epoch,
@@ -234,7 +218,7 @@ impl Coordinator {
         let cannot_serve = match &planned {
             Err(e) if e.kind() == ErrorKind::Unrecoverable => Some(e.to_string()),
             Ok(plan) if !plan.unrecoverable.is_empty() => Some(plan.unrecoverable.join("; ")),
-            Ok(_) if epoch == 0 && self.flushing.has_flushed() => {
+            Ok(_) if epoch == 0 && self.flushing.has_flushed_after(journal.job.fresh_from) => {
                 Some("the node stores hold no committed epoch".to_string())
             }
             _ => None,
@@ -242,6 +226,7 @@ impl Coordinator {
         if let (Some(reason), Some(config)) = (cannot_serve, self.flush_config.clone()) {
             progress(conn, "restoring from the flush", 1, 3).await;
             let restore = self.restore_from_flush(&config, reason).await?;
+            self.clear_damage(&damaged_before);
             progress(conn, "done", 3, 3).await;
             report.epoch = restore.epoch;
             report.warnings.extend(restore.skipped.iter().cloned());
@@ -250,6 +235,8 @@ impl Coordinator {
         }
         let plan = planned?;
         if plan.is_empty() {
+            // The scrub found every committed byte where it belongs.
+            self.clear_damage(&damaged_before);
             progress(conn, "nothing to recover", 3, 3).await;
             return Ok(report);
         }
@@ -336,6 +323,7 @@ impl Coordinator {
             next.next_task = j.next_task;
             *j = next;
         })?;
+        self.clear_damage(&damaged_before);
         report.encode_seconds = started.elapsed().as_secs_f64();
         self.send_commit(epoch, &commit, false).await;
         progress(conn, "done", 3, 3).await;

@@ -831,6 +831,7 @@ mod tests {
                         info: None,
                         spare: true,
                         removed: false,
+                        token: None,
                     },
                 );
             }

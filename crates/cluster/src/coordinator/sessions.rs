@@ -1,37 +1,122 @@
-//! Which agents are alive: each agent holds a session (registration, then heartbeats until
-//! its connection drops), and one silent for [`DEAD_AFTER`] is considered dead.
+//! Which agents are alive, and whether each is the node it claims to be.
+//!
+//! Each agent holds a session: it registers (with the token kept in its store), says what
+//! it holds, then heartbeats until its connection drops. One silent for the cluster's
+//! liveness period is dead — unless the coordinator hears from nobody at all: then it
+//! suspects its own link (a partition) rather than every node, and declares nobody dead for
+//! up to the cluster's partition grace.
+//!
+//! A registration is refused before anything is journaled when another agent of the same
+//! name is alive, or when its store is not the node's (another token, and not a new store).
+//! A node whose store lacks committed data it should hold is alive but **damaged**, so that
+//! recovery rebuilds it instead of the cluster calling its group healthy.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eckpt_proto::Connection;
 
-use super::{Coordinator, NodeEntry};
-use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, NodeInfo};
+use super::{Coordinator, Journal, NodeEntry};
+use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, Inventory, NodeInfo, Registration};
 use eckpt_cluster_api::{ClusterError, WireError};
-
-/// An agent silent for this long is considered dead.
-pub const DEAD_AFTER: Duration = Duration::from_secs(3);
 
 /// An agent's session as the coordinator sees it.
 pub(super) struct Live {
     info: NodeInfo,
+    token: String,
     last_seen: Instant,
     session: u64,
+    /// What it holds was compared with the journal (the session's first request): only
+    /// then is it counted alive.
+    checked: bool,
+    /// Committed data it should hold and does not.
+    damage: Option<String>,
+}
+
+/// What `node` should hold of the journal's committed state and does not, by its
+/// inventory: each of its ranks at the committed epoch, and every coded object its
+/// position holds something of.
+pub(super) fn missing(journal: &Journal, node: &str, held: &Inventory) -> Option<String> {
+    if journal.committed == 0 {
+        return None;
+    }
+    let mut problems = Vec::new();
+    for rank in journal.ranks_on(node) {
+        match held.ranks.iter().find(|(r, _)| *r == rank).and_then(|(_, e)| *e) {
+            Some(epoch) if epoch >= journal.committed => {}
+            Some(epoch) => problems.push(format!(
+                "rank {rank} is at epoch {epoch}, not the committed {}",
+                journal.committed
+            )),
+            None => problems.push(format!("no committed epoch of rank {rank}")),
+        }
+    }
+    for id in journal.held_objects(node) {
+        if !held.objects.contains(&id) {
+            problems.push(format!("no coded object {id}"));
+        }
+    }
+    (!problems.is_empty()).then(|| problems.join("; "))
 }
 
 impl Coordinator {
-    /// Alive agents by name.
+    /// The latest moment any agent was heard from, and whether the coordinator hears
+    /// nobody since (longer than the liveness period, for at most the partition grace).
+    fn silence(
+        live: &std::collections::HashMap<String, Live>,
+        liveness: Duration,
+        grace: Duration,
+    ) -> Option<Instant> {
+        let latest = live.values().map(|l| l.last_seen).max()?;
+        let silent = latest.elapsed();
+        (silent >= liveness && silent < liveness + grace).then_some(latest)
+    }
+
+    /// Seconds the coordinator has heard from no agent, while it suspects its own link.
+    pub(super) fn isolation(&self) -> Option<Duration> {
+        let live = self.live.lock().expect("live lock");
+        Self::silence(&live, self.deadlines.liveness(), self.deadlines.partition_grace())
+            .map(|latest| latest.elapsed())
+    }
+
+    /// Alive agents by name: checked, and heard from within the liveness period — or,
+    /// while the coordinator hears from nobody (a partition of its own link, for at most
+    /// the partition grace), alive when the silence began.
     pub(super) fn alive(&self) -> BTreeMap<String, NodeInfo> {
+        let liveness = self.deadlines.liveness();
+        let live = self.live.lock().expect("live lock");
+        let silence = Self::silence(&live, liveness, self.deadlines.partition_grace());
+        live.iter()
+            .filter(|(_, l)| {
+                l.checked
+                    && (l.last_seen.elapsed() < liveness
+                        || silence.is_some_and(|latest| latest.duration_since(l.last_seen) < liveness))
+            })
+            .map(|(n, l)| (n.clone(), l.info.clone()))
+            .collect()
+    }
+
+    /// Alive nodes missing committed data, with what is missing.
+    pub(super) fn damaged(&self) -> BTreeMap<String, String> {
+        let alive = self.alive();
         self.live
             .lock()
             .expect("live lock")
             .iter()
-            .filter(|(_, l)| l.last_seen.elapsed() < DEAD_AFTER)
-            .map(|(n, l)| (n.clone(), l.info.clone()))
+            .filter(|(n, _)| alive.contains_key(*n))
+            .filter_map(|(n, l)| Some((n.clone(), l.damage.clone()?)))
             .collect()
+    }
+
+    /// Forgets the damage of `nodes`: a recovery rebuilt what they were missing.
+    pub(super) fn clear_damage(&self, nodes: &BTreeSet<String>) {
+        for (name, l) in self.live.lock().expect("live lock").iter_mut() {
+            if nodes.contains(name) {
+                l.damage = None;
+            }
+        }
     }
 
     /// Names of the agents holding a session, heartbeating or not.
@@ -41,60 +126,117 @@ impl Coordinator {
 
     /// Why `node` is not alive, or `None` if it is.
     pub(super) fn not_alive(&self, node: &str) -> Option<String> {
-        let live = self.live.lock().expect("live lock");
-        match live.get(node) {
-            None => Some("down: its agent is gone".into()),
-            Some(l) if l.last_seen.elapsed() >= DEAD_AFTER => Some(format!(
-                "stopped responding (no heartbeat for {} s)",
-                DEAD_AFTER.as_secs()
-            )),
-            Some(_) => None,
+        if self.alive().contains_key(node) {
+            return None;
         }
-    }
-
-    /// Records the agent in the journal (a new node is a spare) and says what it keeps.
-    fn register(&self, info: &NodeInfo) -> Result<CoordResponse, ClusterError> {
-        self.update(|j| {
-            let entry = j.nodes.entry(info.name.clone()).or_insert(NodeEntry {
-                info: None,
-                spare: true,
-                removed: false,
-            });
-            entry.info = Some(info.clone());
-            CoordResponse::Registered {
-                committed: j.committed,
-                keep: j.keep_of(&info.name),
-                versions: j.versions_of(&info.name),
-            }
+        Some(match self.live.lock().expect("live lock").get(node) {
+            None => "down: its agent is gone".into(),
+            Some(l) if !l.checked => "registering".into(),
+            Some(l) => format!(
+                "stopped responding (no heartbeat for {:.1} s)",
+                l.last_seen.elapsed().as_secs_f64()
+            ),
         })
     }
 
-    /// The pid of another agent of the same name that is still alive.
-    fn duplicate_of(&self, info: &NodeInfo) -> Option<u32> {
-        self.live
-            .lock()
-            .expect("live lock")
-            .get(&info.name)
-            .filter(|other| other.info.pid != info.pid && other.last_seen.elapsed() < DEAD_AFTER)
-            .map(|other| other.info.pid)
-    }
-
-    fn start_session(&self, info: &NodeInfo, session: u64) {
+    /// Checks the registration and journals the agent (a new node is a spare): refused,
+    /// with nothing written, when another agent of the name is alive, or when the store is
+    /// another's (a token that is not the node's, from a store that is not new). Starts
+    /// the session; says what the agent keeps.
+    fn register(&self, reg: &Registration, session: u64) -> Result<CoordResponse, ClusterError> {
+        let info = &reg.info;
+        let name = &info.name;
+        // The session map stays locked from the check to the new session: two agents of
+        // one name registering at once cannot both pass.
         let mut live = self.live.lock().expect("live lock");
+        if let Some(other) = live.get(name).filter(|o| {
+            o.last_seen.elapsed() < self.deadlines.liveness()
+                && (o.info.pid != info.pid || o.info.host != info.host || o.token != reg.token)
+        }) {
+            return Err(ClusterError::Fenced(format!(
+                "node {name} is already running (agent pid {} at {}): a second agent of that name is refused",
+                other.info.pid, other.info.tcp
+            )));
+        }
+        let known = self
+            .journal
+            .lock()
+            .expect("journal lock")
+            .nodes
+            .get(name)
+            .and_then(|e| e.token.clone());
+        match known {
+            Some(token) if token != reg.token && !reg.fresh => {
+                return Err(ClusterError::Fenced(format!(
+                    "node {name} is registered with another store: {} holds the token of another node (a copy of another node's store?); refused",
+                    info.store.display()
+                )));
+            }
+            Some(token) if token != reg.token => {
+                tracing::warn!(node = %name, "registered with a new store: its data will be rebuilt");
+            }
+            _ => {}
+        }
+        let registered = self.update(|j| {
+            let entry = j.nodes.entry(name.clone()).or_insert(NodeEntry {
+                info: None,
+                spare: true,
+                removed: false,
+                token: None,
+            });
+            entry.info = Some(info.clone());
+            entry.token = Some(reg.token.clone());
+            CoordResponse::Registered {
+                committed: j.committed,
+                keep: j.keep_of(name),
+                versions: j.versions_of(name),
+            }
+        })?;
         live.insert(
-            info.name.clone(),
+            name.clone(),
             Live {
                 info: info.clone(),
+                token: reg.token.clone(),
                 last_seen: Instant::now(),
                 session,
+                checked: false,
+                damage: None,
             },
         );
+        Ok(registered)
     }
 
-    fn heard_from(&self, node: &str) {
-        if let Some(l) = self.live.lock().expect("live lock").get_mut(node) {
+    fn heard_from(&self, node: &str, session: u64) {
+        if let Some(l) = self
+            .live
+            .lock()
+            .expect("live lock")
+            .get_mut(node)
+            .filter(|l| l.session == session)
+        {
             l.last_seen = Instant::now();
         }
+    }
+
+    /// Compares what the agent holds with the journal; from now on it counts as alive.
+    fn check_holdings(&self, node: &str, session: u64, held: &Inventory) {
+        let journal = self.snapshot();
+        let damage = missing(&journal, node, held);
+        if let Some(what) = &damage {
+            tracing::warn!(node = %node, missing = %what, "node holds less than the journal says: damaged");
+        }
+        if let Some(l) = self
+            .live
+            .lock()
+            .expect("live lock")
+            .get_mut(node)
+            .filter(|l| l.session == session)
+        {
+            l.checked = true;
+            l.damage = damage;
+            l.last_seen = Instant::now();
+        }
+        self.changed.notify_waiters();
     }
 
     /// Forgets the agent, unless a newer session of it replaced this one.
@@ -107,42 +249,87 @@ impl Coordinator {
     }
 }
 
-/// An agent's session: registration, then heartbeats until the connection drops.
+/// An agent's session: registration, what it holds, then heartbeats until the connection
+/// drops.
 pub(super) async fn session(
     coord: Arc<Coordinator>,
     mut conn: Connection,
-    info: NodeInfo,
+    reg: Registration,
 ) -> Result<(), ClusterError> {
     let id = coord.next_session.fetch_add(1, Ordering::Relaxed);
-    let registered = coord.register(&info)?;
-    if let Some(pid) = coord.duplicate_of(&info) {
-        conn.send_control(&CoordResponse::Error(WireError::from(&ClusterError::Invalid(
-            format!("node {} is already running (pid {pid})", info.name),
-        ))))
-        .await?;
-        return Ok(());
-    }
-    coord.start_session(&info, id);
-    tracing::info!(node = %info.name, "agent registered");
+    let name = reg.info.name.clone();
+    let registered = match coord.register(&reg, id) {
+        Ok(registered) => registered,
+        Err(e) => {
+            tracing::warn!(node = %name, error = %e, "registration refused");
+            conn.send_control(&CoordResponse::Error(WireError::from(&e)))
+                .await?;
+            return Ok(());
+        }
+    };
+    tracing::info!(node = %name, "agent registered");
     conn.send_control(&registered).await?;
-    let result = heartbeats(&coord, &mut conn, &info.name).await;
-    coord.end_session(&info.name, id);
+    let result = requests(&coord, &mut conn, &name, id).await;
+    coord.end_session(&name, id);
     result
 }
 
-/// Answers the agent's heartbeats until the connection drops or it sends anything else.
-async fn heartbeats(coord: &Coordinator, conn: &mut Connection, node: &str) -> Result<(), ClusterError> {
+/// Answers the agent's session requests (what it holds, heartbeats) until the connection
+/// drops or it sends anything else.
+async fn requests(
+    coord: &Coordinator,
+    conn: &mut Connection,
+    node: &str,
+    session: u64,
+) -> Result<(), ClusterError> {
     loop {
         match conn.recv_control::<CoordRequest>().await? {
-            CoordRequest::Heartbeat => {
-                coord.heard_from(node);
-                conn.send_control(&CoordResponse::Alive).await?;
-            }
+            CoordRequest::Heartbeat => coord.heard_from(node, session),
+            CoordRequest::Holds(held) => coord.check_holdings(node, session, &held),
             other => {
                 return Err(ClusterError::Protocol(format!(
                     "unexpected {other:?} on a session"
                 )));
             }
         }
+        conn.send_control(&CoordResponse::Alive).await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eckpt_coding::config::CodingConfig;
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("n{i}")).collect()
+    }
+
+    #[test]
+    fn a_node_missing_committed_ranks_or_parity_is_damaged() {
+        let mut j = Journal::new(CodingConfig::default(), &names(6), &[]);
+        assert_eq!(
+            missing(&j, "n0", &Inventory::default()),
+            None,
+            "nothing committed yet"
+        );
+        j.committed = 5;
+        j.placement.insert(0, "n0".into());
+        j.placement.insert(1, "n0".into());
+        let whole = Inventory {
+            ranks: vec![(0, Some(5)), (1, Some(5))],
+            objects: Vec::new(),
+        };
+        assert_eq!(missing(&j, "n0", &whole), None);
+        let behind = Inventory {
+            ranks: vec![(0, Some(4))],
+            objects: Vec::new(),
+        };
+        let what = missing(&j, "n0", &behind).unwrap();
+        assert!(
+            what.contains("rank 0 is at epoch 4") && what.contains("rank 1"),
+            "{what}"
+        );
+        assert_eq!(missing(&j, "n1", &Inventory::default()), None, "n1 holds no rank");
     }
 }

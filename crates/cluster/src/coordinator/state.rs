@@ -6,7 +6,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use eckpt_cluster_api::msg::{Group, GroupRecord, NodeInfo, PaceStats};
+use super::job::JobRecord;
+use eckpt_cluster_api::msg::{Group, GroupRecord, NodeInfo, ObjectKind, PaceStats};
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::config::CodingConfig;
 use eckpt_coding::geometry::Geometry;
@@ -24,6 +25,9 @@ pub struct NodeEntry {
     pub spare: bool,
     /// Lost and rebuilt elsewhere: holds nothing the cluster needs.
     pub removed: bool,
+    /// The token its store proves it is this node with (set at its first registration).
+    #[serde(default)]
+    pub token: Option<String>,
 }
 
 /// The coordinator's journal: rewritten atomically on every decision, so a restarted
@@ -56,6 +60,9 @@ pub struct Journal {
     /// restart.
     #[serde(default)]
     pub pace: BTreeMap<u64, PaceStats>,
+    /// The job: its id, lease holder and attempt generation (`job.rs`).
+    #[serde(default)]
+    pub job: JobRecord,
 }
 
 /// How many epochs' pace figures the journal keeps.
@@ -107,6 +114,7 @@ impl Journal {
             next_group: 1,
             next_task: 1,
             pace: BTreeMap::new(),
+            job: JobRecord::default(),
         };
         for (list, spare) in [(nodes, false), (spares, true)] {
             for name in list {
@@ -116,6 +124,7 @@ impl Journal {
                         info: None,
                         spare,
                         removed: false,
+                        token: None,
                     },
                 );
             }
@@ -221,6 +230,24 @@ impl Journal {
         self.group_of(node)
             .map(|(g, _)| self.groups[g].objects.iter().map(|o| o.id).collect())
             .unwrap_or_default()
+    }
+
+    /// The committed objects `node` holds something of: parity at its position, or (stripe
+    /// mode) the blob of its data shard. What a scrub checks and a registration must find.
+    pub fn held_objects(&self, node: &str) -> Vec<ObjectId> {
+        let Some((g, pos)) = self.group_of(node) else {
+            return Vec::new();
+        };
+        let rec = &self.groups[g];
+        rec.objects
+            .iter()
+            .filter(|o| {
+                let geometry = Geometry::new(self.coding.layout, rec.group.k, rec.group.m, o.data_chunks);
+                geometry.parity_chunks(pos) > 0
+                    || (matches!(o.kind, ObjectKind::Stripe { .. }) && geometry.holds_data(pos))
+            })
+            .map(|o| o.id)
+            .collect()
     }
 
     /// Committed versions of each object a node keeps.

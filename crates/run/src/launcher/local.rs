@@ -1,6 +1,7 @@
 //! The local launcher: every rank a child of `eckpt run`, started in its node's network
 //! namespace, in a process group of its own, its output forwarded line by line.
 
+use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 
@@ -88,6 +89,10 @@ impl Attempt for LocalAttempt {
             }
         }
         (self.finished.len() == self.ranks.len()).then_some(Ending::Done)
+    }
+
+    fn exited(&mut self) -> BTreeSet<u32> {
+        self.finished.iter().copied().collect()
     }
 
     fn stop(&mut self) {

@@ -6,7 +6,7 @@
 pub mod local;
 pub mod mpirun;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use crate::host::NodeHost;
@@ -96,6 +96,9 @@ pub enum Ending {
 pub trait Attempt {
     /// How it ended, once it has (the first rank to fail ends it); `None` while running.
     fn poll(&mut self) -> Option<Ending>;
+    /// Ranks that have exited with status 0 while others run on (as far as this host can
+    /// see them).
+    fn exited(&mut self) -> BTreeSet<u32>;
     /// Kills every process of the attempt and reaps them.
     fn stop(&mut self);
 }

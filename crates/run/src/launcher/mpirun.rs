@@ -6,7 +6,7 @@
 //! host name — so ranks on one node share memory and ranks on different nodes talk over
 //! the node's (shaped) link. A node on another host is reached by ssh.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
@@ -19,6 +19,7 @@ use std::thread::JoinHandle;
 use super::{ending, kill_group, kill_launch, own_process_group, Attempt, Ending, LaunchSpec};
 use crate::host::NodeHost;
 use crate::output::{forward_tagged, Sink};
+use crate::procs;
 use crate::RunError;
 
 /// The running `mpirun`.
@@ -28,6 +29,8 @@ pub struct MpirunAttempt {
     crashed: Arc<AtomicBool>,
     forwarders: Vec<JoinHandle<()>>,
     ended: bool,
+    /// Ranks seen running on this host (`exited` compares with what runs now).
+    seen: BTreeSet<u32>,
 }
 
 /// This host's name, as Open MPI knows the local host.
@@ -138,6 +141,7 @@ pub fn start(spec: &LaunchSpec<'_>) -> Result<MpirunAttempt, RunError> {
         crashed,
         forwarders,
         ended: false,
+        seen: BTreeSet::new(),
     })
 }
 
@@ -171,6 +175,12 @@ impl Attempt for MpirunAttempt {
             }),
             other => Some(other),
         }
+    }
+
+    fn exited(&mut self) -> BTreeSet<u32> {
+        let running = procs::running_ranks(&self.launch);
+        self.seen.extend(running.iter().copied());
+        self.seen.difference(&running).copied().collect()
     }
 
     fn stop(&mut self) {

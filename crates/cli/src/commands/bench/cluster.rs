@@ -199,6 +199,7 @@ pub fn run(args: Args) -> Result<i32> {
         agents: true,
         bind: None,
         flush: None,
+        deadlines: Default::default(),
     })?;
     let result = measure(&args, coding, &dir_path, tmp.path(), &mut cgroups);
     let down = launch::down(&dir_path, true);

@@ -318,6 +318,7 @@ pub fn run(args: Args) -> Result<i32> {
             rate: args.flush_rate,
             keep: 1,
         }),
+        deadlines: Default::default(),
     })?;
     let result = measure(&args, coding, &dir_path, &flush_root);
     let down = launch::down(&dir_path, true);

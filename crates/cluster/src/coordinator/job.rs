@@ -1,0 +1,258 @@
+//! One job, one owner. The job a cluster holds has an id and a **lease**: the `eckpt run`
+//! that supervises it claims the lease (`ClaimJob`) and renews it while it runs; a second
+//! run of a live job is refused, naming the holder. Each attempt of the job (the first
+//! launch, every relaunch) gets a new **generation**, which its ranks carry in every
+//! request; a request of any other generation — a rank of a superseded attempt, an orphan
+//! whose supervisor died — is refused ([`Coordinator::fence`]), so no second writer ever
+//! commits into the job's epochs. A job that finished (every rank exited 0) is recorded as
+//! finished, so that running it again is refused unless the user says `--resume` or
+//! `--fresh`.
+//!
+//! The id, the generation, the holder and the finished mark are journaled; when the lease
+//! was last renewed is not: a restarted coordinator gives the holder a whole lease from its
+//! own start.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::Coordinator;
+use eckpt_cluster_api::msg::{AgentRequest, JobClaim, JobGrant, JobStart, JobStatus, LeaseHolder};
+use eckpt_cluster_api::ClusterError;
+
+/// The job as the journal records it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// Its id, once a supervisor claimed it.
+    pub id: Option<String>,
+    /// The current attempt's generation (0: never claimed).
+    pub generation: u64,
+    /// The supervisor holding the lease (`None`: released).
+    pub holder: Option<LeaseHolder>,
+    /// When the job finished (every rank exited 0), seconds since the Unix epoch.
+    pub finished_unix: Option<f64>,
+    /// Flushed epochs up to this one belong to a job `--fresh` discarded: never restored.
+    pub fresh_from: u64,
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// A new job id: when it was made and by which process.
+fn new_job_id() -> String {
+    format!("{:x}-{}", unix_now() as u64, std::process::id())
+}
+
+impl Coordinator {
+    /// The lease's holder and how long ago it renewed, while the lease runs.
+    fn live_lease(&self, job: &JobRecord) -> Option<(LeaseHolder, Duration)> {
+        let holder = job.holder.clone()?;
+        let renewed = (*self.lease_renewed.lock().expect("lease lock"))?;
+        let ago = renewed.elapsed();
+        (ago < self.deadlines.lease()).then_some((holder, ago))
+    }
+
+    fn job(&self) -> JobRecord {
+        self.journal.lock().expect("journal lock").job.clone()
+    }
+
+    /// The job in `eckpt status`.
+    pub(super) fn job_status(&self) -> Option<JobStatus> {
+        let job = self.job();
+        let id = job.id.clone()?;
+        let renewed = *self.lease_renewed.lock().expect("lease lock");
+        let held = job.holder.is_some();
+        Some(JobStatus {
+            id,
+            generation: job.generation,
+            holder: job.holder.clone(),
+            renewed_seconds_ago: renewed.filter(|_| held).map(|r| r.elapsed().as_secs_f64()),
+            lease_left_seconds: renewed
+                .filter(|_| held)
+                .map(|r| self.deadlines.lease().saturating_sub(r.elapsed()).as_secs_f64()),
+            finished_unix: job.finished_unix,
+        })
+    }
+
+    /// Refuses a request of `who` (a rank) unless it is the job's current writer: with a
+    /// live lease, only its generation; without one, only requests that carry none (ranks
+    /// and commands started by hand, outside `eckpt run`).
+    pub(super) fn fence(&self, generation: Option<u64>, who: &str) -> Result<(), ClusterError> {
+        let job = self.job();
+        let id = job.id.as_deref().unwrap_or("-");
+        match (self.live_lease(&job), generation) {
+            (Some(_), Some(g)) if g == job.generation => Ok(()),
+            (Some(_), Some(g)) => Err(ClusterError::Fenced(format!(
+                "{who} belongs to attempt generation {g} of job {id}, which generation {} replaced: refused",
+                job.generation
+            ))),
+            (None, Some(g)) => Err(ClusterError::Fenced(format!(
+                "{who} belongs to generation {g} of job {id}, whose supervisor is gone (its lease {}): refused",
+                if job.holder.is_some() { "expired" } else { "was released" }
+            ))),
+            (Some((holder, _)), None) => Err(ClusterError::Fenced(format!(
+                "job {id} is run by {holder} (generation {}): {who}, started without its generation (ECKPT_GENERATION), is refused",
+                job.generation
+            ))),
+            (None, None) => Ok(()),
+        }
+    }
+
+    /// `ClaimJob`: the lease for a supervisor, and the first generation of its attempts.
+    pub(super) async fn claim_job(self: &Arc<Self>, claim: JobClaim) -> Result<JobGrant, ClusterError> {
+        let _op = self.op.lock().await;
+        let job = self.job();
+        let committed = self.journal.lock().expect("journal lock").committed;
+        if let Some((holder, ago)) = self.live_lease(&job) {
+            return Err(ClusterError::Fenced(format!(
+                "job {} is running: {holder} holds its lease since {:.0} s (renewed {:.1} s ago; it expires {:.0} s after the last renewal): a second run of a live job is refused",
+                job.id.as_deref().unwrap_or("-"),
+                (unix_now() - holder.since_unix).max(0.0),
+                ago.as_secs_f64(),
+                self.deadlines.lease().as_secs_f64()
+            )));
+        }
+        let id = match (&claim.job, &job.id) {
+            (Some(claimed), Some(held)) if claimed != held && committed > 0 && claim.start != JobStart::Fresh => {
+                return Err(ClusterError::Fenced(format!(
+                    "the cluster holds the checkpoint of job {held} (epoch {committed}), not of job {claimed}: `--job {held}` resumes it, `--fresh` discards it, or use another --dir"
+                )))
+            }
+            (Some(claimed), _) => claimed.clone(),
+            (None, Some(held)) => held.clone(),
+            (None, None) => new_job_id(),
+        };
+        let same_job = job.id.as_ref() == Some(&id);
+        if let (Some(at), JobStart::Default, true) = (job.finished_unix, claim.start, same_job) {
+            return Err(ClusterError::Fenced(format!(
+                "job {id} finished {:.0} s ago (every rank exited 0; its final epoch is {committed}): `--resume` continues from that epoch, `--fresh` starts over",
+                (unix_now() - at).max(0.0)
+            )));
+        }
+        let discarded = if claim.start == JobStart::Fresh {
+            self.discard_job().await?
+        } else {
+            None
+        };
+        let holder = claim.holder;
+        let (generation, committed) = self.update(|j| {
+            j.job.id = Some(id.clone());
+            j.job.generation += 1;
+            j.job.holder = Some(holder);
+            j.job.finished_unix = None;
+            (j.job.generation, j.committed)
+        })?;
+        *self.lease_renewed.lock().expect("lease lock") = Some(Instant::now());
+        self.start_attempt().await;
+        tracing::info!(job = %id, generation, "job claimed");
+        Ok(JobGrant {
+            job: id,
+            generation,
+            committed,
+            discarded,
+        })
+    }
+
+    /// Refuses `generation` unless it holds the job's live lease.
+    fn check_holder(&self, generation: u64) -> Result<JobRecord, ClusterError> {
+        let job = self.job();
+        if job.generation == generation && self.live_lease(&job).is_some() {
+            return Ok(job);
+        }
+        Err(ClusterError::Fenced(format!(
+            "generation {generation} does not hold the lease of job {} any more (generation {}, {})",
+            job.id.as_deref().unwrap_or("-"),
+            job.generation,
+            match &job.holder {
+                Some(holder) if job.generation == generation => format!("held by {holder} but expired"),
+                Some(holder) => format!("held by {holder}"),
+                None => "released".to_string(),
+            }
+        )))
+    }
+
+    /// `RenewLease`.
+    pub(super) fn renew_lease(&self, generation: u64) -> Result<(), ClusterError> {
+        self.check_holder(generation)?;
+        *self.lease_renewed.lock().expect("lease lock") = Some(Instant::now());
+        Ok(())
+    }
+
+    /// `NextAttempt`: the generation of the supervisor's next launch.
+    pub(super) async fn next_attempt(self: &Arc<Self>, generation: u64) -> Result<u64, ClusterError> {
+        let _op = self.op.lock().await;
+        self.check_holder(generation)?;
+        let next = self.update(|j| {
+            j.job.generation += 1;
+            j.job.generation
+        })?;
+        *self.lease_renewed.lock().expect("lease lock") = Some(Instant::now());
+        self.start_attempt().await;
+        Ok(next)
+    }
+
+    /// `ReleaseJob`.
+    pub(super) fn release_job(&self, generation: u64, finished: bool) -> Result<(), ClusterError> {
+        self.check_holder(generation)?;
+        self.update(|j| {
+            j.job.holder = None;
+            j.job.finished_unix = finished.then(unix_now);
+        })?;
+        *self.lease_renewed.lock().expect("lease lock") = None;
+        Ok(())
+    }
+
+    /// A new attempt starts clean: an epoch ranks of older attempts left open is aborted
+    /// (it would never commit), and their pace points are forgotten.
+    async fn start_attempt(&self) {
+        self.abort_open_epoch("aborted: a new attempt of the job started before every rank wrote it")
+            .await;
+        self.forget_pace_points();
+    }
+
+    /// `--fresh`: forgets the job's checkpoints — journal first (the commit point), then
+    /// every node deletes its ranks' epochs and its coded objects. Every group member must
+    /// be alive: one that is down would keep the old job's data. The epoch discarded, if
+    /// there was one.
+    async fn discard_job(self: &Arc<Self>) -> Result<Option<u64>, ClusterError> {
+        let journal = self.snapshot();
+        let alive = self.alive();
+        let down: Vec<String> = journal
+            .nodes
+            .iter()
+            .filter(|(name, entry)| !entry.removed && !alive.contains_key(*name))
+            .map(|(name, _)| name.clone())
+            .collect();
+        if !down.is_empty() {
+            return Err(ClusterError::Invalid(format!(
+                "--fresh deletes the job's checkpoints on every node, but {} {} down: `eckpt recover` first, or start a new cluster",
+                down.join(" "),
+                if down.len() == 1 { "is" } else { "are" }
+            )));
+        }
+        self.abort_open_epoch("aborted: the job starts over (--fresh)")
+            .await;
+        let newest_flushed = self.flushing.newest_flushed();
+        let discarded = (journal.committed > 0).then_some(journal.committed);
+        self.update(|j| {
+            j.placement.clear();
+            j.world = None;
+            j.committed = 0;
+            j.pace.clear();
+            for group in &mut j.groups {
+                group.objects.clear();
+            }
+            j.job.fresh_from = j.next_epoch.saturating_sub(1).max(newest_flushed);
+        })?;
+        let requests = alive.into_values().map(|n| (n, AgentRequest::Discard)).collect();
+        for answer in self.ask_all(requests).await {
+            answer?;
+        }
+        tracing::info!(?discarded, "job discarded (--fresh)");
+        Ok(discarded)
+    }
+}

@@ -1,0 +1,217 @@
+//! Directories only their owner can write.
+//!
+//! Checkpoints hold a job's memory, and eckpt keeps them in places other users can write
+//! to: `/dev/shm`, `/tmp`, a scratch file system. A directory there that someone else
+//! created first (or a symlink they planted) would let them read the job's state, move a
+//! checkpoint away (the job silently starts fresh) or plant one (the job restores their
+//! bytes into its memory). So every directory eckpt creates or adopts in such a place goes
+//! through [`ensure`]:
+//!
+//! - a missing directory is created with mode 0700 (missing parents too, 0700);
+//! - an existing one is opened with `O_NOFOLLOW | O_DIRECTORY` and checked with `fstat` on
+//!   that descriptor (no window between the check and what is checked): it must be a
+//!   directory, not a symlink, owned by this process's effective user, and not writable by
+//!   group or others (someone else could have put files in it). Read or search bits for
+//!   group and others are taken away (`fchmod` 0700): nobody else could have written in it,
+//!   so what it holds is the owner's.
+//!
+//! Anything else is refused with an error that names the directory and what is wrong.
+//! After `ensure` succeeds, paths below the directory are safe to use by name: in a
+//! sticky directory such as `/tmp` only its owner may rename or delete it, and nobody else
+//! may create entries inside it.
+
+#![warn(missing_docs)]
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+/// Why a directory cannot be trusted.
+#[derive(Debug, thiserror::Error)]
+pub enum PrivateDirError {
+    /// It exists but is not a directory this user alone controls.
+    #[error("{path}: {why}; refusing to keep checkpoints there (remove it, or choose another directory)")]
+    Untrusted {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// Creating, opening or changing it failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The directory.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> PrivateDirError + '_ {
+    move |source| PrivateDirError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn untrusted(path: &Path, why: String) -> PrivateDirError {
+    PrivateDirError::Untrusted {
+        path: path.to_path_buf(),
+        why,
+    }
+}
+
+/// The effective user id of this process.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Creates `path` owner-only (and any missing parents), or adopts an existing directory
+/// after checking it (see the crate documentation). Returns whether it was created.
+pub fn ensure(path: &Path) -> Result<bool, PrivateDirError> {
+    let created = match std::fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(path)
+                .map_err(io_at(path))?;
+            true
+        }
+        Err(e) => return Err(io_at(path)(e)),
+    };
+    check(path)?;
+    Ok(created)
+}
+
+/// Checks an existing directory as [`ensure`] does, taking group and others' read and
+/// search bits away.
+pub fn check(path: &Path) -> Result<(), PrivateDirError> {
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| untrusted(path, "the path holds a NUL byte".into()))?;
+    // SAFETY: a valid NUL-terminated path; the descriptor is closed below.
+    let fd = unsafe {
+        libc::open(
+            c_path.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        // With O_DIRECTORY a symlink may fail as ENOTDIR rather than ELOOP: look at it.
+        let symlink = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+        return Err(match e.raw_os_error() {
+            _ if symlink => untrusted(path, "it is a symbolic link".into()),
+            Some(libc::ENOTDIR) => untrusted(path, "it is not a directory".into()),
+            _ => io_at(path)(e),
+        });
+    }
+    let result = check_fd(path, fd);
+    // SAFETY: `fd` is ours and open.
+    unsafe { libc::close(fd) };
+    result
+}
+
+fn check_fd(path: &Path, fd: libc::c_int) -> Result<(), PrivateDirError> {
+    // SAFETY: an all-zero `stat` is a valid out-parameter for fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open and `st` is writable.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io_at(path)(std::io::Error::last_os_error()));
+    }
+    let me = euid();
+    if st.st_uid != me {
+        return Err(untrusted(
+            path,
+            format!("it is owned by user {}, not by this user ({me})", st.st_uid),
+        ));
+    }
+    let mode = st.st_mode & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(untrusted(
+            path,
+            format!("others can write into it (mode {mode:04o}; it must be 0700)"),
+        ));
+    }
+    if mode & 0o077 != 0 {
+        // SAFETY: `fd` is open; fchmod on our own directory.
+        if unsafe { libc::fchmod(fd, 0o700) } != 0 {
+            return Err(io_at(path)(std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn creates_owner_only_with_parents() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b/c");
+        assert!(ensure(&dir).unwrap());
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&tmp.path().join("a")), 0o700);
+        assert!(!ensure(&dir).unwrap(), "the second time it is adopted");
+    }
+
+    #[test]
+    fn an_own_readable_directory_is_tightened() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ck");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ensure(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+    }
+
+    #[test]
+    fn symlinks_files_and_writable_directories_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("target");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = ensure(&link).unwrap_err().to_string();
+        assert!(e.contains("symbolic link") && e.contains("link"), "{e}");
+
+        let file = tmp.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(ensure(&file).unwrap_err().to_string().contains("not a directory"));
+
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = ensure(&open).unwrap_err().to_string();
+        assert!(e.contains("others can write") && e.contains("0777"), "{e}");
+        assert_eq!(mode(&open), 0o777, "a refused directory is left as it was");
+    }
+
+    #[test]
+    fn another_users_directory_is_refused() {
+        if euid() != 0 {
+            return; // only root can make a directory owned by someone else
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("theirs");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let c = CString::new(dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: chown of a directory this test created.
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+        let e = ensure(&dir).unwrap_err().to_string();
+        assert!(e.contains("owned by user 65534"), "{e}");
+    }
+}

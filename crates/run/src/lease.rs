@@ -1,0 +1,142 @@
+//! The job's lease: `eckpt run` holds it in the coordinator for as long as it supervises
+//! the job, renewing it from a thread of its own five times per lease period. A second run
+//! of a live job is refused; a run whose supervisor died may take the job over once the
+//! dead supervisor's lease has expired (it waits that long, at most one lease period, when
+//! the holder has stopped renewing). Each attempt's generation comes from the coordinator
+//! ([`Lease::next_attempt`]) under the same lock the renewals take, so a renewal never
+//! carries a generation the coordinator has just replaced.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_cluster_api::msg::{JobClaim, JobGrant};
+use eckpt_cluster_api::ErrorKind;
+
+use crate::cluster::Cluster;
+use crate::RunError;
+
+/// A held lease; released by [`Lease::release`] (or left to expire when the process dies).
+pub struct Lease {
+    generation: Arc<Mutex<u64>>,
+    lost: Arc<Mutex<Option<String>>>,
+    stop: Arc<AtomicBool>,
+    renewer: Option<JoinHandle<()>>,
+}
+
+/// Whether `e` says the job's lease or generation belongs to someone else.
+fn fenced(e: &RunError) -> bool {
+    matches!(e, RunError::Cluster(c) if c.kind() == ErrorKind::Fenced)
+}
+
+impl Lease {
+    /// Claims the job of the cluster in `cluster` for `claim`. When another supervisor holds
+    /// the lease but has stopped renewing it (it died), waits for the lease to expire — at
+    /// most one lease period, saying so through `note` — and claims it then; a live holder
+    /// is refused at once.
+    pub fn claim(
+        cluster: &Cluster,
+        claim: JobClaim,
+        note: &mut dyn FnMut(String),
+    ) -> Result<(Lease, JobGrant), RunError> {
+        let deadlines = cluster.dir().load()?.deadlines;
+        let grant = match cluster.claim_job(claim.clone()) {
+            Err(e) if fenced(&e) => {
+                let job = cluster.status()?.job;
+                let silent = job
+                    .as_ref()
+                    .and_then(|j| Some((j.renewed_seconds_ago?, j.lease_left_seconds?)));
+                match silent {
+                    Some((ago, left)) if ago > 2.0 * deadlines.lease_renewal().as_secs_f64() => {
+                        note(format!(
+                            "the job's supervisor has not renewed its lease for {ago:.1} s: taking the job over when the lease expires, in {left:.1} s"
+                        ));
+                        std::thread::sleep(Duration::from_secs_f64(left) + Duration::from_millis(100));
+                        cluster.claim_job(claim)?
+                    }
+                    _ => return Err(e),
+                }
+            }
+            other => other?,
+        };
+        let mut lease = Lease {
+            generation: Arc::new(Mutex::new(grant.generation)),
+            lost: Arc::new(Mutex::new(None)),
+            stop: Arc::new(AtomicBool::new(false)),
+            renewer: None,
+        };
+        lease.renewer = Some(lease.start_renewing(cluster.dir(), deadlines.lease_renewal())?);
+        Ok((lease, grant))
+    }
+
+    fn start_renewing(&self, dir: &ClusterDir, every: Duration) -> Result<JoinHandle<()>, RunError> {
+        let cluster = Cluster::new(dir)?;
+        let (generation, lost, stop) = (self.generation.clone(), self.lost.clone(), self.stop.clone());
+        std::thread::Builder::new()
+            .name("lease".into())
+            .spawn(move || {
+                let mut next = Instant::now() + every;
+                while !stop.load(Ordering::SeqCst) {
+                    if Instant::now() < next {
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    }
+                    next = Instant::now() + every;
+                    let held = generation.lock().expect("generation lock");
+                    match cluster.renew_lease(*held) {
+                        Err(e) if fenced(&e) => {
+                            *lost.lock().expect("lost lock") = Some(e.to_string());
+                            return;
+                        }
+                        // A coordinator restarting gives the holder a whole lease from its
+                        // start: try again at the next renewal.
+                        Err(e) => tracing::warn!(error = %e, "renewing the job's lease"),
+                        Ok(()) => {}
+                    }
+                }
+            })
+            .map_err(|e| RunError::Launch(format!("starting the lease thread: {e}")))
+    }
+
+    /// The current attempt's generation.
+    pub fn generation(&self) -> u64 {
+        *self.generation.lock().expect("generation lock")
+    }
+
+    /// Why the lease was lost (another supervisor took the job after this one failed to
+    /// renew in time), if it was.
+    pub fn lost(&self) -> Option<String> {
+        self.lost.lock().expect("lost lock").clone()
+    }
+
+    /// A new generation for the next attempt: the ranks of older ones are refused.
+    pub fn next_attempt(&self, cluster: &Cluster) -> Result<u64, RunError> {
+        let mut held = self.generation.lock().expect("generation lock");
+        *held = cluster.next_attempt(*held)?;
+        Ok(*held)
+    }
+
+    /// Stops renewing and gives the lease up; `finished`: every rank exited 0.
+    pub fn release(mut self, cluster: &Cluster, finished: bool) -> Result<(), RunError> {
+        self.stop_renewing();
+        if self.lost().is_some() {
+            return Ok(());
+        }
+        cluster.release_job(self.generation(), finished)
+    }
+
+    fn stop_renewing(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(renewer) = self.renewer.take() {
+            let _ = renewer.join();
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.stop_renewing();
+    }
+}
