@@ -35,6 +35,7 @@ module eckpt
   integer(c_int), parameter, public :: ECKPT_ECAPTURE = -6
   integer(c_int), parameter, public :: ECKPT_EINTERNAL = -7
   integer(c_int), parameter, public :: ECKPT_ECLUSTER = -8
+  integer(c_int), parameter, public :: ECKPT_EFENCED = -9
 
   public :: eckpt_init, eckpt_protect, eckpt_protect_file, eckpt_protect_dir, eckpt_checkpoint, &
             eckpt_snapshot, eckpt_restart, eckpt_wait, eckpt_finalize, eckpt_strerror, eckpt_last_error, eckpt_error_message

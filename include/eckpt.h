@@ -83,6 +83,13 @@
  */
 #define ECKPT_ECLUSTER -8
 
+/*
+ This process is not (or no longer) the job's writer: a rank of an attempt that a newer
+ one replaced, or a rank started by hand while `eckpt run` holds the job. A rank that
+ `eckpt run` started is terminated instead of getting this code (see `eckpt_checkpoint`).
+ */
+#define ECKPT_EFENCED -9
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus

@@ -106,7 +106,9 @@ impl Hosts {
             ])
             .args(["--name", &self.nodes[i], "--bind", &Hosts::ip(i)])
             .arg("--store")
-            .arg(&self.locals[i])
+            // A directory of its own on the node's storage: the mount point itself is
+            // writable by everyone (tmpfs mounts are 1777), which eckpt refuses to adopt.
+            .arg(self.locals[i].join("eckpt"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -232,7 +234,7 @@ fn agents_on_their_own_hosts_keep_checkpoints_on_their_own_storage() {
     let mut hosting = 0;
     for node in status["nodes"].as_array().unwrap() {
         let name = node["name"].as_str().unwrap();
-        let local = &hosts.locals[names.iter().position(|n| *n == name).unwrap()];
+        let local = hosts.locals[names.iter().position(|n| *n == name).unwrap()].join("eckpt");
         if node["removed"].as_bool().unwrap() {
             assert!(!local.join("store").exists(), "{name} was wiped");
         }

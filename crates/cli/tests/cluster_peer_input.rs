@@ -191,6 +191,7 @@ fn malformed_tasks_and_huge_lengths_get_errors_and_the_agent_keeps_serving() {
             epoch: 2,
             item: "file".into(),
             len: u64::MAX,
+            generation: None,
         };
         peer.refused(t, &put, "more than this node's").await;
         let import = AgentRequest::ImportRank {

@@ -29,7 +29,7 @@ pub(crate) struct Baseline {
 impl Baseline {
     pub(crate) fn new(dir: &Path, rank: u32) -> Baseline {
         Baseline {
-            path: dir.join(format!("append-baseline.{rank}.json")),
+            path: eckpt_cluster_api::dirs::append_baseline_file(dir, rank),
         }
     }
 

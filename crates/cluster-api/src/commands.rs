@@ -82,6 +82,9 @@ pub struct FileCheckpoint<'a> {
     pub file: &'a Path,
     /// Return only once the epoch is decided.
     pub wait: bool,
+    /// The attempt generation of the job this checkpoint belongs to (`ECKPT_GENERATION`
+    /// when `eckpt run` started the caller).
+    pub generation: Option<u64>,
 }
 
 /// Checkpoints `what.file` as rank `what.rank` of a job of `what.world` ranks: the file
@@ -99,6 +102,7 @@ pub async fn checkpoint_file(
         node,
         file,
         wait,
+        generation,
     } = what;
     let mut input = std::fs::File::open(file).map_err(crate::io_at(file))?;
     let meta = input.metadata().map_err(crate::io_at(file))?;
@@ -117,7 +121,7 @@ pub async fn checkpoint_file(
             world,
             node,
             epoch,
-            generation: None,
+            generation,
         },
         |_| {},
     )
@@ -132,6 +136,7 @@ pub async fn checkpoint_file(
         epoch,
         item: FILE_ITEM.into(),
         len,
+        generation,
     })
     .await?;
     let mut buf = vec![0u8; DATA_FRAME];

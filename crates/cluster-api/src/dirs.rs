@@ -173,15 +173,59 @@ pub struct NetnsConfig {
 /// stays, and so does the directory then.
 pub const CREATED_ENTRIES: [&str; 6] = ["secret", "cluster.json", "coordinator", "nodes", "runs", "debug"];
 
-/// Whether `name` is an entry eckpt creates in a cluster directory, or the temporary name
-/// of one being written (`.cluster.json.tmp-…`, `.secret.tmp-…`).
+/// Where rank `rank` records its append files' lengths when first protected, in `dir` (a
+/// standalone store root, or the cluster directory in cluster mode).
+pub fn append_baseline_file(dir: &Path, rank: u32) -> PathBuf {
+    dir.join(format!("append-baseline.{rank}.json"))
+}
+
+/// Whether `name` is an entry eckpt creates in a cluster directory (see
+/// [`CREATED_ENTRIES`] and [`append_baseline_file`]), or the temporary name of one being
+/// written (`.cluster.json.tmp-…`, `.secret.tmp-…`, `append-baseline.3.json.tmp-…`).
 pub fn is_created_entry(name: &str) -> bool {
-    CREATED_ENTRIES.contains(&name)
+    let baseline = name
+        .strip_prefix("append-baseline.")
+        .and_then(|rest| rest.split_once(".json"))
+        .is_some_and(|(rank, tail)| rank.parse::<u32>().is_ok() && (tail.is_empty() || tail.starts_with(".tmp-")));
+    baseline
+        || CREATED_ENTRIES.contains(&name)
         || name.strip_prefix('.').is_some_and(|rest| {
             CREATED_ENTRIES
                 .iter()
                 .any(|e| rest.strip_prefix(e).is_some_and(|t| t.starts_with(".tmp-")))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_eckpt_creates_is_its_own() {
+        for name in [
+            "secret",
+            "cluster.json",
+            "nodes",
+            ".cluster.json.tmp-42",
+            ".secret.tmp-42-00ff",
+            "append-baseline.3.json",
+            "append-baseline.3.json.tmp-42",
+        ] {
+            assert!(is_created_entry(name), "{name}");
+        }
+        for name in [
+            "thesis.tex",
+            "secrets",
+            ".cluster.json",
+            "append-baseline.x.json",
+            "append-baseline.3.jsonx",
+            "nodes2",
+        ] {
+            assert!(!is_created_entry(name), "{name}");
+        }
+        let file = append_baseline_file(Path::new("/d"), 3);
+        assert!(is_created_entry(file.file_name().unwrap().to_str().unwrap()));
+    }
 }
 
 /// Current `cluster.json` format.

@@ -373,6 +373,9 @@ pub enum AgentRequest {
         item: String,
         /// Bytes that follow.
         len: u64,
+        /// The writer's attempt generation, passed on with the rank's `RankReady`.
+        #[serde(default)]
+        generation: Option<u64>,
     },
     /// Install an image as committed epoch `epoch` of `rank`; the items follow as data
     /// frames in order.

@@ -81,7 +81,7 @@ fn spawn_detached(mut command: Command, log: &Path) -> Result<Child, ClusterErro
 /// Whether process `pid` runs: it exists and is not a zombie. A daemon started by this
 /// process (`eckpt run` brings its cluster up itself) stays a zombie after it died until it
 /// is reaped, which is tried here too.
-fn pid_alive(pid: u32) -> bool {
+pub fn pid_alive(pid: u32) -> bool {
     // SAFETY: waitpid with WNOHANG only reaps `pid` if it is our child and has exited.
     unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
     // SAFETY: signal 0 only checks that the process exists.

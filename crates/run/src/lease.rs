@@ -12,7 +12,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{JobClaim, JobGrant};
+use eckpt_cluster_api::msg::{JobClaim, JobGrant, LeaseHolder};
+use eckpt_cluster_api::net::host_name;
 use eckpt_cluster_api::ErrorKind;
 
 use crate::cluster::Cluster;
@@ -33,9 +34,10 @@ fn fenced(e: &RunError) -> bool {
 
 impl Lease {
     /// Claims the job of the cluster in `cluster` for `claim`. When another supervisor holds
-    /// the lease but has stopped renewing it (it died), waits for the lease to expire — at
-    /// most one lease period, saying so through `note` — and claims it then; a live holder
-    /// is refused at once.
+    /// the lease but is gone — its process is not running (same host), or it stopped
+    /// renewing (another host: watched for two renewal periods) — waits for the lease to
+    /// expire, at most one lease period, saying so through `note`, and claims it then; a
+    /// live holder is refused at once (after the watch, for a holder on another host).
     pub fn claim(
         cluster: &Cluster,
         claim: JobClaim,
@@ -43,22 +45,16 @@ impl Lease {
     ) -> Result<(Lease, JobGrant), RunError> {
         let deadlines = cluster.dir().load()?.deadlines;
         let grant = match cluster.claim_job(claim.clone()) {
-            Err(e) if fenced(&e) => {
-                let job = cluster.status()?.job;
-                let silent = job
-                    .as_ref()
-                    .and_then(|j| Some((j.renewed_seconds_ago?, j.lease_left_seconds?)));
-                match silent {
-                    Some((ago, left)) if ago > 2.0 * deadlines.lease_renewal().as_secs_f64() => {
-                        note(format!(
-                            "the job's supervisor has not renewed its lease for {ago:.1} s: taking the job over when the lease expires, in {left:.1} s"
-                        ));
-                        std::thread::sleep(Duration::from_secs_f64(left) + Duration::from_millis(100));
-                        cluster.claim_job(claim)?
-                    }
-                    _ => return Err(e),
+            Err(e) if fenced(&e) => match Self::holder_gone(cluster, deadlines.lease_renewal())? {
+                Some((holder, left)) => {
+                    note(format!(
+                        "the job's supervisor ({holder}) is gone and has not renewed its lease: taking the job over when the lease expires, in {left:.1} s"
+                    ));
+                    std::thread::sleep(Duration::from_secs_f64(left) + Duration::from_millis(100));
+                    cluster.claim_job(claim)?
                 }
-            }
+                None => return Err(e),
+            },
             other => other?,
         };
         let mut lease = Lease {
@@ -69,6 +65,29 @@ impl Lease {
         };
         lease.renewer = Some(lease.start_renewing(cluster.dir(), deadlines.lease_renewal())?);
         Ok((lease, grant))
+    }
+
+    /// The holder of the job's lease and the seconds its lease has left, when it is gone;
+    /// `None` when it is alive (or the lease is free now).
+    fn holder_gone(cluster: &Cluster, renewal: Duration) -> Result<Option<(LeaseHolder, f64)>, RunError> {
+        let watch_until = Instant::now() + 2 * renewal + Duration::from_millis(200);
+        loop {
+            let Some(job) = cluster.status()?.job else {
+                return Ok(None);
+            };
+            let (Some(holder), Some(ago), Some(left)) = (job.holder, job.renewed_seconds_ago, job.lease_left_seconds)
+            else {
+                return Ok(None);
+            };
+            let silent = ago > 2.0 * renewal.as_secs_f64();
+            if silent || (holder.host == host_name() && !eckpt_cluster::launch::pid_alive(holder.pid)) {
+                return Ok(Some((holder, left)));
+            }
+            if holder.host == host_name() || Instant::now() > watch_until {
+                return Ok(None);
+            }
+            std::thread::sleep(renewal / 4);
+        }
     }
 
     fn start_renewing(&self, dir: &ClusterDir, every: Duration) -> Result<JoinHandle<()>, RunError> {

@@ -103,8 +103,11 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
         }
         None => (dir.store(&options.name), false),
     };
+    // The store is claimed (its lock taken, its owner checked) before anything in it is
+    // touched: opening a store cleans what a crash left.
+    eckpt_private_dir::ensure(&store_root)?;
+    let identity = identity::claim(&store_root, &options.name, created_local)?;
     let store = Store::open_with(&store_root, Options::default())?;
-    let identity = identity::claim(store.root(), &options.name, created_local)?;
     // This agent is the only process that pins epochs (for flushes): any pin left is from a
     // predecessor that died mid-flush, and that flush is over.
     store.clear_pins()?;
@@ -212,18 +215,48 @@ async fn session_loop(agent: Arc<Agent>, first: Registered) {
             }
             Err(e) => tracing::warn!(error = %e, "coordinator session ended"),
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(agent.cluster.deadlines.heartbeat()).await;
     }
 }
 
+/// Bounds `step` of the session by `limit`: a coordinator cut off by a partition must not
+/// hold the session forever (the agent then opens a new one, which, unlike a connection
+/// waiting out TCP's retransmission backoff, gets through as soon as the link is back).
+async fn within<T>(
+    limit: Duration,
+    what: &str,
+    step: impl std::future::Future<Output = Result<T, ClusterError>>,
+) -> Result<T, ClusterError> {
+    tokio::time::timeout(limit, step).await.unwrap_or_else(|_| {
+        Err(ClusterError::Unreachable(format!(
+            "the coordinator did not answer {what} within {:.1} s",
+            limit.as_secs_f64()
+        )))
+    })
+}
+
 async fn session(agent: &Arc<Agent>, first: &mut Option<Registered>) -> Result<(), ClusterError> {
+    let deadlines = agent.cluster.deadlines;
     let registration = Registration {
         info: agent.info.clone(),
         token: agent.identity.token.clone(),
         fresh: agent.identity.fresh,
     };
-    let mut conn = open(&agent.coordinator(), &agent.secret, &Hello::Session(registration)).await?;
-    match conn.recv_control().await? {
+    // A connection gets one liveness period (after a partition a new one gets through at
+    // once, while one waiting out SYN retransmissions would not); registering journals the
+    // agent, so its answer gets the time of a connection.
+    let mut conn = within(
+        deadlines.liveness(),
+        "a connection",
+        open(&agent.coordinator(), &agent.secret, &Hello::Session(registration)),
+    )
+    .await?;
+    let register_wait = deadlines.liveness().max(eckpt_cluster_api::commands::CONNECT_WAIT);
+    let registered = within(register_wait, "the registration", async {
+        Ok(conn.recv_control::<CoordResponse>().await?)
+    })
+    .await?;
+    match registered {
         CoordResponse::Registered {
             committed,
             keep,
@@ -235,7 +268,7 @@ async fn session(agent: &Arc<Agent>, first: &mut Option<Registered>) -> Result<(
                 a.inventory()
             })
             .await?;
-            match call(&mut conn, &CoordRequest::Holds(held)).await? {
+            match within(register_wait, "what this node holds", call(&mut conn, &CoordRequest::Holds(held))).await? {
                 CoordResponse::Alive => {}
                 other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
             }
@@ -246,10 +279,9 @@ async fn session(agent: &Arc<Agent>, first: &mut Option<Registered>) -> Result<(
         CoordResponse::Error(e) => return Err(ClusterError::from_coordinator(e)),
         other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
     }
-    let heartbeat = agent.cluster.deadlines.heartbeat();
     loop {
-        tokio::time::sleep(heartbeat).await;
-        match call(&mut conn, &CoordRequest::Heartbeat).await? {
+        tokio::time::sleep(deadlines.heartbeat()).await;
+        match within(deadlines.liveness(), "a heartbeat", call(&mut conn, &CoordRequest::Heartbeat)).await? {
             CoordResponse::Alive => {}
             other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
         }
@@ -390,6 +422,7 @@ async fn handle(
             epoch,
             item,
             len,
+            generation,
         } => {
             check_announced(&format!("rank {rank} item {item:?}"), len)?;
             let content = recv_bytes(conn, len).await?;
@@ -406,7 +439,7 @@ async fn handle(
                         stored_bytes: len,
                         pace: None,
                     },
-                    generation: None,
+                    generation,
                 },
             )
             .await?

@@ -2,9 +2,9 @@
 //!
 //! Each agent holds a session: it registers (with the token kept in its store), says what
 //! it holds, then heartbeats until its connection drops. One silent for the cluster's
-//! liveness period is dead — unless the coordinator hears from nobody at all: then it
-//! suspects its own link (a partition) rather than every node, and declares nobody dead for
-//! up to the cluster's partition grace.
+//! liveness period while others are heard is dead — but when the coordinator hears from
+//! nobody at all it suspects its own link (a partition) rather than every node, and
+//! declares nobody dead for up to the cluster's partition grace.
 //!
 //! A registration is refused before anything is journaled when another agent of the same
 //! name is alive, or when its store is not the node's (another token, and not a new store).
@@ -81,18 +81,21 @@ impl Coordinator {
             .map(|latest| latest.elapsed())
     }
 
-    /// Alive agents by name: checked, and heard from within the liveness period — or,
-    /// while the coordinator hears from nobody (a partition of its own link, for at most
-    /// the partition grace), alive when the silence began.
+    /// Alive agents by name: checked, and heard from within the liveness period — or not
+    /// yet outlived by another agent: a node is dead once others were heard a liveness
+    /// period after it, so when every agent falls silent at once (the coordinator's own
+    /// link is cut) nobody is declared dead, for up to the partition grace.
     pub(super) fn alive(&self) -> BTreeMap<String, NodeInfo> {
-        let liveness = self.deadlines.liveness();
+        let (liveness, grace) = (self.deadlines.liveness(), self.deadlines.partition_grace());
         let live = self.live.lock().expect("live lock");
-        let silence = Self::silence(&live, liveness, self.deadlines.partition_grace());
+        let Some(latest) = live.values().map(|l| l.last_seen).max() else {
+            return BTreeMap::new();
+        };
         live.iter()
             .filter(|(_, l)| {
                 l.checked
                     && (l.last_seen.elapsed() < liveness
-                        || silence.is_some_and(|latest| latest.duration_since(l.last_seen) < liveness))
+                        || (latest.duration_since(l.last_seen) < liveness && latest.elapsed() < liveness + grace))
             })
             .map(|(n, l)| (n.clone(), l.info.clone()))
             .collect()
@@ -149,6 +152,7 @@ impl Coordinator {
         // The session map stays locked from the check to the new session: two agents of
         // one name registering at once cannot both pass.
         let mut live = self.live.lock().expect("live lock");
+        self.end_silence(&mut live);
         if let Some(other) = live.get(name).filter(|o| {
             o.last_seen.elapsed() < self.deadlines.liveness()
                 && (o.info.pid != info.pid || o.info.host != info.host || o.token != reg.token)
@@ -177,6 +181,12 @@ impl Coordinator {
             }
             _ => {}
         }
+        // The same agent opening a new session (after a partition, or a heartbeat that
+        // timed out) stays what it was meanwhile: alive, and damaged or not.
+        let same_agent = live
+            .get(name)
+            .filter(|o| o.info.pid == info.pid && o.info.host == info.host && o.token == reg.token)
+            .map(|o| (o.checked, o.damage.clone()));
         let registered = self.update(|j| {
             let entry = j.nodes.entry(name.clone()).or_insert(NodeEntry {
                 info: None,
@@ -192,6 +202,7 @@ impl Coordinator {
                 versions: j.versions_of(name),
             }
         })?;
+        let (checked, damage) = same_agent.unwrap_or((false, None));
         live.insert(
             name.clone(),
             Live {
@@ -199,23 +210,42 @@ impl Coordinator {
                 token: reg.token.clone(),
                 last_seen: Instant::now(),
                 session,
-                checked: false,
-                damage: None,
+                checked,
+                damage,
             },
         );
         Ok(registered)
     }
 
     fn heard_from(&self, node: &str, session: u64) {
-        if let Some(l) = self
-            .live
-            .lock()
-            .expect("live lock")
-            .get_mut(node)
-            .filter(|l| l.session == session)
-        {
+        let mut live = self.live.lock().expect("live lock");
+        self.end_silence(&mut live);
+        if let Some(l) = live.get_mut(node).filter(|l| l.session == session) {
             l.last_seen = Instant::now();
         }
+    }
+
+    /// Called as the coordinator hears an agent: if it had heard nobody for longer than the
+    /// liveness period, the silence was its own link's, so every node alive when it began
+    /// gets a new start — three liveness periods from now — to be heard again (their
+    /// connections come back one by one: an agent whose heartbeat or connection waits out
+    /// TCP's retransmission backoff gives up after one liveness period and opens a new
+    /// session).
+    fn end_silence(&self, live: &mut std::collections::HashMap<String, Live>) {
+        let liveness = self.deadlines.liveness();
+        let Some(latest) = Self::silence(live, liveness, self.deadlines.partition_grace()) else {
+            return;
+        };
+        let restart = Instant::now() + 2 * liveness;
+        for l in live.values_mut() {
+            if latest.duration_since(l.last_seen) < liveness {
+                l.last_seen = restart;
+            }
+        }
+        tracing::warn!(
+            silent_s = latest.elapsed().as_secs_f64(),
+            "heard from an agent again after hearing from none: the silence was this coordinator's"
+        );
     }
 
     /// Compares what the agent holds with the journal; from now on it counts as alive.

@@ -160,6 +160,7 @@ async fn epoch(dir: &ClusterDir, files: &[(u32, String, PathBuf)]) -> Result<Epo
                 node: Some(node),
                 file: &path,
                 wait: false,
+                generation: None,
             };
             commands::checkpoint_file(&dir, what, &mut |_, _| {}).await
         });
