@@ -113,7 +113,11 @@ fn a_users_directory_is_never_taken_for_a_cluster_and_purge_deletes_only_what_ec
         "{}",
         text(&out.stderr)
     );
-    let out = run_job(tmp.path(), &["--dir", t, "-n", "1", "--", "true"], Duration::from_secs(60));
+    let out = run_job(
+        tmp.path(),
+        &["--dir", t, "-n", "1", "--", "true"],
+        Duration::from_secs(60),
+    );
     assert!(!out.status.success());
     assert!(last_line(&out).contains("is not empty"), "{}", text(&out.stderr));
     assert!(thesis.join("thesis.tex").is_file());
@@ -181,7 +185,10 @@ fn a_second_run_of_a_live_job_is_refused_and_a_finished_job_is_not_resumed_silen
     let marks = tmp.path().join("marks");
     std::fs::create_dir(&marks).unwrap();
     // The first run holds the job until the test lets its ranks end.
-    let hold = format!("while [ ! -e {} ]; do sleep 0.05; done", marks.join("end").display());
+    let hold = format!(
+        "while [ ! -e {} ]; do sleep 0.05; done",
+        marks.join("end").display()
+    );
     let mut args = vec!["--dir", d, "--keep", "-n", "2"];
     args.extend(SMALL);
     args.extend(["--", "sh", "-c", &hold]);
@@ -236,12 +243,20 @@ fn a_second_run_of_a_live_job_is_refused_and_a_finished_job_is_not_resumed_silen
     // --resume continues from the final epoch: nothing is computed again, the logs stay.
     let resumed = job(&["--resume"]);
     assert!(resumed.status.success(), "{}", text(&resumed.stderr));
-    assert!(text(&resumed.stderr).contains("restarted from epoch"), "{}", text(&resumed.stderr));
+    assert!(
+        text(&resumed.stderr).contains("restarted from epoch"),
+        "{}",
+        text(&resumed.stderr)
+    );
     assert_failure_free(&resumed.stdout, &work, &expected, "--resume");
     // Another job's id on this cluster is refused while it holds this job's checkpoint.
     let other = job(&["--job", "other-job", "--resume"]);
     assert!(!other.status.success());
-    assert!(last_line(&other).contains("not of job other-job"), "{}", text(&other.stderr));
+    assert!(
+        last_line(&other).contains("not of job other-job"),
+        "{}",
+        text(&other.stderr)
+    );
 }
 
 #[test]
@@ -307,7 +322,16 @@ fn ranks_of_another_generation_or_of_none_are_refused_while_a_job_runs() {
     let generation = status(d)["job"]["generation"].as_u64().unwrap();
     let file = tmp.path().join("image");
     std::fs::write(&file, bytes(10_000, 1)).unwrap();
-    let out = run(&["checkpoint", "--dir", d, "--world", "1", "--rank", "0", file.to_str().unwrap()]);
+    let out = run(&[
+        "checkpoint",
+        "--dir",
+        d,
+        "--world",
+        "1",
+        "--rank",
+        "0",
+        file.to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
     assert!(
         last_line(&out).contains("started without its generation"),
@@ -328,7 +352,11 @@ fn ranks_of_another_generation_or_of_none_are_refused_while_a_job_runs() {
     use std::os::unix::process::ExitStatusExt;
     let stale = rank(generation - 1);
     assert_eq!(stale.status.signal(), Some(9), "{}", text(&stale.stderr));
-    assert!(text(&stale.stderr).contains("attempt is over"), "{}", text(&stale.stderr));
+    assert!(
+        text(&stale.stderr).contains("attempt is over"),
+        "{}",
+        text(&stale.stderr)
+    );
     std::fs::write(&end, "").unwrap();
     let out = finish_run(supervisor, Duration::from_secs(60));
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -340,7 +368,11 @@ fn ranks_of_another_generation_or_of_none_are_refused_while_a_job_runs() {
         "{}",
         text(&orphan.stderr)
     );
-    assert_eq!(status(d)["committed_epoch"], 0, "nothing was committed by a stale writer");
+    assert_eq!(
+        status(d)["committed_epoch"],
+        0,
+        "nothing was committed by a stale writer"
+    );
 }
 
 #[test]
@@ -401,7 +433,10 @@ fn an_agent_claiming_a_live_nodes_name_or_another_nodes_store_is_refused_without
             env!("CARGO_BIN_EXE_eckpt"),
             store.display()
         );
-        let out = Command::new("unshare").args(["-m", "sh", "-c", &script]).output().unwrap();
+        let out = Command::new("unshare")
+            .args(["-m", "sh", "-c", &script])
+            .output()
+            .unwrap();
         assert!(!out.status.success(), "the impostor was accepted");
         text(&out.stderr)
     };
@@ -422,8 +457,14 @@ fn an_agent_claiming_a_live_nodes_name_or_another_nodes_store_is_refused_without
     assert!(fresh.contains("node n0 is already running"), "{fresh}");
 
     let after = c.status();
-    assert_eq!(after["nodes"], before["nodes"], "nothing of the impostors is recorded");
-    assert_eq!(std::fs::read(c.dir.join("coordinator/journal.json")).unwrap(), journal);
+    assert_eq!(
+        after["nodes"], before["nodes"],
+        "nothing of the impostors is recorded"
+    );
+    assert_eq!(
+        std::fs::read(c.dir.join("coordinator/journal.json")).unwrap(),
+        journal
+    );
     // The real n0 is the one killed and wiped; n1's store is untouched.
     c.kill("n0", true);
     assert!(!c.dir.join("nodes/n0/store").exists());
@@ -511,7 +552,11 @@ fn a_coordinator_killed_mid_recovery_leaves_wiped_nodes_damaged_and_the_next_run
     assert!(!s["groups"][0]["lost"].as_array().unwrap().is_empty(), "{s}");
     let out = job(&[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("recovered epoch"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("recovered epoch"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_failure_free(&out.stdout, &work, &expected, "after the interrupted recovery");
 }
 
@@ -526,7 +571,9 @@ fn a_job_outlives_a_partition_of_the_coordinator() {
     let dir = tmp.path().join("cluster");
     let d = dir.to_str().unwrap();
     let _purge = PurgeAtEnd(d.to_string());
-    let mat_args = ["-m", "16", "-s", "600", "-k", "10", "-l", "log%r", "-i", "input%r"];
+    let mat_args = [
+        "-m", "16", "-s", "600", "-k", "10", "-l", "log%r", "-i", "input%r",
+    ];
     let expected = reference(&mat, &tmp.path().join("reference"), 4, &mat_args);
     let work = tmp.path().join("work");
     std::fs::create_dir(&work).unwrap();
@@ -574,7 +621,11 @@ fn a_job_outlives_a_partition_of_the_coordinator() {
     link("up");
     assert!(during["isolated_seconds"].as_f64().unwrap() > 5.0, "{during}");
     assert!(
-        during["nodes"].as_array().unwrap().iter().all(|n| n["alive"].as_bool().unwrap()),
+        during["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["alive"].as_bool().unwrap()),
         "nobody is declared dead while the coordinator hears nobody: {during}"
     );
     let out = finish_run(job, Duration::from_secs(400));
@@ -592,8 +643,14 @@ fn ranks_that_disagree_on_the_number_of_checkpoints_end_the_run_naming_them() {
     // Rank 1 checkpoints once more than the others (it waits for an epoch they never
     // write), then once less (they wait for it).
     for (rank1_steps, expected) in [
-        ("44", "exited without checkpointing epoch 11, which rank(s) 1 wrote"),
-        ("36", "rank(s) 1 exited without checkpointing epoch 10, which rank(s) "),
+        (
+            "44",
+            "exited without checkpointing epoch 11, which rank(s) 1 wrote",
+        ),
+        (
+            "36",
+            "rank(s) 1 exited without checkpointing epoch 10, which rank(s) ",
+        ),
     ] {
         let script = format!(
             "if [ \"$ECKPT_RANK\" = 1 ]; then s={rank1_steps}; else s=40; fi; exec {} -m 4 -s $s -k 4 -l log$ECKPT_RANK",
@@ -633,7 +690,10 @@ fn a_rank_asking_the_same_pace_point_twice_gets_the_same_answer_and_the_coordina
         },
         generation: None,
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let (first, again, other) = (pace(0, 1, 1.0), pace(0, 1, 1.0), pace(1, 1, 3.0));
     let answers = rt.block_on(async {
         let (a, b, c) = tokio::join!(
@@ -682,7 +742,9 @@ fn a_rank_failing_before_its_peers_node_is_declared_dead_is_recovered_and_a_cras
         &mat,
         &tmp.path().join("reference"),
         2,
-        &["-m", "16", "-s", "2000", "-k", "20", "-l", "log%r", "-i", "input%r"],
+        &[
+            "-m", "16", "-s", "2000", "-k", "20", "-l", "log%r", "-i", "input%r",
+        ],
     );
     let work = tmp.path().join("work");
     std::fs::create_dir(&work).unwrap();
@@ -742,14 +804,23 @@ fn a_rank_failing_before_its_peers_node_is_declared_dead_is_recovered_and_a_cras
         .to_string();
     let agent = std::fs::read_to_string(dir.join(format!("nodes/{node0}/pid"))).unwrap();
     let agent = agent.lines().next().unwrap().to_string();
-    assert!(Command::new("kill").args(["-STOP", &agent]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-STOP", &agent])
+        .status()
+        .unwrap()
+        .success());
     std::fs::write(work.join("go"), "").unwrap();
     let out = finish_run(job, Duration::from_secs(300));
     let _ = Command::new("kill").args(["-9", &agent]).status();
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains(&format!("lost {node0}")), "{err}");
-    assert_failure_free(&out.stdout, &work, &expected, "rank 1 exited 1 before the loss was known");
+    assert_failure_free(
+        &out.stdout,
+        &work,
+        &expected,
+        "rank 1 exited 1 before the loss was known",
+    );
 
     // A rank killed by a signal (no node lost) is a failure of the record too.
     let crash = format!(
@@ -763,7 +834,16 @@ fn a_rank_failing_before_its_peers_node_is_declared_dead_is_recovered_and_a_cras
     }
     let mut args = SMALL.to_vec();
     let record = work.join("crash.json");
-    args.extend(["--record", record.to_str().unwrap(), "-n", "2", "--", "sh", "-c", &crash]);
+    args.extend([
+        "--record",
+        record.to_str().unwrap(),
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        &crash,
+    ]);
     let out = run_job(&work, &args, Duration::from_secs(300));
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_failure_free(&out.stdout, &work, &expected, "rank 0 crashed once");

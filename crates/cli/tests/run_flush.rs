@@ -135,8 +135,10 @@ fn a_job_whose_whole_cluster_is_gone_resumes_from_its_flush_on_fewer_nodes() {
     assert!(published(&flush) > 0);
 
     // A new, smaller cluster with another code over the same flush directory.
+    let record = tmp.path().join("record.json");
     let run_line = format!(
-        "--nodes 4 --k 2 --m 1 --flush-dir {f} -n 4 -- {} {}",
+        "--nodes 4 --k 2 --m 1 --flush-dir {f} --record {} -n 4 -- {} {}",
+        record.display(),
         mat.display(),
         args.join(" ")
     );
@@ -150,4 +152,10 @@ fn a_job_whose_whole_cluster_is_gone_resumes_from_its_flush_on_fewer_nodes() {
         "{err}"
     );
     assert_failure_free(&out.stdout, &work, &expected, "on a new cluster of 4 nodes");
+    // The restart from the flush is in the run's record, though no node of this run was lost.
+    let record: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let recoveries = record["recoveries"].as_array().unwrap();
+    assert_eq!(recoveries.len(), 1, "{record}");
+    assert!(recoveries[0]["from_flush"].as_u64().is_some(), "{record}");
+    assert!(record["failures"].as_array().unwrap().is_empty(), "{record}");
 }

@@ -3,16 +3,21 @@
 //! ```text
 //! D/
 //!   secret                 per-cluster HMAC secret, 0600
-//!   cluster.json           the coding configuration and the coordinator's endpoints
-//!   coordinator/           journal.json (the coordinator's durable state), pid, log
-//!   nodes/<name>/          one per agent: store/ (node-local checkpoints), coded/ (parity,
-//!                          stripe blobs, staged updates) — both elsewhere when the agent
-//!                          was given `--store PATH` (PATH/store, PATH/coded) — agent.sock,
-//!                          pid, log
+//!   cluster.json           the coding configuration, the coordinator's endpoints, the
+//!                          cluster's deadlines
+//!   coordinator/           journal.json (the coordinator's durable state), pid, log, lock
+//!   nodes/<name>/          one per agent: store/ (node-local checkpoints, and node.json:
+//!                          the node's name and token), coded/ (parity, stripe blobs,
+//!                          staged updates) — both elsewhere when the agent was given
+//!                          `--store PATH` (PATH/store, PATH/coded) — agent.sock, pid, log
 //!   runs/                  one record per `eckpt run`
+//!   append-baseline.<R>.json  each rank's append files' lengths when first protected
 //!   (flushed epochs live in the cluster's --flush-dir, on shared storage: `eckpt-flush`)
 //!   debug/                 fault-injection pause points (tests and demos)
 //! ```
+//!
+//! The directory is owner-only (0700); `up` makes it only when it is new or empty, and
+//! `down --purge` deletes only these entries ([`is_created_entry`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -186,7 +191,9 @@ pub fn is_created_entry(name: &str) -> bool {
     let baseline = name
         .strip_prefix("append-baseline.")
         .and_then(|rest| rest.split_once(".json"))
-        .is_some_and(|(rank, tail)| rank.parse::<u32>().is_ok() && (tail.is_empty() || tail.starts_with(".tmp-")));
+        .is_some_and(|(rank, tail)| {
+            rank.parse::<u32>().is_ok() && (tail.is_empty() || tail.starts_with(".tmp-"))
+        });
     baseline
         || CREATED_ENTRIES.contains(&name)
         || name.strip_prefix('.').is_some_and(|rest| {
@@ -194,38 +201,6 @@ pub fn is_created_entry(name: &str) -> bool {
                 .iter()
                 .any(|e| rest.strip_prefix(e).is_some_and(|t| t.starts_with(".tmp-")))
         })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_what_eckpt_creates_is_its_own() {
-        for name in [
-            "secret",
-            "cluster.json",
-            "nodes",
-            ".cluster.json.tmp-42",
-            ".secret.tmp-42-00ff",
-            "append-baseline.3.json",
-            "append-baseline.3.json.tmp-42",
-        ] {
-            assert!(is_created_entry(name), "{name}");
-        }
-        for name in [
-            "thesis.tex",
-            "secrets",
-            ".cluster.json",
-            "append-baseline.x.json",
-            "append-baseline.3.jsonx",
-            "nodes2",
-        ] {
-            assert!(!is_created_entry(name), "{name}");
-        }
-        let file = append_baseline_file(Path::new("/d"), 3);
-        assert!(is_created_entry(file.file_name().unwrap().to_str().unwrap()));
-    }
 }
 
 /// Current `cluster.json` format.
@@ -409,5 +384,37 @@ pub fn check_node_name(name: &str) -> Result<(), ClusterError> {
         Err(ClusterError::Invalid(format!(
             "node name {name:?}: use 1 to 32 letters, digits, '-' or '_'"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_eckpt_creates_is_its_own() {
+        for name in [
+            "secret",
+            "cluster.json",
+            "nodes",
+            ".cluster.json.tmp-42",
+            ".secret.tmp-42-00ff",
+            "append-baseline.3.json",
+            "append-baseline.3.json.tmp-42",
+        ] {
+            assert!(is_created_entry(name), "{name}");
+        }
+        for name in [
+            "thesis.tex",
+            "secrets",
+            ".cluster.json",
+            "append-baseline.x.json",
+            "append-baseline.3.jsonx",
+            "nodes2",
+        ] {
+            assert!(!is_created_entry(name), "{name}");
+        }
+        let file = append_baseline_file(Path::new("/d"), 3);
+        assert!(is_created_entry(file.file_name().unwrap().to_str().unwrap()));
     }
 }

@@ -270,6 +270,8 @@ fn absolute_flush(mut config: FlushConfig) -> Result<FlushConfig, ClusterError> 
             .map_err(eckpt_cluster_api::io_at(&config.dir))?
             .join(&config.dir);
     }
+    // Shared storage: whoever else can write there must not own or plant the job's flushes.
+    eckpt_private_dir::ensure(&config.dir)?;
     Ok(config)
 }
 

@@ -75,7 +75,8 @@ impl Lease {
             let Some(job) = cluster.status()?.job else {
                 return Ok(None);
             };
-            let (Some(holder), Some(ago), Some(left)) = (job.holder, job.renewed_seconds_ago, job.lease_left_seconds)
+            let (Some(holder), Some(ago), Some(left)) =
+                (job.holder, job.renewed_seconds_ago, job.lease_left_seconds)
             else {
                 return Ok(None);
             };

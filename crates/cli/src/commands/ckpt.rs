@@ -53,7 +53,9 @@ pub fn run_checkpoint(args: CheckpointArgs) -> Result<i32> {
         file: &args.file,
         wait: args.wait,
         // Inside `eckpt run`: the attempt this checkpoint belongs to.
-        generation: std::env::var("ECKPT_GENERATION").ok().and_then(|g| g.parse().ok()),
+        generation: std::env::var("ECKPT_GENERATION")
+            .ok()
+            .and_then(|g| g.parse().ok()),
     };
     let report = block_on(commands::checkpoint_file(&dir, what, &mut |done, _| {
         bar.set_position(done)

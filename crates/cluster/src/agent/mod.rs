@@ -251,7 +251,9 @@ async fn session(agent: &Arc<Agent>, first: &mut Option<Registered>) -> Result<(
         open(&agent.coordinator(), &agent.secret, &Hello::Session(registration)),
     )
     .await?;
-    let register_wait = deadlines.liveness().max(eckpt_cluster_api::commands::CONNECT_WAIT);
+    let register_wait = deadlines
+        .liveness()
+        .max(eckpt_cluster_api::commands::CONNECT_WAIT);
     let registered = within(register_wait, "the registration", async {
         Ok(conn.recv_control::<CoordResponse>().await?)
     })
@@ -268,7 +270,13 @@ async fn session(agent: &Arc<Agent>, first: &mut Option<Registered>) -> Result<(
                 a.inventory()
             })
             .await?;
-            match within(register_wait, "what this node holds", call(&mut conn, &CoordRequest::Holds(held))).await? {
+            match within(
+                register_wait,
+                "what this node holds",
+                call(&mut conn, &CoordRequest::Holds(held)),
+            )
+            .await?
+            {
                 CoordResponse::Alive => {}
                 other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
             }
@@ -281,7 +289,13 @@ async fn session(agent: &Arc<Agent>, first: &mut Option<Registered>) -> Result<(
     }
     loop {
         tokio::time::sleep(deadlines.heartbeat()).await;
-        match within(deadlines.liveness(), "a heartbeat", call(&mut conn, &CoordRequest::Heartbeat)).await? {
+        match within(
+            deadlines.liveness(),
+            "a heartbeat",
+            call(&mut conn, &CoordRequest::Heartbeat),
+        )
+        .await?
+        {
             CoordResponse::Alive => {}
             other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
         }

@@ -95,7 +95,8 @@ impl Coordinator {
             .filter(|(_, l)| {
                 l.checked
                     && (l.last_seen.elapsed() < liveness
-                        || (latest.duration_since(l.last_seen) < liveness && latest.elapsed() < liveness + grace))
+                        || (latest.duration_since(l.last_seen) < liveness
+                            && latest.elapsed() < liveness + grace))
             })
             .map(|(n, l)| (n.clone(), l.info.clone()))
             .collect()
