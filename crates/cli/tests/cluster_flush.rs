@@ -240,7 +240,14 @@ fn a_full_flush_file_system_and_a_damaged_flushed_file_fail_in_one_line() {
     std::fs::create_dir(&flush).unwrap();
     // Room for one flushed epoch (2.2 MB) but not for a second beside it.
     let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", flush.to_str().unwrap()])
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=3m,mode=0700",
+            "tmpfs",
+            flush.to_str().unwrap(),
+        ])
         .status()
         .unwrap();
     assert!(mounted.success(), "mount tmpfs");

@@ -9,12 +9,13 @@
 
 mod cluster;
 
-use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use cluster::programs::{assert_failure_free, build_c, reference, text};
-use cluster::{bytes, eckpt, is_root, ok, run, run_job, Cluster};
+use cluster::{bytes, eckpt, finish_job, is_root, ok, run, run_job, spawn_job, Cluster};
 use serde_json::Value;
 
 fn status(d: &str) -> Value {
@@ -28,31 +29,6 @@ fn wait_for(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// `eckpt run ARGS` in `work`, in the background, its output captured.
-fn spawn_run(work: &Path, args: &[&str]) -> Child {
-    eckpt()
-        .arg("run")
-        .args(args)
-        .current_dir(work)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Waits for a background `eckpt run` (killed and the test failed after `limit`).
-fn finish_run(mut child: Child, limit: Duration) -> Output {
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("eckpt run still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
 }
 
 /// The last line a failed command printed.
@@ -92,6 +68,59 @@ impl Drop for PurgeAtEnd {
         if Path::new(&self.0).join("cluster.json").exists() {
             let _ = run(&["down", "--dir", &self.0, "--purge"]);
         }
+    }
+}
+
+/// A new working directory `tmp/name` with the input file of each of `ranks` ranks.
+fn work_dir(tmp: &Path, name: &str, ranks: u32) -> PathBuf {
+    let work = tmp.join(name);
+    std::fs::create_dir(&work).unwrap();
+    for r in 0..ranks {
+        std::fs::write(work.join(format!("input{r}")), format!("input of rank {r}")).unwrap();
+    }
+    work
+}
+
+/// The `mat` example as a job: built in `tmp`, its failure-free result computed, and a
+/// working directory with each rank's input file.
+struct MatJob {
+    mat: PathBuf,
+    args: Vec<&'static str>,
+    ranks: String,
+    expected: BTreeMap<u32, (String, Vec<u8>)>,
+    work: PathBuf,
+}
+
+impl MatJob {
+    fn new(tmp: &Path, ranks: u32, args: &[&'static str]) -> MatJob {
+        let mat = build_c("mat", tmp);
+        let expected = reference(&mat, &tmp.join("reference"), ranks, args);
+        let work = work_dir(tmp, "work", ranks);
+        MatJob {
+            mat,
+            args: args.to_vec(),
+            ranks: ranks.to_string(),
+            expected,
+            work,
+        }
+    }
+
+    /// `eckpt run`'s arguments: `options`, then the job.
+    fn args<'a>(&'a self, options: &[&'a str]) -> Vec<&'a str> {
+        let mut args = options.to_vec();
+        args.extend(["-n", &self.ranks, "--", self.mat.to_str().unwrap()]);
+        args.extend(&self.args);
+        args
+    }
+
+    /// `eckpt run` of the job with `options`, to its end.
+    fn run(&self, options: &[&str], limit: Duration) -> Output {
+        run_job(&self.work, &self.args(options), limit)
+    }
+
+    /// The job ended with the checksums and logs of its failure-free run.
+    fn assert_done(&self, out: &Output, context: &str) {
+        assert_failure_free(&out.stdout, &self.work, &self.expected, context);
     }
 }
 
@@ -178,7 +207,11 @@ fn a_users_directory_is_never_taken_for_a_cluster_and_purge_deletes_only_what_ec
 #[test]
 fn a_second_run_of_a_live_job_is_refused_and_a_finished_job_is_not_resumed_silently() {
     let tmp = tempfile::tempdir().unwrap();
-    let mat = build_c("mat", tmp.path());
+    let mat = MatJob::new(
+        tmp.path(),
+        2,
+        &["-m", "4", "-s", "12", "-k", "4", "-l", "log%r", "-i", "input%r"],
+    );
     let dir = tmp.path().join("cluster");
     let d = dir.to_str().unwrap();
     let _purge = PurgeAtEnd(d.to_string());
@@ -192,7 +225,7 @@ fn a_second_run_of_a_live_job_is_refused_and_a_finished_job_is_not_resumed_silen
     let mut args = vec!["--dir", d, "--keep", "-n", "2"];
     args.extend(SMALL);
     args.extend(["--", "sh", "-c", &hold]);
-    let first = spawn_run(tmp.path(), &args);
+    let first = spawn_job(tmp.path(), &args);
     wait_for(Duration::from_secs(60), "the first run's lease", || {
         run(&["status", "--dir", d, "--json"]).status.success() && !status(d)["job"]["holder"].is_null()
     });
@@ -210,24 +243,15 @@ fn a_second_run_of_a_live_job_is_refused_and_a_finished_job_is_not_resumed_silen
         text(&second.stderr)
     );
     std::fs::write(marks.join("end"), "").unwrap();
-    let first = finish_run(first, Duration::from_secs(60));
+    let first = finish_job(first, Duration::from_secs(60));
     assert!(first.status.success(), "{}", text(&first.stderr));
     assert!(status(d)["job"]["finished_unix"].is_number());
 
     // The job finished: running it again is refused, --fresh starts over.
-    let mat_args = ["-m", "4", "-s", "12", "-k", "4", "-l", "log%r", "-i", "input%r"];
-    let expected = reference(&mat, &tmp.path().join("reference"), 2, &mat_args);
-    let work = tmp.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    for r in 0..2 {
-        std::fs::write(work.join(format!("input{r}")), format!("input of rank {r}")).unwrap();
-    }
     let job = |extra: &[&str]| {
-        let mut args = vec!["--dir", d];
-        args.extend_from_slice(extra);
-        args.extend(["-n", "2", "--", mat.to_str().unwrap()]);
-        args.extend(mat_args);
-        run_job(&work, &args, Duration::from_secs(120))
+        let mut options = vec!["--dir", d];
+        options.extend_from_slice(extra);
+        mat.run(&options, Duration::from_secs(120))
     };
     let again = job(&[]);
     assert!(!again.status.success());
@@ -238,7 +262,7 @@ fn a_second_run_of_a_live_job_is_refused_and_a_finished_job_is_not_resumed_silen
     );
     let fresh = job(&["--fresh"]);
     assert!(fresh.status.success(), "{}", text(&fresh.stderr));
-    assert_failure_free(&fresh.stdout, &work, &expected, "--fresh");
+    mat.assert_done(&fresh, "--fresh");
     assert!(!job(&[]).status.success(), "finished again");
     // --resume continues from the final epoch: nothing is computed again, the logs stay.
     let resumed = job(&["--resume"]);
@@ -248,7 +272,7 @@ fn a_second_run_of_a_live_job_is_refused_and_a_finished_job_is_not_resumed_silen
         "{}",
         text(&resumed.stderr)
     );
-    assert_failure_free(&resumed.stdout, &work, &expected, "--resume");
+    mat.assert_done(&resumed, "--resume");
     // Another job's id on this cluster is refused while it holds this job's checkpoint.
     let other = job(&["--job", "other-job", "--resume"]);
     assert!(!other.status.success());
@@ -262,23 +286,18 @@ fn a_second_run_of_a_live_job_is_refused_and_a_finished_job_is_not_resumed_silen
 #[test]
 fn ranks_die_with_their_supervisor_and_a_rerun_takes_over_once_the_lease_expired() {
     let tmp = tempfile::tempdir().unwrap();
-    let mat = build_c("mat", tmp.path());
+    let mat = MatJob::new(
+        tmp.path(),
+        4,
+        &["-m", "32", "-s", "400", "-k", "8", "-l", "log%r", "-i", "input%r"],
+    );
     let dir = tmp.path().join("cluster");
     let d = dir.to_str().unwrap();
     let _purge = PurgeAtEnd(d.to_string());
-    let mat_args = ["-m", "32", "-s", "400", "-k", "8", "-l", "log%r", "-i", "input%r"];
-    let expected = reference(&mat, &tmp.path().join("reference"), 4, &mat_args);
-    let work = tmp.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    for r in 0..4 {
-        std::fs::write(work.join(format!("input{r}")), format!("input of rank {r}")).unwrap();
-    }
-    let shape = ["--keep", "--nodes", "6", "--k", "4", "--m", "2", "--lease", "2s"];
-    let mut args = vec!["--dir", d, "-n", "4", "--", mat.to_str().unwrap()];
-    args.extend(mat_args);
-    let mut first_args = args.clone();
-    first_args.splice(2..2, shape);
-    let first = spawn_run(&work, &first_args);
+    let first_args = mat.args(&[
+        "--dir", d, "--keep", "--nodes", "6", "--k", "4", "--m", "2", "--lease", "2s",
+    ]);
+    let first = spawn_job(&mat.work, &first_args);
     wait_for(Duration::from_secs(120), "epoch 3", || {
         run(&["status", "--dir", d, "--json"]).status.success()
             && status(d)["committed_epoch"].as_u64().unwrap() >= 3
@@ -290,17 +309,17 @@ fn ranks_die_with_their_supervisor_and_a_rerun_takes_over_once_the_lease_expired
         .status()
         .unwrap()
         .success());
-    let _ = finish_run(first, Duration::from_secs(30));
+    let _ = finish_job(first, Duration::from_secs(30));
     wait_for(Duration::from_secs(10), "the orphaned ranks to die", || {
         processes_with("ECKPT_CLUSTER", d).is_empty()
     });
     // The job again on its cluster: it waits for the dead supervisor's lease and resumes.
-    let out = run_job(&work, &args, Duration::from_secs(300));
+    let out = mat.run(&["--dir", d], Duration::from_secs(300));
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("has not renewed its lease"), "{err}");
     assert!(err.contains("resuming the checkpointed job"), "{err}");
-    assert_failure_free(&out.stdout, &work, &expected, "after the supervisor was killed");
+    mat.assert_done(&out, "after the supervisor was killed");
 }
 
 #[test]
@@ -315,7 +334,7 @@ fn ranks_of_another_generation_or_of_none_are_refused_while_a_job_runs() {
     let mut args = vec!["--dir", d, "--keep", "-n", "1"];
     args.extend(SMALL);
     args.extend(["--", "sh", "-c", &hold]);
-    let supervisor = spawn_run(tmp.path(), &args);
+    let supervisor = spawn_job(tmp.path(), &args);
     wait_for(Duration::from_secs(60), "the lease", || {
         run(&["status", "--dir", d, "--json"]).status.success() && !status(d)["job"]["holder"].is_null()
     });
@@ -358,7 +377,7 @@ fn ranks_of_another_generation_or_of_none_are_refused_while_a_job_runs() {
         text(&stale.stderr)
     );
     std::fs::write(&end, "").unwrap();
-    let out = finish_run(supervisor, Duration::from_secs(60));
+    let out = finish_job(supervisor, Duration::from_secs(60));
     assert!(out.status.success(), "{}", text(&out.stderr));
     // The supervisor is gone: its generation is refused too.
     let orphan = rank(generation);
@@ -476,38 +495,17 @@ fn an_agent_claiming_a_live_nodes_name_or_another_nodes_store_is_refused_without
 #[test]
 fn a_coordinator_killed_mid_recovery_leaves_wiped_nodes_damaged_and_the_next_run_recovers() {
     let tmp = tempfile::tempdir().unwrap();
-    let mat = build_c("mat", tmp.path());
+    let mat = MatJob::new(
+        tmp.path(),
+        4,
+        &["-m", "4", "-s", "40", "-k", "4", "-l", "log%r", "-i", "input%r"],
+    );
     let dir = tmp.path().join("cluster");
     let d = dir.to_str().unwrap();
     let _purge = PurgeAtEnd(d.to_string());
-    let mat_args = ["-m", "4", "-s", "40", "-k", "4", "-l", "log%r", "-i", "input%r"];
-    let expected = reference(&mat, &tmp.path().join("reference"), 4, &mat_args);
-    let work = tmp.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    for r in 0..4 {
-        std::fs::write(work.join(format!("input{r}")), format!("input of rank {r}")).unwrap();
-    }
-    let job = |extra: &[&str]| {
-        let mut args = vec!["--dir", d];
-        args.extend_from_slice(extra);
-        args.extend(["-n", "4", "--", mat.to_str().unwrap()]);
-        args.extend(mat_args);
-        run_job(&work, &args, Duration::from_secs(300))
-    };
     // A node lost with its disk after epoch 3, and the run gives up at once.
-    let out = job(&[
-        "--keep",
-        "--nodes",
-        "6",
-        "--k",
-        "4",
-        "--m",
-        "2",
-        "--kill-at",
-        "3:1",
-        "--max-restarts",
-        "0",
-    ]);
+    let first = format!("--dir {d} --keep --nodes 6 --k 4 --m 2 --kill-at 3:1 --max-restarts 0");
+    let out = mat.run(&first.split(' ').collect::<Vec<_>>(), Duration::from_secs(300));
     assert!(!out.status.success(), "{}", text(&out.stderr));
     // A second one, then a recovery whose coordinator dies between decode and re-encode.
     let s = status(d);
@@ -550,14 +548,14 @@ fn a_coordinator_killed_mid_recovery_leaves_wiped_nodes_damaged_and_the_next_run
         .collect();
     assert_eq!(damaged.len(), 2, "{s}");
     assert!(!s["groups"][0]["lost"].as_array().unwrap().is_empty(), "{s}");
-    let out = job(&[]);
+    let out = mat.run(&["--dir", d], Duration::from_secs(300));
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("recovered epoch"),
         "{}",
         text(&out.stderr)
     );
-    assert_failure_free(&out.stdout, &work, &expected, "after the interrupted recovery");
+    mat.assert_done(&out, "after the interrupted recovery");
 }
 
 #[test]
@@ -567,41 +565,19 @@ fn a_job_outlives_a_partition_of_the_coordinator() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let mat = build_c("mat", tmp.path());
+    let mat = MatJob::new(
+        tmp.path(),
+        4,
+        &[
+            "-m", "16", "-s", "600", "-k", "10", "-l", "log%r", "-i", "input%r",
+        ],
+    );
     let dir = tmp.path().join("cluster");
     let d = dir.to_str().unwrap();
     let _purge = PurgeAtEnd(d.to_string());
-    let mat_args = [
-        "-m", "16", "-s", "600", "-k", "10", "-l", "log%r", "-i", "input%r",
-    ];
-    let expected = reference(&mat, &tmp.path().join("reference"), 4, &mat_args);
-    let work = tmp.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    for r in 0..4 {
-        std::fs::write(work.join(format!("input{r}")), format!("input of rank {r}")).unwrap();
-    }
-    let mut args = vec![
-        "--dir",
-        d,
-        "--keep",
-        "--netns",
-        "--nodes",
-        "6",
-        "--k",
-        "4",
-        "--m",
-        "2",
-        "--liveness",
-        "1s",
-        "--partition-grace",
-        "60s",
-        "-n",
-        "4",
-        "--",
-        mat.to_str().unwrap(),
-    ];
-    args.extend(mat_args);
-    let job = spawn_run(&work, &args);
+    let options =
+        format!("--dir {d} --keep --netns --nodes 6 --k 4 --m 2 --liveness 1s --partition-grace 60s");
+    let job = spawn_job(&mat.work, &mat.args(&options.split(' ').collect::<Vec<_>>()));
     wait_for(Duration::from_secs(120), "epoch 2", || {
         run(&["status", "--dir", d, "--json"]).status.success()
             && status(d)["committed_epoch"].as_u64().unwrap() >= 2
@@ -628,12 +604,12 @@ fn a_job_outlives_a_partition_of_the_coordinator() {
             .all(|n| n["alive"].as_bool().unwrap()),
         "nobody is declared dead while the coordinator hears nobody: {during}"
     );
-    let out = finish_run(job, Duration::from_secs(400));
+    let out = finish_job(job, Duration::from_secs(400));
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("has heard from no agent"), "{err}");
     assert!(!err.contains("lost n"), "no node was lost: {err}");
-    assert_failure_free(&out.stdout, &work, &expected, "through a partition");
+    mat.assert_done(&out, "through a partition");
 }
 
 #[test]
@@ -733,24 +709,19 @@ fn a_rank_asking_the_same_pace_point_twice_gets_the_same_answer_and_the_coordina
 #[test]
 fn a_rank_failing_before_its_peers_node_is_declared_dead_is_recovered_and_a_crash_is_recorded() {
     let tmp = tempfile::tempdir().unwrap();
-    let mat = build_c("mat", tmp.path());
-    let dir = tmp.path().join("cluster");
-    let d = dir.to_str().unwrap();
-    let _purge = PurgeAtEnd(d.to_string());
-    let mat_args = "-m 16 -s 2000 -k 20 -l log$ECKPT_RANK -i input$ECKPT_RANK";
-    let expected = reference(
-        &mat,
-        &tmp.path().join("reference"),
+    let mat_job = MatJob::new(
+        tmp.path(),
         2,
         &[
             "-m", "16", "-s", "2000", "-k", "20", "-l", "log%r", "-i", "input%r",
         ],
     );
-    let work = tmp.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    for r in 0..2 {
-        std::fs::write(work.join(format!("input{r}")), format!("input of rank {r}")).unwrap();
-    }
+    let (mat, work) = (&mat_job.mat, &mat_job.work);
+    let dir = tmp.path().join("cluster");
+    let d = dir.to_str().unwrap();
+    let _purge = PurgeAtEnd(d.to_string());
+    // The same job as a shell line, so that a rank can misbehave once.
+    let mat_args = mat_job.args.join(" ").replace("%r", "$ECKPT_RANK");
     // Rank 1 exits 1 as an MPI rank aborts when its peer is gone: once, when told (`go`).
     let script = format!(
         "if [ \"$ECKPT_RANK\" = 1 ] && [ ! -e once ]; then \
@@ -762,30 +733,13 @@ fn a_rank_failing_before_its_peers_node_is_declared_dead_is_recovered_and_a_cras
         mat.display()
     );
     let record = work.join("record.json");
-    let args = [
-        "--dir",
-        d,
-        "--keep",
-        "--nodes",
-        "3",
-        "--spares",
-        "1",
-        "--k",
-        "2",
-        "--m",
-        "1",
-        "--liveness",
-        "1s",
-        "--record",
-        record.to_str().unwrap(),
-        "-n",
-        "2",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ];
-    let job = spawn_run(&work, &args);
+    let options = format!(
+        "--dir {d} --keep --nodes 3 --spares 1 --k 2 --m 1 --liveness 1s --record {} -n 2 -- sh -c",
+        record.display()
+    );
+    let mut args: Vec<&str> = options.split(' ').collect();
+    args.push(&script);
+    let job = spawn_job(work, &args);
     wait_for(Duration::from_secs(120), "epoch 2", || {
         run(&["status", "--dir", d, "--json"]).status.success()
             && status(d)["committed_epoch"].as_u64().unwrap() >= 2
@@ -810,43 +764,29 @@ fn a_rank_failing_before_its_peers_node_is_declared_dead_is_recovered_and_a_cras
         .unwrap()
         .success());
     std::fs::write(work.join("go"), "").unwrap();
-    let out = finish_run(job, Duration::from_secs(300));
+    let out = finish_job(job, Duration::from_secs(300));
     let _ = Command::new("kill").args(["-9", &agent]).status();
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains(&format!("lost {node0}")), "{err}");
-    assert_failure_free(
-        &out.stdout,
-        &work,
-        &expected,
-        "rank 1 exited 1 before the loss was known",
-    );
+    mat_job.assert_done(&out, "rank 1 exited 1 before the loss was known");
 
     // A rank killed by a signal (no node lost) is a failure of the record too.
     let crash = format!(
         "if [ \"$ECKPT_RANK\" = 0 ] && [ ! -e crashed ]; then touch crashed; kill -9 $$; fi; exec {} {mat_args}",
         mat.display()
     );
-    let work = tmp.path().join("crash");
-    std::fs::create_dir(&work).unwrap();
-    for r in 0..2 {
-        std::fs::write(work.join(format!("input{r}")), format!("input of rank {r}")).unwrap();
-    }
-    let mut args = SMALL.to_vec();
+    let work = work_dir(tmp.path(), "crash", 2);
     let record = work.join("crash.json");
-    args.extend([
-        "--record",
-        record.to_str().unwrap(),
-        "-n",
-        "2",
-        "--",
-        "sh",
-        "-c",
-        &crash,
-    ]);
+    let options = format!(
+        "--nodes 3 --k 2 --m 1 --record {} -n 2 -- sh -c",
+        record.display()
+    );
+    let mut args: Vec<&str> = options.split(' ').collect();
+    args.push(&crash);
     let out = run_job(&work, &args, Duration::from_secs(300));
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_failure_free(&out.stdout, &work, &expected, "rank 0 crashed once");
+    assert_failure_free(&out.stdout, &work, &mat_job.expected, "rank 0 crashed once");
     let record: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
     let failures = record["failures"].as_array().unwrap();
     assert_eq!(failures.len(), 1, "{record}");

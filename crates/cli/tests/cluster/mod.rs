@@ -62,16 +62,21 @@ pub fn run_bounded(args: &[&str]) -> Output {
     finish(spawn(args), &args.join(" "))
 }
 
-/// Runs `eckpt run ARGS` in `work`, killed (and the test failed) after `limit`.
-pub fn run_job(work: &std::path::Path, args: &[&str], limit: Duration) -> Output {
-    let mut child = eckpt()
+/// Starts `eckpt run ARGS` in `work` in the background, its output captured.
+pub fn spawn_job(work: &std::path::Path, args: &[&str]) -> Child {
+    eckpt()
         .arg("run")
         .args(args)
         .current_dir(work)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("eckpt runs");
+        .expect("eckpt runs")
+}
+
+/// Waits for a background `eckpt run` (see `spawn_job`), killed (and the test failed)
+/// after `limit`; its output.
+pub fn finish_job(mut child: Child, limit: Duration) -> Output {
     // Drain the pipes while waiting, so a chatty job never blocks on a full pipe.
     let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
     let out = std::thread::spawn(move || {
@@ -91,7 +96,7 @@ pub fn run_job(work: &std::path::Path, args: &[&str], limit: Duration) -> Output
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("eckpt run {} still running after {limit:?}", args.join(" "));
+            panic!("eckpt run still running after {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -100,6 +105,11 @@ pub fn run_job(work: &std::path::Path, args: &[&str], limit: Duration) -> Output
         stdout: out.join().unwrap(),
         stderr: err.join().unwrap(),
     }
+}
+
+/// Runs `eckpt run ARGS` in `work`, killed (and the test failed) after `limit`.
+pub fn run_job(work: &std::path::Path, args: &[&str], limit: Duration) -> Output {
+    finish_job(spawn_job(work, args), limit)
 }
 
 /// Asserts that `out` is a failure whose one-line message contains `expected`.
