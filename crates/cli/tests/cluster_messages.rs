@@ -49,6 +49,48 @@ fn a_stopped_agent_is_named_when_the_epoch_fails() {
     c.assert_restorable();
 }
 
+/// A member that stops once its streams are up (a hung host sends nothing and closes
+/// nothing) must not hold the epoch, and with it every later epoch and recovery: it is
+/// declared dead after the liveness period, the task is cancelled at the other members, and
+/// the epoch aborts naming it.
+#[test]
+fn a_member_stopped_in_the_middle_of_an_encode_does_not_hold_the_epoch() {
+    let mut c = Cluster::up(&[
+        "--nodes",
+        "6",
+        "--k",
+        "4",
+        "--m",
+        "2",
+        "--block-size",
+        "16KiB",
+        "--liveness",
+        "1s",
+    ]);
+    let data: Vec<Vec<u8>> = (0..4).map(|r| bytes(400_000, r + 5)).collect();
+    c.checkpoint(data.clone(), true);
+    let pid = agent_pid(&c, "n1");
+    c.pause("mid-encode");
+    let (d, stopped) = (c.d().to_string(), pid.clone());
+    let stopper = std::thread::spawn(move || {
+        cluster::ok(&["debug", "wait", "--dir", &d, "--timeout", "60"]);
+        signal(&stopped, "-STOP");
+        cluster::ok(&["debug", "resume", "--dir", &d]);
+    });
+    let report = c.checkpoint(data.clone(), true).expect("report");
+    stopper.join().unwrap();
+    signal(&pid, "-CONT");
+    assert_eq!(report["outcome"]["committed"], false, "{report}");
+    let reason = report["outcome"]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("node n1: "), "{reason}");
+    assert_eq!(c.committed(), 1);
+    c.assert_restorable();
+    c.wait_all_alive();
+    c.checkpoint(data, true);
+    assert_eq!(c.committed(), 3);
+    c.assert_restorable();
+}
+
 /// Needs root to mount a tiny tmpfs over a parity holder's `coded/` (CI runs as root).
 #[test]
 fn a_full_parity_disk_is_named_with_its_node() {

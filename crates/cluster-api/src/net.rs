@@ -152,6 +152,19 @@ impl Inbox {
         self.inner.arrived.notify_waiters();
     }
 
+    /// Resolves, with the reason, once `task` is cancelled: a participant's part of a task
+    /// races this, so that a participant blocked on an established stream from a peer that
+    /// stopped (a hung host sends nothing and closes nothing) ends too.
+    pub async fn cancelled(&self, task: u64) -> String {
+        loop {
+            let notified = self.inner.arrived.notified();
+            if let Some((reason, _)) = self.inner.cancelled.lock().expect("inbox lock").get(&task) {
+                return reason.clone();
+            }
+            notified.await;
+        }
+    }
+
     /// Takes the stream from `from` for `task` in `phase`, waiting up to [`PEER_WAIT`] or
     /// until the task is cancelled.
     pub async fn take(&self, task: u64, phase: u32, from: usize) -> Result<FrameReader, ClusterError> {

@@ -251,7 +251,7 @@ impl Cluster {
                 args.push("--wait");
             }
             args.push(path.to_str().unwrap());
-            let out = run(&args);
+            let out = run_bounded(&args);
             assert!(
                 out.status.success() || wait,
                 "checkpoint of rank {rank} failed: {}",

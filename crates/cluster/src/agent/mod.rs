@@ -423,6 +423,19 @@ async fn export(
     Ok(())
 }
 
+/// This node's part of task `task`, ended early when the coordinator cancels the task (a
+/// participant is gone): what it prepared is dropped by the epoch's abort.
+async fn until_cancelled<T>(
+    agent: &Agent,
+    task: u64,
+    part: impl std::future::Future<Output = Result<T, ClusterError>>,
+) -> Result<T, ClusterError> {
+    tokio::select! {
+        done = part => done,
+        reason = agent.inbox.cancelled(task) => Err(ClusterError::Link(format!("task {task} cancelled: {reason}"))),
+    }
+}
+
 /// Handles one request; `None` when the handler answered itself.
 async fn handle(
     agent: &Arc<Agent>,
@@ -478,8 +491,14 @@ async fn handle(
             AgentResponse::Ok
         }
         AgentRequest::Describe(req) => AgentResponse::Shard(blocking(move || a.describe(&req)).await?),
-        AgentRequest::Code(task) => AgentResponse::Task(coding::run(a, task).await?),
-        AgentRequest::Update(task) => AgentResponse::Task(update::run(a, task).await?),
+        AgentRequest::Code(task) => {
+            let id = task.task;
+            AgentResponse::Task(until_cancelled(agent, id, coding::run(a, task)).await?)
+        }
+        AgentRequest::Update(task) => {
+            let id = task.task;
+            AgentResponse::Task(until_cancelled(agent, id, update::run(a, task)).await?)
+        }
         AgentRequest::Install {
             parts,
             member,

@@ -12,7 +12,7 @@ use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, NodeInfo};
 use eckpt_cluster_api::ClusterError;
 
 /// How often a running task's participants are checked for a lost agent.
-const WATCH_EVERY: Duration = Duration::from_millis(200);
+pub(super) const WATCH_EVERY: Duration = Duration::from_millis(200);
 
 /// The failure to report among a task's results: the first that is not a link symptom
 /// (a full disk, a checksum, a refusal), else the first; `Ok` with every answer when none
@@ -38,11 +38,12 @@ pub(super) fn root_cause(
 }
 
 impl Coordinator {
-    /// Sends task `task`'s requests and waits for every answer. A participant whose agent
-    /// is gone while the task runs gets the task cancelled at the others (they would wait
-    /// for its streams); the coordinator still waits for every answer, so no participant
-    /// outlives the epoch's decision. If any failed, fails with the node that broke it: a
-    /// member that is gone or stopped heartbeating (a stopped agent never fails by itself),
+    /// Sends task `task`'s requests and waits for every answer. A participant that is no
+    /// longer alive while the task runs — its agent gone, or silent for the liveness period
+    /// (a hung host never fails by itself) — gets the task cancelled at the others, which
+    /// end their parts at once; their answers are awaited (no participant outlives the
+    /// epoch's decision), the lost one's for two liveness periods at most. If any failed,
+    /// fails with the node that broke it: a member that is gone or stopped heartbeating,
     /// else the first failure that is not a link symptom. Answers in request order.
     pub(super) async fn run_task(
         &self,
@@ -54,8 +55,8 @@ impl Coordinator {
         tokio::pin!(answers);
         let gone = async {
             loop {
-                let live = self.in_session();
-                if let Some(n) = nodes.iter().find(|n| !live.contains(&n.name)) {
+                let alive = self.alive();
+                if let Some(n) = nodes.iter().find(|n| !alive.contains_key(&n.name)) {
                     return n.name.clone();
                 }
                 tokio::time::sleep(WATCH_EVERY).await;
@@ -71,7 +72,13 @@ impl Coordinator {
                     .map(|n| (n.clone(), AgentRequest::CancelTask { task, reason: reason.clone() }))
                     .collect();
                 self.ask_all(cancels).await;
-                answers.await
+                match tokio::time::timeout(2 * self.deadlines.liveness(), answers).await {
+                    Ok(results) => results,
+                    Err(_) => {
+                        let reason = self.not_alive(&node).unwrap_or_else(|| "stopped answering".into());
+                        return Err(ClusterError::Node { node, reason });
+                    }
+                }
             }
         };
         if results.iter().any(Result::is_err) {

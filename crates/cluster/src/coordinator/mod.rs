@@ -135,16 +135,22 @@ impl Coordinator {
         self.journal.lock().expect("journal lock").task_id()
     }
 
-    /// Sends one request to each `(node, request)` concurrently; results in order.
+    /// Sends one request to each `(node, request)` concurrently; results in order. A node
+    /// that was alive when asked and is not any more (gone, or silent for the liveness
+    /// period: a hung host never answers) gets an error instead of an answer, so that no
+    /// decision waits on a node that will not answer.
     async fn ask_all(
         &self,
         requests: Vec<(NodeInfo, AgentRequest)>,
     ) -> Vec<Result<AgentResponse, ClusterError>> {
         let mut set = JoinSet::new();
         let count = requests.len();
+        let alive_when_asked = self.alive();
+        let mut pending = BTreeMap::new();
         for (i, (node, request)) in requests.into_iter().enumerate() {
             let (host, secret) = (self.host.clone(), self.secret.clone());
-            set.spawn(async move {
+            let name = node.name.clone();
+            let call = set.spawn(async move {
                 let result = async {
                     let mut conn = open_node(&node, &host, &secret).await?;
                     match call(&mut conn, &request)
@@ -158,12 +164,35 @@ impl Coordinator {
                 .await;
                 (i, result)
             });
+            if alive_when_asked.contains_key(&name) {
+                pending.insert(i, (name, call));
+            }
         }
         let mut out: Vec<Option<Result<AgentResponse, ClusterError>>> = (0..count).map(|_| None).collect();
-        while let Some(joined) = set.join_next().await {
-            match joined {
-                Ok((i, r)) => out[i] = Some(r),
-                Err(e) => tracing::error!(error = %e, "request task failed"),
+        let mut watch = tokio::time::interval(blame::WATCH_EVERY);
+        loop {
+            tokio::select! {
+                joined = set.join_next() => match joined {
+                    None => break,
+                    Some(Ok((i, r))) => {
+                        pending.remove(&i);
+                        out[i] = Some(r);
+                    }
+                    Some(Err(e)) if e.is_cancelled() => {}
+                    Some(Err(e)) => tracing::error!(error = %e, "request task failed"),
+                },
+                _ = watch.tick() => {
+                    let alive = self.alive();
+                    pending.retain(|&i, (name, call)| {
+                        if alive.contains_key(name) {
+                            return true;
+                        }
+                        call.abort();
+                        let reason = self.not_alive(name).unwrap_or_else(|| "stopped answering".into());
+                        out[i] = Some(Err(ClusterError::Node { node: name.clone(), reason }));
+                        false
+                    });
+                }
             }
         }
         out.into_iter()

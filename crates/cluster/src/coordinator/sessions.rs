@@ -123,11 +123,6 @@ impl Coordinator {
         }
     }
 
-    /// Names of the agents holding a session, heartbeating or not.
-    pub(super) fn in_session(&self) -> Vec<String> {
-        self.live.lock().expect("live lock").keys().cloned().collect()
-    }
-
     /// Why `node` is not alive, or `None` if it is.
     pub(super) fn not_alive(&self, node: &str) -> Option<String> {
         if self.alive().contains_key(node) {
