@@ -567,10 +567,11 @@ pub fn down(dir: &Path, purge: bool) -> Result<Vec<String>, ClusterError> {
 /// Deletes the node-local data of every node whose agent did not (it was down): directly
 /// when its store is on this host and says it is that node's. What stays, one line each.
 fn purge_node_stores(dir: &ClusterDir, purged: &[eckpt_cluster_api::msg::NodePurge]) -> Vec<String> {
-    let Ok(journal) = Journal::load(&dir.journal()) else {
-        return vec![
-            "the journal is unreadable: node stores outside the cluster directory were not looked for".into(),
-        ];
+    let journal = match Journal::load(&dir.journal()) {
+        Ok(journal) => journal,
+        Err(e) => return vec![format!(
+            "node stores outside the cluster directory were not looked for: the journal is unreadable ({e})"
+        )],
     };
     let here = eckpt_cluster_api::net::host_name();
     let mut kept = Vec::new();
