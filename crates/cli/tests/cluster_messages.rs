@@ -55,18 +55,8 @@ fn a_stopped_agent_is_named_when_the_epoch_fails() {
 /// the epoch aborts naming it.
 #[test]
 fn a_member_stopped_in_the_middle_of_an_encode_does_not_hold_the_epoch() {
-    let mut c = Cluster::up(&[
-        "--nodes",
-        "6",
-        "--k",
-        "4",
-        "--m",
-        "2",
-        "--block-size",
-        "16KiB",
-        "--liveness",
-        "1s",
-    ]);
+    let shape = "--nodes 6 --k 4 --m 2 --block-size 16KiB --liveness 1s";
+    let mut c = Cluster::up(&shape.split(' ').collect::<Vec<_>>());
     let data: Vec<Vec<u8>> = (0..4).map(|r| bytes(400_000, r + 5)).collect();
     c.checkpoint(data.clone(), true);
     let pid = agent_pid(&c, "n1");

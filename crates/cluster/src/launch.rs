@@ -569,9 +569,11 @@ pub fn down(dir: &Path, purge: bool) -> Result<Vec<String>, ClusterError> {
 fn purge_node_stores(dir: &ClusterDir, purged: &[eckpt_cluster_api::msg::NodePurge]) -> Vec<String> {
     let journal = match Journal::load(&dir.journal()) {
         Ok(journal) => journal,
-        Err(e) => return vec![format!(
+        Err(e) => {
+            return vec![format!(
             "node stores outside the cluster directory were not looked for: the journal is unreadable ({e})"
-        )],
+        )]
+        }
     };
     let here = eckpt_cluster_api::net::host_name();
     let mut kept = Vec::new();
