@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO := PATH="$$HOME/.cargo/bin:$$PATH" cargo
 
-.PHONY: setup build demo test lint fuzz
+.PHONY: setup build demo test lint fuzz install
 
 setup:
 	@bash scripts/setup.sh
@@ -12,6 +12,13 @@ build: setup
 
 demo: build
 	bash scripts/demo.sh
+
+# The C and Fortran library, its header, the Fortran module's source, pkg-config and CMake files
+# under $(DESTDIR)$(PREFIX) (scripts/install.sh).
+PREFIX ?= /usr/local
+install: setup
+	$(CARGO) build --release -p eckpt-client
+	DESTDIR="$(DESTDIR)" bash scripts/install.sh "$(PREFIX)"
 
 # Every test; the system ISA-L comparison must run, not skip.
 test: setup
