@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO := PATH="$$HOME/.cargo/bin:$$PATH" cargo
 
-.PHONY: setup build demo test lint fuzz install
+.PHONY: setup build demo test lint fuzz install wheel
 
 setup:
 	@bash scripts/setup.sh
@@ -19,6 +19,10 @@ PREFIX ?= /usr/local
 install: setup
 	$(CARGO) build --release -p eckpt-client
 	DESTDIR="$(DESTDIR)" bash scripts/install.sh "$(PREFIX)"
+
+# The Python wheel, in target/wheels/ (scripts/wheel.sh): pip install target/wheels/eckpt-*.whl
+wheel: setup
+	bash scripts/wheel.sh
 
 # Every test; the system ISA-L comparison must run, not skip.
 test: setup
