@@ -28,6 +28,7 @@ wheel: setup
 test: setup
 	ECKPT_REQUIRE_SYSTEM_ISAL=1 $(CARGO) test --release --workspace
 	bash scripts/python-test.sh
+	bash scripts/install-test.sh
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
