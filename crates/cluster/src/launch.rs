@@ -33,6 +33,9 @@ pub struct UpOptions {
     pub nodes: Option<usize>,
     /// Spare nodes (`s0`…).
     pub spares: usize,
+    /// The nodes' names, members first, then spares (a batch system's host names, so that
+    /// the agent it starts on a host finds its node); empty: `n0`… and `s0`….
+    pub names: Vec<String>,
     /// Coding.
     pub coding: CodingConfig,
     /// Run each agent in its own network namespace.
@@ -197,13 +200,12 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
             k + m
         )));
     }
+    let (nodes, spares) = node_names(options, node_count)?;
     claim_new_dir(&dir)?;
     for sub in [dir.coordinator(), dir.debug(), dir.root().join("nodes")] {
         fs::create_dir_all(&sub).map_err(eckpt_cluster_api::io_at(&sub))?;
     }
     ClusterSecret::create_file(&dir.secret())?;
-    let nodes: Vec<String> = (0..node_count).map(|i| format!("n{i}")).collect();
-    let spares: Vec<String> = (0..options.spares).map(|i| format!("s{i}")).collect();
     let netns = options.netns.then(|| NetnsConfig {
         rate: options.link_rate.clone(),
         nodes: nodes
@@ -232,6 +234,33 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         summary.from_flush = resume_flushed_job(&dir, &file)?;
     }
     Ok(summary)
+}
+
+/// The member and spare names of a new cluster of `node_count` members: the given names
+/// (checked: one per node, valid, distinct), or `n0`… and `s0`….
+fn node_names(options: &UpOptions, node_count: usize) -> Result<(Vec<String>, Vec<String>), ClusterError> {
+    if options.names.is_empty() {
+        return Ok((
+            (0..node_count).map(|i| format!("n{i}")).collect(),
+            (0..options.spares).map(|i| format!("s{i}")).collect(),
+        ));
+    }
+    if options.names.len() != node_count + options.spares {
+        return Err(ClusterError::Invalid(format!(
+            "{} node names for {node_count} nodes and {} spares",
+            options.names.len(),
+            options.spares
+        )));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for name in &options.names {
+        check_node_name(name)?;
+        if !seen.insert(name) {
+            return Err(ClusterError::Invalid(format!("node name {name} is given twice")));
+        }
+    }
+    let (nodes, spares) = options.names.split_at(node_count);
+    Ok((nodes.to_vec(), spares.to_vec()))
 }
 
 /// The directory of a new cluster: new, or empty and this user's alone — never one holding

@@ -87,6 +87,17 @@ impl Cluster {
             other => Err(unexpected(other)),
         }
     }
+
+    /// `eckpt leave`: stops `node`'s agent on purpose (the batch system took the host
+    /// away); the next recovery rebuilds what it held elsewhere.
+    pub fn leave(&self, node: &str) -> Result<(), RunError> {
+        match self.call(&CoordRequest::Leave {
+            node: node.to_string(),
+        })? {
+            CoordResponse::Ok => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
 }
 
 impl Cluster {

@@ -7,8 +7,8 @@
 //! rank where it now lives; `eckpt_restart()` resumes them from the last committed epoch.
 //!
 //! - [`placement`]: where new ranks start (pure, property-tested).
-//! - [`launcher`]: starting and watching one attempt (local or `mpirun`); [`host`]: a
-//!   node's network namespace; [`output`]: `[R] ` prefixed lines; [`procs`]: the job's
+//! - [`launcher`]: starting and watching one attempt (local, `mpirun` or srun); [`slurm`]:
+//!   the Slurm allocation srun runs in; [`host`]: a node's network namespace; [`output`]: `[R] ` prefixed lines; [`procs`]: the job's
 //!   processes in `/proc`.
 //! - [`supervisor`]: the loop of attempts, failures and recoveries; [`faults`]: `--kill-at`.
 //! - [`lease`]: the job's lease and attempt generations; [`guard`]: ranks die with their
@@ -29,6 +29,7 @@ pub mod placement;
 pub mod procs;
 pub mod record;
 pub mod session;
+pub mod slurm;
 pub mod supervisor;
 
 use std::path::{Path, PathBuf};
@@ -49,6 +50,11 @@ pub struct RunOptions {
     pub ranks: u32,
     /// How ranks are started.
     pub launcher: Launcher,
+    /// Options for the launcher (`mpirun`, srun), before the program.
+    pub launcher_args: Vec<String>,
+    /// Nodes able to host ranks below which the run stops instead of relaunching (the last
+    /// committed epoch is kept, and flushed when the cluster flushes).
+    pub min_nodes: usize,
     /// Where new ranks go.
     pub placement: placement::Policy,
     /// Where a lost node's ranks go when no spare replaces it.
@@ -103,6 +109,9 @@ pub enum RunError {
     /// commit.
     #[error("{0}")]
     Mismatch(String),
+    /// Fewer nodes are left than `--min-nodes`.
+    #[error("{0}")]
+    TooFewNodes(String),
     /// Another supervisor took the job over (this one could not renew its lease in time).
     #[error("lost the job's lease: {0}; the ranks were stopped")]
     LeaseLost(String),

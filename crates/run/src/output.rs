@@ -1,7 +1,7 @@
 //! Every rank's output, line by line, prefixed `[R] `: a reader thread per pipe writes each
 //! whole line with one locked write, so lines of different ranks never interleave. Under
-//! `mpirun` the ranks' lines arrive on its pipes tagged `[1,R]<stdout>:` (`--tag-output`)
-//! and are re-tagged the same way.
+//! `mpirun` or srun the ranks' lines arrive on its pipes tagged (`--tag-output`,
+//! `--label`) and are re-tagged the same way.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,14 +55,54 @@ pub fn forward(from: impl Read + Send + 'static, prefix: String, sink: Sink) -> 
     })
 }
 
-/// What Open MPI says when a rank dies of a signal (its exit status alone does not tell).
-const SIGNAL_DEATH: &str = "exited on signal";
+/// How a launcher of the whole job marks its ranks' lines on its pipes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tags {
+    /// Open MPI's `--tag-output`: `[1,R]<stdout>:line`, `[1,R]<stderr>:line`, on either pipe.
+    OpenMpi,
+    /// srun's `--label`: `R: line`, the ranks' stdout on srun's stdout and their stderr on
+    /// its stderr (`from_stderr`: which pipe this is).
+    Srun {
+        /// Whether the pipe is srun's stderr.
+        from_stderr: bool,
+    },
+}
 
-/// Forwards `mpirun`'s output, re-tagging `[1,R]<stdout>:line` as `[R] line` to the sink
-/// for its stream, and other lines (mpirun's own) to `own`. Sets `crashed` when mpirun
-/// reports a rank killed by a signal.
+impl Tags {
+    /// `(rank, is the rank's stderr, the line)` of a rank's line; `None` for the
+    /// launcher's own.
+    fn untag(self, line: &str) -> Option<(u32, bool, &str)> {
+        match self {
+            Tags::OpenMpi => untag_open_mpi(line),
+            Tags::Srun { from_stderr } => {
+                let (rank, rest) = line.trim_start().split_once(": ")?;
+                Some((rank.parse().ok()?, from_stderr, rest))
+            }
+        }
+    }
+
+    /// Whether the launcher's own line says a rank died of a signal (its exit status alone
+    /// does not tell).
+    fn says_crashed(self, line: &str) -> bool {
+        match self {
+            Tags::OpenMpi => line.contains("exited on signal"),
+            // `srun: error: node2: task 3: Killed` (or Segmentation fault, Aborted …), but
+            // not `task 3: Exited with exit code 2`.
+            Tags::Srun { .. } => {
+                line.starts_with("srun: error: ")
+                    && line.contains(": task ")
+                    && !line.contains("Exited with exit code")
+            }
+        }
+    }
+}
+
+/// Forwards a whole-job launcher's output, re-tagging each rank's line as `[R] line` to the
+/// sink for its stream, and other lines (the launcher's own) to `own`. Sets `crashed` when
+/// the launcher reports a rank killed by a signal.
 pub fn forward_tagged(
     from: impl Read + Send + 'static,
+    tags: Tags,
     sinks: Sinks,
     own: Sink,
     crashed: Arc<AtomicBool>,
@@ -72,13 +112,13 @@ pub fn forward_tagged(
         let mut line = Vec::new();
         while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
             let text = String::from_utf8_lossy(&line);
-            match untag(&text) {
+            match tags.untag(&text) {
                 Some((rank, is_err, rest)) => {
                     let sink = if is_err { sinks.err } else { sinks.out };
                     sink.write_line(&format!("[{rank}] "), rest.as_bytes());
                 }
                 None => {
-                    if text.contains(SIGNAL_DEATH) {
+                    if tags.says_crashed(&text) {
                         crashed.store(true, Ordering::SeqCst);
                     }
                     own.write_line("", &line);
@@ -90,7 +130,7 @@ pub fn forward_tagged(
 }
 
 /// `[1,R]<stdout>:rest` → `(R, false, rest)`, `<stderr>` → `(R, true, rest)`.
-fn untag(line: &str) -> Option<(u32, bool, &str)> {
+fn untag_open_mpi(line: &str) -> Option<(u32, bool, &str)> {
     let inner = line.strip_prefix('[')?;
     let (ids, rest) = inner.split_once(']')?;
     let rank = ids.split_once(',')?.1.parse().ok()?;
@@ -108,13 +148,31 @@ mod tests {
 
     #[test]
     fn open_mpi_tags_become_rank_prefixes() {
+        let tags = Tags::OpenMpi;
         assert_eq!(
-            untag("[1,12]<stdout>:checksum: 7f\n"),
+            tags.untag("[1,12]<stdout>:checksum: 7f\n"),
             Some((12, false, "checksum: 7f\n"))
         );
-        assert_eq!(untag("[1,0]<stderr>:oops"), Some((0, true, "oops")));
-        assert_eq!(untag("[1,0]<stddiag>:x"), None);
-        assert_eq!(untag("mpirun noticed that process rank 2"), None);
-        assert_eq!(untag("[vm:1234] *** Process received signal ***"), None);
+        assert_eq!(tags.untag("[1,0]<stderr>:oops"), Some((0, true, "oops")));
+        assert_eq!(tags.untag("[1,0]<stddiag>:x"), None);
+        assert_eq!(tags.untag("mpirun noticed that process rank 2"), None);
+        assert_eq!(tags.untag("[vm:1234] *** Process received signal ***"), None);
+        assert!(tags.says_crashed(
+            "mpirun noticed that process rank 2 with PID 7 on node n1 exited on signal 9 (Killed)."
+        ));
+    }
+
+    #[test]
+    fn srun_labels_become_rank_prefixes() {
+        let out = Tags::Srun { from_stderr: false };
+        let err = Tags::Srun { from_stderr: true };
+        assert_eq!(out.untag("3: checksum: 7f\n"), Some((3, false, "checksum: 7f\n")));
+        assert_eq!(out.untag(" 0: step 1"), Some((0, false, "step 1")));
+        assert_eq!(err.untag("12: oops"), Some((12, true, "oops")));
+        assert_eq!(err.untag("srun: error: node2: task 3: Killed"), None);
+        assert!(err.says_crashed("srun: error: node2: task 3: Killed"));
+        assert!(err.says_crashed("srun: error: node2: task 0: Segmentation fault (core dumped)"));
+        assert!(!err.says_crashed("srun: error: node2: task 3: Exited with exit code 2"));
+        assert!(!err.says_crashed("srun: Job step aborted: Waiting up to 32 seconds for job step to finish."));
     }
 }

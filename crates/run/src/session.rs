@@ -1,14 +1,21 @@
 //! The cluster a run uses: a running one as it is; a stopped one started again; a new one
 //! created with `up`'s options (in a temporary directory when none is given). A cluster the
 //! run started is stopped at the end — and a temporary one deleted — unless `--keep`.
+//!
+//! Inside a Slurm allocation (`--launcher srun`) a new cluster's nodes are the allocation's
+//! hosts, named by their host names (the last `--spares` of them spares), its coordinator
+//! listens on this host's address, and its agents run as one job step of their own, one
+//! per host, storing on node-local storage: srun stands where `up` starts agents elsewhere.
 
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, FlushRestore};
 
+use crate::slurm::Allocation;
 use crate::RunError;
 
 /// Which cluster to use.
@@ -20,6 +27,9 @@ pub struct ClusterChoice {
     pub up: UpOptions,
     /// Whether `up`'s node count was given: refused for a cluster that already runs.
     pub nodes_given: bool,
+    /// Inside a Slurm allocation: the agents' node-local store (`%j`: the job id, `%n`:
+    /// the node's name, expanded by its agent). `None`: not in Slurm's hands.
+    pub slurm_store: Option<String>,
 }
 
 /// The cluster in use, and what the run must undo at the end.
@@ -33,6 +43,10 @@ pub struct Session {
     pub temporary: bool,
     /// The new cluster resumed the job from its flush directory.
     pub from_flush: Option<FlushRestore>,
+    /// The Slurm allocation the run is in (`--launcher srun`).
+    pub allocation: Option<Allocation>,
+    /// The agents' job step this run started (srun), ended with the cluster.
+    agents: Option<Child>,
 }
 
 fn answers(dir: &ClusterDir) -> bool {
@@ -51,6 +65,16 @@ fn answers(dir: &ClusterDir) -> bool {
 impl Session {
     /// Uses, starts or creates the cluster `choice` names; says what it did in `note`.
     pub fn open(choice: &ClusterChoice, note: &mut dyn FnMut(String)) -> Result<Session, RunError> {
+        let allocation = choice
+            .slurm_store
+            .as_ref()
+            .map(|_| Allocation::current())
+            .transpose()?;
+        if allocation.is_some() && choice.dir.is_none() {
+            return Err(RunError::Launch(
+                "--launcher srun needs --dir: a cluster directory on storage every node of the allocation shares".into(),
+            ));
+        }
         let (path, temporary) = match &choice.dir {
             Some(dir) => (dir.clone(), false),
             None => {
@@ -77,6 +101,8 @@ impl Session {
                 started: false,
                 temporary,
                 from_flush: None,
+                allocation,
+                agents: None,
             });
         }
         let mut up = choice.up.clone();
@@ -85,7 +111,17 @@ impl Session {
         if existing {
             up.nodes = None;
         }
+        if let Some(allocation) = &allocation {
+            in_allocation(&mut up, allocation)?;
+        }
         let summary = launch::up(&up)?;
+        let agents = match (&allocation, &choice.slurm_store) {
+            (Some(allocation), Some(store)) => {
+                let names: Vec<String> = summary.nodes.iter().chain(&summary.spares).cloned().collect();
+                Some(start_agents(&dir, allocation, &names, store, &up.exe)?)
+            }
+            _ => None,
+        };
         let from_flush = summary.from_flush.clone();
         note(format!(
             "{} cluster in {}: {} nodes{} (k={} m={}, {} mode{})",
@@ -114,14 +150,23 @@ impl Session {
             started: true,
             temporary,
             from_flush,
+            allocation,
+            agents,
         })
     }
 
     /// Stops a cluster this run started (and deletes a temporary one) unless `keep`.
-    pub fn close(self, keep: bool, note: &mut dyn FnMut(String)) -> Result<(), RunError> {
+    pub fn close(mut self, keep: bool, note: &mut dyn FnMut(String)) -> Result<(), RunError> {
         if !self.started {
             return Ok(());
         }
+        if keep && self.agents.is_some() {
+            note(
+                "--keep: the agents are a step of this Slurm job, which ends with it; stopping the cluster"
+                    .into(),
+            );
+        }
+        let keep = keep && self.agents.is_none();
         let root = self.dir.root().display().to_string();
         if keep {
             note(format!(
@@ -132,6 +177,110 @@ impl Session {
         for kept in launch::down(self.dir.root(), self.temporary)? {
             note(kept);
         }
+        if let (Some(step), Some(allocation)) = (self.agents.take(), &self.allocation) {
+            end_agents(step, allocation, &agents_step_name(allocation));
+        }
         Ok(())
     }
+}
+
+/// `up`'s options for a new cluster in `allocation`: its hosts, named by their names, the
+/// last `--spares` of them spares, and the coordinator on this host's address.
+fn in_allocation(up: &mut UpOptions, allocation: &Allocation) -> Result<(), RunError> {
+    up.agents = false;
+    if up.bind.is_none() {
+        // The name Slurm knows this host by resolves to the address the other nodes reach.
+        up.bind = Some(this_node()?);
+    }
+    if up.nodes.is_none() {
+        // A stopped cluster restarts with the nodes it recorded.
+        return Ok(());
+    }
+    let hosts = allocation.nodes()?;
+    if hosts.len() <= up.spares {
+        return Err(RunError::Launch(format!(
+            "the allocation has {} node(s): too few for --spares {} and the job's nodes",
+            hosts.len(),
+            up.spares
+        )));
+    }
+    up.nodes = Some(hosts.len() - up.spares);
+    up.names = hosts;
+    Ok(())
+}
+
+/// This host's name in Slurm (`SLURMD_NODENAME`, else the host name).
+fn this_node() -> Result<String, RunError> {
+    if let Some(name) = std::env::var("SLURMD_NODENAME").ok().filter(|n| !n.is_empty()) {
+        return Ok(name);
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .map_err(|e| RunError::io(Path::new("/proc/sys/kernel/hostname"), e))
+}
+
+/// The name of the agents' step of `allocation`.
+fn agents_step_name(allocation: &Allocation) -> String {
+    format!("eckpt-agents-{}", allocation.job)
+}
+
+/// Starts the agents of `names` as one step of `allocation`, one task per host: it does not
+/// end when a node fails (`--no-kill`, and no task's exit ends the others), and shares the
+/// allocation's CPUs with the ranks' steps (`--overlap`). Each agent's log is its node's
+/// `log` in the cluster directory, as under `up`.
+fn start_agents(
+    dir: &ClusterDir,
+    allocation: &Allocation,
+    names: &[String],
+    store: &str,
+    exe: &Path,
+) -> Result<Child, RunError> {
+    // srun opens each log before the agent runs (inside the owner-only cluster directory).
+    for name in names {
+        let node = dir.node(name);
+        std::fs::create_dir_all(&node).map_err(|e| RunError::io(&node, e))?;
+    }
+    let mut command = Command::new("srun");
+    command
+        .arg("--overlap")
+        .arg("--no-kill")
+        .arg("--kill-on-bad-exit=0")
+        .arg(format!("--job-name={}", agents_step_name(allocation)))
+        .arg(format!("--nodes={}", names.len()))
+        .arg(format!("--ntasks={}", names.len()))
+        .arg("--ntasks-per-node=1")
+        .arg(format!("--nodelist={}", names.join(",")))
+        .arg(format!("--immediate={}", crate::slurm::COMMAND_WAIT.as_secs()))
+        .arg(format!("--output={}", dir.root().join("nodes/%N/log").display()))
+        .arg(exe)
+        .arg("agent")
+        .arg("--dir")
+        .arg(dir.root())
+        // Each agent listens on the address its node's name resolves to, and stores under
+        // a directory of its own on its node.
+        .args(["--bind", "%n", "--store", &store.replace("%j", &allocation.job)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        // srun's own messages (a step it could not start, a node failure) are the run's.
+        .stderr(Stdio::inherit());
+    command
+        .spawn()
+        .map_err(|e| RunError::Launch(format!("starting the agents' step with srun: {e}")))
+}
+
+/// Ends the agents' step: they stop with the cluster (`down`), so srun ends by itself; one
+/// that does not within [`crate::slurm::COMMAND_WAIT`] is cancelled through Slurm.
+fn end_agents(mut step: Child, allocation: &Allocation, name: &str) {
+    let deadline = Instant::now() + crate::slurm::COMMAND_WAIT;
+    while Instant::now() < deadline {
+        if matches!(step.try_wait(), Ok(Some(_)) | Err(_)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if let Ok(Some(id)) = allocation.step_named(name) {
+        let _ = allocation.cancel_step(&id);
+    }
+    let _ = step.kill();
+    let _ = step.wait();
 }

@@ -32,6 +32,7 @@ use crate::placement::{self, Host};
 use crate::procs;
 use crate::record::{AttemptRecord, EpochRecord, FailureRecord, RecoveryRecord, RunRecord, RECORD_FORMAT};
 use crate::session::Session;
+use crate::slurm::Allocation;
 use crate::{RunError, RunOptions};
 
 /// How often the supervisor looks at the ranks and the nodes.
@@ -244,6 +245,8 @@ struct Supervisor<'a> {
     deadlines: Deadlines,
     /// Whether the coordinator's isolation was said (once per episode).
     isolation_said: bool,
+    /// The Slurm allocation the job runs in (`--launcher srun`): its view of the nodes.
+    allocation: Option<Allocation>,
 }
 
 impl<'a> Supervisor<'a> {
@@ -303,6 +306,7 @@ impl<'a> Supervisor<'a> {
             job: String::new(),
             deadlines: file.deadlines,
             isolation_said: false,
+            allocation: session.allocation.clone(),
         };
         if let Some(restore) = &session.from_flush {
             supervisor.record_flush_restore(restore);
@@ -485,12 +489,13 @@ impl<'a> Supervisor<'a> {
         loop {
             self.check_interrupt()?;
             let status = self.cluster.status()?;
+            self.leave_what_slurm_took(&status, events)?;
             self.undeclared
                 .retain(|n| status.nodes.iter().any(|s| &s.name == n && s.alive && !s.removed));
             let lost = Self::lost(&status);
             if lost.is_empty() {
                 if self.undeclared.is_empty() {
-                    return Ok(());
+                    return self.check_min_nodes(&status);
                 }
                 let since = *undeclared_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > DECLARE_WAIT {
@@ -535,6 +540,55 @@ impl<'a> Supervisor<'a> {
                 }
             }
         }
+    }
+
+    /// Nodes whose agent still answers but that Slurm took out of the job (or reports down,
+    /// drained, failed or not responding) can run no step any more: they leave the cluster,
+    /// and recovery rebuilds what they held elsewhere.
+    fn leave_what_slurm_took(
+        &mut self,
+        status: &StatusReport,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<(), RunError> {
+        let Some(allocation) = &self.allocation else {
+            return Ok(());
+        };
+        let held: BTreeSet<String> = allocation.nodes()?.into_iter().collect();
+        let candidates: Vec<String> = status
+            .nodes
+            .iter()
+            .filter(|n| n.alive && !n.removed && !self.undeclared.contains(&n.name))
+            .map(|n| n.name.clone())
+            .collect();
+        let unavailable = allocation.unavailable(&candidates)?;
+        let gone: BTreeSet<String> = candidates
+            .into_iter()
+            .filter(|n| !held.contains(n) || unavailable.contains(n))
+            .collect();
+        for node in &gone {
+            self.cluster.leave(node)?;
+        }
+        if !gone.is_empty() {
+            self.undeclared.extend(gone.iter().cloned());
+            self.note_lost(&gone, "Slurm took the node out of the job", events);
+        }
+        Ok(())
+    }
+
+    /// Refuses to relaunch on fewer nodes able to host ranks than `--min-nodes`.
+    fn check_min_nodes(&self, status: &StatusReport) -> Result<(), RunError> {
+        let able = status
+            .nodes
+            .iter()
+            .filter(|n| n.alive && n.hosts_ranks && !n.removed)
+            .count();
+        if able >= self.options.min_nodes {
+            return Ok(());
+        }
+        Err(RunError::TooFewNodes(format!(
+            "{able} node(s) left to host ranks, fewer than --min-nodes {}: the job stops here; the last committed epoch is kept (run it again on more nodes to resume)",
+            self.options.min_nodes
+        )))
     }
 
     fn absorb(&mut self, report: &RecoveryReport, events: &mut dyn FnMut(Event)) {
@@ -677,6 +731,7 @@ impl<'a> Supervisor<'a> {
         let file = self.cluster.dir().load()?;
         let spec = LaunchSpec {
             command: &self.options.command,
+            launcher_args: &self.options.launcher_args,
             world: self.options.ranks,
             placement: &placement,
             hosts: &hosts,

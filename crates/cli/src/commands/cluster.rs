@@ -183,6 +183,7 @@ impl ShapeArgs {
             dir,
             nodes: self.nodes.or(nodes),
             spares: self.spares,
+            names: Vec::new(),
             coding: self.coding.coding()?,
             netns: self.netns,
             link_rate: self.link_rate.clone(),
@@ -200,7 +201,7 @@ pub struct UpArgs {
     /// Cluster directory: created, or, when it holds a stopped cluster, that cluster is
     /// started again as it was (its nodes, coding and network are recorded there; the
     /// settings below then do not apply).
-    #[arg(long)]
+    #[arg(long, env = "ECKPT_CLUSTER")]
     dir: PathBuf,
     #[command(flatten)]
     shape: ShapeArgs,
@@ -263,7 +264,7 @@ pub fn run_up(args: UpArgs) -> Result<i32> {
 #[derive(clap::Args)]
 pub struct DownArgs {
     /// Cluster directory.
-    #[arg(long)]
+    #[arg(long, env = "ECKPT_CLUSTER")]
     dir: PathBuf,
     /// Also delete every checkpoint: the agents' node-local data (on every host whose agent
     /// runs) and what eckpt created in the directory — nothing else, so the directory
@@ -289,7 +290,7 @@ pub fn run_down(args: DownArgs) -> Result<i32> {
 #[derive(clap::Args)]
 pub struct StatusArgs {
     /// Cluster directory.
-    #[arg(long)]
+    #[arg(long, env = "ECKPT_CLUSTER")]
     dir: PathBuf,
     /// Print JSON.
     #[arg(long)]
@@ -403,10 +404,11 @@ pub fn run_status(args: StatusArgs) -> Result<i32> {
 #[derive(clap::Args)]
 pub struct NodeArgs {
     /// Cluster directory.
-    #[arg(long)]
+    #[arg(long, env = "ECKPT_CLUSTER")]
     pub dir: PathBuf,
     /// Node name (letters, digits, '-', '_'); a known one comes back with its data.
-    #[arg(long)]
+    /// Default for a process srun starts: the Slurm node's name.
+    #[arg(long, env = "SLURMD_NODENAME")]
     pub name: String,
     /// Join as a spare: holds nothing until it replaces a lost node.
     #[arg(long)]
@@ -422,7 +424,7 @@ pub fn run_join(args: NodeArgs) -> Result<i32> {
 #[derive(clap::Args)]
 pub struct LeaveArgs {
     /// Cluster directory.
-    #[arg(long)]
+    #[arg(long, env = "ECKPT_CLUSTER")]
     dir: PathBuf,
     /// Node to stop (its ranks are rebuilt elsewhere by the next `eckpt recover`).
     node: String,
@@ -444,7 +446,7 @@ pub fn run_leave(args: LeaveArgs) -> Result<i32> {
 #[derive(clap::Args)]
 pub struct KillArgs {
     /// Cluster directory.
-    #[arg(long)]
+    #[arg(long, env = "ECKPT_CLUSTER")]
     dir: PathBuf,
     /// Node whose agent to SIGKILL.
     node: String,
@@ -469,7 +471,7 @@ pub enum Debug {
     /// Make the cluster stop at PHASE until `resume` (fault injection for tests and demos).
     Pause {
         /// Cluster directory.
-        #[arg(long)]
+        #[arg(long, env = "ECKPT_CLUSTER")]
         dir: PathBuf,
         /// One of before-encode, mid-encode, before-commit, after-commit, mid-recovery,
         /// mid-flush, before-publish.
@@ -479,7 +481,7 @@ pub enum Debug {
     /// Wait until some process reached the pause point.
     Wait {
         /// Cluster directory.
-        #[arg(long)]
+        #[arg(long, env = "ECKPT_CLUSTER")]
         dir: PathBuf,
         /// Seconds to wait at most.
         #[arg(long, default_value_t = 60)]
@@ -488,7 +490,7 @@ pub enum Debug {
     /// Lift the pause.
     Resume {
         /// Cluster directory.
-        #[arg(long)]
+        #[arg(long, env = "ECKPT_CLUSTER")]
         dir: PathBuf,
     },
 }

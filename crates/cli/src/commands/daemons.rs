@@ -28,7 +28,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 pub struct AgentArgs {
     #[command(flatten)]
     node: NodeArgs,
-    /// Address for the TCP listener.
+    /// Address for the TCP listener (a host name is resolved; `%n`: the node's name).
     #[arg(long, default_value = "127.0.0.1")]
     bind: String,
     /// Cores offered to ranks (placement balances ranks per core; default: all).
@@ -36,20 +36,25 @@ pub struct AgentArgs {
     cores: Option<u32>,
     /// Node-local directory for this node's checkpoints and parity (PATH/store,
     /// PATH/coded); default: the node's directory inside the cluster directory. Give one
-    /// when the cluster directory is on a shared file system.
+    /// when the cluster directory is on a shared file system. `%n` stands for the node's
+    /// name, so one command line serves every host (`--store /local/eckpt-%n`).
     #[arg(long, value_name = "PATH")]
     store: Option<PathBuf>,
 }
 
 pub fn run_agent(args: AgentArgs) -> Result<i32> {
     init_logging();
+    let name = args.node.name;
+    let for_node = |text: &str| text.replace("%n", &name);
     runtime()?.block_on(agent::run(agent::AgentOptions {
         dir: args.node.dir,
-        name: args.node.name,
+        bind: for_node(&args.bind),
+        local: args
+            .store
+            .map(|store| PathBuf::from(for_node(&store.to_string_lossy()))),
+        name,
         spare: args.node.spare,
-        bind: args.bind,
         cores: args.cores,
-        local: args.store,
     }))?;
     Ok(0)
 }
@@ -57,7 +62,7 @@ pub fn run_agent(args: AgentArgs) -> Result<i32> {
 #[derive(clap::Args)]
 pub struct CoordinatorArgs {
     /// Cluster directory.
-    #[arg(long)]
+    #[arg(long, env = "ECKPT_CLUSTER")]
     dir: PathBuf,
     /// Address for the TCP listener agents in other namespaces or hosts use.
     #[arg(long, default_value = "127.0.0.1")]

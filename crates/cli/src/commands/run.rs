@@ -30,9 +30,23 @@ pub struct RunArgs {
     /// Ranks of the job.
     #[arg(short = 'n', long = "ranks")]
     ranks: u32,
-    /// How ranks start: each a child of eckpt run (local), or through Open MPI (mpirun).
+    /// How ranks start: each a child of eckpt run (local), through Open MPI (mpirun), or as
+    /// a step of the Slurm allocation eckpt run runs in (srun: the cluster's nodes are the
+    /// allocation's hosts, its agents a step of their own; needs --dir on shared storage).
     #[arg(long, default_value = "local")]
     launcher: Launcher,
+    /// Options for mpirun or srun, given before the program (e.g. "--mpi=pmix", or
+    /// "--mca btl tcp,self"); split as a shell would.
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true, default_value = "")]
+    launcher_args: String,
+    /// With --launcher srun: each agent's node-local store (%j: the Slurm job id, %n: the
+    /// node's name).
+    #[arg(long, value_name = "PATH", default_value = "/tmp/eckpt-job%j-%n")]
+    node_store: String,
+    /// Stop instead of relaunching when fewer nodes than this are left to host ranks (the
+    /// last committed epoch is kept).
+    #[arg(long, default_value_t = 0)]
+    min_nodes: usize,
     /// Where new ranks go: ranks per node as even as possible (balanced), or each node
     /// filled to its cores first (pack).
     #[arg(long, default_value = "balanced")]
@@ -90,6 +104,11 @@ pub fn run(args: RunArgs) -> Result<i32> {
     if args.ranks == 0 {
         anyhow::bail!("-n: a job needs at least one rank");
     }
+    if args.launcher == Launcher::Srun && args.shape.nodes.is_some() {
+        anyhow::bail!(
+            "--launcher srun: the cluster's nodes are the allocation's hosts; drop --nodes (--spares keeps some of them spare)"
+        );
+    }
     let kill_at = KillPlan::parse(&args.kill_at).map_err(anyhow::Error::msg)?;
     check_interval(args.interval.as_deref(), args.mtbf.as_deref())?;
     let default_nodes = args.shape.default_nodes()?;
@@ -99,9 +118,13 @@ pub fn run(args: RunArgs) -> Result<i32> {
             dir: args.dir.clone(),
             up,
             nodes_given: args.shape.nodes.is_some(),
+            slurm_store: (args.launcher == Launcher::Srun).then(|| args.node_store.clone()),
         },
         ranks: args.ranks,
         launcher: args.launcher,
+        launcher_args: shlex::split(&args.launcher_args)
+            .ok_or_else(|| anyhow::anyhow!("--launcher-args {:?}: unbalanced quotes", args.launcher_args))?,
+        min_nodes: args.min_nodes,
         placement: args.placement,
         relocation: args.relocation,
         max_restarts: args.max_restarts,

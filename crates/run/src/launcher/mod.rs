@@ -1,10 +1,13 @@
 //! Starting one attempt of a job — every rank, where the placement says — and watching it:
 //! [`local`] starts each rank as a child process (in its node's network namespace when the
 //! node has one), [`mpirun`] hands the whole job to Open MPI with a host file built from
-//! the placement.
+//! the placement, [`srun`] runs it as a step of the Slurm allocation with one host per
+//! task; both are a [`whole_job`] attempt.
 
 pub mod local;
 pub mod mpirun;
+pub mod srun;
+pub mod whole_job;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -22,6 +25,8 @@ pub enum Launcher {
     Local,
     /// One `mpirun` (Open MPI) for the whole job.
     Mpirun,
+    /// One srun step per attempt, inside the Slurm allocation `eckpt run` runs in.
+    Srun,
 }
 
 impl std::str::FromStr for Launcher {
@@ -30,7 +35,8 @@ impl std::str::FromStr for Launcher {
         match s {
             "local" => Ok(Launcher::Local),
             "mpirun" => Ok(Launcher::Mpirun),
-            _ => Err(format!("launcher {s:?}: expected local or mpirun")),
+            "srun" => Ok(Launcher::Srun),
+            _ => Err(format!("launcher {s:?}: expected local, mpirun or srun")),
         }
     }
 }
@@ -40,6 +46,7 @@ impl std::fmt::Display for Launcher {
         f.write_str(match self {
             Launcher::Local => "local",
             Launcher::Mpirun => "mpirun",
+            Launcher::Srun => "srun",
         })
     }
 }
@@ -48,6 +55,8 @@ impl std::fmt::Display for Launcher {
 pub struct LaunchSpec<'a> {
     /// The program and its arguments.
     pub command: &'a [String],
+    /// Options for the launcher (`mpirun`, srun), before the program.
+    pub launcher_args: &'a [String],
     /// Ranks.
     pub world: u32,
     /// Rank → node.
@@ -112,6 +121,7 @@ impl LaunchSpec<'_> {
         match launcher {
             Launcher::Local => Ok(Box::new(local::start(self)?)),
             Launcher::Mpirun => Ok(Box::new(mpirun::start(self)?)),
+            Launcher::Srun => Ok(Box::new(srun::start(self)?)),
         }
     }
 }

@@ -6,32 +6,18 @@
 //! host name — so ranks on one node share memory and ranks on different nodes talk over
 //! the node's (shaped) link. A node on another host is reached by ssh.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::process::Command;
 
-use super::{ending, kill_group, kill_launch, own_process_group, Attempt, Ending, LaunchSpec};
+use super::whole_job::WholeJob;
+use super::LaunchSpec;
 use crate::host::NodeHost;
-use crate::output::{forward_tagged, Sink};
-use crate::procs;
+use crate::output::Tags;
 use crate::RunError;
-
-/// The running `mpirun`.
-pub struct MpirunAttempt {
-    launch: String,
-    child: Child,
-    crashed: Arc<AtomicBool>,
-    forwarders: Vec<JoinHandle<()>>,
-    ended: bool,
-    /// Ranks seen running on this host (`exited` compares with what runs now).
-    seen: BTreeSet<u32>,
-}
 
 /// This host's name, as Open MPI knows the local host.
 fn hostname() -> String {
@@ -112,93 +98,20 @@ fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
     for (key, value) in &vars {
         command.env(key, value).args(["-x", key]);
     }
-    command.args(spec.command);
+    command.args(spec.launcher_args).args(spec.command);
     Ok(command)
 }
 
 /// Starts `mpirun` for the whole job.
-pub fn start(spec: &LaunchSpec<'_>) -> Result<MpirunAttempt, RunError> {
-    let mut command = command(spec)?;
-    command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    own_process_group(&mut command);
-    let mut child = command.spawn().map_err(|e| {
-        RunError::Launch(format!(
-            "starting mpirun: {e} (install Open MPI: `apt-get install openmpi-bin`, or `make setup`)"
-        ))
-    })?;
-    let crashed = Arc::new(AtomicBool::new(false));
-    let (out, err) = (child.stdout.take(), child.stderr.take());
-    let forwarders = vec![
-        forward_tagged(out.expect("piped"), spec.sinks, Sink::Stderr, crashed.clone()),
-        forward_tagged(err.expect("piped"), spec.sinks, Sink::Stderr, crashed.clone()),
-    ];
-    Ok(MpirunAttempt {
-        launch: spec.launch_id.to_string(),
-        child,
-        crashed,
-        forwarders,
-        ended: false,
-        seen: BTreeSet::new(),
-    })
-}
-
-impl MpirunAttempt {
-    fn join_output(&mut self) {
-        for forwarder in self.forwarders.drain(..) {
-            let _ = forwarder.join();
-        }
-    }
-}
-
-impl Attempt for MpirunAttempt {
-    fn poll(&mut self) -> Option<Ending> {
-        let status = match self.child.try_wait() {
-            Ok(Some(status)) => status,
-            Ok(None) => return None,
-            Err(_) => {
-                return Some(Ending::Killed {
-                    rank: None,
-                    signal: None,
-                })
-            }
-        };
-        self.ended = true;
-        // Its last lines say whether a rank died of a signal.
-        self.join_output();
-        match ending(None, status) {
-            Ending::Failed { .. } if self.crashed.load(Ordering::SeqCst) => Some(Ending::Killed {
-                rank: None,
-                signal: None,
-            }),
-            other => Some(other),
-        }
-    }
-
-    fn exited(&mut self) -> BTreeSet<u32> {
-        let running = procs::running_ranks(&self.launch);
-        self.seen.extend(running.iter().copied());
-        self.seen.difference(&running).copied().collect()
-    }
-
-    fn stop(&mut self) {
-        if !self.ended {
-            kill_group(self.child.id());
-        }
-        // Open MPI's daemons and the ranks they started carry the launch id.
-        kill_launch(&self.launch);
-        let _ = self.child.wait();
-        self.ended = true;
-        self.join_output();
-    }
-}
-
-impl Drop for MpirunAttempt {
-    fn drop(&mut self) {
-        self.stop();
-    }
+pub fn start(spec: &LaunchSpec<'_>) -> Result<WholeJob, RunError> {
+    WholeJob::spawn(
+        command(spec)?,
+        spec.launch_id,
+        spec.sinks,
+        [Tags::OpenMpi; 2],
+        "install Open MPI: `apt-get install openmpi-bin`, or `make setup`",
+        None,
+    )
 }
 
 /// `eckpt mpirun-agent --dir D HOST COMMAND…`: Open MPI's rsh agent. For a node of the

@@ -193,6 +193,7 @@ pub fn run(args: Args) -> Result<i32> {
         dir: dir_path.clone(),
         nodes: Some(args.nodes),
         spares: args.spares,
+        names: Vec::new(),
         coding,
         netns: args.netns,
         link_rate: args.link_rate.clone(),

@@ -306,6 +306,7 @@ pub fn run(args: Args) -> Result<i32> {
         dir: dir_path.clone(),
         nodes: Some(args.nodes),
         spares: 0,
+        names: Vec::new(),
         coding,
         netns: false,
         link_rate: None,

@@ -1,0 +1,173 @@
+//! The Slurm allocation `eckpt run --launcher srun` runs in: its job id, the nodes it holds
+//! now, which of them Slurm considers gone, and how to end a job step. Everything is asked
+//! of Slurm's own commands (`scontrol`, `sinfo`, `squeue`, `scancel`), each bounded by
+//! [`COMMAND_WAIT`]: a controller that does not answer must not hang the supervisor.
+//!
+//! Slurm learns of a dead node late (its `SlurmdTimeout`, tens of seconds) while eckpt's
+//! heartbeats notice within a liveness period; but only Slurm knows that a node whose agent
+//! still answers was taken out of the job (drained, its slurmd gone), where no step can be
+//! started any more. The supervisor uses both views.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::RunError;
+
+/// How long one Slurm command may take.
+pub const COMMAND_WAIT: Duration = Duration::from_secs(30);
+
+/// The allocation this process runs in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    /// `SLURM_JOB_ID`.
+    pub job: String,
+}
+
+impl Allocation {
+    /// The allocation of this process (`SLURM_JOB_ID`), or why there is none.
+    pub fn current() -> Result<Allocation, RunError> {
+        match std::env::var("SLURM_JOB_ID") {
+            Ok(job) if !job.is_empty() => Ok(Allocation { job }),
+            _ => Err(RunError::Launch(
+                "--launcher srun runs inside a Slurm allocation (sbatch or salloc): SLURM_JOB_ID is not set"
+                    .into(),
+            )),
+        }
+    }
+
+    /// The nodes the job holds now, in Slurm's order. Slurm removes a failed node from a
+    /// `--no-kill` job (the `SLURM_JOB_NODELIST` variable is not updated, so it is asked).
+    pub fn nodes(&self) -> Result<Vec<String>, RunError> {
+        let job = slurm(&["scontrol", "show", "job", "--oneliner", &self.job])?;
+        let list = node_list(&job).ok_or_else(|| {
+            RunError::Launch(format!("scontrol show job {}: no NodeList in {job:?}", self.job))
+        })?;
+        hostnames(list)
+    }
+
+    /// Those of `nodes` Slurm reports down, drained, failed or not responding.
+    pub fn unavailable(&self, nodes: &[String]) -> Result<BTreeSet<String>, RunError> {
+        if nodes.is_empty() {
+            return Ok(BTreeSet::new());
+        }
+        let list = nodes.join(",");
+        let out = slurm(&[
+            "sinfo",
+            "--noheader",
+            "--Node",
+            "--nodes",
+            &list,
+            "--states",
+            "down,drain,fail,no_respond",
+            "--format",
+            "%N",
+        ])?;
+        Ok(out.split_whitespace().map(str::to_string).collect())
+    }
+
+    /// The id (`JOB.STEP`) of this job's step named `name`, if it runs.
+    pub fn step_named(&self, name: &str) -> Result<Option<String>, RunError> {
+        let out = slurm(&[
+            "squeue",
+            "--noheader",
+            "--steps",
+            "--jobs",
+            &self.job,
+            "--format",
+            "%i %j",
+        ])?;
+        Ok(step_of(&out, name))
+    }
+
+    /// Cancels step `step` (`JOB.STEP`): Slurm kills its tasks on every node.
+    pub fn cancel_step(&self, step: &str) -> Result<(), RunError> {
+        slurm(&["scancel", "--quiet", step]).map(|_| ())
+    }
+}
+
+/// `NodeList=` of `scontrol show job --oneliner`'s line.
+fn node_list(job: &str) -> Option<&str> {
+    job.split_whitespace()
+        .find_map(|field| field.strip_prefix("NodeList="))
+        .filter(|list| !list.is_empty() && *list != "(null)")
+}
+
+/// The step of `squeue --steps --format "%i %j"` output named `name`.
+fn step_of(squeue: &str, name: &str) -> Option<String> {
+    squeue.lines().find_map(|line| {
+        let (id, step_name) = line.trim().split_once(' ')?;
+        (step_name.trim() == name).then(|| id.to_string())
+    })
+}
+
+/// A Slurm host list (`node[1-2,4]`) expanded by Slurm itself.
+pub fn hostnames(list: &str) -> Result<Vec<String>, RunError> {
+    let out = slurm(&["scontrol", "show", "hostnames", list])?;
+    Ok(out.split_whitespace().map(str::to_string).collect())
+}
+
+/// Runs a Slurm command (at most [`COMMAND_WAIT`]) and returns its stdout; a failure, with
+/// what the command said, is an error.
+fn slurm(args: &[&str]) -> Result<String, RunError> {
+    let what = args.join(" ");
+    let mut child = Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| RunError::Launch(format!("{what}: {e} (is Slurm installed here?)")))?;
+    let deadline = Instant::now() + COMMAND_WAIT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(RunError::Launch(format!(
+                    "{what}: no answer within {} s (is slurmctld reachable?)",
+                    COMMAND_WAIT.as_secs()
+                )));
+            }
+            Err(e) => return Err(RunError::Launch(format!("{what}: {e}"))),
+        }
+    };
+    // The outputs are small (a job's line, a node list): the pipes do not fill up before exit.
+    let read = |pipe: Option<&mut dyn Read>| {
+        let mut text = String::new();
+        if let Some(pipe) = pipe {
+            let _ = pipe.read_to_string(&mut text);
+        }
+        text
+    };
+    let out = read(child.stdout.as_mut().map(|p| p as &mut dyn Read));
+    let err = read(child.stderr.as_mut().map(|p| p as &mut dyn Read));
+    if !status.success() {
+        return Err(RunError::Launch(format!("{what}: {}", err.trim())));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_node_list_is_read_from_the_job_line() {
+        let line = "JobId=7 JobName=job UserId=root(0) JobState=RUNNING NodeList=node[1-2,4] BatchHost=node1 NumNodes=3";
+        assert_eq!(node_list(line), Some("node[1-2,4]"));
+        assert_eq!(node_list("JobId=7 NodeList=(null) ReqNodeList=(null)"), None);
+        assert_eq!(node_list("JobId=7 ReqNodeList=node1"), None);
+    }
+
+    #[test]
+    fn a_step_is_found_by_its_name() {
+        let out = "  12.0 eckpt-agents-ab12\n  12.1 ab12-1\n  12.2 ab12-2\n";
+        assert_eq!(step_of(out, "ab12-2").as_deref(), Some("12.2"));
+        assert_eq!(step_of(out, "ab12"), None);
+        assert_eq!(step_of("", "x"), None);
+    }
+}
