@@ -2,10 +2,11 @@
 //! reason and exits non-zero on error, and prints JSON with `--json` where it reports results.
 
 mod commands;
+mod config;
 mod output;
 mod size;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -56,7 +57,8 @@ enum Command {
     Flush(commands::ckpt::FlushArgs),
     /// Run a job on a cluster and carry it through node failures: launch its ranks, forward
     /// their output, recover and relaunch them when nodes are lost.
-    Run(commands::run::RunArgs),
+    // Boxed: its options outweigh every other command's (clippy's large_enum_variant).
+    Run(Box<commands::run::RunArgs>),
     /// Open MPI's rsh agent for `eckpt run --launcher mpirun` (enters a node's namespaces).
     #[command(hide = true)]
     MpirunAgent(commands::run::MpirunAgentArgs),
@@ -75,11 +77,27 @@ enum Command {
     /// Fault-injection pause points for tests and demos.
     #[command(subcommand)]
     Debug(commands::cluster::Debug),
+    /// Show the settings a command runs with and where each came from: a flag, an
+    /// environment variable, a configuration file (eckpt.toml) or the built-in default.
+    Config(commands::config::Args),
 }
 
 fn main() {
     quiet_on_closed_stdout();
-    let cli = Cli::parse();
+    // Flags > environment > job file > user file > site file > default: see `config`.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let tree = || config::with_option(Cli::command());
+    let invocation = config::Invocation::read(&tree(), &argv);
+    let config = config::Config::load(&tree(), &invocation)
+        .and_then(|config| config.export_job_file().map(|()| config))
+        .unwrap_or_else(|e| fail(&e));
+    // Built again: clap reads an option's environment variable when the option is built,
+    // and `ECKPT_CONFIG` may have just been set.
+    let root = tree();
+    let parsed = config
+        .parse(&root, &invocation.path, &argv)
+        .unwrap_or_else(|e| e.exit());
+    let cli = Cli::from_arg_matches(&parsed.matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Encode(args) => commands::encode::run(args),
         Command::Decode(args) => commands::decode::run(args),
@@ -97,7 +115,7 @@ fn main() {
         Command::Recover(args) => commands::ckpt::run_recover(args),
         Command::Restore(args) => commands::ckpt::run_restore(args),
         Command::Flush(args) => commands::ckpt::run_flush(args),
-        Command::Run(args) => commands::run::run(args),
+        Command::Run(args) => commands::run::run(*args),
         Command::MpirunAgent(args) => commands::run::run_mpirun_agent(args),
         Command::RunGuard(args) => commands::run::run_guard(args),
         Command::Agent(args) => commands::daemons::run_agent(args),
@@ -105,14 +123,18 @@ fn main() {
         Command::Model(args) => commands::model::run(args),
         Command::Report(args) => commands::report::run(args),
         Command::Debug(debug) => commands::cluster::run_debug(debug),
+        Command::Config(args) => commands::config::run(args, &root),
     };
     match result {
         Ok(code) => std::process::exit(code),
-        Err(e) => {
-            eprintln!("eckpt: error: {}", one_line(&e));
-            std::process::exit(1);
-        }
+        Err(e) => fail(&e),
     }
+}
+
+/// Says why in one line and exits 1.
+fn fail(e: &anyhow::Error) -> ! {
+    eprintln!("eckpt: error: {}", one_line(e));
+    std::process::exit(1);
 }
 
 /// Like every Unix filter, `eckpt status | head -2` ends quietly when the reader goes away

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod calibrate;
 pub mod ckpt;
 pub mod cluster;
+pub mod config;
 pub mod daemons;
 pub mod decode;
 pub mod delta;
