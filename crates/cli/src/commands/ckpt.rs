@@ -17,13 +17,13 @@ use crate::output::{byte_progress, print_json};
 #[derive(clap::Args)]
 pub struct CheckpointArgs {
     /// Cluster directory.
-    #[arg(long)]
+    #[arg(long, env = "ECKPT_CLUSTER")]
     dir: PathBuf,
     /// Ranks in the job: the epoch commits when all have checkpointed.
-    #[arg(long)]
+    #[arg(long, env = "ECKPT_WORLD")]
     world: u32,
     /// This rank.
-    #[arg(long)]
+    #[arg(long, env = "ECKPT_RANK")]
     rank: u32,
     /// The epoch this checkpoint is for (refused if another is open).
     #[arg(long)]
@@ -97,7 +97,7 @@ pub fn run_checkpoint(args: CheckpointArgs) -> Result<i32> {
 #[derive(clap::Args)]
 pub struct RecoverArgs {
     /// Cluster directory.
-    #[arg(long)]
+    #[arg(long, env = "ECKPT_CLUSTER")]
     dir: PathBuf,
     /// Where the ranks of a lost node go when no spare replaces it: each to the least
     /// loaded node (process), or all together to one node (node).
@@ -236,7 +236,7 @@ pub fn run_restore(args: RestoreArgs) -> Result<i32> {
 #[derive(clap::Args)]
 pub struct FlushArgs {
     /// Cluster directory (created with --flush-dir).
-    #[arg(long)]
+    #[arg(long, env = "ECKPT_CLUSTER")]
     dir: PathBuf,
     /// The epoch to flush (default: the committed one; it must still be in the node stores).
     #[arg(long)]
