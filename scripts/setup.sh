@@ -16,6 +16,7 @@ packages=(
   chromium chromium-driver        # the headless-browser test of `eckpt report`'s page
   openmpi-bin libopenmpi-dev      # eckpt run --launcher mpirun and the MPI example
   slurm-wlm munge                 # a real Slurm on this machine: eckpt run --launcher srun's tests
+  mpich libmpich-dev              # eckpt run --launcher mpiexec (MPICH's Hydra)
   patchelf                        # make install: the soname of the installed libeckpt.so
   cmake                           # the install test builds a CMake project against the install
 )

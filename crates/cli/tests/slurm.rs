@@ -1,11 +1,12 @@
-//! `eckpt run --launcher srun` inside a real Slurm allocation: Debian's slurmctld and one
-//! slurmd per emulated node (a network and a UTS namespace each, `scripts/slurm-sim`),
-//! munge, and Open MPI's PMIx through srun. The MPI example runs once failure-free on a
-//! 3-node allocation, then on a 4-node allocation (3 members and a spare) that loses a node
-//! holding ranks — not the batch host — with everything on it (slurmd, the agent, the
-//! ranks) in the middle of the run: the job recovers inside its allocation and ends with the
-//! failure-free checksums and byte-identical APPEND logs. Needs root; the emulated Slurm
-//! is global to the machine, so the scenarios take turns.
+//! `eckpt run` inside a real Slurm allocation: Debian's slurmctld and one slurmd per
+//! emulated node (a network and a UTS namespace each, `scripts/slurm-sim`), munge, Open MPI
+//! and MPICH. The MPI example runs once failure-free on a 3-node allocation, then on 4-node
+//! allocations (3 members and a spare) that lose a node holding ranks — not the batch host
+//! — with everything on it (slurmd, the agent, the ranks) in the middle of the run: through
+//! srun with Open MPI's PMIx, through Open MPI's mpirun and through MPICH's mpiexec with a
+//! host file. Each job recovers inside its allocation and ends with the failure-free
+//! checksums and byte-identical APPEND logs. Needs root; the emulated Slurm is global to
+//! the machine, so it is started for one test at a time.
 
 mod cluster;
 
@@ -14,7 +15,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cluster::programs::{build_stencil, repo, text};
+use cluster::programs::{build_stencil, build_stencil_mpich, repo, text};
 use cluster::{eckpt, is_root};
 
 /// One emulated Slurm at a time on this machine.
@@ -111,15 +112,14 @@ fn slurm_command(program: &str) -> Command {
     command
 }
 
-/// The batch script running the MPI example under `eckpt run --launcher srun` on `nodes`
-/// nodes (the last `spares` of them spares): its output goes to `work/job.out`.
-fn mpi_job(work: &Path, nodes: usize, spares: usize, stencil: &Path) -> String {
+/// The batch script running the MPI example under `eckpt run LAUNCH` on `nodes` nodes (the
+/// last `spares` of them spares), in `work`: its output goes to `work/job.out`.
+fn mpi_job(work: &Path, nodes: usize, spares: usize, launch: &str, stencil: &Path) -> String {
     format!(
         "#!/bin/sh\n\
          #SBATCH --nodes={nodes} --ntasks-per-node=2 --no-kill --output={out}\n\
-         exec {eckpt} run --launcher srun --launcher-args=--mpi=pmix --dir {dir} \
-         --node-store {work}/local-%n --k 2 --m 1 --spares {spares} -n 4 -- \
-         {stencil} -m 2 -s 300 -k 10 -l log%r\n",
+         cd {work} && exec {eckpt} run {launch} --dir {dir} --node-store {work}/local-%n \
+         --k 2 --m 1 --spares {spares} -n 4 -- {stencil} -m 2 -s 300 -k 10 -l log%r\n",
         out = work.join("job.out").display(),
         work = work.display(),
         eckpt = env!("CARGO_BIN_EXE_eckpt"),
@@ -186,8 +186,52 @@ fn work_dir(root: &Path, name: &str) -> PathBuf {
     work
 }
 
+/// Runs the MPI example under `eckpt run LAUNCH` on a 4-node allocation that loses a node
+/// holding ranks after epoch 3, and checks that it ends as the failure-free run did.
+fn survives_a_node_loss(slurm: &Slurm, work: &Path, launch: &str, stencil: &Path, reference: &Path) {
+    let expected = checksums(&std::fs::read_to_string(reference.join("job.out")).unwrap());
+    let job = slurm.sbatch(work, &mpi_job(work, 4, 1, launch, stencil));
+    let victim = victim_after(&work.join("cluster"), 3, Duration::from_secs(120));
+    slurm.crash(&victim);
+    let end = slurm.wait(&job, Duration::from_secs(240));
+    let out = std::fs::read_to_string(work.join("job.out")).unwrap_or_default();
+    assert!(
+        end.contains("JobState=COMPLETED") && end.contains("ExitCode=0:0"),
+        "{launch}: {end}\n{out}"
+    );
+    assert!(
+        out.contains(&format!("eckpt run: lost {victim}")),
+        "{launch}: {out}"
+    );
+    assert!(out.contains("eckpt run: recovered epoch"), "{launch}: {out}");
+    let relaunch = out
+        .lines()
+        .find(|l| l.starts_with("eckpt run: relaunched 4 ranks"))
+        .unwrap_or_else(|| panic!("{launch}: no relaunch: {out}"));
+    assert!(
+        !relaunch.contains(&format!("{victim}:")),
+        "{launch}: a rank on the lost node: {relaunch}"
+    );
+    assert_eq!(checksums(&out), expected, "{launch}: {out}");
+    for r in 0..4 {
+        let log = |dir: &Path| std::fs::read(dir.join(format!("log{r}"))).unwrap();
+        assert!(log(work) == log(reference), "{launch}: rank {r}'s log differs");
+        assert_eq!(text(&log(work)).lines().count(), 300, "one line per step");
+    }
+    // The run's steps (agents and ranks) ended with it.
+    let steps = slurm_command("squeue")
+        .args(["--noheader", "--steps", "--jobs", &job])
+        .output()
+        .unwrap();
+    assert!(
+        text(&steps.stdout).trim().is_empty(),
+        "{launch}: {}",
+        text(&steps.stdout)
+    );
+}
+
 #[test]
-fn an_mpi_job_in_a_slurm_allocation_survives_the_loss_of_a_node() {
+fn mpi_jobs_in_a_slurm_allocation_survive_the_loss_of_a_node() {
     if !is_root() || Command::new("slurmctld").arg("-V").output().is_err() {
         eprintln!("skipped: needs root and Debian's slurm-wlm (`make setup`)");
         return;
@@ -195,51 +239,33 @@ fn an_mpi_job_in_a_slurm_allocation_survives_the_loss_of_a_node() {
     let _turn = SLURM.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let stencil = build_stencil(tmp.path());
-    let slurm = Slurm::up(4);
+    let stencil_mpich = build_stencil_mpich(tmp.path());
+    let hostfile = tmp.path().join("hosts");
+    std::fs::write(
+        &hostfile,
+        "node1 slots=2\nnode2 slots=2\nnode3 slots=2\nnode4 slots=2\n",
+    )
+    .unwrap();
+    let srun = "--launcher srun --launcher-args=--mpi=pmix";
 
     // Failure-free, on 3 nodes.
+    let slurm = Slurm::up(4);
     let reference = work_dir(tmp.path(), "reference");
-    let job = slurm.sbatch(&reference, &mpi_job(&reference, 3, 0, &stencil));
+    let job = slurm.sbatch(&reference, &mpi_job(&reference, 3, 0, srun, &stencil));
     let end = slurm.wait(&job, Duration::from_secs(180));
     let out = std::fs::read_to_string(reference.join("job.out")).unwrap_or_default();
     assert!(
         end.contains("JobState=COMPLETED") && end.contains("ExitCode=0:0"),
         "{end}\n{out}"
     );
-    let expected = checksums(&out);
 
-    // On 4 nodes (3 + a spare), losing one that holds ranks after epoch 3.
-    let work = work_dir(tmp.path(), "loss");
-    let job = slurm.sbatch(&work, &mpi_job(&work, 4, 1, &stencil));
-    let victim = victim_after(&work.join("cluster"), 3, Duration::from_secs(120));
-    slurm.crash(&victim);
-    let end = slurm.wait(&job, Duration::from_secs(240));
-    let out = std::fs::read_to_string(work.join("job.out")).unwrap_or_default();
-    assert!(
-        end.contains("JobState=COMPLETED") && end.contains("ExitCode=0:0"),
-        "{end}\n{out}"
-    );
-    assert!(out.contains(&format!("eckpt run: lost {victim}")), "{out}");
-    assert!(out.contains("eckpt run: recovered epoch"), "{out}");
-    assert!(out.contains("eckpt run: relaunched 4 ranks"), "{out}");
-    let relaunch = out
-        .lines()
-        .find(|l| l.starts_with("eckpt run: relaunched"))
-        .unwrap();
-    assert!(
-        !relaunch.contains(&format!("{victim}:")),
-        "no rank on the lost node: {relaunch}"
-    );
-    assert_eq!(checksums(&out), expected, "{out}");
-    for r in 0..4 {
-        let log = |dir: &Path| std::fs::read(dir.join(format!("log{r}"))).unwrap();
-        assert!(log(&work) == log(&reference), "rank {r}'s log differs");
-        assert_eq!(text(&log(&work)).lines().count(), 300, "one line per step");
-    }
-    // The run's steps (agents and ranks) ended with it.
-    let steps = slurm_command("squeue")
-        .args(["--noheader", "--steps", "--jobs", &job])
-        .output()
-        .unwrap();
-    assert!(text(&steps.stdout).trim().is_empty(), "{}", text(&steps.stdout));
+    survives_a_node_loss(&slurm, &work_dir(tmp.path(), "srun"), srun, &stencil, &reference);
+    // Every loss leaves a node dead: a new Slurm for each.
+    drop(slurm);
+    let mpirun = format!("--launcher mpirun --hostfile {}", hostfile.display());
+    let work = work_dir(tmp.path(), "mpirun");
+    survives_a_node_loss(&Slurm::up(4), &work, &mpirun, &stencil, &reference);
+    let mpiexec = format!("--launcher mpiexec --hostfile {}", hostfile.display());
+    let work = work_dir(tmp.path(), "mpiexec");
+    survives_a_node_loss(&Slurm::up(4), &work, &mpiexec, &stencil_mpich, &reference);
 }

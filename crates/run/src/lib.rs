@@ -13,7 +13,7 @@
 //! - [`supervisor`]: the loop of attempts, failures and recoveries; [`faults`]: `--kill-at`.
 //! - [`lease`]: the job's lease and attempt generations; [`guard`]: ranks die with their
 //!   supervisor.
-//! - [`session`]: using or starting the cluster; [`cluster`]: calls to its coordinator.
+//! - [`session`]: using or starting the cluster (on a host file's hosts: [`hostfile`]); [`cluster`]: calls to its coordinator.
 //! - [`record`]: the run's journal, for `eckpt report`.
 
 #![warn(missing_docs)]
@@ -22,6 +22,7 @@ pub mod cluster;
 pub mod faults;
 pub mod guard;
 pub mod host;
+pub mod hostfile;
 pub mod launcher;
 pub mod lease;
 pub mod output;

@@ -66,6 +66,12 @@ pub enum Tags {
         /// Whether the pipe is srun's stderr.
         from_stderr: bool,
     },
+    /// Hydra's `-prepend-rank`: `[R] line`, the ranks' stdout on mpiexec's stdout and their
+    /// stderr on its stderr.
+    Hydra {
+        /// Whether the pipe is mpiexec's stderr.
+        from_stderr: bool,
+    },
 }
 
 impl Tags {
@@ -76,6 +82,10 @@ impl Tags {
             Tags::OpenMpi => untag_open_mpi(line),
             Tags::Srun { from_stderr } => {
                 let (rank, rest) = line.trim_start().split_once(": ")?;
+                Some((rank.parse().ok()?, from_stderr, rest))
+            }
+            Tags::Hydra { from_stderr } => {
+                let (rank, rest) = line.strip_prefix('[')?.split_once("] ")?;
                 Some((rank.parse().ok()?, from_stderr, rest))
             }
         }
@@ -93,6 +103,8 @@ impl Tags {
                     && line.contains(": task ")
                     && !line.contains("Exited with exit code")
             }
+            // `=   KILLED BY SIGNAL: 9 (Killed)` in Hydra's "bad termination" box.
+            Tags::Hydra { .. } => line.contains("KILLED BY SIGNAL"),
         }
     }
 }
@@ -174,5 +186,21 @@ mod tests {
         assert!(err.says_crashed("srun: error: node2: task 0: Segmentation fault (core dumped)"));
         assert!(!err.says_crashed("srun: error: node2: task 3: Exited with exit code 2"));
         assert!(!err.says_crashed("srun: Job step aborted: Waiting up to 32 seconds for job step to finish."));
+    }
+
+    #[test]
+    fn hydra_prefixes_become_rank_prefixes() {
+        let out = Tags::Hydra { from_stderr: false };
+        assert_eq!(
+            out.untag("[3] checksum: 7f\n"),
+            Some((3, false, "checksum: 7f\n"))
+        );
+        assert_eq!(out.untag("[mpiexec@node1] HYDU_sock_write"), None);
+        assert_eq!(
+            Tags::Hydra { from_stderr: true }.untag("[0] oops"),
+            Some((0, true, "oops"))
+        );
+        assert!(out.says_crashed("=   KILLED BY SIGNAL: 9 (Killed)"));
+        assert!(!out.says_crashed("=   EXIT CODE: 2"));
     }
 }

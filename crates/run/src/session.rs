@@ -2,13 +2,15 @@
 //! created with `up`'s options (in a temporary directory when none is given). A cluster the
 //! run started is stopped at the end — and a temporary one deleted — unless `--keep`.
 //!
-//! Inside a Slurm allocation (`--launcher srun`) a new cluster's nodes are the allocation's
-//! hosts, named by their host names (the last `--spares` of them spares), its coordinator
-//! listens on this host's address, and its agents run as one job step of their own, one
-//! per host, storing on node-local storage: srun stands where `up` starts agents elsewhere.
+//! A cluster can also be made of named hosts: the Slurm allocation's (`--launcher srun`) or
+//! a host file's. Its nodes are named by the host names (the last `--spares` of them
+//! spares) and its coordinator listens on this host's address. Inside an allocation its
+//! agents run as one job step of their own, one per host, storing on node-local storage:
+//! srun stands where `up` starts agents elsewhere; outside one, the run waits for the
+//! agents started on the hosts by hand (`eckpt agent --dir D --bind %n --store …`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use eckpt_cluster::launch::{self, UpOptions};
@@ -27,9 +29,18 @@ pub struct ClusterChoice {
     pub up: UpOptions,
     /// Whether `up`'s node count was given: refused for a cluster that already runs.
     pub nodes_given: bool,
-    /// Inside a Slurm allocation: the agents' node-local store (`%j`: the job id, `%n`:
-    /// the node's name, expanded by its agent). `None`: not in Slurm's hands.
-    pub slurm_store: Option<String>,
+    /// A new cluster made of named hosts; `None`: `up`'s `n0`… on this host.
+    pub hosts: Option<HostCluster>,
+}
+
+/// A cluster made of named hosts.
+#[derive(Debug, Clone)]
+pub struct HostCluster {
+    /// The hosts (a host file's); `None`: the Slurm allocation's.
+    pub hosts: Option<Vec<String>>,
+    /// Each agent's node-local store (`%j`: the Slurm job id, `%n`: the node's name,
+    /// expanded by its agent).
+    pub node_store: String,
 }
 
 /// The cluster in use, and what the run must undo at the end.
@@ -43,7 +54,7 @@ pub struct Session {
     pub temporary: bool,
     /// The new cluster resumed the job from its flush directory.
     pub from_flush: Option<FlushRestore>,
-    /// The Slurm allocation the run is in (`--launcher srun`).
+    /// The Slurm allocation whose step runs the agents (a host cluster inside one).
     pub allocation: Option<Allocation>,
     /// The agents' job step this run started (srun), ended with the cluster.
     agents: Option<Child>,
@@ -65,14 +76,15 @@ fn answers(dir: &ClusterDir) -> bool {
 impl Session {
     /// Uses, starts or creates the cluster `choice` names; says what it did in `note`.
     pub fn open(choice: &ClusterChoice, note: &mut dyn FnMut(String)) -> Result<Session, RunError> {
-        let allocation = choice
-            .slurm_store
-            .as_ref()
-            .map(|_| Allocation::current())
-            .transpose()?;
-        if allocation.is_some() && choice.dir.is_none() {
+        let allocation = match &choice.hosts {
+            Some(HostCluster { hosts: None, .. }) => Some(Allocation::current()?),
+            Some(_) => Allocation::current().ok(),
+            None => None,
+        };
+        if choice.hosts.is_some() && choice.dir.is_none() {
             return Err(RunError::Launch(
-                "--launcher srun needs --dir: a cluster directory on storage every node of the allocation shares".into(),
+                "a cluster of several hosts needs --dir: a cluster directory on storage every host shares"
+                    .into(),
             ));
         }
         let (path, temporary) = match &choice.dir {
@@ -111,14 +123,27 @@ impl Session {
         if existing {
             up.nodes = None;
         }
-        if let Some(allocation) = &allocation {
-            in_allocation(&mut up, allocation)?;
+        if let Some(hosts) = &choice.hosts {
+            on_hosts(&mut up, hosts, allocation.as_ref())?;
         }
         let summary = launch::up(&up)?;
-        let agents = match (&allocation, &choice.slurm_store) {
-            (Some(allocation), Some(store)) => {
-                let names: Vec<String> = summary.nodes.iter().chain(&summary.spares).cloned().collect();
-                Some(start_agents(&dir, allocation, &names, store, &up.exe)?)
+        let names: Vec<String> = summary.nodes.iter().chain(&summary.spares).cloned().collect();
+        let agents = match (&allocation, &choice.hosts) {
+            (Some(allocation), Some(hosts)) => Some(start_agents(
+                &dir,
+                allocation,
+                &names,
+                &hosts.node_store,
+                &up.exe,
+            )?),
+            (None, Some(hosts)) => {
+                note(format!(
+                    "start the agent of every host: `eckpt agent --dir {} --name HOST --bind %n --store {}` on {}",
+                    dir.root().display(),
+                    hosts.node_store,
+                    names.join(" ")
+                ));
+                None
             }
             _ => None,
         };
@@ -184,9 +209,13 @@ impl Session {
     }
 }
 
-/// `up`'s options for a new cluster in `allocation`: its hosts, named by their names, the
-/// last `--spares` of them spares, and the coordinator on this host's address.
-fn in_allocation(up: &mut UpOptions, allocation: &Allocation) -> Result<(), RunError> {
+/// `up`'s options for a new cluster of `hosts`: named by their names, the last `--spares`
+/// of them spares, and the coordinator on this host's address.
+fn on_hosts(
+    up: &mut UpOptions,
+    hosts: &HostCluster,
+    allocation: Option<&Allocation>,
+) -> Result<(), RunError> {
     up.agents = false;
     if up.bind.is_none() {
         // The name Slurm knows this host by resolves to the address the other nodes reach.
@@ -196,10 +225,18 @@ fn in_allocation(up: &mut UpOptions, allocation: &Allocation) -> Result<(), RunE
         // A stopped cluster restarts with the nodes it recorded.
         return Ok(());
     }
-    let hosts = allocation.nodes()?;
+    let hosts = match (&hosts.hosts, allocation) {
+        (Some(hosts), _) => hosts.clone(),
+        (None, Some(allocation)) => allocation.nodes()?,
+        (None, None) => {
+            return Err(RunError::Launch(
+                "no hosts: give a host file, or run in a Slurm allocation".into(),
+            ))
+        }
+    };
     if hosts.len() <= up.spares {
         return Err(RunError::Launch(format!(
-            "the allocation has {} node(s): too few for --spares {} and the job's nodes",
+            "{} host(s): too few for --spares {} and the job's nodes",
             hosts.len(),
             up.spares
         )));
@@ -240,9 +277,8 @@ fn start_agents(
         let node = dir.node(name);
         std::fs::create_dir_all(&node).map_err(|e| RunError::io(&node, e))?;
     }
-    let mut command = Command::new("srun");
+    let mut command = crate::slurm::step();
     command
-        .arg("--overlap")
         .arg("--no-kill")
         .arg("--kill-on-bad-exit=0")
         .arg(format!("--job-name={}", agents_step_name(allocation)))
@@ -250,7 +286,6 @@ fn start_agents(
         .arg(format!("--ntasks={}", names.len()))
         .arg("--ntasks-per-node=1")
         .arg(format!("--nodelist={}", names.join(",")))
-        .arg(format!("--immediate={}", crate::slurm::COMMAND_WAIT.as_secs()))
         .arg(format!("--output={}", dir.root().join("nodes/%N/log").display()))
         .arg(exe)
         .arg("agent")

@@ -18,6 +18,30 @@ use crate::RunError;
 /// How long one Slurm command may take.
 pub const COMMAND_WAIT: Duration = Duration::from_secs(30);
 
+/// Input variables of srun that the batch script's own `sbatch` options set and that would
+/// override the layout eckpt gives each step.
+const LAYOUT_VARIABLES: [&str; 4] = [
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_DISTRIBUTION",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+];
+
+/// An srun for a step of eckpt's (the agents, an attempt, an MPI launcher's daemon): it
+/// shares the allocation's CPUs with eckpt's other steps (`--overlap`), may wait at most
+/// [`COMMAND_WAIT`] to start (a step that cannot be placed waits forever otherwise), and
+/// takes its layout from its own options only.
+pub fn step() -> Command {
+    let mut command = Command::new("srun");
+    for variable in LAYOUT_VARIABLES {
+        command.env_remove(variable);
+    }
+    command
+        .arg("--overlap")
+        .arg(format!("--immediate={}", COMMAND_WAIT.as_secs()));
+    command
+}
+
 /// The allocation this process runs in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allocation {

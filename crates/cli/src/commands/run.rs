@@ -11,7 +11,7 @@ use eckpt_run::faults::KillPlan;
 use eckpt_run::output::{Sink, Sinks};
 use eckpt_run::placement::Policy;
 use eckpt_run::record::RunRecord;
-use eckpt_run::session::ClusterChoice;
+use eckpt_run::session::{ClusterChoice, HostCluster};
 use eckpt_run::{Launcher, RunOptions};
 use indicatif::HumanBytes;
 
@@ -30,17 +30,26 @@ pub struct RunArgs {
     /// Ranks of the job.
     #[arg(short = 'n', long = "ranks")]
     ranks: u32,
-    /// How ranks start: each a child of eckpt run (local), through Open MPI (mpirun), or as
-    /// a step of the Slurm allocation eckpt run runs in (srun: the cluster's nodes are the
-    /// allocation's hosts, its agents a step of their own; needs --dir on shared storage).
+    /// How ranks start: each a child of eckpt run (local), through Open MPI (mpirun) or
+    /// MPICH's Hydra (mpiexec), or as a step of the Slurm allocation eckpt run runs in (srun:
+    /// the cluster's nodes are the allocation's hosts, its agents a step of their own;
+    /// needs --dir on shared storage).
     #[arg(long, default_value = "local")]
     launcher: Launcher,
     /// Options for mpirun or srun, given before the program (e.g. "--mpi=pmix", or
     /// "--mca btl tcp,self"); split as a shell would.
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true, default_value = "")]
     launcher_args: String,
-    /// With --launcher srun: each agent's node-local store (%j: the Slurm job id, %n: the
-    /// node's name).
+    /// The hosts of a new cluster, one node each (Open MPI's or MPICH's host file format);
+    /// default: this host, or with --launcher srun the Slurm allocation's. Inside an
+    /// allocation the agents are started as a step of it; elsewhere start them by hand.
+    #[arg(long, value_name = "FILE", conflicts_with = "nodelist")]
+    hostfile: Option<PathBuf>,
+    /// The hosts of a new cluster as a list (node1,node2,…), as --hostfile.
+    #[arg(long, value_name = "HOSTS")]
+    nodelist: Option<String>,
+    /// For a cluster of several hosts: each agent's node-local store (%j: the Slurm job id,
+    /// %n: the node's name).
     #[arg(long, value_name = "PATH", default_value = "/tmp/eckpt-job%j-%n")]
     node_store: String,
     /// Stop instead of relaunching when fewer nodes than this are left to host ranks (the
@@ -104,9 +113,15 @@ pub fn run(args: RunArgs) -> Result<i32> {
     if args.ranks == 0 {
         anyhow::bail!("-n: a job needs at least one rank");
     }
-    if args.launcher == Launcher::Srun && args.shape.nodes.is_some() {
+    let hosts = match (&args.hostfile, &args.nodelist) {
+        (Some(file), _) => Some(eckpt_run::hostfile::read(file)?),
+        (None, Some(list)) => Some(eckpt_run::hostfile::from_list(list)),
+        (None, None) => None,
+    };
+    let on_hosts = hosts.is_some() || args.launcher == Launcher::Srun;
+    if on_hosts && args.shape.nodes.is_some() {
         anyhow::bail!(
-            "--launcher srun: the cluster's nodes are the allocation's hosts; drop --nodes (--spares keeps some of them spare)"
+            "--nodes: the cluster's nodes are its hosts (the host file's, or the Slurm allocation's); drop --nodes (--spares keeps some of them spare)"
         );
     }
     let kill_at = KillPlan::parse(&args.kill_at).map_err(anyhow::Error::msg)?;
@@ -118,7 +133,10 @@ pub fn run(args: RunArgs) -> Result<i32> {
             dir: args.dir.clone(),
             up,
             nodes_given: args.shape.nodes.is_some(),
-            slurm_store: (args.launcher == Launcher::Srun).then(|| args.node_store.clone()),
+            hosts: on_hosts.then(|| HostCluster {
+                hosts,
+                node_store: args.node_store.clone(),
+            }),
         },
         ranks: args.ranks,
         launcher: args.launcher,
@@ -246,13 +264,17 @@ fn summary(record: &RunRecord) -> Vec<String> {
     lines
 }
 
-/// `eckpt mpirun-agent` (hidden): Open MPI's rsh agent for `eckpt run --launcher mpirun`.
+/// `eckpt mpirun-agent` (hidden): Open MPI's rsh agent and Hydra's ssh for `eckpt run
+/// --launcher mpirun|mpiexec`.
 #[derive(clap::Args)]
 pub struct MpirunAgentArgs {
     /// Cluster directory.
     #[arg(long)]
     dir: PathBuf,
-    /// The host Open MPI starts its daemon on (a node name, or another host).
+    /// ssh's "no X11 forwarding", which Hydra passes (nothing to forward here).
+    #[arg(short = 'x', hide = true)]
+    _no_x11: bool,
+    /// The host the launcher starts its daemon on (a node name, or another host).
     host: String,
     /// The command to run there.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

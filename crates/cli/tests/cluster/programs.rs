@@ -1,5 +1,6 @@
 //! The example programs built against the libeckpt of this build, for tests that run them
-//! as ranks: `examples/c/<name>.c` with cc, `examples/mpi/stencil.c` with Open MPI's mpicc.
+//! as ranks: `examples/c/<name>.c` with cc, `examples/mpi/stencil.c` with Open MPI's or
+//! MPICH's mpicc.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -55,6 +56,16 @@ pub fn build_c(name: &str, out: &Path) -> PathBuf {
 /// `examples/mpi/stencil.c` built into `out` with Open MPI's mpicc.
 pub fn build_stencil(out: &Path) -> PathBuf {
     build("mpicc", &repo().join("examples/mpi/stencil.c"), out, "stencil")
+}
+
+/// `examples/mpi/stencil.c` built into `out` with MPICH's mpicc, as `stencil-mpich`.
+pub fn build_stencil_mpich(out: &Path) -> PathBuf {
+    build(
+        "mpicc.mpich",
+        &repo().join("examples/mpi/stencil.c"),
+        out,
+        "stencil-mpich",
+    )
 }
 
 /// Output bytes as text.

@@ -1,10 +1,11 @@
 //! Starting one attempt of a job — every rank, where the placement says — and watching it:
 //! [`local`] starts each rank as a child process (in its node's network namespace when the
 //! node has one), [`mpirun`] hands the whole job to Open MPI with a host file built from
-//! the placement, [`srun`] runs it as a step of the Slurm allocation with one host per
-//! task; both are a [`whole_job`] attempt.
+//! the placement, [`mpiexec`] to MPICH's Hydra likewise, [`srun`] runs it as a step of the
+//! Slurm allocation with one host per task; all three are a [`whole_job`] attempt.
 
 pub mod local;
+pub mod mpiexec;
 pub mod mpirun;
 pub mod srun;
 pub mod whole_job;
@@ -25,6 +26,8 @@ pub enum Launcher {
     Local,
     /// One `mpirun` (Open MPI) for the whole job.
     Mpirun,
+    /// One `mpiexec` (MPICH's Hydra) for the whole job.
+    Mpiexec,
     /// One srun step per attempt, inside the Slurm allocation `eckpt run` runs in.
     Srun,
 }
@@ -35,8 +38,9 @@ impl std::str::FromStr for Launcher {
         match s {
             "local" => Ok(Launcher::Local),
             "mpirun" => Ok(Launcher::Mpirun),
+            "mpiexec" => Ok(Launcher::Mpiexec),
             "srun" => Ok(Launcher::Srun),
-            _ => Err(format!("launcher {s:?}: expected local, mpirun or srun")),
+            _ => Err(format!("launcher {s:?}: expected local, mpirun, mpiexec or srun")),
         }
     }
 }
@@ -46,6 +50,7 @@ impl std::fmt::Display for Launcher {
         f.write_str(match self {
             Launcher::Local => "local",
             Launcher::Mpirun => "mpirun",
+            Launcher::Mpiexec => "mpiexec",
             Launcher::Srun => "srun",
         })
     }
@@ -121,9 +126,42 @@ impl LaunchSpec<'_> {
         match launcher {
             Launcher::Local => Ok(Box::new(local::start(self)?)),
             Launcher::Mpirun => Ok(Box::new(mpirun::start(self)?)),
+            Launcher::Mpiexec => Ok(Box::new(mpiexec::start(self)?)),
             Launcher::Srun => Ok(Box::new(srun::start(self)?)),
         }
     }
+}
+
+/// Writes the attempt's host file — one line per rank, in rank order, `line` of its node —
+/// to `spec.scratch/hostfile`; returns it and every rank's node.
+fn write_hostfile<'a>(
+    spec: &'a LaunchSpec<'_>,
+    line: impl Fn(&str, &NodeHost) -> String,
+) -> Result<(PathBuf, Vec<&'a str>), RunError> {
+    let mut lines = String::new();
+    let mut nodes = Vec::with_capacity(spec.world as usize);
+    for (&rank, node) in spec.placement {
+        let host = spec
+            .hosts
+            .get(node)
+            .ok_or_else(|| RunError::Launch(format!("node {node} of rank {rank} is not running")))?;
+        lines.push_str(&line(node, host));
+        lines.push('\n');
+        nodes.push(node.as_str());
+    }
+    std::fs::create_dir_all(&spec.scratch).map_err(|e| RunError::io(&spec.scratch, e))?;
+    let hostfile = spec.scratch.join("hostfile");
+    std::fs::write(&hostfile, lines).map_err(|e| RunError::io(&hostfile, e))?;
+    Ok((hostfile, nodes))
+}
+
+/// What every rank's environment gets from a whole-job launcher: the attempt's variables,
+/// every rank's node (`ECKPT_NODES`: the rank reads its own) and the launch id.
+fn rank_env(spec: &LaunchSpec<'_>, nodes: &[&str]) -> Vec<(String, String)> {
+    let mut vars = spec.env.to_vec();
+    vars.push(("ECKPT_NODES".into(), nodes.join(",")));
+    vars.push(("ECKPT_LAUNCH".into(), spec.launch_id.to_string()));
+    vars
 }
 
 /// SIGKILLs every process carrying launch id `launch` (what ranks and daemons started too).

@@ -14,7 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use super::whole_job::WholeJob;
-use super::LaunchSpec;
+use super::{rank_env, write_hostfile, LaunchSpec};
 use crate::host::NodeHost;
 use crate::output::Tags;
 use crate::RunError;
@@ -27,7 +27,7 @@ fn hostname() -> String {
 }
 
 /// The host-file name of node `node` (see the module doc).
-fn mpi_host(node: &str, host: &NodeHost) -> String {
+pub(super) fn mpi_host(node: &str, host: &NodeHost) -> String {
     match host {
         NodeHost::Here => hostname(),
         NodeHost::Namespace { .. } => node.into(),
@@ -37,21 +37,7 @@ fn mpi_host(node: &str, host: &NodeHost) -> String {
 
 /// The `mpirun` command line for `spec` (host file written under `spec.scratch`).
 fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
-    let mut lines = String::new();
-    let mut nodes = Vec::with_capacity(spec.world as usize);
-    for (&rank, node) in spec.placement {
-        let host = spec
-            .hosts
-            .get(node)
-            .ok_or_else(|| RunError::Launch(format!("node {node} of rank {rank} is not running")))?;
-        lines.push_str(&mpi_host(node, host));
-        lines.push('\n');
-        nodes.push(node.as_str());
-    }
-    std::fs::create_dir_all(&spec.scratch).map_err(|e| RunError::io(&spec.scratch, e))?;
-    let hostfile = spec.scratch.join("hostfile");
-    std::fs::write(&hostfile, lines).map_err(|e| RunError::io(&hostfile, e))?;
-
+    let (hostfile, nodes) = write_hostfile(spec, mpi_host)?;
     let mut command = Command::new("mpirun");
     // Debian's Open MPI refuses root unless told; tests and containers run as root.
     command
@@ -70,12 +56,7 @@ fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
             "none",
             "--tag-output",
         ]);
-    let agent = format!(
-        "{} mpirun-agent --dir {}",
-        spec.exe.display(),
-        spec.cluster_dir.display()
-    );
-    command.args(["--mca", "plm_rsh_agent", &agent]);
+    command.args(["--mca", "plm_rsh_agent", &rsh_agent_command(spec)]);
     command.args(["--mca", "plm_rsh_no_tree_spawn", "1"]);
     // More ranks on this machine than cores: ranks waiting for a message must give the core
     // to the rank it waits for, or every exchange costs a scheduler time slice.
@@ -92,14 +73,20 @@ fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
         command.args(["--mca", "oob_tcp_if_include", subnet]);
         command.args(["--mca", "btl_tcp_if_include", subnet]);
     }
-    let mut vars: Vec<(String, String)> = spec.env.to_vec();
-    vars.push(("ECKPT_NODES".into(), nodes.join(",")));
-    vars.push(("ECKPT_LAUNCH".into(), spec.launch_id.to_string()));
-    for (key, value) in &vars {
-        command.env(key, value).args(["-x", key]);
+    for (key, value) in rank_env(spec, &nodes) {
+        command.env(&key, value).args(["-x", &key]);
     }
     command.args(spec.launcher_args).args(spec.command);
     Ok(command)
+}
+
+/// `eckpt mpirun-agent` for the cluster of `spec`, as a launcher's rsh command.
+pub(super) fn rsh_agent_command(spec: &LaunchSpec<'_>) -> String {
+    format!(
+        "{} mpirun-agent --dir {}",
+        spec.exe.display(),
+        spec.cluster_dir.display()
+    )
 }
 
 /// Starts `mpirun` for the whole job.
@@ -114,10 +101,11 @@ pub fn start(spec: &LaunchSpec<'_>) -> Result<WholeJob, RunError> {
     )
 }
 
-/// `eckpt mpirun-agent --dir D HOST COMMAND…`: Open MPI's rsh agent. For a node of the
-/// cluster on this host in a network namespace of its own, runs `COMMAND` (Open MPI's
-/// daemon) inside that namespace and a UTS namespace named after the node; for any other
-/// host, hands over to ssh. Returns only on error.
+/// `eckpt mpirun-agent --dir D HOST COMMAND…`: Open MPI's rsh agent and Hydra's ssh. For a
+/// node of the cluster on this host in a network namespace of its own, runs `COMMAND` (the
+/// launcher's daemon) inside that namespace and a UTS namespace named after the node; for
+/// any other host, hands over to a one-task srun step on it inside a Slurm allocation, to
+/// ssh elsewhere. Returns only on error.
 pub fn rsh_agent(
     nodes: &BTreeMap<String, eckpt_cluster_api::msg::NodeInfo>,
     host: &str,
@@ -127,6 +115,16 @@ pub fn rsh_agent(
     let namespace = match nodes.get(host).map(NodeHost::of).transpose()? {
         Some(NodeHost::Namespace { path, .. }) => Some(path),
         Some(NodeHost::Here) => None,
+        Some(NodeHost::Remote { .. }) | None if crate::slurm::Allocation::current().is_ok() => {
+            // Inside an allocation the hosts are reached as Slurm's own launchers do, by
+            // a step on the host (compute nodes often refuse ssh).
+            let error = crate::slurm::step()
+                .args(["--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1"])
+                .arg(format!("--nodelist={host}"))
+                .args(["sh", "-c", &script])
+                .exec();
+            return Err(RunError::Launch(format!("srun on {host}: {error}")));
+        }
         Some(NodeHost::Remote { .. }) | None => {
             let error = Command::new("ssh").arg(host).args(command).exec();
             return Err(RunError::Launch(format!("ssh {host}: {error}")));

@@ -11,59 +11,29 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use super::whole_job::WholeJob;
-use super::LaunchSpec;
+use super::{rank_env, write_hostfile, LaunchSpec};
 use crate::output::Tags;
-use crate::slurm::{Allocation, COMMAND_WAIT};
+use crate::slurm::{self, Allocation};
 use crate::RunError;
-
-/// Input variables of srun that the batch script's own `sbatch` options set and that would
-/// override the layout eckpt gives each step.
-const LAYOUT_VARIABLES: [&str; 4] = [
-    "SLURM_NTASKS_PER_NODE",
-    "SLURM_DISTRIBUTION",
-    "SLURM_NTASKS",
-    "SLURM_NPROCS",
-];
 
 /// The srun command line for `spec` (host file written under `spec.scratch`).
 fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
-    let mut lines = String::new();
-    let mut nodes = Vec::with_capacity(spec.world as usize);
-    for (rank, node) in spec.placement {
-        if !spec.hosts.contains_key(node) {
-            return Err(RunError::Launch(format!(
-                "node {node} of rank {rank} is not running"
-            )));
-        }
-        lines.push_str(node);
-        lines.push('\n');
-        nodes.push(node.as_str());
-    }
+    // Slurm knows the nodes by the names they have in the cluster.
+    let (hostfile, nodes) = write_hostfile(spec, |node, _| node.to_string())?;
     let distinct: BTreeSet<&str> = nodes.iter().copied().collect();
-    std::fs::create_dir_all(&spec.scratch).map_err(|e| RunError::io(&spec.scratch, e))?;
-    let hostfile = spec.scratch.join("hostfile");
-    std::fs::write(&hostfile, lines).map_err(|e| RunError::io(&hostfile, e))?;
 
-    let mut command = Command::new("srun");
-    for variable in LAYOUT_VARIABLES {
-        command.env_remove(variable);
-    }
+    let mut command = slurm::step();
     command
         .env("SLURM_HOSTFILE", &hostfile)
-        .arg("--overlap")
         .arg(format!("--job-name={}", spec.launch_id))
         .arg(format!("--ntasks={}", spec.world))
         // The host file names the nodes (a --nodelist as well is refused).
         .arg(format!("--nodes={}", distinct.len()))
         .arg("--distribution=arbitrary")
         .arg("--kill-on-bad-exit=1")
-        .arg(format!("--immediate={}", COMMAND_WAIT.as_secs()))
         .arg("--label");
-    let mut vars: Vec<(String, String)> = spec.env.to_vec();
-    vars.push(("ECKPT_NODES".into(), nodes.join(",")));
-    vars.push(("ECKPT_LAUNCH".into(), spec.launch_id.to_string()));
     // srun passes its whole environment to the tasks (`--export=ALL`, the default).
-    command.envs(vars);
+    command.envs(rank_env(spec, &nodes));
     command.args(spec.launcher_args).args(spec.command);
     Ok(command)
 }
