@@ -566,6 +566,52 @@ pub(crate) mod tests {
         assert_eq!(serde_json::to_value(Source::Unset).unwrap(), "unset");
     }
 
+    /// Every option of eckpt's own commands that has a default (a switch: `true`) can be
+    /// set in a file, and the command then runs with the file's value — whatever shape an
+    /// option added later takes.
+    #[test]
+    fn every_option_of_eckpt_can_be_set_in_a_file() {
+        use clap::CommandFactory;
+        let root = with_option(crate::Cli::command());
+        let toml_string = |v: &clap::builder::OsStr| format!("{:?}", v.to_str().unwrap());
+        let mut checked = 0;
+        for path in leaves(&root, &[]) {
+            let leaf = find(&root, &path);
+            let set: Vec<(&str, String)> = leaf
+                .get_arguments()
+                .filter_map(|arg| {
+                    let defaults = arg.get_default_values();
+                    let value = if is_switch(arg) {
+                        "true".to_string()
+                    } else if defaults.is_empty() {
+                        return None;
+                    } else if takes_several(arg) {
+                        format!(
+                            "[{}]",
+                            defaults.iter().map(toml_string).collect::<Vec<_>>().join(", ")
+                        )
+                    } else {
+                        toml_string(&defaults[0])
+                    };
+                    Some((key(arg)?, value))
+                })
+                .collect();
+            let text: String = std::iter::once(format!("[{}]\n", path.join(".")))
+                .chain(set.iter().map(|(key, value)| format!("{key} = {value}\n")))
+                .collect();
+            let config = Config::of(vec![ConfigFile::parse(Layer::User, Path::new("u"), &text, &root)
+                .unwrap_or_else(|e| panic!("{text}: {e}"))]);
+            let words: Vec<&str> = path.iter().map(String::as_str).collect();
+            for setting in config.settings(&root, &path, &argv(&words)).unwrap() {
+                if set.iter().any(|(key, _)| *key == setting.key) {
+                    assert_eq!(setting.source, Source::File(Layer::User), "{setting:?}");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 100, "{checked} options checked");
+    }
+
     #[test]
     fn commands_and_leaves() {
         let root = tree();
