@@ -294,3 +294,47 @@ fn more_losses_than_m_end_with_a_clear_error_and_keep_what_was_committed() {
     }
     ok(&["down", "--dir", &dir_arg, "--purge"]);
 }
+
+#[test]
+fn below_min_nodes_the_run_stops_and_flushes_its_last_epoch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mat = build_c("mat", tmp.path());
+    let flush = tmp.path().join("flush");
+    let out = run_in(
+        tmp.path(),
+        &format!(
+            "--nodes 6 --k 2 --m 1 --min-nodes 6 --flush-dir {} --flush-every 0 -n 4 --kill-at 3:1 -- {} -m 2 -s 40 -k 4 -l log%r",
+            flush.display(),
+            mat.display()
+        )
+        .split(' ')
+        .collect::<Vec<_>>(),
+        Duration::from_secs(120),
+    );
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let last = err.lines().last().unwrap();
+    assert!(
+        last.starts_with("eckpt: error: 5 node(s) left, fewer than --min-nodes 6"),
+        "{err}"
+    );
+    // Nothing flushed before (on demand only): the end of the run flushed the epoch the job
+    // resumes from.
+    let flushed = err
+        .lines()
+        .find_map(|l| l.strip_prefix("eckpt run: flushed epoch "))
+        .unwrap_or_else(|| panic!("no flush at the end: {err}"));
+    let epoch: u64 = flushed.split(' ').next().unwrap().parse().unwrap();
+    assert!(epoch >= 3, "{err}");
+    let published: Vec<String> = std::fs::read_dir(&flush)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        published
+            .iter()
+            .any(|name| name.ends_with(&format!("{epoch:08}")) || name.ends_with(&epoch.to_string())),
+        "flushed epoch {epoch} in {published:?}"
+    );
+}

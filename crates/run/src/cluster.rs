@@ -10,8 +10,8 @@ use std::time::Duration;
 use eckpt_cluster_api::commands::coordinator_call;
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
-    CoordRequest, CoordResponse, EpochOutcome, FlushStatus, JobClaim, JobGrant, NodeInfo, RecoveryReport,
-    Relocation, StatusReport,
+    CoordRequest, CoordResponse, EpochOutcome, FlushReport, FlushStatus, JobClaim, JobGrant, NodeInfo,
+    RecoveryReport, Relocation, StatusReport,
 };
 use eckpt_cluster_api::ClusterError;
 
@@ -75,6 +75,15 @@ impl Cluster {
     pub fn wait_flush(&self) -> Result<Option<FlushStatus>, RunError> {
         match self.call(&CoordRequest::WaitFlush)? {
             CoordResponse::FlushState(state) => Ok(state),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `eckpt flush`: copies the newest committed epoch to the flush directory and waits
+    /// for it.
+    pub fn flush_now(&self) -> Result<FlushReport, RunError> {
+        match self.call(&CoordRequest::Flush { epoch: None })? {
+            CoordResponse::Flushed(report) => Ok(report),
             other => Err(unexpected(other)),
         }
     }

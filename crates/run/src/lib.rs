@@ -53,8 +53,8 @@ pub struct RunOptions {
     pub launcher: Launcher,
     /// Options for the launcher (`mpirun`, srun), before the program.
     pub launcher_args: Vec<String>,
-    /// Nodes able to host ranks below which the run stops instead of relaunching (the last
-    /// committed epoch is kept, and flushed when the cluster flushes).
+    /// Live nodes (members and spares) below which the run stops instead of relaunching
+    /// (the last committed epoch is kept, and flushed when the cluster flushes).
     pub min_nodes: usize,
     /// Where new ranks go.
     pub placement: placement::Policy,

@@ -183,6 +183,7 @@ pub fn run(options: &RunOptions, events: &mut dyn FnMut(Event)) -> Result<(i32, 
         }
     };
     let mut result = supervisor.run(events);
+    supervisor.flush_at_end(events);
     // Every rank is stopped by now: the guard has nothing left to do, and the lease goes
     // (a job whose every rank exited 0 is recorded as finished).
     guard.release();
@@ -328,6 +329,34 @@ impl<'a> Supervisor<'a> {
             ..RecoveryReport::default()
         });
         self.record.recoveries.push(r);
+    }
+
+    /// At the run's end, on a cluster that flushes, the last committed epoch goes to the
+    /// flush directory unless it is there already: node-local storage may not outlive the
+    /// job's allocation, shared storage does. A failure to flush is said, not fatal: the
+    /// epoch stays committed on the nodes.
+    fn flush_at_end(&self, events: &mut dyn FnMut(Event)) {
+        let Ok(status) = self.cluster.status() else {
+            return;
+        };
+        let Some(flush) = &status.flush else {
+            return;
+        };
+        if status.committed_epoch == 0 || flush.flushed.contains(&status.committed_epoch) {
+            return;
+        }
+        match self.cluster.flush_now() {
+            Ok(report) => events(Event::Note(format!(
+                "flushed epoch {} to {} at the end of the run ({:.1} s)",
+                report.epoch,
+                report.dir.display(),
+                report.seconds
+            ))),
+            Err(e) => events(Event::Note(format!(
+                "could not flush epoch {} at the end of the run: {e}",
+                status.committed_epoch
+            ))),
+        }
     }
 
     /// Claims the job's lease: refused while another supervisor runs the job.
@@ -575,18 +604,14 @@ impl<'a> Supervisor<'a> {
         Ok(())
     }
 
-    /// Refuses to relaunch on fewer nodes able to host ranks than `--min-nodes`.
+    /// Refuses to relaunch on fewer live nodes (members and spares) than `--min-nodes`.
     fn check_min_nodes(&self, status: &StatusReport) -> Result<(), RunError> {
-        let able = status
-            .nodes
-            .iter()
-            .filter(|n| n.alive && n.hosts_ranks && !n.removed)
-            .count();
-        if able >= self.options.min_nodes {
+        let left = status.nodes.iter().filter(|n| n.alive && !n.removed).count();
+        if left >= self.options.min_nodes {
             return Ok(());
         }
         Err(RunError::TooFewNodes(format!(
-            "{able} node(s) left to host ranks, fewer than --min-nodes {}: the job stops here; the last committed epoch is kept (run it again on more nodes to resume)",
+            "{left} node(s) left, fewer than --min-nodes {}: the job stops here; the last committed epoch is kept (run it again on more nodes to resume)",
             self.options.min_nodes
         )))
     }

@@ -52,8 +52,8 @@ pub struct RunArgs {
     /// %n: the node's name).
     #[arg(long, value_name = "PATH", default_value = "/tmp/eckpt-job%j-%n")]
     node_store: String,
-    /// Stop instead of relaunching when fewer nodes than this are left to host ranks (the
-    /// last committed epoch is kept).
+    /// Stop instead of relaunching when fewer of the cluster's nodes than this are alive
+    /// (members and spares; the last committed epoch is kept, and flushed with --flush-dir).
     #[arg(long, default_value_t = 0)]
     min_nodes: usize,
     /// Where new ranks go: ranks per node as even as possible (balanced), or each node
