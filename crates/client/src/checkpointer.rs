@@ -242,7 +242,8 @@ impl Checkpointer {
                     // A standalone rank is the whole job: its own figures are the job's.
                     let pace = if self.cluster.is_some() { pace } else { Some(alone) };
                     let pacer = self.pacer.as_mut().expect("pacer set above");
-                    pacer.checkpointed(started.elapsed(), pace.as_ref());
+                    let news = pacer.checkpointed(started.elapsed(), pace.as_ref());
+                    self.say_interval(news);
                     Some(epoch)
                 })
             }
@@ -260,8 +261,16 @@ impl Checkpointer {
             Some(link) => link.pace(self.config.rank, &self.config.launch, pacer.round(), report)?,
             None => Pacer::alone(&report),
         };
-        self.pacer.as_mut().expect("pacer set").paced(&pace);
+        let news = self.pacer.as_mut().expect("pacer set").paced(&pace);
+        self.say_interval(news);
         Ok(())
+    }
+
+    /// Rank 0 says why `snapshot()`'s interval is what it is (every rank computes the same).
+    fn say_interval(&self, news: Option<String>) {
+        if let (Some(line), 0) = (news, self.config.rank) {
+            eprintln!("eckpt: {line}");
+        }
     }
 
     /// [`Checkpointer::checkpoint`] with the rank's pace report (from `snapshot()`); also

@@ -94,6 +94,28 @@ impl Policy {
         }
     }
 
+    /// Why the interval at the job's pace is what it is (`auto` only): the Young/Daly
+    /// formula with its figures.
+    pub(crate) fn explain(&self, pace: &PaceStats) -> Option<String> {
+        let Policy::Auto { mtbf } = self else {
+            return None;
+        };
+        let cost = match pace.checkpoint_seconds {
+            Some(measured) => format!("checkpoint cost {measured:.3} s, measured"),
+            None => format!(
+                "checkpoint cost {:.0} s, assumed until one is measured",
+                FIRST_COST_GUESS.as_secs_f64()
+            ),
+        };
+        Some(format!(
+            "interval auto: a checkpoint every {:.1} s ({} calls of {:.3} s) = sqrt(2 × {cost} × MTBF {} s), Young/Daly",
+            self.seconds(pace),
+            self.calls(pace),
+            pace.step_seconds,
+            mtbf.as_secs_f64()
+        ))
+    }
+
     /// Calls between two checkpoints at the job's pace: at least one.
     pub(crate) fn calls(&self, pace: &PaceStats) -> u64 {
         let calls = self.seconds(pace) / pace.step_seconds.max(1e-9);
@@ -153,7 +175,12 @@ pub(crate) struct Pacer {
     last_checkpoint: Option<f64>,
     /// Pace points met so far (names the next one).
     rounds: u64,
+    /// The `auto` interval last explained (seconds), to say it again only when it moved.
+    explained: Option<f64>,
 }
+
+/// How far (a fraction) the `auto` interval moves before it is explained again.
+const EXPLAIN_AGAIN: f64 = 0.2;
 
 impl Pacer {
     /// A fresh launch: the first call starts the clock, the second is a pace point.
@@ -166,6 +193,7 @@ impl Pacer {
             window_calls: 0,
             last_checkpoint: None,
             rounds: 0,
+            explained: None,
         }
     }
 
@@ -189,22 +217,40 @@ impl Pacer {
         self.rounds + 1
     }
 
-    /// A pace point answered with the job's pace: the next checkpoint is fixed.
-    pub(crate) fn paced(&mut self, pace: &PaceStats) {
+    /// A pace point answered with the job's pace: the next checkpoint is fixed. Returns
+    /// why the interval is what it is, when that is news (see [`Pacer::news`]).
+    pub(crate) fn paced(&mut self, pace: &PaceStats) -> Option<String> {
         self.rounds += 1;
         self.next = Next::Checkpoint(self.calls + self.policy.calls(pace));
         self.start_window();
+        self.news(pace)
     }
 
     /// A checkpoint that blocked the rank for `blocked`, with the job's pace as of the
     /// previous epoch if known: the next checkpoint is fixed, or a pace point comes first.
-    pub(crate) fn checkpointed(&mut self, blocked: Duration, pace: Option<&PaceStats>) {
+    /// Returns why the interval is what it is, when that is news.
+    pub(crate) fn checkpointed(&mut self, blocked: Duration, pace: Option<&PaceStats>) -> Option<String> {
         self.last_checkpoint = Some(blocked.as_secs_f64());
         self.next = match pace {
             Some(p) => Next::Checkpoint(self.calls + self.policy.calls(p)),
             None => Next::Pace(self.calls + 1),
         };
         self.start_window();
+        self.news(pace?)
+    }
+
+    /// The `auto` interval's explanation the first time, and again when the interval
+    /// moved by more than [`EXPLAIN_AGAIN`] since (the measured cost changed).
+    fn news(&mut self, pace: &PaceStats) -> Option<String> {
+        let seconds = self.policy.seconds(pace);
+        if let Some(said) = self.explained {
+            if (seconds - said).abs() <= EXPLAIN_AGAIN * said {
+                return None;
+            }
+        }
+        let line = self.policy.explain(pace)?;
+        self.explained = Some(seconds);
+        Some(line)
     }
 
     /// A decision point that failed: meet the other ranks again at the next call.
@@ -245,6 +291,40 @@ mod tests {
             step_seconds: step,
             checkpoint_seconds: checkpoint,
         }
+    }
+
+    #[test]
+    fn the_auto_interval_is_explained_when_it_is_news() {
+        let mut every = Pacer::new(Policy::Every(Duration::from_secs(30)));
+        assert_eq!(
+            every.paced(&pace(0.5, Some(1.0))),
+            None,
+            "a fixed interval needs no reason"
+        );
+        let mut auto = Pacer::new(Policy::Auto {
+            mtbf: Duration::from_secs(3600),
+        });
+        let first = auto.paced(&pace(1.0, None)).expect("the first interval is said");
+        assert!(first.contains("every 84.9 s (85 calls of 1.000 s)"), "{first}");
+        assert!(
+            first.contains("checkpoint cost 1 s, assumed") && first.contains("MTBF 3600 s"),
+            "{first}"
+        );
+        // 2 s measured: sqrt(2·2·3600) = 120 s, moved by more than a fifth.
+        let measured = auto.checkpointed(Duration::from_secs(2), Some(&pace(1.0, Some(2.0))));
+        assert!(measured
+            .unwrap()
+            .contains("every 120.0 s (120 calls of 1.000 s) = sqrt(2 × checkpoint cost 2.000 s, measured"));
+        // 2.2 s: 125.9 s, within a fifth of what was said.
+        assert_eq!(
+            auto.checkpointed(Duration::from_secs(2), Some(&pace(1.0, Some(2.2)))),
+            None
+        );
+        assert_eq!(
+            auto.checkpointed(Duration::from_secs(2), None),
+            None,
+            "no pace: nothing to say"
+        );
     }
 
     #[test]
