@@ -40,6 +40,9 @@ enum Command {
     Down(commands::cluster::DownArgs),
     /// Show nodes, groups, ranks and the committed epoch.
     Status(commands::cluster::StatusArgs),
+    /// Print the coordinator's and the nodes' logs merged in time order (--follow: then
+    /// what is appended).
+    Logs(commands::logs::LogsArgs),
     /// Start an agent and add it to a running cluster (a spare, or a node coming back).
     Join(commands::cluster::NodeArgs),
     /// Stop a node on purpose; the next `recover` rebuilds its ranks elsewhere.
@@ -108,6 +111,7 @@ fn main() {
         Command::Up(args) => commands::cluster::run_up(args),
         Command::Down(args) => commands::cluster::run_down(args),
         Command::Status(args) => commands::cluster::run_status(args),
+        Command::Logs(args) => commands::logs::run_logs(args),
         Command::Join(args) => commands::cluster::run_join(args),
         Command::Leave(args) => commands::cluster::run_leave(args),
         Command::KillNode(args) => commands::cluster::run_kill(args),

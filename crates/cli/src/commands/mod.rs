@@ -9,6 +9,7 @@ pub mod daemons;
 pub mod decode;
 pub mod delta;
 pub mod encode;
+pub mod logs;
 pub mod model;
 pub mod report;
 pub mod run;
