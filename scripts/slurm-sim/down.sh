@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stops the emulated Slurm of up.sh and removes everything it made; with `--node NAME`,
 # crashes one node instead: every process in its network namespace is SIGKILLed and its
-# link goes away (the namespace stays, empty). Safe to run twice. Nothing is killed by name:
+# link goes away (the namespace stays, empty); with `--slurmd NAME`, kills only its slurmd. Safe to run twice. Nothing is killed by name:
 # only the processes of the namespaces and the PIDs up.sh recorded.
 set -euo pipefail
 
@@ -20,6 +20,15 @@ empty_namespace() {
   echo "slurm-sim: processes of $1 survive SIGKILL" >&2
   return 1
 }
+
+if [ "${1:-}" = "--slurmd" ]; then
+  # Only the node's slurmd dies: its jobs' processes and eckpt's agent live on, and Slurm
+  # declares the node down after SlurmdTimeout.
+  node="${2:?down.sh --slurmd NAME}"
+  [[ "$node" =~ ^node[0-9]+$ ]] || { echo "slurm-sim: no node $node" >&2; exit 2; }
+  kill -9 "$(cat "$run/slurmd-$node.daemon")"
+  exit 0
+fi
 
 if [ "${1:-}" = "--node" ]; then
   node="${2:?down.sh --node NAME}"

@@ -90,8 +90,9 @@ rm /etc/hosts.slurm-sim
   # Four CPUs per node on whatever this machine has.
   echo "SlurmdParameters=config_overrides"
   echo "ReturnToService=2"
-  echo "SlurmdTimeout=10"
-  echo "MessageTimeout=5"
+  # A node is down about 10 s after its slurmd dies.
+  echo "SlurmdTimeout=5"
+  echo "MessageTimeout=3"
   echo "TCPTimeout=2"
   echo "KillWait=5"
   echo "StateSaveLocation=$sim/ctld"

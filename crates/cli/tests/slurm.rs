@@ -4,8 +4,9 @@
 //! allocations (3 members and a spare) that lose a node holding ranks — not the batch host
 //! — with everything on it (slurmd, the agent, the ranks) in the middle of the run: through
 //! srun with Open MPI's PMIx, through Open MPI's mpirun and through MPICH's mpiexec with a
-//! host file. Each job recovers inside its allocation and ends with the failure-free
-//! checksums and byte-identical APPEND logs. Needs root; the emulated Slurm is global to
+//! host file; and once losing only a node's slurmd, which eckpt's heartbeats cannot see but
+//! Slurm's view of the job shows. Each job recovers inside its allocation and ends with the
+//! failure-free checksums and byte-identical APPEND logs. Needs root; the emulated Slurm is global to
 //! the machine, so it is started for one test at a time.
 
 mod cluster;
@@ -16,7 +17,17 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cluster::programs::{build_stencil, build_stencil_mpich, repo, text};
-use cluster::{eckpt, is_root};
+use cluster::{eckpt, is_root, ok};
+
+/// How a node fails.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Failure {
+    /// Everything on it dies: eckpt's heartbeats notice first.
+    Crash,
+    /// Only its slurmd dies: eckpt's agent lives on, and only Slurm knows the node is gone
+    /// from the job (it ends the ranks' step there once it declares the node down).
+    Slurmd,
+}
 
 /// One emulated Slurm at a time on this machine.
 static SLURM: Mutex<()> = Mutex::new(());
@@ -37,17 +48,37 @@ impl Slurm {
         Slurm
     }
 
-    /// A node crash: every process of `node` killed, its link gone.
-    fn crash(&self, node: &str) {
+    /// `Crash`: every process of `node` killed, its link gone; `Slurmd`: its slurmd only.
+    fn fail(&self, node: &str, failure: Failure) {
+        let how = match failure {
+            Failure::Crash => "--node",
+            Failure::Slurmd => "--slurmd",
+        };
         let out = Command::new(repo().join("scripts/slurm-sim/down.sh"))
-            .args(["--node", node])
+            .args([how, node])
             .output()
             .unwrap();
         assert!(
             out.status.success(),
-            "slurm-sim/down.sh --node: {}",
+            "slurm-sim/down.sh {how}: {}",
             text(&out.stderr)
         );
+    }
+
+    /// Waits (at most a minute) until Slurm says `node` is down.
+    fn wait_down(&self, node: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = slurm_command("sinfo")
+                .args(["--noheader", "--Node", "--nodes", node, "--format", "%t"])
+                .output()
+                .unwrap();
+            if text(&out.stdout).contains("down") {
+                return;
+            }
+            assert!(Instant::now() < deadline, "Slurm did not mark {node} down");
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// Submits `script` (run in `work`); its job id.
@@ -188,19 +219,41 @@ fn work_dir(root: &Path, name: &str) -> PathBuf {
 
 /// Runs the MPI example under `eckpt run LAUNCH` on a 4-node allocation that loses a node
 /// holding ranks after epoch 3, and checks that it ends as the failure-free run did.
-fn survives_a_node_loss(slurm: &Slurm, work: &Path, launch: &str, stencil: &Path, reference: &Path) {
+fn survives_a_node_loss(
+    slurm: &Slurm,
+    work: &Path,
+    launch: &str,
+    stencil: &Path,
+    reference: &Path,
+    failure: Failure,
+) {
     let expected = checksums(&std::fs::read_to_string(reference.join("job.out")).unwrap());
     let job = slurm.sbatch(work, &mpi_job(work, 4, 1, launch, stencil));
-    let victim = victim_after(&work.join("cluster"), 3, Duration::from_secs(120));
-    slurm.crash(&victim);
+    let cluster = work.join("cluster");
+    let victim = victim_after(&cluster, 3, Duration::from_secs(120));
+    if failure == Failure::Slurmd {
+        // Slurm takes its time to declare the node down: the job must not end meanwhile,
+        // so no epoch commits until then (the ranks wait for it at their next checkpoint).
+        let d = cluster.to_str().unwrap();
+        ok(&["debug", "pause", "--dir", d, "--at", "before-commit"]);
+        slurm.fail(&victim, failure);
+        slurm.wait_down(&victim);
+        ok(&["debug", "resume", "--dir", d]);
+    } else {
+        slurm.fail(&victim, failure);
+    }
     let end = slurm.wait(&job, Duration::from_secs(240));
     let out = std::fs::read_to_string(work.join("job.out")).unwrap_or_default();
     assert!(
         end.contains("JobState=COMPLETED") && end.contains("ExitCode=0:0"),
         "{launch}: {end}\n{out}"
     );
+    let cause = match failure {
+        Failure::Crash => "node declared dead",
+        Failure::Slurmd => "Slurm took the node out of the job",
+    };
     assert!(
-        out.contains(&format!("eckpt run: lost {victim}")),
+        out.contains(&format!("eckpt run: lost {victim} ({cause})")),
         "{launch}: {out}"
     );
     assert!(out.contains("eckpt run: recovered epoch"), "{launch}: {out}");
@@ -259,13 +312,31 @@ fn mpi_jobs_in_a_slurm_allocation_survive_the_loss_of_a_node() {
         "{end}\n{out}"
     );
 
-    survives_a_node_loss(&slurm, &work_dir(tmp.path(), "srun"), srun, &stencil, &reference);
+    let work = work_dir(tmp.path(), "srun");
+    survives_a_node_loss(&slurm, &work, srun, &stencil, &reference, Failure::Crash);
     // Every loss leaves a node dead: a new Slurm for each.
     drop(slurm);
     let mpirun = format!("--launcher mpirun --hostfile {}", hostfile.display());
     let work = work_dir(tmp.path(), "mpirun");
-    survives_a_node_loss(&Slurm::up(4), &work, &mpirun, &stencil, &reference);
+    survives_a_node_loss(
+        &Slurm::up(4),
+        &work,
+        &mpirun,
+        &stencil,
+        &reference,
+        Failure::Crash,
+    );
     let mpiexec = format!("--launcher mpiexec --hostfile {}", hostfile.display());
     let work = work_dir(tmp.path(), "mpiexec");
-    survives_a_node_loss(&Slurm::up(4), &work, &mpiexec, &stencil_mpich, &reference);
+    survives_a_node_loss(
+        &Slurm::up(4),
+        &work,
+        &mpiexec,
+        &stencil_mpich,
+        &reference,
+        Failure::Crash,
+    );
+    // A node whose slurmd dies while eckpt's agent runs on: only Slurm's view tells.
+    let work = work_dir(tmp.path(), "slurmd");
+    survives_a_node_loss(&Slurm::up(4), &work, srun, &stencil, &reference, Failure::Slurmd);
 }

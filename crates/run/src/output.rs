@@ -97,11 +97,13 @@ impl Tags {
         match self {
             Tags::OpenMpi => line.contains("exited on signal"),
             // `srun: error: node2: task 3: Killed` (or Segmentation fault, Aborted …), but
-            // not `task 3: Exited with exit code 2`.
+            // not `task 3: Exited with exit code 2`; and `srun: error: Node failure on
+            // node2`: Slurm ended the step because a node of it is down.
             Tags::Srun { .. } => {
-                line.starts_with("srun: error: ")
-                    && line.contains(": task ")
-                    && !line.contains("Exited with exit code")
+                line.starts_with("srun: error: Node failure on ")
+                    || (line.starts_with("srun: error: ")
+                        && line.contains(": task ")
+                        && !line.contains("Exited with exit code"))
             }
             // `=   KILLED BY SIGNAL: 9 (Killed)` in Hydra's "bad termination" box.
             Tags::Hydra { .. } => line.contains("KILLED BY SIGNAL"),
@@ -185,6 +187,7 @@ mod tests {
         assert!(err.says_crashed("srun: error: node2: task 3: Killed"));
         assert!(err.says_crashed("srun: error: node2: task 0: Segmentation fault (core dumped)"));
         assert!(!err.says_crashed("srun: error: node2: task 3: Exited with exit code 2"));
+        assert!(err.says_crashed("srun: error: Node failure on node3"));
         assert!(!err.says_crashed("srun: Job step aborted: Waiting up to 32 seconds for job step to finish."));
     }
 
