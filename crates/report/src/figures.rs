@@ -356,11 +356,15 @@ pub fn run_timeline(run: &RunRecord) -> Timeline {
             .iter()
             .map(|f| Marker {
                 at: f.t_s,
-                label: format!(
-                    "lost {}{}",
-                    f.nodes.join(", "),
-                    f.cause.as_deref().map(|c| format!(" ({c})")).unwrap_or_default()
-                ),
+                // A rank's crash loses no node: its cause says which rank and how.
+                label: match (f.nodes.is_empty(), f.cause.as_deref()) {
+                    (true, Some(cause)) => cause.to_string(),
+                    (_, cause) => format!(
+                        "lost {}{}",
+                        f.nodes.join(", "),
+                        cause.map(|c| format!(" ({c})")).unwrap_or_default()
+                    ),
+                },
                 kind: Kind::Failure,
             })
             .collect(),
@@ -373,7 +377,10 @@ pub fn run_timeline(run: &RunRecord) -> Timeline {
             .map(|r| Span {
                 start: r.start_s,
                 end: r.end_s,
-                label: format!("epoch {}: rebuilt {}", r.epoch, r.lost.join(", ")),
+                label: match r.from_flush {
+                    Some(flushed) => format!("restarted from flushed epoch {flushed}"),
+                    None => format!("epoch {}: rebuilt {}", r.epoch, r.lost.join(", ")),
+                },
                 kind: Kind::Recovery,
             })
             .collect(),
@@ -512,18 +519,40 @@ mod tests {
                     nodes: vec!["n3".into()],
                     cause: None,
                 },
+                Failure {
+                    t_s: 50.0,
+                    nodes: vec![],
+                    cause: Some("rank 2 killed by signal 9".into()),
+                },
             ],
-            recoveries: vec![Recovery {
-                start_s: 30.1,
-                end_s: 32.0,
-                epoch: 29,
-                moved: Some(vec![(3, "n4".into(), "n0".into())]),
-                ..Recovery::default()
-            }],
+            recoveries: vec![
+                Recovery {
+                    start_s: 30.1,
+                    end_s: 32.0,
+                    epoch: 29,
+                    moved: Some(vec![(3, "n4".into(), "n0".into())]),
+                    ..Recovery::default()
+                },
+                Recovery {
+                    start_s: 0.0,
+                    end_s: 0.5,
+                    epoch: 12,
+                    from_flush: Some(12),
+                    ..Recovery::default()
+                },
+            ],
             ..RunRecord::default()
         };
         let svg = run_timeline(&run).render();
-        assert_eq!(svg.matches(r#"class="marker failure""#).count(), 2);
+        assert_eq!(svg.matches(r#"class="marker failure""#).count(), 3);
+        assert!(
+            svg.contains("rank 2 killed by signal 9") && !svg.contains("lost  ("),
+            "a rank's crash"
+        );
+        assert!(
+            svg.contains("restarted from flushed epoch 12"),
+            "a restart from the flush"
+        );
         assert_eq!(svg.matches(r#"class="marker relocation""#).count(), 1);
         assert_eq!(run_encodes(&run).series.len(), 2, "full and update");
         assert_eq!(run_bytes(&run).series[1].points.len(), 50);

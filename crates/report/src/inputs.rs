@@ -198,6 +198,9 @@ pub struct Recovery {
     /// From the node's death to every rank running again.
     #[serde(deserialize_with = "number")]
     pub downtime_seconds: f64,
+    /// The flushed epoch the job restarted from, when the nodes could not serve.
+    #[serde(deserialize_with = "lenient")]
+    pub from_flush: Option<u64>,
 }
 
 /// An `eckpt run` record (`<cluster>/runs/<name>.json`).
@@ -207,6 +210,9 @@ pub struct RunRecord {
     /// The job's command line.
     #[serde(deserialize_with = "strings")]
     pub command: Vec<String>,
+    /// The job's id (records before jobs had ids have none).
+    #[serde(deserialize_with = "lenient")]
+    pub job: Option<String>,
     /// Ranks.
     pub ranks: u64,
     /// `local`, `mpirun`.

@@ -260,8 +260,25 @@ fn run_section(name: &str, run: &RunRecord) -> Section {
     }
     Section {
         id: format!("run-{}", name.replace(|c: char| !c.is_ascii_alphanumeric(), "-")),
-        title: format!("Run {name}"),
+        title: run_title(name, run),
         blocks,
+    }
+}
+
+/// A run's title: its job and command (shortened), the record's name without a job.
+fn run_title(name: &str, run: &RunRecord) -> String {
+    /// Characters of the command a title shows.
+    const COMMAND_CHARS: usize = 80;
+    let command = run.command.join(" ");
+    let command = if command.chars().count() > COMMAND_CHARS {
+        let cut: String = command.chars().take(COMMAND_CHARS - 1).collect();
+        format!("{cut}…")
+    } else {
+        command
+    };
+    match &run.job {
+        Some(job) => format!("Job {job}: {command}"),
+        None => format!("Run {name}: {command}"),
     }
 }
 
@@ -372,6 +389,25 @@ mod tests {
             assert!(page.contains(id), "{id}");
         }
         assert!(page.matches("<svg").count() >= 5);
+        assert!(page.contains("Run r.json: ./mat"), "the run's title");
+    }
+
+    #[test]
+    fn a_run_is_titled_by_its_job_and_command() {
+        let long = "x".repeat(200);
+        let run = RunRecord {
+            job: Some("4711".into()),
+            command: vec!["./stencil".into(), "-m".into(), long],
+            ..RunRecord::default()
+        };
+        let title = run_title("run-1.json", &run);
+        assert!(title.starts_with("Job 4711: ./stencil -m xxx"), "{title}");
+        assert!(title.ends_with('…') && title.chars().count() < 100, "{title}");
+        let anonymous = RunRecord {
+            command: vec!["./mat".into()],
+            ..RunRecord::default()
+        };
+        assert_eq!(run_title("run-1.json", &anonymous), "Run run-1.json: ./mat");
     }
 
     /// A record `eckpt run` wrote for a real run that lost one node and then two

@@ -5,11 +5,10 @@ use std::fmt::Write;
 
 use crate::svg::escape;
 
-const STYLE: &str =
-    "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1400px;color:#222;padding:0 1em}\
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em;color:#222}\
 h1{font-size:1.6em}h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ddd}\
 .meta{color:#666}.figures{display:flex;flex-wrap:wrap;gap:16px}\
-svg.chart{border:1px solid #eee;max-width:100%;height:auto}\
+svg.chart{border:1px solid #eee;flex:1 1 560px;min-width:0;height:auto}\
 table{border-collapse:collapse;margin:1em 0;font-size:0.9em}\
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f5f5f5}\
 td.text,th.text{text-align:left}.bad{color:#b00}.good{color:#070}";
