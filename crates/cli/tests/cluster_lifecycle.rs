@@ -300,3 +300,66 @@ fn a_rank_checkpointing_twice_is_refused_at_once_or_writes_exactly_its_next_epoc
     assert_eq!(c.committed(), 1);
     assert_eq!(c.restore(0).unwrap(), first, "epoch 1 holds the first image");
 }
+
+/// Whether `status` answers (at most 10 s).
+fn answers(d: &str) -> bool {
+    run_bounded(&["status", "--dir", d]).status.success()
+}
+
+#[test]
+fn a_cluster_given_an_idle_lease_stops_itself_once_no_job_runs() {
+    let mut c = Cluster::up(&[
+        "--nodes",
+        "3",
+        "--k",
+        "2",
+        "--m",
+        "1",
+        "--lease",
+        "1s",
+        "--idle-lease",
+        "3s",
+    ]);
+    let d = c.d().to_string();
+    // A job running longer than the idle lease keeps it: its lease is live.
+    let work = tempfile::tempdir().unwrap();
+    let job = cluster::run_job(
+        work.path(),
+        &["--dir", &d, "-n", "2", "--", "sh", "-c", "sleep 5"],
+        std::time::Duration::from_secs(60),
+    );
+    assert!(job.status.success(), "{}", String::from_utf8_lossy(&job.stderr));
+    assert!(answers(&d), "the cluster stopped under a running job");
+    // Then, idle, it stops itself within its lease and a tick, checkpoints kept.
+    epoch_of(&mut c, &data(2, 7));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while answers(&d) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still up 20 s after its last job"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let log = std::fs::read_to_string(c.dir.join("coordinator/log")).unwrap();
+    assert!(
+        log.contains("no job ran on the cluster for its idle lease"),
+        "{log}"
+    );
+    ok(&["up", "--dir", &d, "--detach"]);
+    let status: serde_json::Value = serde_json::from_str(&ok(&["status", "--dir", &d, "--json"])).unwrap();
+    assert!(status["committed_epoch"].as_u64().unwrap() >= 1, "{status}");
+    let refused = run(&[
+        "up",
+        "--dir",
+        "/nonexistent-eckpt",
+        "--nodes",
+        "3",
+        "--k",
+        "2",
+        "--m",
+        "1",
+        "--idle-lease",
+        "500ms",
+    ]);
+    assert_refused(&refused, "--idle-lease 500 ms is too short");
+}

@@ -75,6 +75,11 @@ pub struct Deadlines {
     /// of its own link) rather than the agents: it declares nobody dead meanwhile. Ranks
     /// retry a coordinator they cannot reach for this long plus the liveness period.
     pub partition_grace_ms: u64,
+    /// A cluster where no job runs this long (no live lease, no epoch written or committed)
+    /// stops itself as `eckpt down` does, its checkpoints kept; 0: never. A cluster started
+    /// with `up --detach` and forgotten then does not hold its hosts for ever.
+    #[serde(default)]
+    pub idle_ms: u64,
 }
 
 impl Default for Deadlines {
@@ -83,6 +88,7 @@ impl Default for Deadlines {
             liveness_ms: 3_000,
             lease_ms: 10_000,
             partition_grace_ms: 60_000,
+            idle_ms: 0,
         }
     }
 }
@@ -113,6 +119,11 @@ impl Deadlines {
         Duration::from_millis(self.partition_grace_ms)
     }
 
+    /// How long a cluster with no job runs before it stops itself (`None`: for ever).
+    pub fn idle(&self) -> Option<Duration> {
+        (self.idle_ms > 0).then(|| Duration::from_millis(self.idle_ms))
+    }
+
     /// How long a rank retries a coordinator it cannot reach.
     pub fn coordinator_retry(&self) -> Duration {
         self.partition_grace() + self.liveness()
@@ -130,7 +141,12 @@ impl Deadlines {
         };
         check("--liveness", self.liveness_ms, 600)?;
         check("--lease", self.lease_ms, 1_000)?;
-        check("--partition-grace", self.partition_grace_ms, self.liveness_ms)
+        check("--partition-grace", self.partition_grace_ms, self.liveness_ms)?;
+        if self.idle_ms > 0 {
+            // Shorter, and a run between two renewals of its lease would look idle.
+            check("--idle-lease", self.idle_ms, self.lease_ms)?;
+        }
+        Ok(())
     }
 }
 

@@ -158,6 +158,10 @@ pub struct DeadlineArgs {
     /// partition) rather than every node, declaring nobody dead.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     partition_grace: Duration,
+    /// Stop the cluster (as `eckpt down`, checkpoints kept) once no job has run on it for
+    /// this long (e.g. 2h); default: it runs until `eckpt down`.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    idle_lease: Option<Duration>,
 }
 
 impl DeadlineArgs {
@@ -166,6 +170,7 @@ impl DeadlineArgs {
             liveness_ms: self.liveness.as_millis() as u64,
             lease_ms: self.lease.as_millis() as u64,
             partition_grace_ms: self.partition_grace.as_millis() as u64,
+            idle_ms: self.idle_lease.map_or(0, |d| d.as_millis() as u64),
         }
     }
 }

@@ -49,14 +49,14 @@ fn new_job_id() -> String {
 
 impl Coordinator {
     /// The lease's holder and how long ago it renewed, while the lease runs.
-    fn live_lease(&self, job: &JobRecord) -> Option<(LeaseHolder, Duration)> {
+    pub(super) fn live_lease(&self, job: &JobRecord) -> Option<(LeaseHolder, Duration)> {
         let holder = job.holder.clone()?;
         let renewed = (*self.lease_renewed.lock().expect("lease lock"))?;
         let ago = renewed.elapsed();
         (ago < self.deadlines.lease()).then_some((holder, ago))
     }
 
-    fn job(&self) -> JobRecord {
+    pub(super) fn job(&self) -> JobRecord {
         self.journal.lock().expect("journal lock").job.clone()
     }
 

@@ -32,6 +32,7 @@ pub use state::{form_groups, natural_key, Journal, NodeEntry};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint};
 use tokio::sync::Notify;
@@ -390,6 +391,9 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
         }));
     }
     tracing::info!(dir = %dir.root().display(), "coordinator started");
+    if let Some(idle) = cluster.deadlines.idle() {
+        tokio::spawn(stop_when_idle(coord.clone(), idle, stop_tx.clone()));
+    }
     tokio::select! {
         _ = stop_rx.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
@@ -402,6 +406,31 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
         .collect();
     coord.ask_all(requests).await;
     Ok(())
+}
+
+/// Stops the cluster once no job has run on it for `idle` (its idle lease): busy is a live
+/// job lease, a rank's checkpoint in the open epoch, or an epoch committed since the last
+/// look (ranks checkpointing without `eckpt run`).
+async fn stop_when_idle(coord: Arc<Coordinator>, idle: Duration, stop: tokio::sync::mpsc::Sender<()>) {
+    let tick = (idle / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
+    let mut busy_at = Instant::now();
+    let mut committed = coord.status().committed_epoch;
+    loop {
+        tokio::time::sleep(tick).await;
+        let status = coord.status();
+        let leased = coord.live_lease(&coord.job()).is_some();
+        if leased || !status.ranks_ready.is_empty() || status.committed_epoch != committed {
+            busy_at = Instant::now();
+            committed = status.committed_epoch;
+        } else if busy_at.elapsed() >= idle {
+            tracing::warn!(
+                idle_s = idle.as_secs_f64(),
+                "no job ran on the cluster for its idle lease (--idle-lease): stopping it"
+            );
+            let _ = stop.send(()).await;
+            return;
+        }
+    }
 }
 
 async fn serve(
