@@ -308,18 +308,8 @@ fn answers(d: &str) -> bool {
 
 #[test]
 fn a_cluster_given_an_idle_lease_stops_itself_once_no_job_runs() {
-    let mut c = Cluster::up(&[
-        "--nodes",
-        "3",
-        "--k",
-        "2",
-        "--m",
-        "1",
-        "--lease",
-        "1s",
-        "--idle-lease",
-        "3s",
-    ]);
+    let shape = "--nodes 3 --k 2 --m 1 --lease 1s --idle-lease 3s";
+    let mut c = Cluster::up(&shape.split(' ').collect::<Vec<_>>());
     let d = c.d().to_string();
     // A job running longer than the idle lease keeps it: its lease is live.
     let work = tempfile::tempdir().unwrap();
@@ -348,18 +338,7 @@ fn a_cluster_given_an_idle_lease_stops_itself_once_no_job_runs() {
     ok(&["up", "--dir", &d, "--detach"]);
     let status: serde_json::Value = serde_json::from_str(&ok(&["status", "--dir", &d, "--json"])).unwrap();
     assert!(status["committed_epoch"].as_u64().unwrap() >= 1, "{status}");
-    let refused = run(&[
-        "up",
-        "--dir",
-        "/nonexistent-eckpt",
-        "--nodes",
-        "3",
-        "--k",
-        "2",
-        "--m",
-        "1",
-        "--idle-lease",
-        "500ms",
-    ]);
+    let too_short = "up --dir /nonexistent-eckpt --nodes 3 --k 2 --m 1 --idle-lease 500ms";
+    let refused = run(&too_short.split(' ').collect::<Vec<_>>());
     assert_refused(&refused, "--idle-lease 500 ms is too short");
 }

@@ -243,25 +243,33 @@ fn random_node_kills_end_with_the_failure_free_result() {
     }
 }
 
+/// Runs `eckpt run ARGS` (split at spaces) in `work`, which must fail; its stderr and last
+/// line.
+fn failing_run(work: &std::path::Path, args: &str) -> (String, String) {
+    let out = run_in(
+        work,
+        &args.split(' ').collect::<Vec<_>>(),
+        Duration::from_secs(120),
+    );
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let last = err.lines().last().unwrap_or_default().to_string();
+    (err, last)
+}
+
 #[test]
 fn more_losses_than_m_end_with_a_clear_error_and_keep_what_was_committed() {
     let tmp = tempfile::tempdir().unwrap();
     let mat = build_c("mat", tmp.path());
     let dir = tmp.path().join("cluster");
     let dir_arg = dir.display().to_string();
-    let out = run_in(
+    let (err, last) = failing_run(
         tmp.path(),
         &format!(
             "--dir {dir_arg} --keep --nodes 6 --k 4 --m 2 -n 4 --kill-at 3:3 -- {} -m 2 -s 40 -k 4 -l log%r",
             mat.display()
-        )
-        .split(' ')
-        .collect::<Vec<_>>(),
-        Duration::from_secs(120),
+        ),
     );
-    let err = text(&out.stderr);
-    assert!(!out.status.success(), "{err}");
-    let last = err.lines().last().unwrap();
     assert!(
         last.starts_with("eckpt: error: cannot recover: group") && last.contains("more than m=2"),
         "{err}"
@@ -300,20 +308,14 @@ fn below_min_nodes_the_run_stops_and_flushes_its_last_epoch() {
     let tmp = tempfile::tempdir().unwrap();
     let mat = build_c("mat", tmp.path());
     let flush = tmp.path().join("flush");
-    let out = run_in(
+    let (err, last) = failing_run(
         tmp.path(),
         &format!(
             "--nodes 6 --k 2 --m 1 --min-nodes 6 --flush-dir {} --flush-every 0 -n 4 --kill-at 3:1 -- {} -m 2 -s 40 -k 4 -l log%r",
             flush.display(),
             mat.display()
-        )
-        .split(' ')
-        .collect::<Vec<_>>(),
-        Duration::from_secs(120),
+        ),
     );
-    let err = text(&out.stderr);
-    assert!(!out.status.success(), "{err}");
-    let last = err.lines().last().unwrap();
     assert!(
         last.starts_with("eckpt: error: 5 node(s) left, fewer than --min-nodes 6"),
         "{err}"

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use cluster::programs::build_stencil;
+use cluster::programs::{build_stencil, stencil_checksums};
 use cluster::{is_root, run_job};
 
 /// Runs `eckpt run ARGS` in `work` (at most five minutes).
@@ -23,24 +23,8 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// What each rank printed last (its checksum), and rank 0's plate checksum.
 fn checksums(out: &[u8], ranks: u32) -> Vec<String> {
-    let all = text(out);
-    let mut sums: Vec<String> = (0..ranks)
-        .map(|r| {
-            all.lines()
-                .rfind(|l| l.starts_with(&format!("[{r}] checksum: ")))
-                .unwrap_or_else(|| panic!("rank {r} printed no checksum: {all}"))
-                .to_string()
-        })
-        .collect();
-    sums.push(
-        all.lines()
-            .find(|l| l.starts_with("[0] plate checksum: "))
-            .expect("the plate checksum")
-            .to_string(),
-    );
-    sums
+    stencil_checksums(&text(out), ranks)
 }
 
 #[test]

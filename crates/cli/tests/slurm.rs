@@ -16,7 +16,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cluster::programs::{build_stencil, build_stencil_mpich, repo, text};
+use cluster::programs::{build_stencil, build_stencil_mpich, repo, stencil_checksums, text};
 use cluster::{eckpt, is_root, ok};
 
 /// How a node fails.
@@ -159,25 +159,6 @@ fn mpi_job(work: &Path, nodes: usize, spares: usize, launch: &str, stencil: &Pat
     )
 }
 
-/// What each rank printed last (its checksum) and rank 0's plate checksum.
-fn checksums(out: &str) -> Vec<String> {
-    let mut sums: Vec<String> = (0..4)
-        .map(|r| {
-            out.lines()
-                .rfind(|l| l.starts_with(&format!("[{r}] checksum: ")))
-                .unwrap_or_else(|| panic!("rank {r} printed no checksum: {out}"))
-                .to_string()
-        })
-        .collect();
-    sums.push(
-        out.lines()
-            .find(|l| l.starts_with("[0] plate checksum: "))
-            .unwrap_or_else(|| panic!("no plate checksum: {out}"))
-            .to_string(),
-    );
-    sums
-}
-
 /// The cluster's status, as `eckpt status --json` says it (`None` while it does not answer).
 fn status(dir: &Path) -> Option<serde_json::Value> {
     let out = eckpt()
@@ -227,7 +208,7 @@ fn survives_a_node_loss(
     reference: &Path,
     failure: Failure,
 ) {
-    let expected = checksums(&std::fs::read_to_string(reference.join("job.out")).unwrap());
+    let expected = stencil_checksums(&std::fs::read_to_string(reference.join("job.out")).unwrap(), 4);
     let job = slurm.sbatch(work, &mpi_job(work, 4, 1, launch, stencil));
     let cluster = work.join("cluster");
     let victim = victim_after(&cluster, 3, Duration::from_secs(120));
@@ -265,7 +246,7 @@ fn survives_a_node_loss(
         !relaunch.contains(&format!("{victim}:")),
         "{launch}: a rank on the lost node: {relaunch}"
     );
-    assert_eq!(checksums(&out), expected, "{launch}: {out}");
+    assert_eq!(stencil_checksums(&out, 4), expected, "{launch}: {out}");
     for r in 0..4 {
         let log = |dir: &Path| std::fs::read(dir.join(format!("log{r}"))).unwrap();
         assert!(log(work) == log(reference), "{launch}: rank {r}'s log differs");

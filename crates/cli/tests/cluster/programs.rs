@@ -121,3 +121,23 @@ pub fn assert_failure_free(
         );
     }
 }
+
+/// What each of `ranks` ranks of the MPI example printed last (its checksum), and rank 0's
+/// plate checksum: equal lists, equal results.
+pub fn stencil_checksums(out: &str, ranks: u32) -> Vec<String> {
+    let mut sums: Vec<String> = (0..ranks)
+        .map(|r| {
+            out.lines()
+                .rfind(|l| l.starts_with(&format!("[{r}] checksum: ")))
+                .unwrap_or_else(|| panic!("rank {r} printed no checksum: {out}"))
+                .to_string()
+        })
+        .collect();
+    sums.push(
+        out.lines()
+            .find(|l| l.starts_with("[0] plate checksum: "))
+            .unwrap_or_else(|| panic!("no plate checksum: {out}"))
+            .to_string(),
+    );
+    sums
+}
