@@ -118,6 +118,72 @@ fn bad_input_gets_one_line() {
     }
 }
 
+#[test]
+fn cluster_hosts_that_cannot_be_had_get_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hosts = tmp.path().join("hosts");
+    std::fs::write(&hosts, "# nobody\n\n").unwrap();
+    let (dir, hostfile) = (tmp.path().join("c"), hosts.display().to_string());
+    let d = dir.to_str().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["run", "--launcher", "srun", "--dir", d, "-n", "2", "--", "true"],
+            "inside a Slurm allocation (sbatch or salloc): SLURM_JOB_ID is not set",
+        ),
+        (
+            &[
+                "run",
+                "--hostfile",
+                &hostfile,
+                "--dir",
+                d,
+                "-n",
+                "2",
+                "--",
+                "true",
+            ],
+            "no host in the host file",
+        ),
+        (
+            &[
+                "run",
+                "--nodelist",
+                "a,b",
+                "--nodes",
+                "2",
+                "-n",
+                "2",
+                "--",
+                "true",
+            ],
+            "--nodes: the cluster's nodes are its hosts",
+        ),
+        (
+            &["run", "--nodelist", "a,b", "-n", "2", "--", "true"],
+            "a cluster of several hosts needs --dir",
+        ),
+    ];
+    for (args, expected) in cases {
+        let child = cluster::eckpt()
+            .args(args)
+            .current_dir(tmp.path())
+            .env_remove("SLURM_JOB_ID")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = cluster::finish(child, &args.join(" "));
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let last = err.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("eckpt: error:") && last.contains(expected),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(!dir.exists(), "nothing was created");
+}
+
 /// Every attempt of a run record placed ranks with at most one more on one node than on
 /// another.
 fn assert_balanced(record: &Value) {
