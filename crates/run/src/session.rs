@@ -129,13 +129,16 @@ impl Session {
         let summary = launch::up(&up)?;
         let names: Vec<String> = summary.nodes.iter().chain(&summary.spares).cloned().collect();
         let agents = match (&allocation, &choice.hosts) {
-            (Some(allocation), Some(hosts)) => Some(start_agents(
-                &dir,
-                allocation,
-                &names,
-                &hosts.node_store,
-                &up.exe,
-            )?),
+            (Some(allocation), Some(hosts)) => {
+                match start_agents(&dir, allocation, &names, &hosts.node_store, &up.exe) {
+                    Ok(step) => Some(step),
+                    Err(e) => {
+                        // The coordinator `up` just started must not outlive the run.
+                        let _ = launch::down(dir.root(), temporary);
+                        return Err(e);
+                    }
+                }
+            }
             (None, Some(hosts)) => {
                 note(format!(
                     "start the agent of every host: `eckpt agent --dir {} --name HOST --bind %n --store {}` on {}",
