@@ -274,6 +274,26 @@ mod tests {
         (0..n).map(|i| format!("n{i}")).collect()
     }
 
+    /// A journal holding times (a finished job, a lease holder's start) loads back after a
+    /// save: its checksum covers the values as read, so every float must survive the trip
+    /// through JSON exactly.
+    #[test]
+    fn a_journal_with_times_loads_back_after_a_save() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.json");
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..2000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let mut j = Journal::new(CodingConfig::default(), &names(3), &[]);
+            j.job.finished_unix = Some(1.7e9 + (state % 100_000_000) as f64 / 997.0);
+            j.save(&path).unwrap();
+            let back = Journal::load(&path).unwrap();
+            assert_eq!(back.job.finished_unix, j.job.finished_unix);
+        }
+    }
+
     #[test]
     fn groups_take_the_remainder_as_extra_data_members() {
         let g = form_groups(&names(6), 4, 2);
