@@ -515,10 +515,14 @@ impl<'a> Supervisor<'a> {
         let mut tries = 0;
         // Since when nothing is lost but a node this run killed is not declared dead yet.
         let mut undeclared_since: Option<Instant> = None;
+        // Slurm is asked once per heal, not at every tick of the loop below (which polls the
+        // coordinator every 50 ms while a node is not declared dead): the nodes it took away
+        // join `undeclared`, which the loop waits out.
+        let status = self.cluster.status()?;
+        self.leave_what_slurm_took(&status, events)?;
         loop {
             self.check_interrupt()?;
             let status = self.cluster.status()?;
-            self.leave_what_slurm_took(&status, events)?;
             self.undeclared
                 .retain(|n| status.nodes.iter().any(|s| &s.name == n && s.alive && !s.removed));
             let lost = Self::lost(&status);
