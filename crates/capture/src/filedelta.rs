@@ -115,25 +115,25 @@ fn open_input(path: &Path, spool_dir: &Path) -> Result<Input, CaptureError> {
     Ok(Input { file, len, map })
 }
 
-/// Creates a temp file next to `out`, lets `body` fill it, then fsyncs, renames it over `out`
-/// and fsyncs the directory. Returns `body`'s value and the seconds spent in fsync.
+/// Creates a temp file next to `out`, lets `body` fill it, then publishes it as `out`
+/// ([`eckpt_durable::publish`]). Returns `body`'s value and the seconds spent publishing
+/// (fsync, rename, directory fsync).
 fn publish<T>(
     out: &Path,
     body: impl FnOnce(&File) -> Result<T, CaptureError>,
 ) -> Result<(T, f64), CaptureError> {
-    let dir = directory_of(out);
-    let tmp = tempfile::Builder::new()
-        .prefix(".eckpt-tmp-")
-        .tempfile_in(dir)
-        .map_err(ioe("create temp file in", dir))?;
-    let v = body(tmp.as_file())?;
+    let (tmp, file) = eckpt_durable::create_temp(out).map_err(ioe("create temp file for", out))?;
+    let filled = body(&file);
+    drop(file);
+    let v = match filled {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
     let t0 = Instant::now();
-    tmp.as_file().sync_all().map_err(ioe("fsync temp for", out))?;
-    tmp.persist(out)
-        .map_err(|e| CaptureError::io(format!("rename temp to {}", out.display()), e.error))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(ioe("fsync directory", dir))?;
+    eckpt_durable::publish(&tmp, out).map_err(ioe("publish", out))?;
     Ok((v, t0.elapsed().as_secs_f64()))
 }
 

@@ -55,7 +55,7 @@ fn roundtrip(dir: &Path, old: &[u8], new: &[u8]) {
     let leftovers: Vec<_> = fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with(".eckpt-tmp"))
+        .filter(|e| e.file_name().to_string_lossy().contains(eckpt_durable::TEMP_MARK))
         .collect();
     assert!(leftovers.is_empty(), "temp files left behind");
 }

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -58,18 +57,10 @@ impl Baseline {
         self.save(&lengths)
     }
 
-    /// Writes the record crash-safely: a temporary file, fsync, rename, fsync of the directory.
+    /// Writes the record crash-safely ([`eckpt_durable::write_atomic`]).
     fn save(&self, lengths: &Lengths) -> Result<(), Error> {
-        let temp = PathBuf::from(format!("{}.tmp-{}", self.path.display(), std::process::id()));
         let bytes = serde_json::to_vec(lengths).expect("lengths always serialise");
-        fs::File::create(&temp)
-            .and_then(|mut f| f.write_all(&bytes).and_then(|_| f.sync_all()))
-            .map_err(|e| Error::io(&temp, e))?;
-        fs::rename(&temp, &self.path).map_err(|e| Error::io(&self.path, e))?;
-        let dir = self.path.parent().expect("the record lives in a directory");
-        fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Error::io(dir, e))
+        eckpt_durable::write_atomic(&self.path, &bytes).map_err(|e| Error::io(&self.path, e))
     }
 
     /// A fresh start: cuts every protected append file back to its recorded length. Fails,

@@ -194,12 +194,7 @@ pub(crate) fn restore(
             FileMode::Snapshot => {
                 let mut content = vec![0u8; record.len as usize];
                 store.read_item_into(rank, epoch, &item_name(&record.path), &mut content)?;
-                let temp = PathBuf::from(format!("{}.eckpt-restore", path.display()));
-                fs::write(&temp, &content).map_err(|e| Error::io(&temp, e))?;
-                fs::File::open(&temp)
-                    .and_then(|f| f.sync_all())
-                    .map_err(|e| Error::io(&temp, e))?;
-                fs::rename(&temp, path).map_err(|e| Error::io(path, e))?;
+                eckpt_durable::write_atomic(path, &content).map_err(|e| Error::io(path, e))?;
             }
             FileMode::Append => cut(path, record.len)?,
             FileMode::Input => {}

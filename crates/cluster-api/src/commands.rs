@@ -289,13 +289,10 @@ fn choose_item(rank: u32, names: &[&str], item: Option<&str>) -> Result<String, 
 
 /// Where a restore writes before its output is complete.
 fn temp_output(out: &Path) -> std::path::PathBuf {
-    out.with_file_name(format!(
-        ".{}.eckpt-tmp",
-        out.file_name().and_then(|n| n.to_str()).unwrap_or("restore")
-    ))
+    eckpt_durable::temp_path(out)
 }
 
-/// Renames the complete temporary output into place, or removes it after a failure.
+/// Publishes the complete (fsynced) temporary output, or removes it after a failure.
 fn publish_output(tmp: &Path, out: &Path, written: Result<u64, ClusterError>) -> Result<u64, ClusterError> {
     let written = match written {
         Ok(n) => n,
@@ -304,7 +301,7 @@ fn publish_output(tmp: &Path, out: &Path, written: Result<u64, ClusterError>) ->
             return Err(e);
         }
     };
-    if let Err(e) = std::fs::rename(tmp, out) {
+    if let Err(e) = eckpt_durable::rename_durably(tmp, out) {
         let _ = std::fs::remove_file(tmp);
         return Err(crate::io_at(out)(e));
     }

@@ -124,6 +124,22 @@ impl Deadlines {
         (self.idle_ms > 0).then(|| Duration::from_millis(self.idle_ms))
     }
 
+    /// How long an agent waits for the answer to its registration: registering journals
+    /// the agent and the agent then resolves its store, so it gets at least the time of a
+    /// connection.
+    pub fn registration(&self) -> Duration {
+        self.liveness().max(crate::commands::CONNECT_WAIT)
+    }
+
+    /// The longest an agent can take to open a new session once its link is back: the
+    /// heartbeat in flight times out (one liveness period), it pauses, a connection whose
+    /// SYN was lost times out (another), it pauses, then connects and registers. A
+    /// coordinator that heard nobody gives every node this long before it may be declared
+    /// dead again.
+    pub fn reconnection(&self) -> Duration {
+        3 * self.liveness() + 2 * self.heartbeat() + self.registration()
+    }
+
     /// How long a rank retries a coordinator it cannot reach.
     pub fn coordinator_retry(&self) -> Duration {
         self.partition_grace() + self.liveness()
@@ -345,22 +361,9 @@ impl ClusterDir {
     }
 }
 
-/// Writes `bytes` to `path` crash-safely: a temporary file, fsync, rename, fsync of the
-/// directory. A reader sees the old or the new content, never a mix.
+/// Writes `bytes` to `path` crash-safely ([`eckpt_durable::write_atomic`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ClusterError> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
-    ));
-    let mut file = std::fs::File::create(&tmp).map_err(io_at(&tmp))?;
-    file.write_all(bytes).map_err(io_at(&tmp))?;
-    file.sync_all().map_err(io_at(&tmp))?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(io_at(path))?;
-    fsync_dir(dir)
+    eckpt_durable::write_atomic(path, bytes).map_err(io_at(path))
 }
 
 /// Writes this process's pid file in process directory `dir` (see [`ClusterDir::pid_file`]).
@@ -382,9 +385,7 @@ pub fn read_pid_file(dir: &Path) -> Option<u32> {
 
 /// fsyncs a directory so the names in it are durable.
 pub fn fsync_dir(dir: &Path) -> Result<(), ClusterError> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_at(dir))
+    eckpt_durable::sync_dir(dir).map_err(io_at(dir))
 }
 
 /// Validates a node name: it becomes a directory name and appears in logs and JSON.

@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use eckpt_cluster_api::dirs::{fsync_dir, write_atomic};
 use eckpt_cluster_api::io_at;
 use eckpt_cluster_api::ClusterError;
+use eckpt_durable::sealed;
 
 use crate::chunk_crc::ChunkDifference;
 
@@ -104,14 +105,13 @@ impl ParityStore {
     /// it, the encode writes it.
     pub fn put_blob_plan(&self, id: ObjectId, plan: &impl Serialize) -> Result<(), ClusterError> {
         let path = self.prepared_dir_created(id)?.join(BLOB_PLAN);
-        write_atomic(&path, &serde_json::to_vec(plan).expect("a plan serializes"))
+        write_atomic(&path, &sealed::seal(plan))
     }
 
     /// The blob plan of `id`, if describe made one here.
     pub fn blob_plan<T: DeserializeOwned>(&self, id: ObjectId) -> Result<T, ClusterError> {
         let path = self.existing_dir(id)?.join(BLOB_PLAN);
-        let bytes = fs::read(&path).map_err(io_at(&path))?;
-        serde_json::from_slice(&bytes).map_err(|e| ClusterError::Corrupt(format!("{}: {e}", path.display())))
+        read_sealed(&path)
     }
 
     /// Whether a blob for `id` is planned here and not yet written.
@@ -129,6 +129,7 @@ impl ParityStore {
     pub fn publish_blob(&self, id: ObjectId) -> Result<(), ClusterError> {
         let dir = self.prepared_dir(id);
         let (tmp, path) = (dir.join(format!("{BLOB}.tmp")), dir.join(BLOB));
+        // The blob's writer fsynced it; the plan's removal is made durable with the rename.
         fs::rename(&tmp, &path).map_err(io_at(&path))?;
         let plan = dir.join(BLOB_PLAN);
         fs::remove_file(&plan).map_err(io_at(&plan))?;
@@ -216,7 +217,6 @@ impl ParityStore {
             work,
             work_path,
             path: dir.join(format!("stage-{version}")),
-            dir,
             ranges: BTreeMap::new(),
             buf: Vec::new(),
         })
@@ -275,10 +275,7 @@ impl ParityStore {
         }
         parity.sync_all().map_err(io_at(&ppath))?;
         manifest.version = version;
-        write_atomic(
-            &mpath,
-            &serde_json::to_vec(&manifest).expect("manifest serializes"),
-        )?;
+        write_atomic(&mpath, &sealed::seal(&manifest))?;
         fs::remove_file(&stage_path).map_err(io_at(&stage_path))?;
         fsync_dir(&dir)
     }
@@ -361,8 +358,14 @@ impl ParityStore {
 }
 
 fn read_manifest(path: &Path) -> Result<ParityManifest, ClusterError> {
+    read_sealed(path)
+}
+
+/// Reads a sealed file: a damaged one (its checksum does not match) is corrupt, never
+/// served.
+fn read_sealed<T: DeserializeOwned>(path: &Path) -> Result<T, ClusterError> {
     let bytes = fs::read(path).map_err(io_at(path))?;
-    serde_json::from_slice(&bytes).map_err(|e| ClusterError::Corrupt(format!("{}: {e}", path.display())))
+    sealed::unseal(&bytes).map_err(|e| ClusterError::Corrupt(format!("{}: {e}", path.display())))
 }
 
 /// Writes one object's parity chunk by chunk.
@@ -394,10 +397,7 @@ impl ParityWriter {
     /// Makes the parity durable (still prepared).
     pub fn finish(self) -> Result<(), ClusterError> {
         self.file.sync_all().map_err(io_at(&self.path))?;
-        write_atomic(
-            &self.dir.join(PARITY_MANIFEST),
-            &serde_json::to_vec(&self.manifest).expect("manifest serializes"),
-        )
+        write_atomic(&self.dir.join(PARITY_MANIFEST), &sealed::seal(&self.manifest))
     }
 }
 
@@ -496,7 +496,6 @@ pub struct StagedUpdate {
     work: File,
     work_path: PathBuf,
     path: PathBuf,
-    dir: PathBuf,
     /// The byte ranges `(offset, len)` changed in each touched chunk, as folded (they may
     /// overlap).
     ranges: BTreeMap<u64, Vec<(u32, u32)>>,
@@ -548,13 +547,7 @@ impl StagedUpdate {
     /// changed bytes (`old ⊕ difference`); makes it durable and publishes it.
     pub fn seal(self) -> Result<(), ClusterError> {
         let chunk = self.reader.chunk();
-        let tmp = self.path.with_extension("tmp");
-        let mut out = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&tmp)
-            .map_err(io_at(&tmp))?;
+        let (tmp, mut out) = eckpt_durable::create_temp(&self.path).map_err(io_at(&self.path))?;
         let mut difference = ChunkDifference::new(chunk);
         let mut record = Vec::new();
         for (&index, ranges) in &self.ranges {
@@ -576,8 +569,7 @@ impl StagedUpdate {
             out.write_all(&record).map_err(io_at(&tmp))?;
         }
         out.sync_all().map_err(io_at(&tmp))?;
-        fs::rename(&tmp, &self.path).map_err(io_at(&self.path))?;
-        fsync_dir(&self.dir)
+        eckpt_durable::rename_durably(&tmp, &self.path).map_err(io_at(&self.path))
     }
 }
 
@@ -747,6 +739,26 @@ mod tests {
         let err = coded.parity_reader(ID).unwrap().read(1, &mut buf).unwrap_err();
         assert!(err.to_string().contains("checksum"), "{err}");
         assert!(coded.scrub(ID).unwrap().is_some());
+    }
+
+    /// `parity.json`'s version decides whether a staged update is applied: a flipped
+    /// version is refused as damage, never served as another version.
+    #[test]
+    fn a_damaged_parity_manifest_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let coded = ParityStore::open(tmp.path()).unwrap();
+        committed(&coded, 512, &[3u8; 1024]);
+        let path = tmp.path().join("obj-g3-e7/parity.json");
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"version\": 7"), "{text}");
+        fs::write(&path, text.replace("\"version\": 7", "\"version\": 6")).unwrap();
+        let Err(err) = coded.parity_reader(ID) else {
+            panic!("a damaged parity.json was read")
+        };
+        assert!(
+            matches!(err, ClusterError::Corrupt(_)) && err.to_string().contains("damaged"),
+            "{err}"
+        );
     }
 
     /// A committed object of `chunks` chunks of `chunk` bytes holding `parity`.
@@ -921,7 +933,7 @@ mod tests {
         let coded = ParityStore::open(tmp.path()).unwrap();
         let other = ObjectId { group: 1, epoch: 2 };
         for id in [ID, other] {
-            coded.put_blob_plan(id, &"plan").unwrap();
+            coded.put_blob_plan(id, &serde_json::json!({"plan": 1})).unwrap();
             fs::write(coded.blob_temp(id).unwrap(), b"blob").unwrap();
             coded.publish_blob(id).unwrap();
             assert!(!coded.has_blob_plan(id));

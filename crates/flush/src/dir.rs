@@ -1,7 +1,7 @@
 //! The flush directory as a whole: which epochs are published, opening one, starting a new
 //! one (clearing what interrupted flushes left), and retention.
 
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -37,7 +37,7 @@ pub(crate) fn create_private_dir(dir: &Path) -> Result<()> {
 
 /// Makes the directory's entries durable.
 pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|f| f.sync_all()).map_err(io_at(dir))
+    eckpt_durable::sync_dir(dir).map_err(io_at(dir))
 }
 
 /// A name no other staging or trash directory of this or another process uses.

@@ -90,8 +90,7 @@ impl Staging {
                 target.display()
             )));
         }
-        fs::rename(&self.dir, &target).map_err(io_at(&target))?;
-        fsync_dir(&self.root)
+        eckpt_durable::rename_durably(&self.dir, &target).map_err(io_at(&target))
     }
 
     /// Removes what was written (a failed flush).

@@ -196,17 +196,15 @@ impl RecoveryRecord {
 }
 
 impl RunRecord {
-    /// Writes the record as JSON (temp file and rename: a reader never sees half of it).
+    /// Writes the record as JSON, crash-safely: a reader never sees half of it.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(
-            &tmp,
-            serde_json::to_vec_pretty(self).expect("the record serializes"),
-        )?;
-        std::fs::rename(&tmp, path)
+        eckpt_durable::write_atomic(
+            path,
+            &serde_json::to_vec_pretty(self).expect("the record serializes"),
+        )
     }
 }
 

@@ -18,9 +18,9 @@ use serde::Serialize;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::batch::{split_buffers, split_ranges, stripes_per_batch};
-use crate::durable::{self, temp_path};
 use crate::error::ShardsError;
 use crate::shard_set::{BlockBatch, ShardSet};
+use eckpt_durable::{self as durable, temp_path};
 
 /// What `eckpt decode --json` prints.
 #[derive(Debug, Clone, Serialize)]

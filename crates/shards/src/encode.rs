@@ -16,11 +16,11 @@ use serde::Serialize;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::batch::{split_buffers, split_ranges, stripes_per_batch};
-use crate::durable::{self, temp_path};
 use crate::error::ShardsError;
 use crate::manifest::{
     self, push_crc_hex, shard_file_name, Manifest, ShardEntry, MANIFEST_FILE, MAX_BLOCK_SIZE,
 };
+use eckpt_durable::{self as durable, temp_path};
 
 /// Batches in flight between the three stages.
 const BATCHES_IN_FLIGHT: usize = 3;
@@ -195,7 +195,7 @@ pub fn encode_file(
             .collect(),
     };
     let manifest_path = out_dir.join(MANIFEST_FILE);
-    durable::write_file(&manifest_path, &manifest.to_json())
+    durable::write_atomic(&manifest_path, &manifest.to_json())
         .map_err(ShardsError::io("write", &manifest_path))?;
     let seconds = started.elapsed().as_secs_f64();
     Ok(EncodeSummary {

@@ -9,7 +9,6 @@
 
 mod batch;
 mod decode;
-pub mod durable;
 mod encode;
 mod error;
 pub mod manifest;

@@ -140,7 +140,7 @@ pub(crate) fn create_private_dir(dir: &Path, recursive: bool) -> Result<()> {
 
 /// Makes the directory's entries (creations, renames, removals) durable.
 pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|f| f.sync_all()).map_err(io_at(dir))
+    eckpt_durable::sync_dir(dir).map_err(io_at(dir))
 }
 
 /// A name no other writer, in this process or another, is using.

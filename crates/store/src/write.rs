@@ -417,8 +417,7 @@ impl EpochWriter {
         fsync_dir(&self.tmp)?;
         let dir = rank_dir(&self.root, self.rank);
         let prepared = dir.join(epoch_dir_name(true, self.epoch, self.generation));
-        fs::rename(&self.tmp, &prepared).map_err(io_at(&prepared))?;
-        fsync_dir(&dir)?;
+        eckpt_durable::rename_durably(&self.tmp, &prepared).map_err(io_at(&prepared))?;
         let lock = self
             .lock
             .take()
@@ -523,8 +522,7 @@ impl PreparedEpoch {
         let dir = rank_dir(&self.root, self.rank);
         let from = dir.join(epoch_dir_name(true, self.epoch, self.generation));
         let to = dir.join(epoch_dir_name(false, self.epoch, self.generation));
-        fs::rename(&from, &to).map_err(io_at(&to))?;
-        fsync_dir(&dir)?;
+        eckpt_durable::rename_durably(&from, &to).map_err(io_at(&to))?;
         if let Err(e) = apply_retention(&dir, self.rank, &self.retention) {
             tracing::warn!(rank = self.rank, epoch = self.epoch, error = %e, "retention failed");
         }

@@ -251,9 +251,7 @@ async fn session(agent: &Arc<Agent>, first: &mut Option<Registered>) -> Result<(
         open(&agent.coordinator(), &agent.secret, &Hello::Session(registration)),
     )
     .await?;
-    let register_wait = deadlines
-        .liveness()
-        .max(eckpt_cluster_api::commands::CONNECT_WAIT);
+    let register_wait = deadlines.registration();
     let registered = within(register_wait, "the registration", async {
         Ok(conn.recv_control::<CoordResponse>().await?)
     })

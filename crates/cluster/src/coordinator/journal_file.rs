@@ -1,8 +1,8 @@
 //! The journal on disk: checksummed, with the previous journal kept beside it.
 //!
-//! `journal.json` is the journal's JSON plus a `checksum` key: the CRC-32C of the compact
-//! serialization of everything else, so one flipped bit (`"committed": 11` → `10`, a
-//! placement `n4` → `n5`) is caught instead of served.
+//! `journal.json` is the journal sealed (`eckpt_durable::sealed`): its JSON plus a
+//! `checksum` key, so one flipped bit (`"committed": 11` → `10`, a placement `n4` → `n5`) is
+//! caught instead of served.
 //!
 //! Each save first rotates the current journal to `journal.prev.json` (atomically, with its
 //! own checksum), then writes the new one (atomically). A damaged `journal.json` is only
@@ -24,8 +24,8 @@ use serde_json::Value;
 use super::state::{Journal, JOURNAL_FORMAT};
 use eckpt_cluster_api::dirs::write_atomic;
 use eckpt_cluster_api::ClusterError;
+use eckpt_durable::sealed;
 
-const CHECKSUM: &str = "checksum";
 const SUCCESSOR: &str = "successor";
 
 /// What a rotated journal records of the journal that replaced it.
@@ -51,36 +51,16 @@ fn to_value<T: Serialize>(value: &T) -> Value {
     serde_json::to_value(value).expect("the journal serializes")
 }
 
-fn crc(value: &Value) -> u32 {
-    crc32c::crc32c(&serde_json::to_vec(value).expect("JSON serializes"))
-}
-
-/// The file contents: `value` with its checksum added.
-fn seal(mut value: Value) -> Vec<u8> {
-    let sum = crc(&value);
-    value
-        .as_object_mut()
-        .expect("the journal is an object")
-        .insert(CHECKSUM.into(), sum.into());
-    serde_json::to_vec_pretty(&value).expect("JSON serializes")
+/// The file contents: `value` sealed ([`eckpt_durable::sealed`]).
+fn seal(value: Value) -> Vec<u8> {
+    sealed::seal_value(value)
 }
 
 /// Reads `path` and checks its checksum; its contents without the checksum.
 fn open(path: &Path) -> Result<Value, ClusterError> {
     let bytes = std::fs::read(path).map_err(eckpt_cluster_api::io_at(path))?;
-    let corrupt = |why: String| ClusterError::Corrupt(format!("{}: {why}", path.display()));
-    let mut value: Value = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
-    let stored = value
-        .as_object_mut()
-        .and_then(|o| o.remove(CHECKSUM))
-        .ok_or_else(|| corrupt("no checksum (written by an eckpt without journal checksums?)".into()))?;
-    let actual = crc(&value);
-    if stored.as_u64() != Some(u64::from(actual)) {
-        return Err(corrupt(format!(
-            "checksum mismatch (recorded {stored}, contents {actual}): the journal was damaged"
-        )));
-    }
-    Ok(value)
+    sealed::unseal_value(&bytes)
+        .map_err(|e| ClusterError::Corrupt(format!("{}: journal {e}", path.display())))
 }
 
 fn parse(path: &Path, value: Value) -> Result<Journal, ClusterError> {

@@ -223,16 +223,16 @@ impl Coordinator {
 
     /// Called as the coordinator hears an agent: if it had heard nobody for longer than the
     /// liveness period, the silence was its own link's, so every node alive when it began
-    /// gets a new start — three liveness periods from now — to be heard again (their
-    /// connections come back one by one: an agent whose heartbeat or connection waits out
-    /// TCP's retransmission backoff gives up after one liveness period and opens a new
-    /// session).
+    /// gets a new start — an agent's longest reconnection (`Deadlines::reconnection`) from
+    /// now — to be heard again (their connections come back one by one: an agent whose
+    /// heartbeat or connection waits out TCP's retransmission backoff gives up after one
+    /// liveness period and opens a new session).
     fn end_silence(&self, live: &mut std::collections::HashMap<String, Live>) {
         let liveness = self.deadlines.liveness();
         let Some(latest) = Self::silence(live, liveness, self.deadlines.partition_grace()) else {
             return;
         };
-        let restart = Instant::now() + 2 * liveness;
+        let restart = Instant::now() + self.deadlines.reconnection();
         for l in live.values_mut() {
             if latest.duration_since(l.last_seen) < liveness {
                 l.last_seen = restart;
