@@ -162,6 +162,30 @@ impl Code {
     }
 }
 
+/// The decoders of one code by erasure pattern: inverting a `k × k` matrix per row of a
+/// decode would cost more than the row, and the pattern rarely changes within an object.
+#[derive(Debug, Clone, Default)]
+pub struct DecoderCache {
+    decoders: std::collections::HashMap<Vec<usize>, Decoder>,
+}
+
+impl DecoderCache {
+    /// The decoder of `code` rebuilding `erased` (made once per pattern; every call of one
+    /// cache must pass the same code).
+    pub fn get(&mut self, code: &Code, erased: &[usize]) -> Result<&Decoder, CodecError> {
+        if !self.decoders.contains_key(erased) {
+            let decoder = code.decoder(erased)?;
+            self.decoders.insert(erased.to_vec(), decoder);
+        }
+        Ok(&self.decoders[erased])
+    }
+
+    /// The decoder already made for `erased`, if any.
+    pub fn cached(&self, erased: &[usize]) -> Option<&Decoder> {
+        self.decoders.get(erased)
+    }
+}
+
 /// Rebuilds a fixed set of erased shards from a fixed set of `k` survivors:
 /// `lost = Y · survivors`.
 #[derive(Debug, Clone)]

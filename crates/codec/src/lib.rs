@@ -19,7 +19,7 @@ pub mod reference;
 #[cfg(target_arch = "x86_64")]
 mod simd;
 
-pub use code::{Code, Decoder, MAX_SHARDS};
+pub use code::{Code, Decoder, DecoderCache, MAX_SHARDS};
 pub use isa::{cpu_isa, kernel, supported_kernels, Kernel, ISA_VARIABLE};
 pub use linear::LinearMap;
 pub use matrix::CodeKind;

@@ -9,6 +9,8 @@
 //! - [`exec`]: one participant running its steps over links and local chunks.
 //! - [`records`]: the wire format of `update` epochs' changed pieces.
 //! - [`object`]: the name of a coded object (group, epoch).
+//! - [`policy`]: how nodes form groups, the chunk size, update or full encode — decided
+//!   here for the coordinator and predicted from here by the model.
 
 #![warn(missing_docs)]
 
@@ -18,6 +20,7 @@ pub mod exec;
 pub mod geometry;
 pub mod object;
 pub mod plan;
+pub mod policy;
 pub mod records;
 
 pub use config::{CodingConfig, Layout, Mode, Topology};

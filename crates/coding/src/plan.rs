@@ -13,9 +13,9 @@
 //! source, and `out`, the outputs it is delivered or computes as a holder (kept apart
 //! because in a decode a source can also be the rebuild target).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use eckpt_codec::{Code, Decoder};
+use eckpt_codec::{Code, DecoderCache};
 
 use crate::config::Topology;
 use crate::geometry::Geometry;
@@ -299,7 +299,7 @@ pub struct CodingPlan {
     /// Participant index of each member (`None`: the member takes no part).
     members: Vec<Option<usize>>,
     work: Work,
-    decoders: HashMap<Vec<usize>, Decoder>,
+    decoders: DecoderCache,
 }
 
 impl CodingPlan {
@@ -363,7 +363,7 @@ impl CodingPlan {
             code,
             members,
             work,
-            decoders: HashMap::new(),
+            decoders: DecoderCache::default(),
         })
     }
 
@@ -432,14 +432,7 @@ impl CodingPlan {
                 }
                 let mut erased: Vec<usize> = unavailable.iter().map(|&u| g.shard_at(row, u)).collect();
                 erased.sort_unstable();
-                let decoder = match self.decoders.get(&erased) {
-                    Some(d) => d.clone(),
-                    None => {
-                        let d = self.code.decoder(&erased)?;
-                        self.decoders.insert(erased.clone(), d.clone());
-                        d
-                    }
-                };
+                let decoder = self.decoders.get(&self.code, &erased)?.clone();
                 let sources = decoder
                     .survivors()
                     .iter()

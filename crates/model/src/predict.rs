@@ -118,18 +118,11 @@ pub struct Prediction {
 }
 
 /// The transfer unit of a full encode whose longest shard is `longest` bytes: the
-/// configured chunk, shrunk in page steps for small objects so that a member's shard is cut
-/// in at least as many chunks as it holds data rows per cycle (the coordinator's
-/// `chunk_size` in `encode_plan.rs`).
-pub fn encode_chunk(layout: Layout, shape: GroupShape, longest: u64, configured: u64) -> u64 {
-    let probe = Geometry::new(layout, shape.k, shape.m, 1);
-    let per_cycle = (0..shape.members())
-        .map(|x| probe.data_chunks(x))
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let rounded = longest.div_ceil(per_cycle).div_ceil(BLOCK).max(1) * BLOCK;
-    rounded.min(configured)
+/// coordinator's own choice ([`eckpt_coding::policy::chunk_size`]).
+fn encode_chunk(layout: Layout, shape: GroupShape, longest: u64, configured: u32) -> u64 {
+    u64::from(eckpt_coding::policy::chunk_size(
+        layout, shape.k, shape.m, longest, configured,
+    ))
 }
 
 /// Bytes of a stripe blob holding `pages` stored pages, padded to whole pages.
@@ -153,9 +146,10 @@ pub fn predict(scenario: &Scenario, machine: &Machine) -> Result<Prediction, Mod
         Mode::Full => first.clone(),
         Mode::Stripe => stripe(scenario, machine, &groups, changed / BLOCK, "stripe"),
         Mode::Update => {
-            let cheaper = groups
-                .iter()
-                .all(|g| data_members(scenario.coding.layout, *g) as u64 * changed < g.m as u64 * d);
+            let cheaper = groups.iter().all(|g| {
+                let group_changed = data_members(scenario.coding.layout, *g) as u64 * changed;
+                eckpt_coding::policy::update_is_cheaper(group_changed, g.m, d)
+            });
             match cheaper {
                 true => update(scenario, machine, &groups, d),
                 false => first.clone(),
@@ -226,7 +220,7 @@ fn epoch(
 
 fn full(scenario: &Scenario, machine: &Machine, groups: &[GroupShape], d: u64) -> EpochPrediction {
     let c = &scenario.coding;
-    let chunk = encode_chunk(c.layout, groups[0], d, u64::from(c.chunk));
+    let chunk = encode_chunk(c.layout, groups[0], d, c.chunk);
     let tasks = groups
         .iter()
         .map(|g| {
@@ -250,7 +244,7 @@ fn stripe(
 ) -> EpochPrediction {
     let c = &scenario.coding;
     let blob = blob_bytes(pages);
-    let chunk = encode_chunk(c.layout, groups[0], blob, u64::from(c.chunk));
+    let chunk = encode_chunk(c.layout, groups[0], blob, c.chunk);
     let tasks = groups
         .iter()
         .map(|g| {
@@ -311,7 +305,7 @@ fn recovery(
         .filter(|&x| probe.holds_data(x))
         .take(g.m)
         .collect();
-    let chunk = encode_chunk(c.layout, g, d, u64::from(c.chunk));
+    let chunk = encode_chunk(c.layout, g, d, c.chunk);
     let mut decode = work::decode(c.layout, c.topology, g, &lost, d, chunk);
     for w in decode.after.iter_mut().skip(g.members()) {
         w.written += d as f64;
@@ -359,19 +353,6 @@ mod tests {
             size_per_node: 64 * MIB,
             dirty_fraction: 0.001,
         }
-    }
-
-    #[test]
-    fn chunk_shrinks_for_small_objects_like_the_coordinators() {
-        let g = GroupShape { k: 4, m: 2 };
-        assert_eq!(encode_chunk(Layout::Dedicated, g, 64 * MIB, MIB), MIB);
-        assert_eq!(encode_chunk(Layout::Dedicated, g, 69_632, MIB), 69_632);
-        assert_eq!(
-            encode_chunk(Layout::Rotated, g, 70_000, MIB),
-            20_480,
-            "k rows per cycle"
-        );
-        assert_eq!(encode_chunk(Layout::Dedicated, g, 1, MIB), 4096);
     }
 
     #[test]

@@ -67,21 +67,14 @@ impl Scenario {
         Ok(())
     }
 
-    /// The groups the coordinator forms from the nodes: as many groups of `k + m` as fit,
-    /// the remainder spread as extra data members (so `k` grows, never `m`), as
-    /// `eckpt_cluster::coordinator::form_groups` does.
+    /// The groups the coordinator forms from the nodes ([`eckpt_coding::policy::group_sizes`]:
+    /// as many groups of `k + m` as fit, the remainder spread as extra data members, so `k`
+    /// grows, never `m`).
     pub fn groups(&self) -> Vec<GroupShape> {
-        let (k, m, n) = (self.coding.k, self.coding.m, self.nodes);
-        if n <= m {
-            return Vec::new();
-        }
-        let groups = (n / (k + m)).max(1);
-        let (base, extra) = (n / groups, n % groups);
-        (0..groups)
-            .map(|g| GroupShape {
-                k: base + usize::from(g < extra) - m,
-                m,
-            })
+        let (k, m) = (self.coding.k, self.coding.m);
+        eckpt_coding::policy::group_sizes(self.nodes, k, m)
+            .into_iter()
+            .map(|(k, _)| GroupShape { k, m })
             .collect()
     }
 
@@ -128,23 +121,6 @@ mod tests {
             },
             size_per_node: 64 << 20,
             dirty_fraction: 0.001,
-        }
-    }
-
-    #[test]
-    fn groups_are_the_coordinators() {
-        for nodes in 1..40 {
-            for (k, m) in [(4, 2), (2, 1), (6, 3), (30, 2)] {
-                let names: Vec<String> = (0..nodes).map(|i| format!("n{i}")).collect();
-                let theirs: Vec<GroupShape> = eckpt_cluster::coordinator::form_groups(&names, k, m)
-                    .into_iter()
-                    .map(|(k, members)| GroupShape {
-                        k,
-                        m: members.len() - k,
-                    })
-                    .collect();
-                assert_eq!(scenario(nodes, k, m).groups(), theirs, "{nodes} nodes {k}+{m}");
-            }
         }
     }
 

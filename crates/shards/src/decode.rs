@@ -6,14 +6,13 @@
 //! temporary name and hashes it; the file is renamed into place only if the hash equals the
 //! input's recorded xxh3. Too much damage is reported before anything is published.
 
-use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
-use eckpt_codec::{Code, CodecError, Decoder};
+use eckpt_codec::{Code, CodecError, Decoder, DecoderCache};
 use serde::Serialize;
 use xxhash_rust::xxh3::Xxh3;
 
@@ -104,7 +103,7 @@ fn rebuild_into(
     let (full_tx, full_rx) = sync_channel::<Result<BlockBatch, ShardsError>>(1);
     let mut out = BufWriter::with_capacity(1 << 20, file);
     let mut hasher = Xxh3::new();
-    let mut decoders: HashMap<Vec<usize>, Decoder> = HashMap::new();
+    let mut decoders = DecoderCache::default();
     let (mut stripes_rebuilt, mut blocks_rebuilt, mut written) = (0u64, 0u64, 0u64);
 
     std::thread::scope(|scope| {
@@ -206,7 +205,7 @@ fn plan_rebuild<'a>(
     set: &ShardSet,
     code: &Code,
     batch: &BlockBatch,
-    decoders: &'a mut HashMap<Vec<usize>, Decoder>,
+    decoders: &'a mut DecoderCache,
 ) -> Result<Vec<Option<&'a Decoder>>, ShardsError> {
     let k = code.k();
     let mut patterns = Vec::with_capacity(batch.stripes);
@@ -216,18 +215,15 @@ fn plan_rebuild<'a>(
             patterns.push(None);
             continue;
         }
-        if !decoders.contains_key(&damaged) {
-            let decoder = code
-                .decoder(&damaged)
-                .map_err(|e| stripe_lost(set, batch, s, &damaged, e))?;
-            decoders.insert(damaged.clone(), decoder);
+        if let Err(e) = decoders.get(code, &damaged) {
+            return Err(stripe_lost(set, batch, s, &damaged, e));
         }
         patterns.push(Some(damaged));
     }
     let decoders = &*decoders;
     Ok(patterns
         .into_iter()
-        .map(|p| p.map(|key| &decoders[&key]))
+        .map(|p| p.and_then(|key| decoders.cached(&key)))
         .collect())
 }
 

@@ -12,12 +12,10 @@ use eckpt_cluster_api::msg::{
 };
 use eckpt_cluster_api::shard_layout::ShardLayout;
 use eckpt_cluster_api::ClusterError;
-use eckpt_coding::config::{CodingConfig, Layout, Mode};
+use eckpt_coding::config::{CodingConfig, Mode};
 use eckpt_coding::geometry::Geometry;
+use eckpt_coding::policy::{chunk_size, update_is_cheaper};
 use eckpt_coding::ObjectId;
-
-/// A small object's chunk is a multiple of this (a page).
-pub const CHUNK_ROUND: u64 = 4096;
 
 /// A group's encode, done but not yet committed.
 #[derive(Debug, Clone)]
@@ -155,25 +153,6 @@ pub(super) fn plan_encode(
         complete,
         update_base,
     }
-}
-
-/// Whether updating is cheaper than encoding anew: an update sends every changed byte of a
-/// row into each of its parity holders, a full pipeline encode sends `m·D` over each data
-/// member's link (an epoch that rewrites most pages is not worth updating).
-pub fn update_is_cheaper(changed: u64, m: usize, longest: u64) -> bool {
-    changed < m as u64 * longest
-}
-
-/// The chunk of a full encode whose longest data shard is `longest` bytes. A small object
-/// (a stripe of a few changed pages) gets a smaller chunk, since padding each shard to whole
-/// configured chunks would move mostly zeros: a member holds data in `per_cycle` rows of
-/// each cycle (1 dedicated, `k` rotated), so its shard is cut in at least that many chunks,
-/// each a multiple of [`CHUNK_ROUND`] and at most the configured chunk.
-pub fn chunk_size(layout: Layout, k: usize, m: usize, longest: u64, configured: u32) -> u32 {
-    let probe = Geometry::new(layout, k, m, 1);
-    let per_cycle = (0..k + m).map(|x| probe.data_chunks(x)).max().unwrap_or(1).max(1);
-    let rounded = longest.div_ceil(per_cycle).div_ceil(CHUNK_ROUND).max(1) * CHUNK_ROUND;
-    rounded.min(u64::from(configured)) as u32
 }
 
 impl EncodePlan {
@@ -413,6 +392,7 @@ impl FullPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use eckpt_coding::config::Layout;
     use proptest::prelude::*;
 
     fn coding(k: usize, m: usize, layout: Layout, mode: Mode) -> CodingConfig {
@@ -622,25 +602,6 @@ mod tests {
     }
 
     #[test]
-    fn a_small_object_gets_a_small_page_multiple_chunk() {
-        let mib = 1 << 20;
-        assert_eq!(chunk_size(Layout::Dedicated, 4, 2, 0, mib), 4096);
-        assert_eq!(chunk_size(Layout::Dedicated, 4, 2, 100, mib), 4096);
-        assert_eq!(chunk_size(Layout::Dedicated, 4, 2, 10_000, mib), 12_288);
-        // Rotated: a member holds data in k = 4 rows of a cycle, so its shard is cut in 4.
-        assert_eq!(chunk_size(Layout::Rotated, 4, 2, 40_000, mib), 12_288);
-        assert_eq!(chunk_size(Layout::Dedicated, 4, 2, 40_000, mib), 40_960);
-        // Large objects use the configured chunk.
-        assert_eq!(chunk_size(Layout::Dedicated, 4, 2, 1 << 30, mib), mib);
-        assert_eq!(chunk_size(Layout::Rotated, 4, 2, 1 << 30, mib), mib);
-        assert_eq!(
-            chunk_size(Layout::Dedicated, 4, 2, 100, 1024),
-            1024,
-            "never above the configured chunk"
-        );
-    }
-
-    #[test]
     fn malformed_reports_are_protocol_errors() {
         let plan = update_plan(false);
         let describe = [shard(10_000, 0, true), shard(4096, 0, true)];
@@ -704,7 +665,7 @@ mod tests {
             let shards: Vec<ShardInfo> = plan.data.iter().map(|&x| shard(lens[x], 0, false)).collect();
             let Choice::Full(f) = plan.choose(&shards).unwrap() else { panic!("no base, no update") };
             let chunk = u64::from(f.object.chunk);
-            prop_assert!(chunk % CHUNK_ROUND == 0 && chunk <= u64::from(configured));
+            prop_assert!(chunk % eckpt_coding::policy::CHUNK_ROUND == 0 && chunk <= u64::from(configured));
             let longest = shards.iter().map(|s| s.len).max().unwrap_or(0);
             prop_assert!(f.object.data_chunks * chunk >= longest);
             for (&x, s) in plan.data.iter().zip(&shards) {

@@ -77,26 +77,19 @@ pub fn natural_key(name: &str) -> (String, u64, String) {
     (prefix.to_string(), number, rest[end..].to_string())
 }
 
-/// Splits `nodes` (in natural order) into groups of `k + m` or a little more: as many
-/// groups as fit, the remainder spread as extra data members. Fewer than `m + 1` nodes
-/// cannot be protected: no group.
+/// Splits `nodes`, in natural order, into groups of the sizes
+/// [`eckpt_coding::policy::group_sizes`] gives: `(data members, members)` per group.
 pub fn form_groups(nodes: &[String], k: usize, m: usize) -> Vec<(usize, Vec<String>)> {
     let mut sorted = nodes.to_vec();
     sorted.sort_by_key(|n| natural_key(n));
-    let n = sorted.len();
-    if n <= m {
-        return Vec::new();
-    }
-    let groups = (n / (k + m)).max(1);
-    let (base, extra) = (n / groups, n % groups);
-    let mut out = Vec::with_capacity(groups);
     let mut at = 0;
-    for g in 0..groups {
-        let size = base + usize::from(g < extra);
-        out.push((size - m, sorted[at..at + size].to_vec()));
-        at += size;
-    }
-    out
+    eckpt_coding::policy::group_sizes(sorted.len(), k, m)
+        .into_iter()
+        .map(|(data, size)| {
+            at += size;
+            (data, sorted[at - size..at].to_vec())
+        })
+        .collect()
 }
 
 impl Journal {
