@@ -12,19 +12,20 @@
 #   recovery   on a namespaced cluster with 1 Gbit/s links: two nodes killed with their disks;
 #              from the loss to every rank running again, next to the decode and encode
 #              times it contains.
-#   ipc        seed 004's restart on one node: ranks spread over n0 and n1 (3-node namespaced
-#              cluster, k=2 m=1, 1 Gbit/s links; 2 ranks of 1 and 4 MiB, and 4 ranks of 1 MiB as
-#              in the seed); n1 is lost after epoch 2 and every rank is relaunched on n0. The
+#   ipc        the restart on one node of Sawada (2017; cited in full in docs/REPRODUCTION.md,
+#              References): ranks spread over n0 and n1 (3-node namespaced cluster, k=2 m=1,
+#              1 Gbit/s links; 2 ranks of 1 and 4 MiB, and 4 ranks of 1 MiB as in Sawada's
+#              thesis); n1 is lost after epoch 2 and every rank is relaunched on n0. The
 #              halo-exchange time per step and the run time after the restart, with Open MPI
 #              choosing the transport afresh (shared memory between the now co-located ranks:
 #              what eckpt's relaunch gives) next to the TCP the job started with kept
 #              (OMPI_MCA_btl=self,tcp: what a checkpointer that restores the recorded sockets
-#              gives) — seed 004's point that co-located processes should switch to local IPC
+#              gives) — Sawada's point that co-located processes should switch to local IPC
 #              after relocation. REPS interleaved pairs.
 #   halo       16 ranks of 4 MiB on 8 nodes (rotated parity: every node holds data), two
 #              nodes lost: the stencil's halo-exchange time per step before the loss and after
 #              relocation per process (the lost nodes' ranks spread) and per node (each lost
-#              node's ranks together on one survivor) — seed 004's comparison.
+#              node's ranks together on one survivor) — Sawada's (2017) comparison.
 #
 # Usage: scripts/bench-run.sh [overhead|recovery|ipc|halo|all] (root for recovery, ipc and halo).
 # Environment: REPS (3), STEPS (3000), ECKPT (target/release/eckpt).
@@ -121,7 +122,7 @@ fi
 
 if [ "$what" = ipc ] || [ "$what" = all ]; then
   echo "== restart on one node: ranks on n0 and n1, n1 lost after epoch 2, all relaunched on n0"
-  # ranks:MiB per rank — the seed ran 2 processes per node (4 after the restart).
+  # ranks:MiB per rank — Sawada (2017) ran 2 processes per node (4 after the restart).
   for shape in 2:1 2:4 4:1; do
     ranks=${shape%:*}; mib=${shape#*:}
     steps_ipc=$((160000 / mib / ranks))

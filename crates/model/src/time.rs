@@ -13,10 +13,11 @@
 //! and `a + b`; the exponent 3 fits the measurements of docs/REPRODUCTION.md, where 16
 //! namespaced nodes on 1 Gbit/s links need about as much CPU as link time.
 //!
-//! SCore's model (seed 001: `T = D/Bn + N/(N−1)·D/Bdw + …`) adds network, disk and parity
-//! times because its implementation does them one after the other; eckpt overlaps them,
-//! and charges the store and the arithmetic to the CPU, where on a host shared by many
-//! emulated nodes they compete with the network stack.
+//! SCore's model (Hayashida et al., n.d., cited in full in docs/REPRODUCTION.md's References:
+//! `T = D/Bn + N/(N−1)·D/Bdw + …`) adds network, disk and parity times because its
+//! implementation does them one after the other; eckpt overlaps them, and charges the store
+//! and the arithmetic to the CPU, where on a host shared by many emulated nodes they compete
+//! with the network stack.
 
 use serde::{Deserialize, Serialize};
 
