@@ -2,13 +2,24 @@
 SHELL := /bin/bash
 CARGO := PATH="$$HOME/.cargo/bin:$$PATH" cargo
 
-.PHONY: setup build demo test lint fuzz install wheel
+.PHONY: setup build demo test lint fuzz install wheel klauspost
 
 setup:
 	@bash scripts/setup.sh
 
 build: setup
 	$(CARGO) build --release --workspace
+	@$(MAKE) --no-print-directory klauspost || echo "make: the klauspost harness did not build; eckpt bench codec runs without it"
+
+# The klauspost/reedsolomon harness that `eckpt bench codec` compares the codec with
+# (bench/klauspost), built to target/klauspost-bench where the benchmark finds it. Needs Go;
+# skipped when there is none (make test does not need it).
+GO ?= $(shell command -v go 2>/dev/null || { test -x /usr/local/go/bin/go && echo /usr/local/go/bin/go; })
+klauspost:
+	@if [ -z "$(GO)" ]; then echo "make klauspost: skipped, no Go toolchain (go) installed"; exit 0; fi; \
+	  mkdir -p target; \
+	  echo "cd bench/klauspost && $(GO) build -o ../../target/klauspost-bench ."; \
+	  cd bench/klauspost && $(GO) build -o ../../target/klauspost-bench .
 
 demo: build
 	bash scripts/demo.sh

@@ -32,8 +32,9 @@ pub struct Args {
     /// Repetitions; the median is reported.
     #[arg(long, default_value_t = 7)]
     reps: usize,
-    /// The klauspost/reedsolomon harness, run in each repetition when it is built.
-    #[arg(long, default_value = klauspost::DEFAULT_PATH)]
+    /// The klauspost/reedsolomon harness (`make klauspost`), run in each repetition when it is
+    /// built.
+    #[arg(long, default_value_os_t = klauspost::default_path())]
     klauspost: PathBuf,
     /// Print JSON.
     #[arg(long)]

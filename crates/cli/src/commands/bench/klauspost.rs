@@ -1,8 +1,8 @@
 //! klauspost/reedsolomon (Go), the fastest widely used Reed-Solomon library, as a peer of
-//! `eckpt bench codec`: its throughput harness (`../shared/peers/klauspost`, built with
-//! `go build -o /tmp/klauspost-bench .`) is run once per repetition between eckpt's own
-//! samples, on the same CPUs (it inherits this process's affinity) with the same shape,
-//! and forced to the kernel level eckpt runs, so ratios compare like with like.
+//! `eckpt bench codec`: the repository's harness (`bench/klauspost`, built by `make klauspost`
+//! to `target/klauspost-bench`) is run once per repetition between eckpt's own samples, on the
+//! same CPUs (it inherits this process's affinity) with the same shape, and forced to the
+//! kernel level eckpt runs, so ratios compare like with like.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,8 +10,31 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use eckpt_codec::Kernel;
 
-/// Where the harness README builds it.
-pub const DEFAULT_PATH: &str = "/tmp/klauspost-bench";
+/// The file `make klauspost` builds in the target directory.
+const HARNESS: &str = "klauspost-bench";
+
+/// Where `make klauspost` puts the harness: `target/klauspost-bench`, found next to the
+/// running `eckpt` (`target/release/eckpt` → `target/klauspost-bench`), else in the target
+/// directory of the repository this `eckpt` was built from. The first when neither exists.
+pub fn default_path() -> PathBuf {
+    let beside_exe = std::env::current_exe().ok().and_then(|exe| harness_beside(&exe));
+    let in_repository = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .map(|root| root.join("target").join(HARNESS));
+    let candidates: Vec<PathBuf> = beside_exe.into_iter().chain(in_repository).collect();
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .or(candidates.first())
+        .cloned()
+        .unwrap_or_else(|| PathBuf::from("target").join(HARNESS))
+}
+
+/// `target/klauspost-bench` for the binary `exe` of `target/<profile>/`.
+fn harness_beside(exe: &Path) -> Option<PathBuf> {
+    Some(exe.parent()?.parent()?.join(HARNESS))
+}
 
 /// One run of the harness: GB/s (10^9 data bytes per second) of each operation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,8 +70,7 @@ impl Harness {
     pub fn find(path: &Path) -> Option<Harness> {
         if !path.is_file() {
             eprintln!(
-                "eckpt: note: no klauspost harness at {} (build it: cd ../shared/peers/klauspost && go build -o {} .)",
-                path.display(),
+                "eckpt: note: no klauspost harness at {} (`make klauspost` builds it; it needs Go)",
                 path.display()
             );
             return None;
@@ -145,6 +167,15 @@ mod tests {
         );
         assert!(parse(&out.replace("10.28]", "10.28] VERIFY-FAIL")).is_err());
         assert!(parse("# only a header\n").is_err());
+    }
+
+    #[test]
+    fn the_harness_is_looked_for_in_the_target_directory_of_the_binary() {
+        assert_eq!(
+            harness_beside(Path::new("/repo/target/release/eckpt")),
+            Some(PathBuf::from("/repo/target/klauspost-bench"))
+        );
+        assert!(default_path().ends_with("target/klauspost-bench"));
     }
 
     #[test]
