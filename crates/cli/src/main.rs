@@ -135,10 +135,26 @@ fn main() {
     }
 }
 
-/// Says why in one line and exits 1.
+/// The exit status of a failure that may pass by itself (a coordinator or node that could
+/// not be reached, a broken link): `EX_TEMPFAIL` of sysexits.h, so that a batch script can
+/// retry on it and give up on anything else.
+const EXIT_RETRYABLE: i32 = 75;
+
+/// Says why in one line and exits with [`exit_status`].
 fn fail(e: &anyhow::Error) -> ! {
     eprintln!("eckpt: error: {}", one_line(e));
-    std::process::exit(1);
+    std::process::exit(exit_status(e));
+}
+
+/// [`EXIT_RETRYABLE`] when the cause is a cluster failure that may pass, 1 otherwise.
+fn exit_status(e: &anyhow::Error) -> i32 {
+    let cause = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<eckpt_cluster_api::ClusterError>());
+    match cause.is_some_and(eckpt_cluster_api::ClusterError::is_retryable) {
+        true => EXIT_RETRYABLE,
+        false => 1,
+    }
 }
 
 /// Like every Unix filter, `eckpt status | head -2` ends quietly when the reader goes away
@@ -176,4 +192,23 @@ fn one_line(e: &anyhow::Error) -> String {
         line.push_str(&text);
     }
     line.replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+    use eckpt_cluster_api::ClusterError;
+
+    #[test]
+    fn only_a_failure_that_may_pass_exits_with_the_retry_status() {
+        let unreachable: anyhow::Result<()> = Err(ClusterError::Unreachable(
+            "no coordinator at 10.0.0.1:7000".into(),
+        ))
+        .context("eckpt checkpoint");
+        assert_eq!(exit_status(&unreachable.unwrap_err()), EXIT_RETRYABLE);
+        let mismatch = anyhow::Error::from(ClusterError::Mismatch("the job has 3 ranks".into()));
+        assert_eq!(exit_status(&mismatch), 1);
+        assert_eq!(exit_status(&anyhow::anyhow!("--nodes must be at least 2")), 1);
+    }
 }

@@ -171,7 +171,7 @@ fn restart_refuses_a_lost_node_or_another_job_size_until_recovered() {
     let stderr = String::from_utf8_lossy(&resized.stderr);
     assert!(!resized.status.success(), "{stderr}");
     assert!(
-        stderr.contains("eckpt_restart failed")
+        stderr.contains("eckpt_restart failed: checkpoint does not match what is protected")
             && stderr.contains("the job was checkpointed with 3 ranks but restarts with 4"),
         "{stderr}"
     );

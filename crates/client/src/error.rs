@@ -98,6 +98,7 @@ fn cluster_code(e: &ClusterError) -> i32 {
     match e {
         ClusterError::Corrupt(_) => capi::ECKPT_ECORRUPT,
         ClusterError::Fenced(_) => capi::ECKPT_EFENCED,
+        ClusterError::Mismatch(_) => capi::ECKPT_EMISMATCH,
         ClusterError::Store(e) => store_code(e),
         ClusterError::Io { .. } => capi::ECKPT_EIO,
         // A group that cannot rebuild its data: too many members lost, or (rs codes) a
@@ -110,8 +111,7 @@ fn cluster_code(e: &ClusterError) -> i32 {
         ClusterError::Codec(CodecError::Shape(_)) => capi::ECKPT_EINTERNAL,
         // An ECKPT_ISA this CPU cannot run: a setting to fix.
         ClusterError::Codec(CodecError::Kernel(_)) => capi::ECKPT_EINVAL,
-        // Refusals (the coordinator's answers arrive as `Invalid`), unreachable nodes and
-        // broken connections.
+        // Refusals, unreachable nodes and broken connections.
         ClusterError::Invalid(_)
         | ClusterError::Protocol(_)
         | ClusterError::Node { .. }
@@ -132,6 +132,7 @@ fn cluster_code(e: &ClusterError) -> i32 {
             ErrorKind::Io => capi::ECKPT_EIO,
             ErrorKind::Internal => capi::ECKPT_EINTERNAL,
             ErrorKind::Fenced => capi::ECKPT_EFENCED,
+            ErrorKind::Mismatch => capi::ECKPT_EMISMATCH,
             ErrorKind::Invalid
             | ErrorKind::Protocol
             | ErrorKind::Node
@@ -275,6 +276,14 @@ mod tests {
                 ECKPT_ECLUSTER,
             ),
             (ClusterError::Protocol("unexpected answer".into()), ECKPT_ECLUSTER),
+            (
+                // The coordinator's answer to a restart with another number of ranks.
+                ClusterError::from_coordinator(eckpt_cluster_api::WireError {
+                    kind: ErrorKind::Mismatch,
+                    message: "the job was checkpointed with 3 ranks but restarts with 4".into(),
+                }),
+                ECKPT_EMISMATCH,
+            ),
             (
                 ClusterError::Link("node n2: stream ended early".into()),
                 ECKPT_ECLUSTER,

@@ -15,6 +15,10 @@ pub enum ClusterError {
     /// A request or configuration that cannot be honoured.
     #[error("{0}")]
     Invalid(String),
+    /// What the checkpoint holds does not fit the job asking for it (its number of ranks):
+    /// permanent, and the user's to resolve, not the cluster's.
+    #[error("{0}")]
+    Mismatch(String),
     /// A peer sent something the protocol does not allow.
     #[error("protocol error: {0}")]
     Protocol(String),
@@ -87,6 +91,8 @@ pub enum ClusterError {
 pub enum ErrorKind {
     /// A request or configuration that cannot be honoured.
     Invalid,
+    /// The checkpoint does not fit the job asking for it.
+    Mismatch,
     /// A peer broke the protocol.
     Protocol,
     /// A node could not be reached.
@@ -128,6 +134,7 @@ impl ClusterError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             ClusterError::Invalid(_) => ErrorKind::Invalid,
+            ClusterError::Mismatch(_) => ErrorKind::Mismatch,
             ClusterError::Protocol(_) => ErrorKind::Protocol,
             ClusterError::Node { .. } | ClusterError::Unreachable(_) => ErrorKind::Node,
             ClusterError::Link(_) => ErrorKind::Link,
@@ -187,6 +194,20 @@ impl ClusterError {
     /// Whether this only says that a link broke: the cause lies elsewhere.
     pub fn is_link_symptom(&self) -> bool {
         self.kind() == ErrorKind::Link
+    }
+
+    /// Whether the same request may succeed later ([`ErrorKind::is_retryable`]).
+    pub fn is_retryable(&self) -> bool {
+        self.kind().is_retryable()
+    }
+}
+
+impl ErrorKind {
+    /// Whether a failure of this kind may pass by itself: a node or the coordinator that
+    /// could not be reached, a link that broke. Every other kind is permanent — the input,
+    /// the data or the owner must change first — so retrying it only repeats the refusal.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, ErrorKind::Node | ErrorKind::Link)
     }
 }
 
@@ -277,5 +298,37 @@ mod tests {
             .to_string(),
             "rank 3 is unknown"
         );
+    }
+
+    /// Only what may pass by itself is retryable — an unreachable coordinator or node, a
+    /// broken link, here or reported by another process — and a world-size mismatch keeps
+    /// its kind across the wire (the C API returns `ECKPT_EMISMATCH` for it).
+    #[test]
+    fn retryable_failures_are_unreachable_peers_and_broken_links_only() {
+        let retryable = [
+            ClusterError::Unreachable("no coordinator at 10.0.0.1:7000".into()),
+            ClusterError::Node {
+                node: "n1".into(),
+                reason: "connection refused".into(),
+            },
+            ClusterError::Proto(ProtoError::Closed),
+        ];
+        for e in &retryable {
+            assert!(e.is_retryable(), "{e}");
+            assert!(across_the_wire(e).is_retryable(), "{e}");
+        }
+        let mismatch = ClusterError::Mismatch("the job has 3 ranks; this checkpoint says 4".into());
+        let permanent = [
+            ClusterError::Invalid("no epoch is committed yet".into()),
+            ClusterError::Fenced("rank 2 of generation 3: superseded by 4".into()),
+            ClusterError::Corrupt("chunk 9 fails its crc32c".into()),
+            ClusterError::Unrecoverable("group 0 lost 3 members, m=2".into()),
+            mismatch,
+        ];
+        for e in &permanent {
+            assert!(!e.is_retryable(), "{e}");
+            assert!(!across_the_wire(e).is_retryable(), "{e}");
+        }
+        assert_eq!(across_the_wire(&permanent[4]).kind(), ErrorKind::Mismatch);
     }
 }

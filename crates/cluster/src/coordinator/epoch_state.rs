@@ -156,7 +156,7 @@ impl Coordinator {
     ) -> Result<String, ClusterError> {
         let mut journal = self.journal.lock().expect("journal lock");
         if let Some(w) = journal.world.filter(|&w| w != world) {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Mismatch(format!(
                 "the job has {w} ranks; this checkpoint says {world}"
             )));
         }

@@ -236,7 +236,7 @@ impl Coordinator {
         self.fence(generation, &format!("rank {rank}"))?;
         let journal = self.snapshot();
         if let Some(w) = journal.world.filter(|&w| w != world) {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Mismatch(format!(
                 "the job was checkpointed with {w} ranks but restarts with {world}"
             )));
         }
