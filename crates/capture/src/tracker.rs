@@ -104,8 +104,8 @@ pub struct Tracker {
 
 /// Whether kernel write tracking works on this system (probed once per process). `Err` says
 /// why not, for logs and for tests that must skip.
-pub fn uffd_available() -> Result<(), String> {
-    uffd::probe()
+pub fn uffd_available() -> Result<(), CaptureError> {
+    uffd::probe().map_err(CaptureError::UffdUnavailable)
 }
 
 impl Tracker {

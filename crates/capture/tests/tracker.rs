@@ -14,7 +14,7 @@ fn uffd_or_skip(test: &str) -> bool {
     match uffd_available() {
         Ok(()) => true,
         Err(why) => {
-            println!("SKIP {test}: userfaultfd write-protect unavailable: {why}");
+            println!("SKIP {test}: {why}");
             false
         }
     }

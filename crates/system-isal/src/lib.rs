@@ -18,6 +18,11 @@ type EncodeFn = unsafe extern "C" fn(c_int, c_int, c_int, *mut c_uchar, *mut *mu
 type UpdateFn =
     unsafe extern "C" fn(c_int, c_int, c_int, c_int, *mut c_uchar, *mut c_uchar, *mut *mut c_uchar);
 
+/// Why the system library could not be used (typically: `libisal2` is not installed).
+#[derive(Debug, thiserror::Error)]
+#[error("system ISA-L {0}")]
+pub struct LoadError(String);
+
 /// Sonames tried in order.
 const SONAMES: [&str; 2] = ["libisal.so.2", "libisal.so"];
 
@@ -33,17 +38,20 @@ pub struct SystemIsal {
 
 impl SystemIsal {
     /// Loads the system library, or says why it could not (typically: `libisal2` not installed).
-    pub fn load() -> Result<SystemIsal, String> {
+    pub fn load() -> Result<SystemIsal, LoadError> {
         let flags = libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_DEEPBIND;
         let mut errors = Vec::new();
         for soname in SONAMES {
             // SAFETY: loading ISA-L runs no initialisers with preconditions.
             match unsafe { Library::open(Some(soname), flags) } {
-                Ok(library) => return Self::bind(library).map_err(|e| format!("{soname}: {e}")),
+                Ok(library) => {
+                    return Self::bind(library)
+                        .map_err(|e| LoadError(format!("{soname} lacks a function: {e}")))
+                }
                 Err(e) => errors.push(e.to_string()),
             }
         }
-        Err(format!("system ISA-L not found ({})", errors.join("; ")))
+        Err(LoadError(format!("not found ({})", errors.join("; "))))
     }
 
     fn bind(library: Library) -> Result<SystemIsal, libloading::Error> {

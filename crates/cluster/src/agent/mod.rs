@@ -160,6 +160,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
     // a loaded node as dead for a moment, and a recovery or epoch fails on it).
     let session_agent = agent.clone();
     let (registered, first_registration) = std::sync::mpsc::channel();
+    let (refused, mut refusal) = tokio::sync::mpsc::channel::<ClusterError>(1);
     std::thread::Builder::new()
         .name("coordinator-session".into())
         .spawn(move || {
@@ -167,7 +168,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
                 .enable_all()
                 .build()
                 .expect("the session thread's runtime starts");
-            rt.block_on(session_loop(session_agent, registered))
+            rt.block_on(session_loop(session_agent, registered, refused))
         })
         .map_err(|e| ClusterError::Internal(format!("starting the session thread: {e}")))?;
     // The pid file names this node's agent only once the coordinator accepted it: an
@@ -187,6 +188,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
     tokio::select! {
         _ = stop_rx.recv() => tracing::info!("shutting down on request"),
         _ = tokio::signal::ctrl_c() => tracing::info!("shutting down on signal"),
+        Some(e) = refusal.recv() => return Err(e),
     }
     Ok(())
 }
@@ -197,8 +199,12 @@ type Registered = std::sync::mpsc::Sender<Result<(), ClusterError>>;
 /// Registers with the coordinator, resolves what was left undecided, says what the node
 /// holds, and heartbeats; on a broken session, tries again every second. A refusal (another
 /// agent is this node, or this store is another node's) ends the agent: at its start
-/// through `first`, later by exiting.
-async fn session_loop(agent: Arc<Agent>, first: Registered) {
+/// through `first`, later through `refused`.
+async fn session_loop(
+    agent: Arc<Agent>,
+    first: Registered,
+    refused: tokio::sync::mpsc::Sender<ClusterError>,
+) {
     let mut first = Some(first);
     loop {
         match session(&agent, &mut first).await {
@@ -210,7 +216,10 @@ async fn session_loop(agent: Arc<Agent>, first: Registered) {
                         let _ = first.send(Err(e));
                         return;
                     }
-                    None => std::process::exit(2),
+                    None => {
+                        let _ = refused.send(e).await;
+                        return;
+                    }
                 }
             }
             Err(e) => tracing::warn!(error = %e, "coordinator session ended"),
