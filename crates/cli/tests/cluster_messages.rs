@@ -7,6 +7,7 @@
 mod cluster;
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use cluster::{bytes, ok, touch, Cluster};
 
@@ -78,6 +79,121 @@ fn a_member_stopped_in_the_middle_of_an_encode_does_not_hold_the_epoch() {
     c.wait_all_alive();
     c.checkpoint(data, true);
     assert_eq!(c.committed(), 3);
+    c.assert_restorable();
+}
+
+/// Waits until `node` is alive again (after SIGCONT).
+fn wait_alive(c: &Cluster, node: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.status()["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n["name"] == node && n["alive"].as_bool().unwrap())
+    {
+        assert!(Instant::now() < deadline, "{node} did not come back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits for the pause at `mid-decode`, SIGSTOPs the first agent that reached it (its
+/// streams are up and carrying rows) and lifts the pause; the stopped agent's name and pid.
+fn stop_a_decoder(c: &Cluster) -> (String, String) {
+    let paused = ok(&["debug", "wait", "--dir", c.d(), "--timeout", "60"]);
+    let node = paused
+        .trim()
+        .strip_prefix("paused: ")
+        .and_then(|names| names.split(' ').find(|n| *n != "coordinator"))
+        .unwrap_or_else(|| panic!("no agent paused: {paused}"))
+        .to_string();
+    let pid = agent_pid(c, &node);
+    signal(&pid, "-STOP");
+    c.resume();
+    (node, pid)
+}
+
+/// The bound on a decode whose member hangs: the liveness period (1 s here) to declare it
+/// dead, two more for the others' answers, and slack for a loaded 2-core machine. Below
+/// the 10 s an agent's listener gives a handshake, so a request left waiting on the
+/// stopped agent's connection fails the test.
+const HUNG_MEMBER_BOUND: Duration = Duration::from_secs(9);
+
+/// A member that stops once a decode's streams are up must not hold a restore or a
+/// recovery (and with them every later epoch): each ends within its deadline, and if it
+/// fails, it names that member; once the member runs again both succeed byte-exact.
+#[test]
+fn a_member_stopped_in_the_middle_of_a_decode_holds_neither_a_restore_nor_a_recovery() {
+    let shape = "--nodes 6 --k 4 --m 2 --block-size 16KiB --liveness 1s";
+    let mut c = Cluster::up(&shape.split(' ').collect::<Vec<_>>());
+    let data: Vec<Vec<u8>> = (0..4).map(|r| bytes(600_000, r + 11)).collect();
+    c.checkpoint(data.clone(), true);
+    let lost = c.status_placement(0);
+    c.kill(&lost, false);
+    c.wait_down(&lost);
+
+    // A restore of rank 0 decodes its image from the survivors.
+    c.pause("mid-decode");
+    let restore = {
+        let d = c.d().to_string();
+        let out = c.dir.parent().unwrap().join("restored0");
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let result = cluster::run(&["restore", "--dir", &d, "--rank", "0", "-o", out.to_str().unwrap()]);
+            (started.elapsed(), result, out)
+        })
+    };
+    let (stopped, pid) = stop_a_decoder(&c);
+    let (took, out, path) = restore.join().unwrap();
+    signal(&pid, "-CONT");
+    assert!(
+        took < HUNG_MEMBER_BOUND,
+        "the restore waited {took:?} on stopped {stopped}"
+    );
+    if out.status.success() {
+        assert!(
+            std::fs::read(&path).unwrap() == data[0],
+            "restored different bytes"
+        );
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("node {stopped}")),
+            "the error names {stopped}: {err}"
+        );
+    }
+    wait_alive(&c, &stopped);
+    assert!(c.restore(0).unwrap() == data[0], "once {stopped} runs again");
+
+    // A recovery rebuilds the lost node's data on the survivors.
+    c.pause("mid-decode");
+    let started = Instant::now();
+    let recovery = c.recover_in_background();
+    let (stopped, pid) = stop_a_decoder(&c);
+    let out = cluster::finish(recovery, "recover");
+    let took = started.elapsed();
+    signal(&pid, "-CONT");
+    assert!(
+        took < HUNG_MEMBER_BOUND,
+        "the recovery waited {took:?} on stopped {stopped}"
+    );
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("node {stopped}")),
+            "the error names {stopped}: {err}"
+        );
+        wait_alive(&c, &stopped);
+        let again = c.recover();
+        assert!(
+            again.status.success(),
+            "{}",
+            String::from_utf8_lossy(&again.stderr)
+        );
+    }
+    c.assert_restorable();
+    let before = c.committed();
+    c.checkpoint(data, true);
+    assert!(c.committed() > before, "later epochs commit");
     c.assert_restorable();
 }
 

@@ -13,6 +13,9 @@ pub enum Phase {
     BeforeEncode,
     /// An agent is inside a coding task, after its first row.
     MidEncode,
+    /// An agent is inside a decode task (a recovery's or a restore's), after its first row
+    /// of the object's half.
+    MidDecode,
     /// Every member prepared the epoch; the coordinator has not decided yet.
     BeforeCommit,
     /// The epoch is committed in the journal; agents have not been told.
@@ -27,9 +30,10 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in the order an epoch, a recovery and a flush reach them.
-    pub const ALL: [Phase; 7] = [
+    pub const ALL: [Phase; 8] = [
         Phase::BeforeEncode,
         Phase::MidEncode,
+        Phase::MidDecode,
         Phase::BeforeCommit,
         Phase::AfterCommit,
         Phase::MidRecovery,
@@ -42,6 +46,7 @@ impl Phase {
         match self {
             Phase::BeforeEncode => "before-encode",
             Phase::MidEncode => "mid-encode",
+            Phase::MidDecode => "mid-decode",
             Phase::BeforeCommit => "before-commit",
             Phase::AfterCommit => "after-commit",
             Phase::MidRecovery => "mid-recovery",
@@ -57,6 +62,12 @@ impl Phase {
             format!("phase {name:?}: expected one of {}", names.join(", "))
         })
     }
+}
+
+/// The row after which a coding task over `rows` rows reaches its pause point (half-way:
+/// every stream is up and carrying data).
+pub fn pause_row(rows: u64) -> Option<u64> {
+    Some((rows / 2).max(1))
 }
 
 fn wanted(debug_dir: &Path, phase: Phase) -> bool {

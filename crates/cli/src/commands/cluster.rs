@@ -478,8 +478,8 @@ pub enum Debug {
         /// Cluster directory.
         #[arg(long, env = "ECKPT_CLUSTER")]
         dir: PathBuf,
-        /// One of before-encode, mid-encode, before-commit, after-commit, mid-recovery,
-        /// mid-flush, before-publish.
+        /// One of before-encode, mid-encode, mid-decode, before-commit, after-commit,
+        /// mid-recovery, mid-flush, before-publish.
         #[arg(long)]
         at: String,
     },

@@ -142,13 +142,17 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
     let debug = agent.dir.debug();
     let who = agent.info.name.clone();
     let pause = task.pause_after_rows;
+    let phase = match task.decode {
+        Some(_) => crate::debug::Phase::MidDecode,
+        None => crate::debug::Phase::MidEncode,
+    };
     let topology = task.coding.topology;
     let (result, links, local) = tokio::task::spawn_blocking(move || {
         let mut links = links;
         let mut local = local;
         let mut progress = |done: u64, _total: u64| {
             if pause == Some(done) {
-                crate::debug::pause_point(&debug, crate::debug::Phase::MidEncode, &who);
+                crate::debug::pause_point(&debug, phase, &who);
             }
         };
         let result = run_participant(

@@ -340,7 +340,7 @@ impl FullPlan {
             object: self.object.clone(),
             participants: participants.iter().cloned().map(Some).collect(),
             decode: None,
-            pause_after_rows: Some((self.geometry.rows() / 2).max(1)),
+            pause_after_rows: crate::debug::pause_row(self.geometry.rows()),
         }
     }
 

@@ -137,18 +137,29 @@ impl Coordinator {
     }
 
     /// Sends one request to each `(node, request)` concurrently; results in order. A node
-    /// that was alive when asked and is not any more (gone, or silent for the liveness
-    /// period: a hung host never answers) gets an error instead of an answer, so that no
+    /// that is not alive when asked (the caller's list may be older than the last liveness
+    /// period) is not asked; one that stops being alive while asked (gone, or silent for the
+    /// liveness period: a hung host never answers, and its listener would hold a connection
+    /// for the whole handshake timeout) gets an error instead of an answer — so that no
     /// decision waits on a node that will not answer.
     async fn ask_all(
         &self,
         requests: Vec<(NodeInfo, AgentRequest)>,
     ) -> Vec<Result<AgentResponse, ClusterError>> {
         let mut set = JoinSet::new();
-        let count = requests.len();
+        let mut out: Vec<Option<Result<AgentResponse, ClusterError>>> =
+            (0..requests.len()).map(|_| None).collect();
         let alive_when_asked = self.alive();
         let mut pending = BTreeMap::new();
         for (i, (node, request)) in requests.into_iter().enumerate() {
+            if !alive_when_asked.contains_key(&node.name) {
+                let reason = self.not_alive(&node.name).unwrap_or_else(|| "not alive".into());
+                out[i] = Some(Err(ClusterError::Node {
+                    node: node.name,
+                    reason,
+                }));
+                continue;
+            }
             let (host, secret) = (self.host.clone(), self.secret.clone());
             let name = node.name.clone();
             let call = set.spawn(async move {
@@ -165,11 +176,8 @@ impl Coordinator {
                 .await;
                 (i, result)
             });
-            if alive_when_asked.contains_key(&name) {
-                pending.insert(i, (name, call));
-            }
+            pending.insert(i, (name, call));
         }
-        let mut out: Vec<Option<Result<AgentResponse, ClusterError>>> = (0..count).map(|_| None).collect();
         let mut watch = tokio::time::interval(blame::WATCH_EVERY);
         loop {
             tokio::select! {
