@@ -7,8 +7,11 @@ CARGO := PATH="$$HOME/.cargo/bin:$$PATH" cargo
 setup:
 	@bash scripts/setup.sh
 
+# The released build: the eckpt binary without fault injection (no `eckpt debug`, no
+# `eckpt run --kill-at`, no pause points in the daemons).
 build: setup
-	$(CARGO) build --release --workspace
+	$(CARGO) build --release --workspace --exclude eckpt
+	$(CARGO) build --release -p eckpt --no-default-features
 	@$(MAKE) --no-print-directory klauspost || echo "make: the klauspost harness did not build; eckpt bench codec runs without it"
 
 # The klauspost/reedsolomon harness that `eckpt bench codec` compares the codec with
@@ -21,7 +24,9 @@ klauspost:
 	  echo "cd bench/klauspost && $(GO) build -o ../../target/klauspost-bench ."; \
 	  cd bench/klauspost && $(GO) build -o ../../target/klauspost-bench .
 
-demo: build
+# The demo build keeps fault injection: the demo kills nodes with `eckpt run --kill-at`.
+demo: setup
+	$(CARGO) build --release --workspace
 	bash scripts/demo.sh
 
 # The C and Fortran library, its header, the Fortran module's source, pkg-config and CMake files

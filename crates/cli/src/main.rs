@@ -79,7 +79,8 @@ enum Command {
     Report(commands::report::Args),
     /// Fault-injection pause points for tests and demos.
     #[command(subcommand)]
-    Debug(commands::cluster::Debug),
+    #[cfg(feature = "fault-injection")]
+    Debug(commands::debug::Debug),
     /// Show the settings a command runs with and where each came from: a flag, an
     /// environment variable, a configuration file (eckpt.toml) or the built-in default.
     Config(commands::config::Args),
@@ -126,7 +127,8 @@ fn main() {
         Command::Coordinator(args) => commands::daemons::run_coordinator(args),
         Command::Model(args) => commands::model::run(args),
         Command::Report(args) => commands::report::run(args),
-        Command::Debug(debug) => commands::cluster::run_debug(debug),
+        #[cfg(feature = "fault-injection")]
+        Command::Debug(debug) => commands::debug::run_debug(debug),
         Command::Config(args) => commands::config::run(args, &root),
     };
     match result {

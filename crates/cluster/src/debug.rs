@@ -2,9 +2,14 @@
 //! `D/debug/pause`; a process reaching that phase writes `D/debug/reached-<who>` and waits
 //! until the pause is lifted (`eckpt debug resume` removes the file), so a test can kill
 //! nodes at exactly that moment. Without the file, a pause point costs one `stat`.
+//!
+//! Only a build with the `fault-injection` feature pauses (the test and demo builds); in the
+//! released binary (`make build`, `make install`) a pause point is empty and no daemon
+//! reads `D/debug/`, which may lie on a parallel file system.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
+#[cfg(feature = "fault-injection")]
+use std::{path::PathBuf, time::Duration};
 
 /// The phases a test can stop the cluster at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,16 +70,18 @@ impl Phase {
 }
 
 /// The row after which a coding task over `rows` rows reaches its pause point (half-way:
-/// every stream is up and carrying data).
+/// every stream is up and carrying data); none without fault injection.
 pub fn pause_row(rows: u64) -> Option<u64> {
-    Some((rows / 2).max(1))
+    cfg!(feature = "fault-injection").then(|| (rows / 2).max(1))
 }
 
+#[cfg(feature = "fault-injection")]
 fn wanted(debug_dir: &Path, phase: Phase) -> bool {
     std::fs::read_to_string(debug_dir.join("pause")).is_ok_and(|p| p.trim() == phase.name())
 }
 
 /// Marks `who` as paused at `phase` if a pause is asked for there; the marker to remove.
+#[cfg(feature = "fault-injection")]
 fn enter(debug_dir: &Path, phase: Phase, who: &str) -> Option<PathBuf> {
     if !wanted(debug_dir, phase) {
         return None;
@@ -86,26 +93,33 @@ fn enter(debug_dir: &Path, phase: Phase, who: &str) -> Option<PathBuf> {
 }
 
 /// How often a paused process looks whether the pause was lifted.
+#[cfg(feature = "fault-injection")]
 const POLL: Duration = Duration::from_millis(20);
 
 /// Blocks while `D/debug/pause` names `phase` (for threads that may block).
 pub fn pause_point(debug_dir: &Path, phase: Phase, who: &str) {
+    #[cfg(feature = "fault-injection")]
     if let Some(reached) = enter(debug_dir, phase, who) {
         while wanted(debug_dir, phase) {
             std::thread::sleep(POLL);
         }
         let _ = std::fs::remove_file(reached);
     }
+    #[cfg(not(feature = "fault-injection"))]
+    let _ = (debug_dir, phase, who);
 }
 
 /// [`pause_point`] for async code.
 pub async fn pause_point_async(debug_dir: &Path, phase: Phase, who: &str) {
+    #[cfg(feature = "fault-injection")]
     if let Some(reached) = enter(debug_dir, phase, who) {
         while wanted(debug_dir, phase) {
             tokio::time::sleep(POLL).await;
         }
         let _ = std::fs::remove_file(reached);
     }
+    #[cfg(not(feature = "fault-injection"))]
+    let _ = (debug_dir, phase, who);
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+#[cfg(feature = "fault-injection")]
 pub mod faults;
 pub mod guard;
 pub mod host;
@@ -63,8 +64,10 @@ pub struct RunOptions {
     /// Relaunches allowed after failures before giving up.
     pub max_restarts: u32,
     /// Nodes to kill, when (tests and demos).
+    #[cfg(feature = "fault-injection")]
     pub kill_at: faults::KillPlan,
     /// Seed of the choice of nodes to kill.
+    #[cfg(feature = "fault-injection")]
     pub seed: u64,
     /// `ECKPT_INTERVAL` for the ranks (`snapshot()`), if given.
     pub interval: Option<String>,

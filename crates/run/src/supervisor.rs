@@ -17,18 +17,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "fault-injection")]
 use eckpt_cluster::launch;
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
-use eckpt_cluster_api::msg::{FlushRestore, JobClaim, LeaseHolder, NodeInfo, RecoveryReport, StatusReport};
+#[cfg(feature = "fault-injection")]
+use eckpt_cluster_api::msg::NodeInfo;
+use eckpt_cluster_api::msg::{FlushRestore, JobClaim, LeaseHolder, RecoveryReport, StatusReport};
 use eckpt_cluster_api::ErrorKind;
 
 use crate::cluster::{Cluster, EpochWatch};
+#[cfg(feature = "fault-injection")]
 use crate::faults::{choose_victims, GroupView, KillPlan};
 use crate::guard::Guard;
 use crate::host::NodeHost;
 use crate::launcher::{kill_launch, Ending, LaunchSpec};
 use crate::lease::Lease;
 use crate::placement::{self, Host};
+#[cfg(feature = "fault-injection")]
 use crate::procs;
 use crate::record::{AttemptRecord, EpochRecord, FailureRecord, RecoveryRecord, RunRecord, RECORD_FORMAT};
 use crate::session::Session;
@@ -220,7 +225,9 @@ struct Supervisor<'a> {
     cluster: Cluster,
     record: RunRecord,
     started: Instant,
+    #[cfg(feature = "fault-injection")]
     kills: KillPlan,
+    #[cfg(feature = "fault-injection")]
     kills_done: u64,
     restarts: u32,
     interrupted: Arc<AtomicBool>,
@@ -292,7 +299,9 @@ impl<'a> Supervisor<'a> {
             cluster,
             record,
             started,
+            #[cfg(feature = "fault-injection")]
             kills: options.kill_at.clone(),
+            #[cfg(feature = "fault-injection")]
             kills_done: 0,
             restarts: 0,
             interrupted,
@@ -554,10 +563,13 @@ impl<'a> Supervisor<'a> {
                     .failing_since
                     .map_or(0.0, |t| start.saturating_duration_since(t).as_secs_f64());
             }
+            #[cfg(feature = "fault-injection")]
             let result = match self.kills.during_recovery() {
                 Some(count) => self.recover_with_kill(count, events),
                 None => self.cluster.recover(self.options.relocation),
             };
+            #[cfg(not(feature = "fault-injection"))]
+            let result = self.cluster.recover(self.options.relocation);
             match result {
                 Ok(report) => self.absorb(&report, events),
                 Err(RunError::Cluster(e)) if e.kind() == ErrorKind::Unrecoverable => {
@@ -634,6 +646,7 @@ impl<'a> Supervisor<'a> {
 
     /// A recovery with `count` nodes killed in its middle (between decode and re-encode),
     /// through the coordinator's fault-injection pause point.
+    #[cfg(feature = "fault-injection")]
     fn recover_with_kill(
         &mut self,
         count: usize,
@@ -665,6 +678,7 @@ impl<'a> Supervisor<'a> {
 
     /// Kills `count` rank-hosting nodes: every process of the job on them, their agent,
     /// and their node-local data.
+    #[cfg(feature = "fault-injection")]
     fn kill_nodes(
         &mut self,
         count: usize,
@@ -713,6 +727,7 @@ impl<'a> Supervisor<'a> {
 
     /// SIGKILLs the job's processes on `node`: its ranks of the running attempt, and when
     /// the node has a network namespace of its own, everything in it.
+    #[cfg(feature = "fault-injection")]
     fn kill_processes(&self, node: &str, ranks: &[u32], info: Option<&NodeInfo>) -> Result<(), RunError> {
         if let Some(launch) = &self.launch {
             for (pid, rank) in procs::of_launch(launch) {
@@ -849,8 +864,11 @@ impl<'a> Supervisor<'a> {
 
     /// Records the epochs decided since last time and fires the kills they make due.
     fn take_epochs(&mut self, events: &mut dyn FnMut(Event)) -> Result<(), RunError> {
+        #[cfg(not(feature = "fault-injection"))]
+        let _ = events;
         while let Ok(outcome) = self.watch.outcomes.try_recv() {
             self.record.epochs.push(EpochRecord::new(&outcome, self.now()));
+            #[cfg(feature = "fault-injection")]
             if outcome.committed {
                 let count = self.kills.due(outcome.epoch);
                 if count > 0 {

@@ -1,11 +1,9 @@
-//! Managing a local cluster: `up`, `down`, `status`, `join`, `leave`, `kill-node`, and the
-//! fault-injection pause points of `debug`.
+//! Managing a local cluster: `up`, `down`, `status`, `join`, `leave`, `kill-node`.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use eckpt_cluster::debug::Phase;
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines, FlushConfig};
@@ -468,71 +466,5 @@ pub fn run_kill(args: KillArgs) -> Result<i32> {
         pid.map_or("agent was not running".into(), |p| format!("killed pid {p}")),
         if args.wipe { ", local data wiped" } else { "" }
     );
-    Ok(0)
-}
-
-#[derive(clap::Subcommand)]
-pub enum Debug {
-    /// Make the cluster stop at PHASE until `resume` (fault injection for tests and demos).
-    Pause {
-        /// Cluster directory.
-        #[arg(long, env = "ECKPT_CLUSTER")]
-        dir: PathBuf,
-        /// One of before-encode, mid-encode, mid-decode, before-commit, after-commit,
-        /// mid-recovery, mid-flush, before-publish.
-        #[arg(long)]
-        at: String,
-    },
-    /// Wait until some process reached the pause point.
-    Wait {
-        /// Cluster directory.
-        #[arg(long, env = "ECKPT_CLUSTER")]
-        dir: PathBuf,
-        /// Seconds to wait at most.
-        #[arg(long, default_value_t = 60)]
-        timeout: u64,
-    },
-    /// Lift the pause.
-    Resume {
-        /// Cluster directory.
-        #[arg(long, env = "ECKPT_CLUSTER")]
-        dir: PathBuf,
-    },
-}
-
-pub fn run_debug(debug: Debug) -> Result<i32> {
-    match debug {
-        Debug::Pause { dir, at } => {
-            let at = Phase::parse(&at).map_err(anyhow::Error::msg)?;
-            let dir = ClusterDir::new(&dir)?;
-            std::fs::create_dir_all(dir.debug())?;
-            std::fs::write(dir.debug().join("pause"), at.name())?;
-        }
-        Debug::Wait { dir, timeout } => {
-            let dir = ClusterDir::new(&dir)?;
-            let deadline = Instant::now() + Duration::from_secs(timeout);
-            loop {
-                let reached: Vec<String> = std::fs::read_dir(dir.debug())?
-                    .flatten()
-                    .filter_map(|e| e.file_name().to_str()?.strip_prefix("reached-").map(String::from))
-                    .collect();
-                if !reached.is_empty() {
-                    println!("paused: {}", reached.join(" "));
-                    break;
-                }
-                if Instant::now() > deadline {
-                    bail!("no process reached the pause point within {timeout} s");
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        Debug::Resume { dir } => {
-            let dir = ClusterDir::new(&dir)?;
-            match std::fs::remove_file(dir.debug().join("pause")) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => {}
-            }
-        }
-    }
     Ok(0)
 }

@@ -6,6 +6,8 @@ pub mod ckpt;
 pub mod cluster;
 pub mod config;
 pub mod daemons;
+#[cfg(feature = "fault-injection")]
+pub mod debug;
 pub mod decode;
 pub mod delta;
 pub mod encode;

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{JobStart, Relocation};
+#[cfg(feature = "fault-injection")]
 use eckpt_run::faults::KillPlan;
 use eckpt_run::output::{Sink, Sinks};
 use eckpt_run::placement::Policy;
@@ -70,9 +71,11 @@ pub struct RunArgs {
     /// Fault injection: kill COUNT rank-hosting nodes with their stores right after epoch
     /// EPOCH commits (EPOCH:COUNT), or in the middle of the next recovery (recovery:COUNT);
     /// comma-separated.
+    #[cfg(feature = "fault-injection")]
     #[arg(long, value_name = "EPOCH:COUNT[,…]", default_value = "")]
     kill_at: String,
     /// Seed of the choice of nodes --kill-at kills.
+    #[cfg(feature = "fault-injection")]
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// How often the ranks' `snapshot()` checkpoints: a duration (30s, 5m) or auto
@@ -124,6 +127,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
             "--nodes: the cluster's nodes are its hosts (the host file's, or the Slurm allocation's); drop --nodes (--spares keeps some of them spare)"
         );
     }
+    #[cfg(feature = "fault-injection")]
     let kill_at = KillPlan::parse(&args.kill_at).map_err(anyhow::Error::msg)?;
     check_interval(args.interval.as_deref(), args.mtbf.as_deref())?;
     let default_nodes = args.shape.default_nodes()?;
@@ -146,7 +150,9 @@ pub fn run(args: RunArgs) -> Result<i32> {
         placement: args.placement,
         relocation: args.relocation,
         max_restarts: args.max_restarts,
+        #[cfg(feature = "fault-injection")]
         kill_at,
+        #[cfg(feature = "fault-injection")]
         seed: args.seed,
         interval: args.interval.clone(),
         mtbf: args.mtbf.clone(),
