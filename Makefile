@@ -47,6 +47,7 @@ test: setup
 	bash scripts/install-test.sh
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --release -p eckpt --no-default-features -- -D warnings
 
 # Coverage-guided fuzzing of the untrusted-input parsers (needs nightly and cargo-fuzz).
 FUZZ_SECONDS ?= 60
