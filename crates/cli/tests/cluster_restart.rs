@@ -29,6 +29,49 @@ fn small_cluster() -> Cluster {
     Cluster::up(&["--nodes", "4", "--k", "2", "--m", "2", "--block-size", "8KiB"])
 }
 
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
+fn ended(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit(") ").next().is_some_and(|rest| rest.starts_with('Z'))
+    })
+}
+
+/// Crash-only: a panic injected in the coordinator right after it journaled a commit
+/// aborts it (its log says why) instead of leaving a process that answers heartbeats and
+/// refuses the rest; `eckpt coordinator` started again — the restart path — serves that
+/// commit byte-exact, and the next epoch commits.
+#[test]
+fn a_coordinator_that_panics_aborts_and_its_restart_serves_the_commit() {
+    let mut c = small_cluster();
+    epoch_of(&mut c, &data(2, 1));
+    let pid = c.pid("coordinator");
+    ok(&["debug", "panic", "--dir", c.d(), "--at", "after-commit"]);
+    // The last rank's wait ends with the coordinator, whatever it reports.
+    c.checkpoint(data(2, 2), true);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !ended(&pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the coordinator did not abort"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let log = std::fs::read_to_string(c.dir.join("coordinator/log")).unwrap();
+    assert!(
+        log.contains("injected panic at after-commit in coordinator") && log.contains("crash-only"),
+        "{log}"
+    );
+    let restarted = c.start_coordinator();
+    c.wait_all_alive();
+    assert_eq!(c.committed(), 2, "the commit was journaled before the panic");
+    c.assert_restorable();
+    epoch_of(&mut c, &data(2, 3));
+    assert_eq!(c.committed(), 3);
+    c.assert_restorable();
+    drop(c);
+    finish(restarted, "the restarted coordinator after down");
+}
+
 #[test]
 fn a_journal_damaged_after_a_commit_is_refused_not_served() {
     let mut c = small_cluster();

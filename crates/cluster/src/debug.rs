@@ -3,6 +3,11 @@
 //! until the pause is lifted (`eckpt debug resume` removes the file), so a test can kill
 //! nodes at exactly that moment. Without the file, a pause point costs one `stat`.
 //!
+//! `eckpt debug panic --at PHASE` writes `D/debug/panic` instead: the first process to reach
+//! that phase removes the file and panics there (once: the daemon restarted after the
+//! crash goes on), which is how tests check that a panic aborts a daemon and that its
+//! restart path recovers.
+//!
 //! Only a build with the `fault-injection` feature pauses (the test and demo builds); in the
 //! released binary (`make build`, `make install`) a pause point is empty and no daemon
 //! reads `D/debug/`, which may lie on a parallel file system.
@@ -80,9 +85,21 @@ fn wanted(debug_dir: &Path, phase: Phase) -> bool {
     std::fs::read_to_string(debug_dir.join("pause")).is_ok_and(|p| p.trim() == phase.name())
 }
 
+/// Panics if a panic is asked for at `phase`, removing the request first (one shot).
+#[cfg(feature = "fault-injection")]
+fn panic_if_asked(debug_dir: &Path, phase: Phase, who: &str) {
+    let request = debug_dir.join("panic");
+    if std::fs::read_to_string(&request).is_ok_and(|p| p.trim() == phase.name()) {
+        let _ = std::fs::remove_file(&request);
+        panic!("injected panic at {} in {who}", phase.name());
+    }
+}
+
 /// Marks `who` as paused at `phase` if a pause is asked for there; the marker to remove.
+/// Panics there instead if a panic is asked for.
 #[cfg(feature = "fault-injection")]
 fn enter(debug_dir: &Path, phase: Phase, who: &str) -> Option<PathBuf> {
+    panic_if_asked(debug_dir, phase, who);
     if !wanted(debug_dir, phase) {
         return None;
     }

@@ -22,6 +22,16 @@ pub enum Debug {
         #[arg(long)]
         at: String,
     },
+    /// Make the first process reaching PHASE panic there, once (a crash-only daemon then
+    /// aborts; its restart goes on).
+    Panic {
+        /// Cluster directory.
+        #[arg(long, env = "ECKPT_CLUSTER")]
+        dir: PathBuf,
+        /// A phase, as for `pause`.
+        #[arg(long)]
+        at: String,
+    },
     /// Wait until some process reached the pause point.
     Wait {
         /// Cluster directory.
@@ -42,12 +52,8 @@ pub enum Debug {
 /// Runs a `debug` subcommand.
 pub fn run_debug(debug: Debug) -> Result<i32> {
     match debug {
-        Debug::Pause { dir, at } => {
-            let at = Phase::parse(&at).map_err(anyhow::Error::msg)?;
-            let dir = ClusterDir::new(&dir)?;
-            std::fs::create_dir_all(dir.debug())?;
-            std::fs::write(dir.debug().join("pause"), at.name())?;
-        }
+        Debug::Pause { dir, at } => request(&dir, "pause", &at)?,
+        Debug::Panic { dir, at } => request(&dir, "panic", &at)?,
         Debug::Wait { dir, timeout } => {
             let dir = ClusterDir::new(&dir)?;
             let deadline = Instant::now() + Duration::from_secs(timeout);
@@ -75,4 +81,13 @@ pub fn run_debug(debug: Debug) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// Writes `D/debug/KIND` naming phase `at`.
+fn request(dir: &std::path::Path, kind: &str, at: &str) -> Result<()> {
+    let at = Phase::parse(at).map_err(anyhow::Error::msg)?;
+    let dir = ClusterDir::new(dir)?;
+    std::fs::create_dir_all(dir.debug())?;
+    std::fs::write(dir.debug().join(kind), at.name())?;
+    Ok(())
 }
