@@ -80,6 +80,15 @@ pub struct Deadlines {
     /// with `up --detach` and forgotten then does not hold its hosts for ever.
     #[serde(default)]
     pub idle_ms: u64,
+    /// How long a task's participant waits for a peer's stream to arrive: a peer alive but
+    /// slow to start its part (a loaded host reading its store). A peer declared dead cancels
+    /// the task long before.
+    #[serde(default = "default_peer_wait_ms")]
+    pub peer_wait_ms: u64,
+}
+
+fn default_peer_wait_ms() -> u64 {
+    120_000
 }
 
 impl Default for Deadlines {
@@ -89,6 +98,7 @@ impl Default for Deadlines {
             lease_ms: 10_000,
             partition_grace_ms: 60_000,
             idle_ms: 0,
+            peer_wait_ms: default_peer_wait_ms(),
         }
     }
 }
@@ -117,6 +127,11 @@ impl Deadlines {
     /// How long a coordinator hearing nobody suspects itself.
     pub fn partition_grace(&self) -> Duration {
         Duration::from_millis(self.partition_grace_ms)
+    }
+
+    /// How long a task's participant waits for a peer's stream.
+    pub fn peer_wait(&self) -> Duration {
+        Duration::from_millis(self.peer_wait_ms)
     }
 
     /// How long a cluster with no job runs before it stops itself (`None`: for ever).
@@ -158,6 +173,7 @@ impl Deadlines {
         check("--liveness", self.liveness_ms, 600)?;
         check("--lease", self.lease_ms, 1_000)?;
         check("--partition-grace", self.partition_grace_ms, self.liveness_ms)?;
+        check("--peer-wait", self.peer_wait_ms, self.liveness_ms)?;
         if self.idle_ms > 0 {
             // Shorter, and a run between two renewals of its lease would look idle.
             check("--idle-lease", self.idle_ms, self.lease_ms)?;

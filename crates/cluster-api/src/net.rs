@@ -14,9 +14,6 @@ use tokio::sync::Notify;
 use crate::msg::{Hello, NodeInfo};
 use crate::ClusterError;
 
-/// How long a task waits for a peer's stream to arrive before giving up.
-pub const PEER_WAIT: Duration = Duration::from_secs(120);
-
 /// This process's host identity: the host name and the network namespace, since peers in
 /// other namespaces cannot share a Unix socket path… they can, but then they bypass the
 /// (shaped) network the namespaces exist to model, so they use TCP.
@@ -115,7 +112,7 @@ pub async fn next_request<Q: DeserializeOwned>(conn: &mut Connection) -> Result<
 }
 
 /// Where incoming peer streams wait for their task.
-#[derive(Default, Clone)]
+#[derive(Clone)]
 pub struct Inbox {
     inner: Arc<InboxInner>,
 }
@@ -123,8 +120,9 @@ pub struct Inbox {
 /// `(task, phase, sending participant)`.
 type StreamKey = (u64, u32, usize);
 
-#[derive(Default)]
 struct InboxInner {
+    /// How long a task waits for a peer's stream (the cluster's `peer_wait`).
+    peer_wait: Duration,
     streams: Mutex<HashMap<StreamKey, (FrameReader, Instant)>>,
     /// Tasks the coordinator cancelled (a participant is gone), with why, and when.
     cancelled: Mutex<HashMap<u64, (String, Instant)>>,
@@ -132,21 +130,33 @@ struct InboxInner {
 }
 
 impl Inbox {
+    /// An empty inbox whose tasks wait `peer_wait` for a peer's stream.
+    pub fn new(peer_wait: Duration) -> Inbox {
+        Inbox {
+            inner: Arc::new(InboxInner {
+                peer_wait,
+                streams: Mutex::default(),
+                cancelled: Mutex::default(),
+                arrived: Notify::new(),
+            }),
+        }
+    }
+
     /// Parks the stream from participant `from` for `task` in `phase`.
     pub fn put(&self, task: u64, phase: u32, from: usize, reader: FrameReader) {
         let mut streams = self.inner.streams.lock().expect("inbox lock");
         // Streams nobody took for long belong to tasks that failed elsewhere.
-        streams.retain(|_, (_, at)| at.elapsed() < PEER_WAIT * 2);
+        streams.retain(|_, (_, at)| at.elapsed() < self.inner.peer_wait * 2);
         streams.insert((task, phase, from), (reader, Instant::now()));
         drop(streams);
         self.inner.arrived.notify_waiters();
     }
 
     /// Cancels `task`: waits for its streams end at once with `reason` (a participant that
-    /// is gone will never connect; waiting [`PEER_WAIT`] for it would hold the epoch).
+    /// is gone will never connect; waiting the peer wait for it would hold the epoch).
     pub fn cancel(&self, task: u64, reason: String) {
         let mut cancelled = self.inner.cancelled.lock().expect("inbox lock");
-        cancelled.retain(|_, (_, at)| at.elapsed() < PEER_WAIT * 2);
+        cancelled.retain(|_, (_, at)| at.elapsed() < self.inner.peer_wait * 2);
         cancelled.insert(task, (reason, Instant::now()));
         drop(cancelled);
         self.inner.arrived.notify_waiters();
@@ -165,10 +175,10 @@ impl Inbox {
         }
     }
 
-    /// Takes the stream from `from` for `task` in `phase`, waiting up to [`PEER_WAIT`] or
+    /// Takes the stream from `from` for `task` in `phase`, waiting up to the peer wait or
     /// until the task is cancelled.
     pub async fn take(&self, task: u64, phase: u32, from: usize) -> Result<FrameReader, ClusterError> {
-        let deadline = Instant::now() + PEER_WAIT;
+        let deadline = Instant::now() + self.inner.peer_wait;
         loop {
             let notified = self.inner.arrived.notified();
             if let Some((reason, _)) = self.inner.cancelled.lock().expect("inbox lock").get(&task) {
@@ -186,10 +196,67 @@ impl Inbox {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || tokio::time::timeout(left, notified).await.is_err() {
                 return Err(ClusterError::Link(format!(
-                    "task {task}: participant {from} did not connect within {}s",
-                    PEER_WAIT.as_secs()
+                    "task {task}: participant {from} did not connect within {:.1} s",
+                    self.inner.peer_wait.as_secs_f64()
                 )));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// The wait for a peer's stream is the cluster's configured bound, not a constant: a
+    /// peer that never connects fails the task after it, naming the participant.
+    #[test]
+    fn a_peer_that_never_connects_fails_the_task_after_the_configured_wait() {
+        let inbox = Inbox::new(Duration::from_millis(200));
+        let started = Instant::now();
+        let Err(e) = runtime().block_on(inbox.take(7, 0, 3)) else {
+            panic!("no peer connected")
+        };
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(200) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        assert!(e.is_link_symptom(), "{e}");
+        assert!(
+            e.to_string()
+                .contains("participant 3 did not connect within 0.2 s"),
+            "{e}"
+        );
+    }
+
+    /// A cancelled task's waits end at once with the coordinator's reason, whatever the
+    /// configured wait.
+    #[test]
+    fn a_cancelled_task_stops_waiting_for_its_peers() {
+        let inbox = Inbox::new(Duration::from_secs(600));
+        let rt = runtime();
+        let started = Instant::now();
+        let e = rt.block_on(async {
+            let waiting = inbox.take(9, 0, 1);
+            let canceller = async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                inbox.cancel(9, "participant n2 is down".into());
+            };
+            let (taken, ()) = tokio::join!(waiting, canceller);
+            taken.err().expect("cancelled")
+        });
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(
+            e.to_string().contains("task 9 cancelled: participant n2 is down"),
+            "{e}"
+        );
     }
 }

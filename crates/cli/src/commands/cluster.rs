@@ -160,6 +160,10 @@ pub struct DeadlineArgs {
     /// this long (e.g. 2h); default: it runs until `eckpt down`.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     idle_lease: Option<Duration>,
+    /// How long a node in a coding task waits for a peer's stream to arrive (a peer that
+    /// is alive but slow to start; one declared dead cancels the task at once).
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    peer_wait: Duration,
 }
 
 impl DeadlineArgs {
@@ -169,6 +173,7 @@ impl DeadlineArgs {
             lease_ms: self.lease.as_millis() as u64,
             partition_grace_ms: self.partition_grace.as_millis() as u64,
             idle_ms: self.idle_lease.map_or(0, |d| d.as_millis() as u64),
+            peer_wait_ms: self.peer_wait.as_millis() as u64,
         }
     }
 }

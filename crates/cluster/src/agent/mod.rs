@@ -143,7 +143,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
         secret,
         store,
         coded,
-        inbox: Inbox::default(),
+        inbox: Inbox::new(cluster.deadlines.peer_wait()),
         cluster,
         identity,
     });
