@@ -8,6 +8,16 @@ use crate::geometry::Geometry;
 /// A small object's chunk is a multiple of this (a page).
 pub const CHUNK_ROUND: u64 = 4096;
 
+/// The order of node names, in which groups are formed and spares and hosts are taken:
+/// `n2` before `n10` (the leading text, then the first number, then the rest).
+pub fn natural_key(name: &str) -> (String, u64, String) {
+    let digits_at = name.find(|c: char| c.is_ascii_digit()).unwrap_or(name.len());
+    let (prefix, rest) = name.split_at(digits_at);
+    let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    let number = rest[..end].parse().unwrap_or(0);
+    (prefix.to_string(), number, rest[end..].to_string())
+}
+
 /// The sizes of the groups `n` nodes form for a code of `k` data and `m` parity members,
 /// as `(data members, members)`: as many groups of `k + m` as fit, the remainder spread
 /// over them as extra data members. Fewer than `m + 1` nodes cannot be protected: none.
@@ -49,6 +59,13 @@ pub fn update_is_cheaper(changed: u64, m: usize, longest: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_names_sort_by_their_number() {
+        let mut names = vec!["n10", "n2", "rack1-n3", "n2b", "n1", "node"];
+        names.sort_by_key(|n| natural_key(n));
+        assert_eq!(names, vec!["n1", "n2", "n2b", "n10", "node", "rack1-n3"]);
+    }
 
     #[test]
     fn groups_are_full_codes_with_the_remainder_spread_as_data_members() {

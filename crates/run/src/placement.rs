@@ -36,10 +36,7 @@ impl std::str::FromStr for Policy {
     }
 }
 
-/// Orders `n2` before `n10`.
-pub fn natural_key(name: &str) -> (String, u64, String) {
-    eckpt_cluster::coordinator::natural_key(name)
-}
+pub use eckpt_coding::policy::natural_key;
 
 /// Places ranks `0..world` not in `placed` on `hosts`; ranks in `placed` keep their node (and
 /// count towards its load). `None` when there is no host.

@@ -68,14 +68,7 @@ pub struct Journal {
 /// How many epochs' pace figures the journal keeps.
 const PACE_KEPT: usize = 4;
 
-/// Orders names like `n2` before `n10`.
-pub fn natural_key(name: &str) -> (String, u64, String) {
-    let digits_at = name.find(|c: char| c.is_ascii_digit()).unwrap_or(name.len());
-    let (prefix, rest) = name.split_at(digits_at);
-    let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-    let number = rest[..end].parse().unwrap_or(0);
-    (prefix.to_string(), number, rest[end..].to_string())
-}
+pub use eckpt_coding::policy::natural_key;
 
 /// Splits `nodes`, in natural order, into groups of the sizes
 /// [`eckpt_coding::policy::group_sizes`] gives: `(data members, members)` per group.
