@@ -124,9 +124,8 @@ mod tests {
             let mut bytes = seal(&p);
             let i = at.index(bytes.len());
             bytes[i] ^= 1 << bit;
-            match unseal::<Parity>(&bytes) {
-                Ok(read) => prop_assert_eq!(read, p, "a flip that changes nothing (whitespace) may pass"),
-                Err(_) => {}
+            if let Ok(read) = unseal::<Parity>(&bytes) {
+                prop_assert_eq!(read, p, "a flip that changes nothing (whitespace) may pass");
             }
         }
     }
