@@ -197,6 +197,54 @@ fn a_member_stopped_in_the_middle_of_a_decode_holds_neither_a_restore_nor_a_reco
     c.assert_restorable();
 }
 
+/// A rank whose peers never checkpoint does not hang: its next checkpoint fails once the
+/// cluster's open wait (`--open-wait`, 10 min by default, 2 s here) has passed, saying
+/// which epoch is undecided and why.
+#[test]
+fn a_rank_whose_peers_never_checkpoint_fails_after_the_open_wait() {
+    let c = Cluster::up(&[
+        "--nodes",
+        "4",
+        "--k",
+        "2",
+        "--m",
+        "2",
+        "--block-size",
+        "16KiB",
+        "--liveness",
+        "1s",
+        "--open-wait",
+        "2s",
+    ]);
+    let image = c.dir.parent().unwrap().join("rank0.img");
+    std::fs::write(&image, bytes(50_000, 1)).unwrap();
+    let rank0 = [
+        "checkpoint",
+        "--dir",
+        c.d(),
+        "--world",
+        "2",
+        "--rank",
+        "0",
+        image.to_str().unwrap(),
+    ];
+    ok(&rank0);
+    // Rank 1 never writes epoch 1, so rank 0 may not open epoch 2.
+    let started = Instant::now();
+    let out = cluster::run(&rank0);
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("rank 0 already wrote epoch 1, still undecided after 2 s"),
+        "{err}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(20),
+        "{took:?}"
+    );
+}
+
 /// Needs root to mount a tiny tmpfs over a parity holder's `coded/` (CI runs as root).
 #[test]
 fn a_full_parity_disk_is_named_with_its_node() {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use eckpt_cluster_api::commands::coordinator_call;
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
-    CoordRequest, CoordResponse, EpochOutcome, NodeInfo, PaceReport, PaceStats, RankReport, OPEN_WAIT,
+    CoordRequest, CoordResponse, EpochOutcome, NodeInfo, PaceReport, PaceStats, RankReport,
 };
 use eckpt_cluster_api::{ClusterError, ErrorKind};
 
@@ -29,6 +29,8 @@ pub(crate) struct ClusterLink {
     generation: Option<u64>,
     /// How long an unreachable coordinator is tried again.
     retry: Duration,
+    /// How long the coordinator may keep a request waiting for the other ranks.
+    open_wait: Duration,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -44,7 +46,8 @@ fn end_superseded_rank(rank: u32, why: &ClusterError) -> ! {
 impl ClusterLink {
     pub(crate) fn new(dir: &Path, world: u32, generation: Option<u64>) -> Result<ClusterLink, Error> {
         let dir = ClusterDir::new(dir)?;
-        let retry = dir.load()?.deadlines.coordinator_retry();
+        let deadlines = dir.load()?.deadlines;
+        let (retry, open_wait) = (deadlines.coordinator_retry(), deadlines.open_wait());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -54,6 +57,7 @@ impl ClusterLink {
             world,
             generation,
             retry,
+            open_wait,
             runtime,
         })
     }
@@ -67,11 +71,11 @@ impl ClusterLink {
             let call = coordinator_call(&self.dir, &request, |_| {});
             let answer = self
                 .runtime
-                .block_on(async { tokio::time::timeout(OPEN_WAIT + self.retry, call).await })
+                .block_on(async { tokio::time::timeout(self.open_wait + self.retry, call).await })
                 .unwrap_or_else(|_| {
                     Err(ClusterError::Unreachable(format!(
                         "the coordinator did not answer within {} s",
-                        (OPEN_WAIT + self.retry).as_secs()
+                        (self.open_wait + self.retry).as_secs()
                     )))
                 });
             match answer {

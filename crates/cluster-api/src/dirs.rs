@@ -85,10 +85,20 @@ pub struct Deadlines {
     /// the task long before.
     #[serde(default = "default_peer_wait_ms")]
     pub peer_wait_ms: u64,
+    /// How long `OpenEpoch` and `Pace` wait for the other ranks (a rank's previous epoch to
+    /// be decided, every rank at a pace point) before they give up with an error: long
+    /// enough for the other ranks to reach their checkpoint and for the encode, bounded so
+    /// that a rank whose peers never come does not hang without a word.
+    #[serde(default = "default_open_wait_ms")]
+    pub open_wait_ms: u64,
 }
 
 fn default_peer_wait_ms() -> u64 {
     120_000
+}
+
+fn default_open_wait_ms() -> u64 {
+    600_000
 }
 
 impl Default for Deadlines {
@@ -99,6 +109,7 @@ impl Default for Deadlines {
             partition_grace_ms: 60_000,
             idle_ms: 0,
             peer_wait_ms: default_peer_wait_ms(),
+            open_wait_ms: default_open_wait_ms(),
         }
     }
 }
@@ -132,6 +143,11 @@ impl Deadlines {
     /// How long a task's participant waits for a peer's stream.
     pub fn peer_wait(&self) -> Duration {
         Duration::from_millis(self.peer_wait_ms)
+    }
+
+    /// How long a rank waits for the other ranks of its job.
+    pub fn open_wait(&self) -> Duration {
+        Duration::from_millis(self.open_wait_ms)
     }
 
     /// How long a cluster with no job runs before it stops itself (`None`: for ever).
@@ -174,6 +190,7 @@ impl Deadlines {
         check("--lease", self.lease_ms, 1_000)?;
         check("--partition-grace", self.partition_grace_ms, self.liveness_ms)?;
         check("--peer-wait", self.peer_wait_ms, self.liveness_ms)?;
+        check("--open-wait", self.open_wait_ms, self.liveness_ms)?;
         if self.idle_ms > 0 {
             // Shorter, and a run between two renewals of its lease would look idle.
             check("--idle-lease", self.idle_ms, self.lease_ms)?;

@@ -15,12 +15,6 @@ use crate::shard_layout::ShardLayout;
 /// The item name `eckpt checkpoint FILE` stores a file under.
 pub const FILE_ITEM: &str = "file";
 
-/// How long `OpenEpoch` and `Pace` wait for the other ranks (a rank's previous epoch to
-/// be decided, every rank at a pace point) before they give up with an error: long enough
-/// for the other ranks to reach their checkpoint and for the encode, bounded so that a rank
-/// whose peers never come does not hang without a word.
-pub const OPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
-
 /// Frames of bulk data are at most this long.
 pub const DATA_FRAME: usize = 4 << 20;
 

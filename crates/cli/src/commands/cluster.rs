@@ -164,6 +164,10 @@ pub struct DeadlineArgs {
     /// is alive but slow to start; one declared dead cancels the task at once).
     #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
     peer_wait: Duration,
+    /// How long a rank waits for the other ranks of its job (the previous epoch to be
+    /// decided, every rank at a pace point) before it fails with an error naming them.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    open_wait: Duration,
 }
 
 impl DeadlineArgs {
@@ -174,6 +178,7 @@ impl DeadlineArgs {
             partition_grace_ms: self.partition_grace.as_millis() as u64,
             idle_ms: self.idle_lease.map_or(0, |d| d.as_millis() as u64),
             peer_wait_ms: self.peer_wait.as_millis() as u64,
+            open_wait_ms: self.open_wait.as_millis() as u64,
         }
     }
 }

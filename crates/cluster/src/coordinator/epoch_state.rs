@@ -10,8 +10,6 @@ use super::Coordinator;
 use eckpt_cluster_api::msg::{AgentRequest, CoordResponse, EpochOutcome, NodeInfo, PaceStats, RankReport};
 use eckpt_cluster_api::ClusterError;
 
-pub use eckpt_cluster_api::msg::OPEN_WAIT;
-
 /// Ranks' progress through the open epoch.
 pub(super) struct EpochState {
     /// The epoch ranks write now.
@@ -110,7 +108,7 @@ pub(super) fn outcome(epoch: u64, committed: bool, reason: Option<String>) -> Ep
 
 impl Coordinator {
     /// `OpenEpoch`: places the rank if new; the rank's next epoch, once its previous one is
-    /// decided (waiting at most `OPEN_WAIT`). It never hands out a later epoch than the one
+    /// decided (waiting at most the cluster's open wait). It never hands out a later epoch than the one
     /// the call was for: two checkpoints of one rank racing, or an epoch aborted by
     /// recovery while the call waited, give an error rather than a silently skipped epoch.
     pub(super) async fn open_epoch(
@@ -195,9 +193,11 @@ impl Coordinator {
         Ok(name)
     }
 
-    /// Waits until `rank` may write `target` (its previous epoch decided), at most `OPEN_WAIT`.
+    /// Waits until `rank` may write `target` (its previous epoch decided), at most the
+    /// cluster's open wait.
     async fn wait_open(&self, rank: u32, target: u64) -> Result<(), ClusterError> {
-        let deadline = tokio::time::Instant::now() + OPEN_WAIT;
+        let wait = self.deadlines.open_wait();
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
             let notified = self.changed.notified();
             if let Some(opened) = self.epochs.lock().expect("epoch lock").opened(rank, target) {
@@ -205,9 +205,9 @@ impl Coordinator {
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return Err(ClusterError::Invalid(format!(
-                    "rank {rank} already wrote epoch {}, still undecided after {} s: every rank must checkpoint it before rank {rank} can write epoch {target} (see `eckpt status`)",
+                    "rank {rank} already wrote epoch {}, still undecided after {:.0} s: every rank must checkpoint it before rank {rank} can write epoch {target} (see `eckpt status`)",
                     target - 1,
-                    OPEN_WAIT.as_secs()
+                    wait.as_secs_f64()
                 )));
             }
         }

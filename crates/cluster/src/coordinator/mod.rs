@@ -25,7 +25,6 @@ mod recovery_plan;
 mod sessions;
 mod state;
 
-pub use epoch_state::OPEN_WAIT;
 pub use job::JobRecord;
 pub use state::{form_groups, natural_key, Journal, NodeEntry};
 

@@ -11,7 +11,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-use super::epoch_state::OPEN_WAIT;
 use super::Coordinator;
 use eckpt_cluster_api::msg::{PaceReport, PaceStats};
 use eckpt_cluster_api::ClusterError;
@@ -127,7 +126,7 @@ impl PacePoints {
 }
 
 impl Coordinator {
-    /// `Pace`: records the rank's report and waits (at most [`OPEN_WAIT`]) until every rank
+    /// `Pace`: records the rank's report and waits (at most the cluster's open wait) until every rank
     /// of the job reached the same pace point; the job's pace then.
     pub(super) async fn pace(
         &self,
@@ -174,7 +173,8 @@ impl Coordinator {
             }
         }
         self.changed.notify_waiters();
-        let deadline = tokio::time::Instant::now() + OPEN_WAIT;
+        let wait = self.deadlines.open_wait();
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
             let notified = self.changed.notified();
             if let Some(answer) = self.pace_points.lock().expect("pace lock").take(&key, rank)? {
@@ -190,9 +190,9 @@ impl Coordinator {
                     r.reports.remove(&rank);
                 }
                 return Err(ClusterError::Invalid(format!(
-                    "pace point {} of the launch: {missing} rank(s) never reached it within {} s",
+                    "pace point {} of the launch: {missing} rank(s) never reached it within {:.0} s",
                     key.1,
-                    OPEN_WAIT.as_secs()
+                    wait.as_secs_f64()
                 )));
             }
         }
