@@ -167,6 +167,7 @@ impl Coordinator {
             .collect::<Option<Vec<_>>>()
             .and_then(|paces| aggregate(paces).ok());
         let started = Instant::now();
+        let sessions = self.sessions_of(&journal.members());
         let results = self
             .encode_groups(journal.groups, &journal.placement, epoch, false)
             .await;
@@ -200,7 +201,7 @@ impl Coordinator {
             next.next_epoch = epoch + 1;
             next.groups = encoded.into_iter().map(|e| e.record).collect();
             let saved = check_protection(&next, &[]).and_then(|()| {
-                self.update(|j| {
+                self.update_if_same_sessions(&sessions, |j| {
                     j.committed = next.committed;
                     j.next_epoch = next.next_epoch;
                     j.groups = next.groups;

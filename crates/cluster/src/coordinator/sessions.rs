@@ -265,13 +265,61 @@ impl Coordinator {
         self.changed.notify_waiters();
     }
 
-    /// Forgets the agent, unless a newer session of it replaced this one.
+    /// The session of each of `nodes` that has one now: what [`Self::update_if_same_sessions`]
+    /// checks before a decision that relies on what those agents prepared.
+    pub(super) fn sessions_of(&self, nodes: &BTreeSet<String>) -> BTreeMap<String, u64> {
+        let live = self.live.lock().expect("live lock");
+        nodes
+            .iter()
+            .filter_map(|n| Some((n.clone(), live.get(n)?.session)))
+            .collect()
+    }
+
+    /// Applies `change` to the journal, as [`Coordinator::update`] does, only if every agent
+    /// of `sessions` is still in that session. An agent that registered again meanwhile (after
+    /// a partition, or a heartbeat that timed out) resolved its store against the journal of
+    /// that moment and dropped what it had prepared for the undecided epoch: committing the
+    /// epoch then would record data that is gone. Registration holds the session map while
+    /// it reads the journal, so no registration falls between this check and the write.
+    pub(super) fn update_if_same_sessions<T>(
+        &self,
+        sessions: &BTreeMap<String, u64>,
+        change: impl FnOnce(&mut Journal) -> T,
+    ) -> Result<T, ClusterError> {
+        let live = self.live.lock().expect("live lock");
+        if let Some(node) = sessions
+            .iter()
+            .find(|(n, s)| live.get(*n).map(|l| l.session) != Some(**s))
+            .map(|(n, _)| n.clone())
+        {
+            return Err(ClusterError::Node {
+                node,
+                reason: "registered again while the epoch was encoded (what it prepared is dropped)".into(),
+            });
+        }
+        let out = self.update(change);
+        drop(live);
+        out
+    }
+
+    /// Forgets the agent, unless a newer session of it replaced this one — or unless the
+    /// coordinator is hearing nobody, or has just heard agents again after such a silence:
+    /// then a session that ends is the old connection of a partition dying (its FIN or RST
+    /// arrives once the link is back, often before the agent's new session), not the agent.
+    /// The node is then judged by when it was last heard, as during the silence.
     fn end_session(&self, node: &str, session: u64) {
         let mut live = self.live.lock().expect("live lock");
-        if live.get(node).is_some_and(|l| l.session == session) {
-            live.remove(node);
-            tracing::warn!(node = %node, "agent session ended");
+        let in_silence =
+            Self::silence(&live, self.deadlines.liveness(), self.deadlines.partition_grace()).is_some();
+        let Some(l) = live.get(node).filter(|l| l.session == session) else {
+            return;
+        };
+        if in_silence || l.last_seen > Instant::now() {
+            tracing::info!(node = %node, "agent session ended around a partition: judged by its heartbeats");
+            return;
         }
+        live.remove(node);
+        tracing::warn!(node = %node, "agent session ended");
     }
 }
 
