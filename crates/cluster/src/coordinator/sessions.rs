@@ -275,12 +275,14 @@ impl Coordinator {
             .collect()
     }
 
-    /// Applies `change` to the journal, as [`Coordinator::update`] does, only if every agent
-    /// of `sessions` is still in that session. An agent that registered again meanwhile (after
+    /// Applies `change` to the journal, as [`Coordinator::update`] does, only if no agent of
+    /// `sessions` is now in another session. An agent that registered again meanwhile (after
     /// a partition, or a heartbeat that timed out) resolved its store against the journal of
     /// that moment and dropped what it had prepared for the undecided epoch: committing the
-    /// epoch then would record data that is gone. Registration holds the session map while
-    /// it reads the journal, so no registration falls between this check and the write.
+    /// epoch then would record data that is gone. (An agent that is gone and has not come
+    /// back dropped nothing: what it prepared is durable, and it resolves the decision when
+    /// it registers.) Registration holds the session map while it reads the journal, so no
+    /// registration falls between this check and the write.
     pub(super) fn update_if_same_sessions<T>(
         &self,
         sessions: &BTreeMap<String, u64>,
@@ -289,7 +291,7 @@ impl Coordinator {
         let live = self.live.lock().expect("live lock");
         if let Some(node) = sessions
             .iter()
-            .find(|(n, s)| live.get(*n).map(|l| l.session) != Some(**s))
+            .find(|(n, s)| live.get(*n).is_some_and(|l| l.session != **s))
             .map(|(n, _)| n.clone())
         {
             return Err(ClusterError::Node {
