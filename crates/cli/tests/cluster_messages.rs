@@ -82,20 +82,6 @@ fn a_member_stopped_in_the_middle_of_an_encode_does_not_hold_the_epoch() {
     c.assert_restorable();
 }
 
-/// Waits until `node` is alive again (after SIGCONT).
-fn wait_alive(c: &Cluster, node: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !c.status()["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|n| n["name"] == node && n["alive"].as_bool().unwrap())
-    {
-        assert!(Instant::now() < deadline, "{node} did not come back");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Waits for the pause at `mid-decode`, SIGSTOPs the first agent that reached it (its
 /// streams are up and carrying rows) and lifts the pause; the stopped agent's name and pid.
 fn stop_a_decoder(c: &Cluster) -> (String, String) {
@@ -161,7 +147,7 @@ fn a_member_stopped_in_the_middle_of_a_decode_holds_neither_a_restore_nor_a_reco
             "the error names {stopped}: {err}"
         );
     }
-    wait_alive(&c, &stopped);
+    c.wait_up(&stopped);
     assert!(c.restore(0).unwrap() == data[0], "once {stopped} runs again");
 
     // A recovery rebuilds the lost node's data on the survivors.
@@ -182,7 +168,7 @@ fn a_member_stopped_in_the_middle_of_a_decode_holds_neither_a_restore_nor_a_reco
             err.contains(&format!("node {stopped}")),
             "the error names {stopped}: {err}"
         );
-        wait_alive(&c, &stopped);
+        c.wait_up(&stopped);
         let again = c.recover();
         assert!(
             again.status.success(),

@@ -320,19 +320,28 @@ impl Cluster {
 
     /// Waits until the coordinator has noticed that `node` is down.
     pub fn wait_down(&self, node: &str) {
+        self.wait_alive_is(node, false);
+    }
+
+    /// Waits until the coordinator counts `node` alive again (after SIGCONT, a restart).
+    pub fn wait_up(&self, node: &str) {
+        self.wait_alive_is(node, true);
+    }
+
+    fn wait_alive_is(&self, node: &str, alive: bool) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let s = self.status();
-            let alive = s["nodes"]
+            let now = s["nodes"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .find(|n| n["name"] == node)
                 .is_some_and(|n| n["alive"].as_bool().unwrap());
-            if !alive {
+            if now == alive {
                 return;
             }
-            assert!(Instant::now() < deadline, "{node} still alive");
+            assert!(Instant::now() < deadline, "{node} still alive={now}");
             std::thread::sleep(Duration::from_millis(50));
         }
     }
