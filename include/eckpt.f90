@@ -36,8 +36,9 @@ module eckpt
   integer(c_int), parameter, public :: ECKPT_EINTERNAL = -7
   integer(c_int), parameter, public :: ECKPT_ECLUSTER = -8
   integer(c_int), parameter, public :: ECKPT_EFENCED = -9
+  integer(c_int), parameter, public :: ECKPT_EDEVICE = -10
 
-  public :: eckpt_init, eckpt_protect, eckpt_protect_file, eckpt_protect_dir, eckpt_checkpoint, &
+  public :: eckpt_init, eckpt_protect, eckpt_protect_device, eckpt_protect_file, eckpt_protect_dir, eckpt_checkpoint, &
             eckpt_snapshot, eckpt_restart, eckpt_wait, eckpt_finalize, eckpt_strerror, eckpt_last_error, eckpt_error_message
 
   interface
@@ -56,6 +57,16 @@ module eckpt
       integer(c_size_t), value :: len
       integer(c_int) :: rc
     end function eckpt_protect
+
+    ! GPU memory: `devptr` is a CUDA device pointer (c_devloc of a CUDA Fortran `device` array,
+    ! or what cudaMalloc returned).
+    function eckpt_protect_device(id, devptr, len) bind(C, name="eckpt_protect_device") result(rc)
+      import :: c_int, c_ptr, c_size_t
+      integer(c_int), value :: id
+      type(c_ptr), value :: devptr
+      integer(c_size_t), value :: len
+      integer(c_int) :: rc
+    end function eckpt_protect_device
 
     function eckpt_protect_file(path, mode) bind(C, name="eckpt_protect_file") result(rc)
       import :: c_int, c_char

@@ -90,6 +90,12 @@
  */
 #define ECKPT_EFENCED -9
 
+/*
+ The device (GPU) memory could not be protected, scanned, copied or restored: no CUDA
+ driver on this machine, a pointer that is not device memory, or a driver failure.
+ */
+#define ECKPT_EDEVICE -10
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -119,6 +125,17 @@ int eckpt_init(const char *config);
  The memory must stay valid until `eckpt_finalize`.
  */
 int eckpt_protect(int id, void *ptr, size_t len);
+
+/*
+ Protects `len` bytes of GPU memory at `devptr` (a CUDA device pointer, as `cudaMalloc`
+ returns) as region `id`. Checkpoints find the changed blocks on the GPU and copy only
+ those to the host; restart fills the memory in place. Fails with `ECKPT_EDEVICE` when this
+ machine has no CUDA driver or `devptr` is not device memory of `len` bytes.
+
+ # Safety
+ The memory must stay allocated until `eckpt_finalize`.
+ */
+int eckpt_protect_device(int id, void *devptr, size_t len);
 
 /*
  Protects a file: `ECKPT_FILE_APPEND`, `ECKPT_FILE_SNAPSHOT` or `ECKPT_FILE_INPUT`.

@@ -40,6 +40,9 @@ pub const ECKPT_ECLUSTER: c_int = -8;
 /// one replaced, or a rank started by hand while `eckpt run` holds the job. A rank that
 /// `eckpt run` started is terminated instead of getting this code (see `eckpt_checkpoint`).
 pub const ECKPT_EFENCED: c_int = -9;
+/// The device (GPU) memory could not be protected, scanned, copied or restored: no CUDA
+/// driver on this machine, a pointer that is not device memory, or a driver failure.
+pub const ECKPT_EDEVICE: c_int = -10;
 
 static CHECKPOINTER: Mutex<Option<Checkpointer>> = Mutex::new(None);
 
@@ -129,6 +132,21 @@ pub unsafe extern "C" fn eckpt_init(config: *const c_char) -> c_int {
 pub unsafe extern "C" fn eckpt_protect(id: c_int, ptr: *mut c_void, len: usize) -> c_int {
     // SAFETY: forwarded from this function's contract.
     with_checkpointer(|ck| unsafe { ck.protect(&id.to_string(), ptr.cast(), len) }.map(|_| ECKPT_OK))
+}
+
+/// Protects `len` bytes of GPU memory at `devptr` (a CUDA device pointer, as `cudaMalloc`
+/// returns) as region `id`. Checkpoints find the changed blocks on the GPU and copy only
+/// those to the host; restart fills the memory in place. Fails with `ECKPT_EDEVICE` when this
+/// machine has no CUDA driver or `devptr` is not device memory of `len` bytes.
+///
+/// # Safety
+/// The memory must stay allocated until `eckpt_finalize`.
+#[no_mangle]
+pub unsafe extern "C" fn eckpt_protect_device(id: c_int, devptr: *mut c_void, len: usize) -> c_int {
+    // SAFETY: forwarded from this function's contract.
+    with_checkpointer(|ck| {
+        unsafe { ck.protect_device(&id.to_string(), devptr as u64, len as u64) }.map(|_| ECKPT_OK)
+    })
 }
 
 /// Protects a file: `ECKPT_FILE_APPEND`, `ECKPT_FILE_SNAPSHOT` or `ECKPT_FILE_INPUT`.
@@ -237,6 +255,7 @@ pub extern "C" fn eckpt_strerror(code: c_int) -> *const c_char {
         ECKPT_EINTERNAL => c"internal error",
         ECKPT_ECLUSTER => c"cluster unreachable, request refused, or epoch aborted",
         ECKPT_EFENCED => c"not the job's writer (superseded attempt or job run elsewhere)",
+        ECKPT_EDEVICE => c"device (GPU) memory unusable, or no GPU driver",
         _ => c"unknown error",
     };
     text.as_ptr()

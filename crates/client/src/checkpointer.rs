@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::baseline::Baseline;
@@ -11,7 +12,9 @@ use crate::pacing::{Decision, Pacer, Policy};
 
 use eckpt_capture::Tracker;
 use eckpt_cluster_api::msg::{PaceReport, PaceStats, RankReport};
-use eckpt_store::{EpochSizes, Options, Store};
+use eckpt_gpu::{stage_changes, Changes, Cuda, Device, DeviceRegion, Staged};
+use eckpt_store::EpochWriter;
+use eckpt_store::{Options, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::files::{self, DirRecord, FileMode, FileRecord, Protected};
@@ -24,6 +27,11 @@ const META_ITEM: &str = "eckpt/meta";
 /// Store item name of a memory region.
 fn region_item(name: &str) -> String {
     format!("mem/{name}")
+}
+
+/// Store item name of a device (GPU) memory region.
+fn device_item(name: &str) -> String {
+    format!("gpu/{name}")
 }
 
 /// A registered memory region.
@@ -40,8 +48,83 @@ struct Region {
 struct Meta {
     /// Region name → length.
     regions: BTreeMap<String, u64>,
+    /// Device region name → length (absent in epochs of versions without device memory).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    device_regions: BTreeMap<String, u64>,
     files: Vec<FileRecord>,
     dirs: Vec<DirRecord>,
+}
+
+/// An epoch as captured while the job waited: the store writer holding the host regions and
+/// files, and what each device region staged.
+struct Capture {
+    writer: EpochWriter,
+    staged: Vec<(String, Staged)>,
+    /// The epoch's [`Meta`], serialised.
+    meta: Vec<u8>,
+}
+
+/// What completes a captured epoch once the job may go on: the device regions' staged bytes
+/// into the store, the metadata, prepare, then commit (standalone) or the ready report to the
+/// coordinator (cluster mode). Runs on the caller's thread, or on a thread of its own with
+/// [`Config::background`].
+struct Completion {
+    rank: u32,
+    epoch: u64,
+    capture: Capture,
+    /// Cluster mode: the rank's node and its pace report, for the ready report.
+    ready: Option<(String, Option<PaceReport>)>,
+}
+
+impl Completion {
+    fn run(
+        self,
+        devices: &mut BTreeMap<String, Box<dyn DeviceRegion>>,
+        link: Option<&ClusterLink>,
+    ) -> Result<(), Error> {
+        let Capture {
+            mut writer,
+            staged,
+            meta,
+        } = self.capture;
+        for (name, staged) in &staged {
+            let region = devices.get(name).expect("a staged region is protected");
+            let item = device_item(name);
+            match staged.changes(region.as_ref()) {
+                Changes::Full(image) => {
+                    writer.put_full_in_blocks(&item, region.block_size() as u32, image)?
+                }
+                Changes::Blocks { block_size, blocks } => {
+                    writer.put_dirty(&item, block_size as u32, region.size(), &blocks)?
+                }
+            }
+        }
+        writer.put_full(META_ITEM, &meta)?;
+        let prepared = writer.prepare()?;
+        let sizes = prepared.sizes();
+        match (link, self.ready) {
+            (Some(link), Some((node, pace))) => {
+                // Releasing the prepared epoch leaves it durable for the node's agent to commit.
+                drop(prepared);
+                let report = RankReport {
+                    image_bytes: sizes.image_bytes,
+                    stored_bytes: sizes.stored_bytes,
+                    pace,
+                };
+                link.ready(self.rank, self.epoch, &node, report)?;
+            }
+            _ => prepared.commit()?,
+        }
+        Ok(())
+    }
+}
+
+/// A background completion's outcome, with what it borrowed from the checkpointer.
+struct Completed {
+    epoch: u64,
+    devices: BTreeMap<String, Box<dyn DeviceRegion>>,
+    link: Option<ClusterLink>,
+    result: Result<(), Error>,
 }
 
 /// One rank's checkpointing state: protected regions, files and directories, the dirty
@@ -60,6 +143,8 @@ pub struct Checkpointer {
     last_epoch: Option<u64>,
     tracker: Tracker,
     regions: BTreeMap<String, Region>,
+    /// Protected device memory, by name: fingerprints on the device, staging on the host.
+    devices: BTreeMap<String, Box<dyn DeviceRegion>>,
     files: Vec<(Protected, FileMode)>,
     dirs: Vec<Protected>,
     /// Append files' lengths at protect time: what a fresh start cuts them back to.
@@ -69,6 +154,9 @@ pub struct Checkpointer {
     resync: bool,
     /// `snapshot()`'s schedule, from its first call.
     pacer: Option<Pacer>,
+    /// The epoch being completed in the background ([`Config::background`]); it holds the
+    /// device regions and the cluster link meanwhile.
+    background: Option<JoinHandle<Completed>>,
 }
 
 // SAFETY: the raw region pointers are only dereferenced inside `&mut self` methods, and the
@@ -104,11 +192,13 @@ impl Checkpointer {
             last_epoch: None,
             tracker,
             regions: BTreeMap::new(),
+            devices: BTreeMap::new(),
             files: Vec::new(),
             dirs: Vec::new(),
             baseline,
             resync: false,
             pacer: None,
+            background: None,
         })
     }
 
@@ -139,8 +229,10 @@ impl Checkpointer {
         &self.config
     }
 
-    /// The latest committed epoch of this rank, if any.
-    pub fn latest_epoch(&self) -> Result<Option<u64>, Error> {
+    /// The latest committed epoch of this rank, if any (after the epoch being completed in
+    /// the background, if any, is done).
+    pub fn latest_epoch(&mut self) -> Result<Option<u64>, Error> {
+        self.join_background()?;
         match &self.cluster {
             Some(link) => Ok(link.locate(self.config.rank)?.map(|(_, epoch)| epoch)),
             None => Ok(self.store()?.latest_committed(self.config.rank)?),
@@ -155,9 +247,7 @@ impl Checkpointer {
     /// The memory must stay valid, readable and writable, and not be moved or freed until the
     /// checkpointer is dropped.
     pub unsafe fn protect(&mut self, name: &str, ptr: *mut u8, len: usize) -> Result<(), Error> {
-        if self.regions.contains_key(name) {
-            return Err(Error::Invalid(format!("region {name:?} is already protected")));
-        }
+        self.check_unused(name)?;
         if ptr.is_null() || len == 0 {
             return Err(Error::Invalid(format!(
                 "region {name:?}: null pointer or zero length"
@@ -167,6 +257,49 @@ impl Checkpointer {
         // SAFETY: forwarded from this function's contract.
         unsafe { self.tracker.add_region(id, ptr, len)? };
         self.regions.insert(name.to_string(), Region { id, ptr, len });
+        Ok(())
+    }
+
+    /// Protects `len` bytes of GPU memory at the CUDA device pointer `ptr` under `name`:
+    /// checkpoints fingerprint its blocks on the GPU ([`Config::hash_block_size`] bytes each)
+    /// and copy only the changed ones to the host, restart fills it in place. Fails with
+    /// [`Error::Device`] on a machine without a CUDA driver, or when the range is not device
+    /// memory of one allocation.
+    ///
+    /// # Safety
+    /// The memory must stay allocated, and not be moved, until the checkpointer is dropped.
+    pub unsafe fn protect_device(&mut self, name: &str, ptr: u64, len: u64) -> Result<(), Error> {
+        let cuda = Cuda::open()?;
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.protect_on(cuda, name, ptr, len) }
+    }
+
+    /// [`Checkpointer::protect_device`] on the given device (for instance
+    /// [`eckpt_gpu::HostMemory`], which tracks host memory by the same path).
+    ///
+    /// # Safety
+    /// As [`Checkpointer::protect_device`], for memory of `device`.
+    pub unsafe fn protect_on(
+        &mut self,
+        device: &dyn Device,
+        name: &str,
+        ptr: u64,
+        len: u64,
+    ) -> Result<(), Error> {
+        self.check_unused(name)?;
+        // SAFETY: forwarded from this function's contract.
+        let region = unsafe { device.attach(ptr, len, self.config.hash_block_size as u64) }?;
+        self.devices.insert(name.to_string(), region);
+        Ok(())
+    }
+
+    /// Refuses a region name already in use (host or device); first waits for a background
+    /// completion, which holds the device regions.
+    fn check_unused(&mut self, name: &str) -> Result<(), Error> {
+        self.join_background()?;
+        if self.regions.contains_key(name) || self.devices.contains_key(name) {
+            return Err(Error::Invalid(format!("region {name:?} is already protected")));
+        }
         Ok(())
     }
 
@@ -276,6 +409,8 @@ impl Checkpointer {
     /// [`Checkpointer::checkpoint`] with the rank's pace report (from `snapshot()`); also
     /// returns the job's pace as of the previous epoch when the coordinator knows it.
     fn checkpoint_reporting(&mut self, pace: Option<PaceReport>) -> Result<(u64, Option<PaceStats>), Error> {
+        // The previous epoch's failure, if it was completed in the background, is this call's.
+        self.join_background()?;
         let rank = self.config.rank;
         let (epoch, node, job_pace) = match &self.cluster {
             Some(link) => {
@@ -291,32 +426,82 @@ impl Checkpointer {
                 self.resync = true;
             }
         }
-        let sizes = match self.write_epoch(epoch, node.is_none()) {
-            Ok(sizes) => {
-                self.resync = false;
-                sizes
-            }
+        let completion = match self.capture_epoch(epoch) {
+            Ok(capture) => Completion {
+                rank,
+                epoch,
+                capture,
+                ready: node.map(|n| (n.name, pace)),
+            },
             Err(e) => {
                 self.resync = true;
                 return Err(e);
             }
         };
-        if let (Some(link), Some(node)) = (&self.cluster, &node) {
-            let report = RankReport {
-                image_bytes: sizes.image_bytes,
-                stored_bytes: sizes.stored_bytes,
-                pace,
-            };
-            link.ready(rank, epoch, &node.name, report)?;
-            self.last_epoch = Some(epoch);
+        if self.config.background && !self.devices.is_empty() {
+            let mut devices = std::mem::take(&mut self.devices);
+            let link = self.cluster.take();
+            let spawned = std::thread::Builder::new()
+                .name(format!("eckpt-epoch-{epoch}"))
+                .spawn(move || {
+                    let result = completion.run(&mut devices, link.as_ref());
+                    Completed {
+                        epoch,
+                        devices,
+                        link,
+                        result,
+                    }
+                });
+            match spawned {
+                Ok(thread) => self.background = Some(thread),
+                // The closure, and with it the regions and the link, is gone with the failed
+                // spawn: the checkpointer cannot go on.
+                Err(e) => panic!("cannot start the thread that completes epoch {epoch}: {e}"),
+            }
+        } else {
+            let result = completion.run(&mut self.devices, self.cluster.as_ref());
+            self.completed(epoch, result)?;
         }
         Ok((epoch, job_pace))
+    }
+
+    /// Records the outcome of completing `epoch`: the next delta may build on it, or must
+    /// compare everything (the dirty information it consumed is in no committed epoch).
+    fn completed(&mut self, epoch: u64, result: Result<(), Error>) -> Result<(), Error> {
+        match result {
+            Ok(()) => {
+                self.resync = false;
+                if self.cluster.is_some() {
+                    self.last_epoch = Some(epoch);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.resync = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits for the epoch being completed in the background, if any, and takes back its
+    /// device regions and cluster link; its failure is returned.
+    fn join_background(&mut self) -> Result<(), Error> {
+        let Some(thread) = self.background.take() else {
+            return Ok(());
+        };
+        let done = thread
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        self.devices = done.devices;
+        self.cluster = done.link;
+        self.completed(done.epoch, done.result)
     }
 
     /// Waits until the last checkpoint is decided: its epoch if committed (`None` when none
     /// was taken); in cluster mode an error if the cluster aborted it. Standalone
     /// checkpoints are committed when [`Checkpointer::checkpoint`] returns.
-    pub fn wait(&self) -> Result<Option<u64>, Error> {
+    pub fn wait(&mut self) -> Result<Option<u64>, Error> {
+        self.join_background()?;
         let Some(link) = &self.cluster else {
             return self.latest_epoch();
         };
@@ -334,14 +519,16 @@ impl Checkpointer {
         }
     }
 
-    /// Writes `epoch`; committed at once when `commit`, else left prepared for the cluster.
-    fn write_epoch(&mut self, epoch: u64, commit: bool) -> Result<EpochSizes, Error> {
+    /// Captures `epoch` while the job waits: host regions and files into the store, device
+    /// regions into their staging buffers. What remains is a [`Completion`].
+    fn capture_epoch(&mut self, epoch: u64) -> Result<Capture, Error> {
         let rank = self.config.rank;
         let dirty = self.tracker.collect_dirty()?;
         let mut writer = self.store()?.writer(rank, epoch)?;
         let compare_everything = writer.is_full() || self.resync;
         let mut meta = Meta {
             regions: BTreeMap::new(),
+            device_regions: BTreeMap::new(),
             files: Vec::new(),
             dirs: Vec::new(),
         };
@@ -369,17 +556,17 @@ impl Checkpointer {
             }
             meta.regions.insert(name.clone(), region.len as u64);
         }
-        (meta.files, meta.dirs) = files::checkpoint(&self.files, &self.dirs, &mut writer)?;
-        let meta = serde_json::to_vec(&meta).expect("metadata always serialises");
-        writer.put_full(META_ITEM, &meta)?;
-        let prepared = writer.prepare()?;
-        let sizes = prepared.sizes();
-        if commit {
-            prepared.commit()?;
+        let mut staged = Vec::with_capacity(self.devices.len());
+        for (name, region) in &mut self.devices {
+            staged.push((name.clone(), stage_changes(region.as_mut(), compare_everything)?));
+            meta.device_regions.insert(name.clone(), region.size());
         }
-        // Otherwise releasing the prepared epoch leaves it durable for the node's agent to
-        // commit.
-        Ok(sizes)
+        (meta.files, meta.dirs) = files::checkpoint(&self.files, &self.dirs, &mut writer)?;
+        Ok(Capture {
+            writer,
+            staged,
+            meta: serde_json::to_vec(&meta).expect("metadata always serialises"),
+        })
     }
 
     /// Restores the latest committed epoch: fills every protected region in place and puts
@@ -389,6 +576,7 @@ impl Checkpointer {
     /// is protected now. In cluster mode a rank whose committed epoch cannot be read (its
     /// node is down, the job size changed) gets an error, never a fresh start.
     pub fn restart(&mut self) -> Result<Option<u64>, Error> {
+        self.join_background()?;
         let rank = self.config.rank;
         if let Some((node, epoch)) = self
             .cluster
@@ -450,13 +638,20 @@ impl Checkpointer {
         let meta: Meta = serde_json::from_slice(&meta)
             .map_err(|e| Error::Mismatch(format!("epoch {epoch}: unreadable metadata: {e}")))?;
 
-        for (name, region) in &self.regions {
-            match meta.regions.get(name) {
-                Some(&len) if len == region.len as u64 => {}
-                Some(&len) => {
+        let host = self
+            .regions
+            .iter()
+            .map(|(name, r)| (name, r.len as u64, &meta.regions));
+        let device = self
+            .devices
+            .iter()
+            .map(|(name, r)| (name, r.size(), &meta.device_regions));
+        for (name, len, saved) in host.chain(device) {
+            match saved.get(name) {
+                Some(&saved) if saved == len => {}
+                Some(&saved) => {
                     return Err(Error::Mismatch(format!(
-                        "region {name:?} is {} bytes but epoch {epoch} saved {len}",
-                        region.len
+                        "region {name:?} is {len} bytes but epoch {epoch} saved {saved}"
                     )))
                 }
                 None => {
@@ -473,6 +668,12 @@ impl Checkpointer {
             let memory = unsafe { std::slice::from_raw_parts_mut(region.ptr, region.len) };
             store.read_item_into(rank, epoch, &region_item(name), memory)?;
         }
+        for (name, region) in &mut self.devices {
+            store.read_item_into(rank, epoch, &device_item(name), region.staging_mut())?;
+            region.restore()?;
+            // The restored memory is the baseline of the next epoch's delta.
+            region.changed_blocks(true)?;
+        }
         files::restore(
             &store,
             rank,
@@ -486,5 +687,15 @@ impl Checkpointer {
         self.tracker.collect_dirty()?;
         self.resync = false;
         Ok(epoch)
+    }
+}
+
+impl Drop for Checkpointer {
+    /// Completes the epoch being written in the background: a job that ends right after its
+    /// last `checkpoint()` still gets that epoch.
+    fn drop(&mut self) {
+        if let Err(e) = self.join_background() {
+            eprintln!("eckpt: rank {}: the last epoch failed: {e}", self.config.rank);
+        }
     }
 }

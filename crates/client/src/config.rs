@@ -46,6 +46,13 @@ pub struct Config {
     /// (`ECKPT_GENERATION`). Every request carries it; once a newer attempt replaced this
     /// one, the coordinator refuses it and the rank ends itself.
     pub generation: Option<u64>,
+    /// Whether `checkpoint()` may return once the device (GPU) regions are staged in host
+    /// memory, the epoch being written and committed (standalone) or reported (cluster mode)
+    /// by a thread while the job computes: the async-save pattern. The next call that needs
+    /// the epoch's outcome (`checkpoint`, `wait`, `restart`, a new `protect`) waits for it
+    /// first and reports its failure. Host regions and files are written before the call
+    /// returns either way.
+    pub background: bool,
 }
 
 /// Environment variables that name a rank when `ECKPT_RANK` is absent (MPI launchers).
@@ -96,6 +103,7 @@ impl Default for Config {
             mtbf: None,
             launch: String::new(),
             generation: None,
+            background: false,
         }
     }
 }
@@ -116,7 +124,7 @@ impl Config {
     /// `ECKPT_TRACK`, `ECKPT_BLOCK_SIZE`, `ECKPT_KEEP`, `ECKPT_MAX_CHAIN`, `ECKPT_CLUSTER`,
     /// `ECKPT_WORLD` (or the launcher's job size), `ECKPT_NODE`, `ECKPT_NODES`,
     /// `ECKPT_INTERVAL`, `ECKPT_MTBF`, `ECKPT_LAUNCH` (or the launcher's launch id),
-    /// `ECKPT_GENERATION`.
+    /// `ECKPT_GENERATION`, `ECKPT_BACKGROUND`.
     pub fn from_env() -> Result<Config, Error> {
         let mut config = Config::default();
         config.read_env()?;
@@ -146,6 +154,7 @@ impl Config {
             "mtbf",
             "launch",
             "generation",
+            "background",
         ] {
             if let Ok(value) = std::env::var(format!("ECKPT_{}", key.to_ascii_uppercase())) {
                 self.set(key, &value)?;
@@ -228,6 +237,13 @@ impl Config {
             "mtbf" => self.mtbf = Some(parse_duration("mtbf", value)?),
             "launch" => self.launch = value.to_string(),
             "generation" => self.generation = Some(number("generation")?),
+            "background" => {
+                self.background = match value {
+                    "1" | "true" | "yes" | "on" => true,
+                    "0" | "false" | "no" | "off" => false,
+                    _ => return Err(Error::Invalid(format!("background {value:?} (expected 1 or 0)"))),
+                }
+            }
             _ => return Err(Error::Invalid(format!("unknown config key {key:?}"))),
         }
         Ok(())

@@ -38,6 +38,9 @@ pub enum Error {
     /// cluster error.
     #[error("cluster: {0}")]
     ClusterCall(#[from] ClusterError),
+    /// Device (GPU) memory could not be protected, scanned, copied or restored.
+    #[error(transparent)]
+    Device(#[from] eckpt_gpu::GpuError),
     /// A file operation on a protected file failed.
     #[error("{path}: {source}")]
     Io {
@@ -57,6 +60,7 @@ impl Error {
             Error::State(_) => capi::ECKPT_ESTATE,
             Error::Mismatch(_) => capi::ECKPT_EMISMATCH,
             Error::Capture(_) => capi::ECKPT_ECAPTURE,
+            Error::Device(_) => capi::ECKPT_EDEVICE,
             Error::Store(e) => store_code(e),
             Error::Io { .. } => capi::ECKPT_EIO,
             Error::Cluster(_) => capi::ECKPT_ECLUSTER,

@@ -608,7 +608,7 @@ int main(void) {
     static char buffer[4096];
     size_t len = sizeof buffer;
     int rc = eckpt_init(NULL) + eckpt_protect(0, buffer, len) + eckpt_protect_file("f", ECKPT_FILE_APPEND)
-             + eckpt_protect_dir(".") + eckpt_checkpoint() + eckpt_restart() + eckpt_finalize();
+             + eckpt_protect_device(1, buffer, len) + eckpt_protect_dir(".") + eckpt_checkpoint() + eckpt_restart() + eckpt_finalize();
     const char *text = rc < 0 ? eckpt_strerror(rc) : eckpt_last_error();
     return text[0];
 }

@@ -7,7 +7,14 @@
 //! bytes cannot be restored into: non-contiguous (the region would not be one range),
 //! read-only, and object arrays (their bytes are pointers, meaningless in another process).
 //!
+//! GPU arrays are protected in place too: a torch tensor on a CUDA device, or any object with
+//! `__cuda_array_interface__` (cupy, numba, …), is protected by its device pointer
+//! ([`Checkpointer::protect_device`]); the same rules hold (contiguous, writeable, kept
+//! referenced).
+//!
 //! The pure-Python package `eckpt` (crates/py/python/eckpt) re-exports this module.
+
+mod gpu;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -102,7 +109,9 @@ const MODES: [(&str, FileMode); 3] = [
 /// (dirty-block detection); ``block_size`` the hashing block size. With ``cluster`` (the
 /// directory of a running ``eckpt up``) and ``world`` (ranks in the job), epochs go to the
 /// rank's node in that cluster and are erasure-coded across nodes; ``wait()`` returns when
-/// the last one is committed.
+/// the last one is committed. With ``background=True`` (``ECKPT_BACKGROUND=1``), checkpoint()
+/// returns once GPU arrays are staged in host memory, and the epoch is written while the job
+/// computes; the next call, wait() or restart() waits for it.
 ///
 /// checkpoint() and restart() release the GIL: other threads run meanwhile, but must not
 /// write protected arrays during checkpoint() (the copy could tear) nor use them during
@@ -118,8 +127,9 @@ struct PyCheckpointer {
     /// only borrow `&self`).
     dir: Option<PathBuf>,
     rank: u32,
-    /// Name → protected array, kept alive (and unmovable) as long as the checkpointer.
-    arrays: BTreeMap<String, Py<PyUntypedArray>>,
+    /// Name → protected array or tensor, kept alive (and unmovable) as long as the
+    /// checkpointer.
+    arrays: BTreeMap<String, Py<PyAny>>,
 }
 
 #[pymethods]
@@ -128,7 +138,7 @@ impl PyCheckpointer {
     // The keywords are the Python interface (`Checkpointer(dir, rank, *, track=…, …)`): one
     // parameter each is what PyO3 turns into them.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (dir=None, rank=None, *, track=None, block_size=None, cluster=None, world=None, interval=None, mtbf=None))]
+    #[pyo3(signature = (dir=None, rank=None, *, track=None, block_size=None, cluster=None, world=None, interval=None, mtbf=None, background=None))]
     fn new(
         py: Python<'_>,
         dir: Option<PathBuf>,
@@ -139,6 +149,7 @@ impl PyCheckpointer {
         world: Option<i64>,
         interval: Option<&str>,
         mtbf: Option<&str>,
+        background: Option<bool>,
     ) -> PyResult<Self> {
         // Keyword settings go through the same parser as `eckpt_init`'s string.
         let mut text = String::new();
@@ -150,6 +161,9 @@ impl PyCheckpointer {
         let mut config = Config::from_env_and(&text).map_err(|e| to_py(py, e))?;
         if let Some(dir) = dir {
             config.dir = Some(dir);
+        }
+        if let Some(background) = background {
+            config.background = background;
         }
         if let Some(cluster) = cluster {
             config.cluster = Some(cluster);
@@ -219,21 +233,34 @@ impl PyCheckpointer {
     }
 
     /// protect(name, array): checkpoints save ``array``'s bytes under ``name``; restart()
-    /// writes them back into the same array, in place. Any dtype but object; the array must be
-    /// C-contiguous, writeable and non-empty, and stays referenced by this checkpointer.
+    /// writes them back into the same array, in place. ``array`` is a numpy array, a torch
+    /// tensor on a CUDA device, or a GPU array with ``__cuda_array_interface__`` (cupy); GPU
+    /// arrays are fingerprinted on the GPU and only changed blocks are copied to the host. Any
+    /// dtype but object; the array must be C-contiguous, writeable and non-empty, and stays
+    /// referenced by this checkpointer.
     fn protect(&mut self, py: Python<'_>, name: &str, array: &Bound<'_, PyAny>) -> PyResult<()> {
-        let array = array.cast::<PyUntypedArray>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "protect({name:?}): expected a numpy.ndarray, got {}",
-                array.get_type()
-            ))
-        })?;
         if self.arrays.contains_key(name) {
             return Err(invalid(
                 py,
                 format!("an array named {name:?} is already protected"),
             ));
         }
+        if let Some((ptr, len)) = gpu::device_range(py, name, array)? {
+            // SAFETY: `device_range` checked that the object's `len` bytes at `ptr` are one
+            // contiguous, writeable range of device memory; the reference stored in
+            // `self.arrays` keeps them allocated until `self.inner` is dropped, which happens
+            // first.
+            unsafe { self.checkpointer().protect_device(name, ptr, len) }.map_err(|e| to_py(py, e))?;
+            self.arrays.insert(name.to_string(), array.clone().unbind());
+            return Ok(());
+        }
+        let array = array.cast::<PyUntypedArray>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "protect({name:?}): expected a numpy.ndarray, a CUDA torch.Tensor or an object with \
+                 __cuda_array_interface__, got {}",
+                array.get_type()
+            ))
+        })?;
         let dtype = array.dtype();
         if dtype.has_object() {
             return Err(PyTypeError::new_err(format!(
@@ -263,7 +290,8 @@ impl PyCheckpointer {
         // `self.arrays` keeps them allocated and in place (numpy will not resize an array with
         // other references) until `self.inner` is dropped, which happens first.
         unsafe { self.checkpointer().protect(name, fields.data.cast(), len) }.map_err(|e| to_py(py, e))?;
-        self.arrays.insert(name.to_string(), array.clone().unbind());
+        self.arrays
+            .insert(name.to_string(), array.clone().into_any().unbind());
         Ok(())
     }
 

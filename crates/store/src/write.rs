@@ -149,6 +149,14 @@ impl EpochWriter {
         self.put(name, bs, content.len() as u64, Content::Full(content))
     }
 
+    /// [`EpochWriter::put_full`] cut into `block_size`-byte blocks: for an item that later
+    /// epochs update with [`EpochWriter::put_dirty`] in blocks of that size (device memory is
+    /// fingerprinted in 64 KiB blocks), so that the manifest of a large item stays small and a
+    /// delta replaces whole stored blocks.
+    pub fn put_full_in_blocks(&mut self, name: &str, block_size: u32, content: &[u8]) -> Result<()> {
+        self.put(name, block_size, content.len() as u64, Content::Full(content))
+    }
+
     /// [`EpochWriter::put_full`] for content too large to hold: `fill(offset, window)` fills
     /// each window of the item in turn (ascending offsets, a few MiB each), so memory stays
     /// at one window whatever the item's length.

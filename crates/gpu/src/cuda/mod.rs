@@ -1,0 +1,504 @@
+//! [`Cuda`]: the [`Device`] implementation over NVIDIA GPUs, through the driver API loaded at
+//! run time ([`driver`]) and a kernel compiled by NVRTC at first use ([`nvrtc`]).
+//!
+//! A region lives in the context that owns its allocation (the application's — torch's and
+//! cupy's primary context, or one a C program created); every call pushes that context for
+//! its duration. Its fingerprints and change flags stay in device memory; its staging buffer
+//! is page-locked host memory of the region's size, allocated once at attach, so that each
+//! copy runs at the bus's speed and a checkpoint allocates nothing.
+
+mod driver;
+mod nvrtc;
+
+use std::ffi::{c_int, c_uint, c_void, CString};
+use std::sync::{Mutex, OnceLock};
+
+use driver::{CuContext, CuDevice, CuDevicePtr, CuFunction, CuStream, CurrentContext, Driver};
+
+use crate::device::{block_count, Device, DeviceRegion};
+use crate::fingerprint::byte_ranges;
+use crate::GpuError;
+
+/// The kernels' source (`kernels.cu`), compiled by NVRTC for the GPU in use.
+const KERNELS: &str = include_str!("kernels.cu");
+/// Threads per block of the kernels, and the most blocks of a launch (they stride).
+const THREADS: c_uint = 256;
+const MAX_GRID: u64 = 65_536;
+/// Device memory a region may use to gather its changed blocks before one copy to the host;
+/// more changed blocks than fit are gathered and copied in turns.
+const GATHER_SCRATCH: u64 = 64 << 20;
+
+/// The kernels of one context.
+#[derive(Clone, Copy)]
+struct Kernels {
+    fingerprint: CuFunction,
+    gather: CuFunction,
+}
+
+// SAFETY: function handles are plain driver handles, usable from any thread.
+unsafe impl Send for Kernels {}
+
+/// NVIDIA GPUs through the CUDA driver.
+pub struct Cuda {
+    driver: &'static Driver,
+    /// The kernels per context they were loaded in: compiled once per process and loaded once
+    /// per context.
+    kernels: Mutex<Vec<(usize, Kernels)>>,
+}
+
+impl Cuda {
+    /// The process's CUDA driver, or why there is none usable ([`GpuError::Unavailable`]).
+    pub fn open() -> Result<&'static Cuda, GpuError> {
+        static CUDA: OnceLock<Cuda> = OnceLock::new();
+        let driver = Driver::get()?;
+        Ok(CUDA.get_or_init(|| Cuda {
+            driver,
+            kernels: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// An attribute of the pointer `ptr`, as the driver stores it into a `T`.
+    fn pointer_attribute<T: Default>(&self, ptr: u64, attribute: c_int) -> Result<T, GpuError> {
+        let mut value = T::default();
+        // SAFETY: `value` has the size of the attribute's type (the callers pair them).
+        let result =
+            unsafe { (self.driver.pointer_get_attribute)((&mut value as *mut T).cast(), attribute, ptr) };
+        self.driver.check("cuPointerGetAttribute", result).map(|()| value)
+    }
+
+    /// The kernels in the current context `context` (compiled at first use).
+    fn kernels(&self, context: CuContext, device: CuDevice) -> Result<Kernels, GpuError> {
+        let mut kernels = self
+            .kernels
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(&(_, loaded)) = kernels.iter().find(|(c, _)| *c == context as usize) {
+            return Ok(loaded);
+        }
+        let d = self.driver;
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: out-pointers to ints; `device` is a valid ordinal.
+        unsafe {
+            d.check(
+                "cuDeviceGetAttribute",
+                (d.device_get_attribute)(&mut major, driver::ATTRIBUTE_CC_MAJOR, device),
+            )?;
+            d.check(
+                "cuDeviceGetAttribute",
+                (d.device_get_attribute)(&mut minor, driver::ATTRIBUTE_CC_MINOR, device),
+            )?;
+        }
+        let ptx = nvrtc::compile_ptx(KERNELS, "eckpt_kernels.cu", major, minor)?;
+        let mut module = std::ptr::null_mut();
+        // SAFETY: `ptx` is NUL-terminated PTX; the context is current.
+        d.check("cuModuleLoadData", unsafe {
+            (d.module_load_data)(&mut module, ptx.as_ptr().cast())
+        })?;
+        let function = |name: &str| {
+            let name = CString::new(name).expect("no NUL");
+            let mut function = std::ptr::null_mut();
+            // SAFETY: a module loaded above; a NUL-terminated name.
+            let found = unsafe { (d.module_get_function)(&mut function, module, name.as_ptr()) };
+            d.check("cuModuleGetFunction", found).map(|()| function)
+        };
+        let loaded = Kernels {
+            fingerprint: function("eckpt_fingerprint")?,
+            gather: function("eckpt_gather")?,
+        };
+        kernels.push((context as usize, loaded));
+        Ok(loaded)
+    }
+
+    fn device_name(&self, device: CuDevice) -> String {
+        let mut name = [0 as std::ffi::c_char; 128];
+        // SAFETY: the buffer's length is passed.
+        let result = unsafe { (self.driver.device_get_name)(name.as_mut_ptr(), name.len() as c_int, device) };
+        if result != 0 {
+            return format!("CUDA device {device}");
+        }
+        // SAFETY: the driver wrote a NUL-terminated name within the buffer.
+        let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy();
+        format!("CUDA device {device} ({name})")
+    }
+}
+
+impl Device for Cuda {
+    fn describe(&self) -> String {
+        "CUDA".into()
+    }
+
+    unsafe fn attach(&self, ptr: u64, len: u64, block: u64) -> Result<Box<dyn DeviceRegion>, GpuError> {
+        let nblocks = block_count(len, block)?;
+        let not_device = |e: GpuError| GpuError::InvalidRegion(format!("{ptr:#x} is not CUDA memory: {e}"));
+        let kind: c_uint = self
+            .pointer_attribute(ptr, driver::POINTER_MEMORY_TYPE)
+            .map_err(not_device)?;
+        if kind != driver::MEMORY_DEVICE && kind != driver::MEMORY_UNIFIED {
+            return Err(GpuError::InvalidRegion(format!(
+                "{ptr:#x} is host memory registered with CUDA, not device memory: protect it as host memory"
+            )));
+        }
+        let start: CuDevicePtr = self.pointer_attribute(ptr, driver::POINTER_RANGE_START)?;
+        let size: usize = self.pointer_attribute(ptr, driver::POINTER_RANGE_SIZE)?;
+        let end = ptr
+            .checked_add(len)
+            .ok_or_else(|| GpuError::InvalidRegion("address range overflows".into()))?;
+        if end > start + size as u64 {
+            return Err(GpuError::InvalidRegion(format!(
+                "{len} bytes at {ptr:#x} run {} bytes past the end of their allocation ({size} bytes at {start:#x})",
+                end - (start + size as u64)
+            )));
+        }
+        let ordinal: c_int = self.pointer_attribute(ptr, driver::POINTER_DEVICE_ORDINAL)?;
+        // Memory of a stream-ordered pool or of the virtual memory API belongs to no context
+        // (the query fails or says none).
+        let mut context: CuContext = self
+            .pointer_attribute(ptr, driver::POINTER_CONTEXT)
+            .unwrap_or(std::ptr::null_mut());
+        let d = self.driver;
+        // Such memory is worked on in the device's primary context, retained for the region's
+        // life.
+        let retained_primary = context.is_null();
+        if retained_primary {
+            // SAFETY: out-pointer; a valid ordinal.
+            d.check("cuDevicePrimaryCtxRetain", unsafe {
+                (d.device_primary_ctx_retain)(&mut context, ordinal)
+            })?;
+        }
+        let mut region = CudaRegion {
+            driver: d,
+            name: self.device_name(ordinal),
+            ptr,
+            len,
+            block,
+            nblocks,
+            context,
+            ordinal,
+            retained_primary,
+            kernels: None,
+            stream: std::ptr::null_mut(),
+            prints: 0,
+            changed: 0,
+            list: 0,
+            scratch: None,
+            staging: std::ptr::null_mut(),
+            flags: vec![0; nblocks as usize],
+            scanned: false,
+        };
+        // On failure below, dropping `region` frees what was allocated so far.
+        let _current = CurrentContext::push(d, context)?;
+        let mut device: CuDevice = 0;
+        // SAFETY: out-pointers; the context is current; sizes as allocated.
+        unsafe {
+            d.check("cuCtxGetDevice", (d.ctx_get_device)(&mut device))?;
+            region.kernels = Some(self.kernels(context, device)?);
+            d.check("cuStreamCreate", (d.stream_create)(&mut region.stream, 1))?;
+            d.check(
+                "cuMemAlloc",
+                (d.mem_alloc)(&mut region.prints, nblocks as usize * 8),
+            )?;
+            d.check("cuMemAlloc", (d.mem_alloc)(&mut region.changed, nblocks as usize))?;
+            d.check(
+                "cuMemAlloc",
+                (d.mem_alloc)(&mut region.list, nblocks as usize * 8),
+            )?;
+            d.check(
+                "cuMemHostAlloc",
+                (d.mem_host_alloc)(&mut region.staging, len as usize, 0),
+            )?;
+        }
+        Ok(Box::new(region))
+    }
+}
+
+/// One attached range of GPU memory.
+struct CudaRegion {
+    driver: &'static Driver,
+    /// "CUDA device N (name)", for messages.
+    name: String,
+    ptr: CuDevicePtr,
+    len: u64,
+    block: u64,
+    nblocks: u64,
+    context: CuContext,
+    ordinal: CuDevice,
+    /// Whether `context` is the device's primary context retained by `attach`.
+    retained_primary: bool,
+    kernels: Option<Kernels>,
+    stream: CuStream,
+    /// Device arrays: the last scan's fingerprints (u64 per block), change flags (u8), and the
+    /// list of blocks to gather (u64 each).
+    prints: CuDevicePtr,
+    changed: CuDevicePtr,
+    list: CuDevicePtr,
+    /// Where changed blocks are gathered (`GATHER_SCRATCH` bytes, at least a block), allocated
+    /// at the first partial stage; `Some(0)` when the device had no room (blocks are then
+    /// copied range by range).
+    scratch: Option<CuDevicePtr>,
+    /// Page-locked host memory, `len` bytes.
+    staging: *mut c_void,
+    /// The change flags copied back.
+    flags: Vec<u8>,
+    /// Whether a scan ran (the fingerprints on the device are meaningful).
+    scanned: bool,
+}
+
+// SAFETY: the driver's handles may be used from any thread once their context is pushed, which
+// every method does; the region is used through `&mut self` only.
+unsafe impl Send for CudaRegion {}
+
+impl CudaRegion {
+    fn kernels(&self) -> Kernels {
+        self.kernels.expect("set by attach")
+    }
+
+    /// Launches `function` over `grid` blocks on the region's stream.
+    ///
+    /// # Safety
+    /// `params` must point to the kernel's arguments, in order and of its types; the region's
+    /// context must be current.
+    unsafe fn launch(
+        &self,
+        function: CuFunction,
+        grid: u64,
+        params: &mut [*mut c_void],
+    ) -> Result<(), GpuError> {
+        let d = self.driver;
+        // SAFETY: forwarded from this function's contract; the driver copies the arguments.
+        let launched = unsafe {
+            (d.launch_kernel)(
+                function,
+                grid.clamp(1, MAX_GRID) as c_uint,
+                1,
+                1,
+                THREADS,
+                1,
+                1,
+                0,
+                self.stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        d.check("cuLaunchKernel", launched).map_err(|e| self.named(e))
+    }
+
+    /// The gather buffer, allocated at first use; `None` when the device has no room for it.
+    fn scratch(&mut self) -> Option<CuDevicePtr> {
+        if self.scratch.is_none() {
+            let mut scratch = 0;
+            let size = GATHER_SCRATCH.max(self.block) as usize;
+            // SAFETY: an out-pointer; the context is current (callers push it).
+            let allocated = unsafe { (self.driver.mem_alloc)(&mut scratch, size) };
+            self.scratch = Some(if allocated == 0 { scratch } else { 0 });
+        }
+        self.scratch.filter(|&s| s != 0)
+    }
+
+    /// Bytes of blocks `blocks` (the region's last block is shorter).
+    fn bytes_of(&self, blocks: &[u64]) -> u64 {
+        blocks
+            .iter()
+            .map(|&b| self.block.min(self.len - b * self.block))
+            .sum()
+    }
+
+    /// Queues a copy of `len` bytes at device address `from` to staging offset `at`.
+    fn download(&self, at: u64, from: CuDevicePtr, len: u64) -> Result<(), GpuError> {
+        assert!(at + len <= self.len, "a copy beyond the staging buffer");
+        // SAFETY: inside the staging buffer (checked) and, by the callers, inside device memory.
+        let copied = unsafe {
+            (self.driver.memcpy_dtoh_async)(
+                self.staging.cast::<u8>().add(at as usize).cast(),
+                from,
+                len as usize,
+                self.stream,
+            )
+        };
+        self.driver
+            .check("cuMemcpyDtoHAsync", copied)
+            .map_err(|e| self.named(e))
+    }
+
+    fn context(&self) -> Result<CurrentContext<'static>, GpuError> {
+        CurrentContext::push(self.driver, self.context)
+    }
+
+    fn sync(&self) -> Result<(), GpuError> {
+        // SAFETY: the region's stream, in the current context.
+        let result = unsafe { (self.driver.stream_synchronize)(self.stream) };
+        self.driver
+            .check("cuStreamSynchronize", result)
+            .map_err(|e| self.named(e))
+    }
+
+    /// Adds the device's name to a driver error.
+    fn named(&self, e: GpuError) -> GpuError {
+        match e {
+            GpuError::Driver { call, error } => GpuError::Driver {
+                call,
+                error: format!("{error} on {}", self.name),
+            },
+            other => other,
+        }
+    }
+}
+
+impl DeviceRegion for CudaRegion {
+    fn size(&self) -> u64 {
+        self.len
+    }
+
+    fn block_size(&self) -> u64 {
+        self.block
+    }
+
+    fn changed_blocks(&mut self, all: bool) -> Result<Vec<u64>, GpuError> {
+        let d = self.driver;
+        let _current = self.context()?;
+        // The application's kernels may still be writing the region.
+        // SAFETY: the region's context is current.
+        d.check("cuCtxSynchronize", unsafe { (d.ctx_synchronize)() })
+            .map_err(|e| self.named(e))?;
+        let (mut base, mut len, mut block, mut nblocks) = (self.ptr, self.len, self.block, self.nblocks);
+        let (mut prints, mut changed) = (self.prints, self.changed);
+        let mut all = c_int::from(all || !self.scanned);
+        let mut params: [*mut c_void; 7] = [
+            (&mut base as *mut u64).cast(),
+            (&mut len as *mut u64).cast(),
+            (&mut block as *mut u64).cast(),
+            (&mut nblocks as *mut u64).cast(),
+            (&mut prints as *mut u64).cast(),
+            (&mut changed as *mut u64).cast(),
+            (&mut all as *mut c_int).cast(),
+        ];
+        // SAFETY: the parameters match `eckpt_fingerprint`'s signature; the arrays hold
+        // `nblocks` entries; the context is current.
+        unsafe {
+            self.launch(self.kernels().fingerprint, self.nblocks, &mut params)?;
+            let copied = (d.memcpy_dtoh_async)(
+                self.flags.as_mut_ptr().cast(),
+                self.changed,
+                self.flags.len(),
+                self.stream,
+            );
+            d.check("cuMemcpyDtoHAsync", copied).map_err(|e| self.named(e))?;
+        }
+        self.sync()?;
+        self.scanned = true;
+        Ok(self
+            .flags
+            .iter()
+            .enumerate()
+            .filter(|(_, &f)| f != 0)
+            .map(|(i, _)| i as u64)
+            .collect())
+    }
+
+    fn stage(&mut self, blocks: &[u64]) -> Result<(), GpuError> {
+        let _current = self.context()?;
+        if blocks.len() as u64 == self.nblocks {
+            self.download(0, self.ptr, self.len)?;
+            return self.sync();
+        }
+        let Some(scratch) = self.scratch() else {
+            // No room on the device to gather: one copy per run of neighbouring blocks.
+            let mut at = 0;
+            for (offset, n) in byte_ranges(blocks, self.block, self.len) {
+                self.download(at, self.ptr + offset, n)?;
+                at += n;
+            }
+            return self.sync();
+        };
+        let d = self.driver;
+        // SAFETY: `blocks` (at most `nblocks` entries) into the list array of `nblocks`; a copy
+        // from pageable memory is complete when the call returns.
+        let uploaded = unsafe {
+            (d.memcpy_htod_async)(self.list, blocks.as_ptr().cast(), blocks.len() * 8, self.stream)
+        };
+        d.check("cuMemcpyHtoDAsync", uploaded)
+            .map_err(|e| self.named(e))?;
+        // Gather as many blocks as the scratch holds, copy them out, and go on: the stream
+        // orders each gather after the previous copy out of the scratch.
+        let per_turn = (GATHER_SCRATCH.max(self.block) / self.block) as usize;
+        let mut at = 0;
+        for (turn, batch) in blocks.chunks(per_turn).enumerate() {
+            let (mut base, mut len, mut block) = (self.ptr, self.len, self.block);
+            let mut list = self.list + (turn * per_turn * 8) as u64;
+            let (mut count, mut out) = (batch.len() as u64, scratch);
+            let mut params: [*mut c_void; 6] = [
+                (&mut base as *mut u64).cast(),
+                (&mut len as *mut u64).cast(),
+                (&mut block as *mut u64).cast(),
+                (&mut list as *mut u64).cast(),
+                (&mut count as *mut u64).cast(),
+                (&mut out as *mut u64).cast(),
+            ];
+            // SAFETY: the parameters match `eckpt_gather`'s signature; the list holds `count`
+            // block indices of the region; the scratch holds `per_turn` blocks.
+            unsafe { self.launch(self.kernels().gather, count, &mut params)? };
+            let bytes = self.bytes_of(batch);
+            self.download(at, scratch, bytes)?;
+            at += bytes;
+        }
+        self.sync()
+    }
+
+    fn staging(&self) -> &[u8] {
+        // SAFETY: `len` bytes of page-locked memory owned by the region; `stage` waits for its
+        // copies, so none is in flight.
+        unsafe { std::slice::from_raw_parts(self.staging.cast::<u8>(), self.len as usize) }
+    }
+
+    fn staging_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes of page-locked memory owned by the region; no copy is in flight.
+        unsafe { std::slice::from_raw_parts_mut(self.staging.cast::<u8>(), self.len as usize) }
+    }
+
+    fn restore(&mut self) -> Result<(), GpuError> {
+        let d = self.driver;
+        let _current = self.context()?;
+        // SAFETY: `len` bytes from the staging buffer to the region, both allocated that long.
+        let copied = unsafe {
+            (d.memcpy_htod_async)(
+                self.ptr,
+                self.staging.cast_const(),
+                self.len as usize,
+                self.stream,
+            )
+        };
+        d.check("cuMemcpyHtoDAsync", copied).map_err(|e| self.named(e))?;
+        self.sync()
+    }
+}
+
+impl Drop for CudaRegion {
+    fn drop(&mut self) {
+        let d = self.driver;
+        // Errors are ignored: nothing can be done about them while dropping, and a context
+        // already destroyed took these allocations with it.
+        if let Ok(_current) = self.context() {
+            // SAFETY: each handle was created by `attach` in this context and is freed once.
+            unsafe {
+                if !self.stream.is_null() {
+                    (d.stream_destroy)(self.stream);
+                }
+                if self.prints != 0 {
+                    (d.mem_free)(self.prints);
+                }
+                for buffer in [self.changed, self.list, self.scratch.unwrap_or(0)] {
+                    if buffer != 0 {
+                        (d.mem_free)(buffer);
+                    }
+                }
+                if !self.staging.is_null() {
+                    (d.mem_free_host)(self.staging);
+                }
+            }
+        }
+        if self.retained_primary {
+            // SAFETY: releases the retain of `attach`.
+            unsafe { (d.device_primary_ctx_release)(self.ordinal) };
+        }
+    }
+}

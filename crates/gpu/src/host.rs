@@ -1,0 +1,162 @@
+//! [`HostMemory`]: the [`Device`] implementation over ordinary host memory. It runs the same
+//! path as a GPU — fingerprints, staging, packed copies, restore through the staging buffer —
+//! with the fingerprint computed by the host reference, so that the whole path is tested on
+//! machines without a GPU, and a rank can protect host memory this way when it wants
+//! fingerprint tracking of a buffer a device writes by DMA.
+
+use crate::device::{block_count, Device, DeviceRegion};
+use crate::fingerprint::{byte_ranges, fingerprints};
+use crate::GpuError;
+
+/// Host memory seen as a device.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HostMemory;
+
+impl Device for HostMemory {
+    fn describe(&self) -> String {
+        "host memory".into()
+    }
+
+    unsafe fn attach(&self, ptr: u64, len: u64, block: u64) -> Result<Box<dyn DeviceRegion>, GpuError> {
+        block_count(len, block)?;
+        if ptr == 0 {
+            return Err(GpuError::InvalidRegion("null pointer".into()));
+        }
+        Ok(Box::new(HostRegion {
+            ptr: ptr as *mut u8,
+            len: len as usize,
+            block: block as usize,
+            prints: None,
+            staging: vec![0; len as usize],
+        }))
+    }
+}
+
+struct HostRegion {
+    ptr: *mut u8,
+    len: usize,
+    block: usize,
+    /// The previous call's fingerprints (none before the first).
+    prints: Option<Vec<u64>>,
+    staging: Vec<u8>,
+}
+
+// SAFETY: the pointer is only dereferenced through `&mut self`, and `attach`'s caller keeps the
+// memory valid while the region exists.
+unsafe impl Send for HostRegion {}
+
+impl HostRegion {
+    fn memory(&self) -> &[u8] {
+        // SAFETY: `attach`'s contract.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl DeviceRegion for HostRegion {
+    fn size(&self) -> u64 {
+        self.len as u64
+    }
+
+    fn block_size(&self) -> u64 {
+        self.block as u64
+    }
+
+    fn changed_blocks(&mut self, all: bool) -> Result<Vec<u64>, GpuError> {
+        let now = fingerprints(self.memory(), self.block);
+        let changed = match (&self.prints, all) {
+            (Some(before), false) => (0..now.len() as u64)
+                .filter(|&i| before[i as usize] != now[i as usize])
+                .collect(),
+            _ => (0..now.len() as u64).collect(),
+        };
+        self.prints = Some(now);
+        Ok(changed)
+    }
+
+    fn stage(&mut self, blocks: &[u64]) -> Result<(), GpuError> {
+        let mut at = 0;
+        for (offset, n) in byte_ranges(blocks, self.block as u64, self.len as u64) {
+            let (offset, n) = (offset as usize, n as usize);
+            // SAFETY: `attach`'s contract; the staging buffer is a separate allocation.
+            let source = unsafe { std::slice::from_raw_parts(self.ptr.add(offset), n) };
+            self.staging[at..at + n].copy_from_slice(source);
+            at += n;
+        }
+        Ok(())
+    }
+
+    fn staging(&self) -> &[u8] {
+        &self.staging
+    }
+
+    fn staging_mut(&mut self) -> &mut [u8] {
+        &mut self.staging
+    }
+
+    fn restore(&mut self) -> Result<(), GpuError> {
+        // SAFETY: `attach`'s contract; the staging buffer is a separate allocation.
+        unsafe { std::ptr::copy_nonoverlapping(self.staging.as_ptr(), self.ptr, self.len) };
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{stage_changes, Changes, Staged};
+
+    fn capture(region: &mut dyn DeviceRegion, full: bool) -> Changes<'_> {
+        let staged = stage_changes(region, full).unwrap();
+        assert_eq!(staged == Staged::Full, full);
+        staged.changes(region)
+    }
+
+    fn attach(memory: &mut [u8], block: u64) -> Box<dyn DeviceRegion> {
+        // SAFETY: the tests keep `memory` alive and in place while the region is used.
+        unsafe { HostMemory.attach(memory.as_mut_ptr() as u64, memory.len() as u64, block) }.unwrap()
+    }
+
+    #[test]
+    fn the_first_capture_is_full_and_later_ones_hold_only_changed_blocks() {
+        let mut memory: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        let mut region = attach(&mut memory, 64);
+        match capture(region.as_mut(), true) {
+            Changes::Full(bytes) => assert_eq!(bytes, &memory[..]),
+            Changes::Blocks { .. } => panic!("the first capture must be full"),
+        }
+        let snapshot = memory.clone();
+        memory[70] ^= 1; // block 1
+        memory[999] ^= 1; // block 15, the short last block (1000 = 15 × 64 + 40)
+        match capture(region.as_mut(), false) {
+            Changes::Blocks { block_size, blocks } => {
+                assert_eq!(block_size, 64);
+                let got: Vec<(u64, Vec<u8>)> = blocks.iter().map(|(b, d)| (*b, d.to_vec())).collect();
+                assert_eq!(
+                    got,
+                    vec![(1, memory[64..128].to_vec()), (15, memory[960..].to_vec())]
+                );
+            }
+            Changes::Full(_) => panic!("expected a delta"),
+        }
+        // Nothing changed since: an empty delta.
+        match capture(region.as_mut(), false) {
+            Changes::Blocks { blocks, .. } => assert!(blocks.is_empty()),
+            Changes::Full(_) => panic!("expected a delta"),
+        }
+        // Restore puts the staged image back in place.
+        region.staging_mut().copy_from_slice(&snapshot);
+        region.restore().unwrap();
+        assert_eq!(memory, snapshot);
+    }
+
+    #[test]
+    fn unusable_regions_are_refused() {
+        let mut memory = vec![0u8; 64];
+        // SAFETY: only argument checks run.
+        unsafe {
+            assert!(HostMemory.attach(0, 64, 64).is_err());
+            assert!(HostMemory.attach(memory.as_mut_ptr() as u64, 0, 64).is_err());
+            assert!(HostMemory.attach(memory.as_mut_ptr() as u64, 64, 12).is_err());
+        }
+    }
+}

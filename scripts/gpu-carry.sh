@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds what scripts/gpu-check.sh needs on a GPU machine that has no Rust toolchain, into
+# target/gpu-carry (about 20 MB, stripped): bin/eckpt, lib/libeckpt.so, and python/eckpt, the
+# Python package with its extension module built for that machine's Python (3.12 by default:
+# GPU_PYTHON=3.11 for another). PyO3 is told the version by a build configuration file instead
+# of asking an interpreter, since that Python is not on this machine.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+python_version=${GPU_PYTHON:-3.12}
+out=target/gpu-carry
+export PATH="$HOME/.cargo/bin:$PATH"
+
+cargo build --release -p eckpt -p eckpt-client
+config=$(mktemp)
+trap 'rm -f "$config"' EXIT
+printf 'implementation=CPython\nversion=%s\nshared=true\nabi3=false\npointer_width=64\nbuild_flags=\nsuppress_build_script_link_lines=false\n' \
+  "$python_version" > "$config"
+PYO3_CONFIG_FILE=$config CARGO_TARGET_DIR=target/py$python_version cargo build --release -p eckpt-py
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/python/eckpt"
+strip -o "$out/bin/eckpt" target/release/eckpt
+strip -o "$out/lib/libeckpt.so" target/release/libeckpt.so
+cp crates/py/python/eckpt/*.py "$out/python/eckpt/"
+tag=${python_version/./}
+strip -o "$out/python/eckpt/_eckpt.cpython-$tag-x86_64-linux-gnu.so" "target/py$python_version/release/lib_eckpt.so"
+du -sh "$out"
