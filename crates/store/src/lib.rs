@@ -167,7 +167,7 @@ impl EpochView {
 }
 
 /// [`Store::read_item_into`] reads with at most this many threads, each at least this much.
-const PARALLEL_READ_THREADS: usize = 16;
+const PARALLEL_READ_THREADS: usize = 8;
 const PARALLEL_READ_PIECE: usize = 128 << 20;
 
 /// Where the checkpoints of batch job `job` live by default: per user and per job, so that
