@@ -6,35 +6,22 @@
 
 use std::path::Path;
 
+mod common;
+
+use common::{fill, RANK};
 use eckpt::{Checkpointer, Config, Error, TrackMode};
 use eckpt_gpu::HostMemory;
 
 const BLOCK: usize = 4096;
 
 fn config(dir: &Path) -> Config {
-    Config {
-        dir: Some(dir.to_path_buf()),
-        rank: 1,
-        track: TrackMode::Hash,
-        hash_block_size: BLOCK,
-        ..Config::default()
-    }
-}
-
-fn fill(buf: &mut [u8], seed: u64) {
-    let mut s = seed | 1;
-    for b in buf.iter_mut() {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        *b = s as u8;
-    }
+    common::config(dir, TrackMode::Hash)
 }
 
 /// The stored blocks of device region `name` in `epoch`, and whether the epoch holds it whole.
 fn stored(dir: &Path, epoch: u64, name: &str) -> (usize, bool) {
     let store = eckpt_store::Store::open(dir).unwrap();
-    let manifest = store.manifest(1, epoch).unwrap();
+    let manifest = store.manifest(RANK, epoch).unwrap();
     let item = manifest
         .items
         .iter()

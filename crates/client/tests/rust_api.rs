@@ -4,28 +4,11 @@
 use std::fs;
 use std::path::Path;
 
-use eckpt::{Checkpointer, Config, Error, FileMode, TrackMode};
+mod common;
+
+use common::{config, fill};
+use eckpt::{Checkpointer, Error, FileMode, TrackMode};
 use eckpt_capture::AlignedBuf;
-
-fn config(dir: &Path, track: TrackMode) -> Config {
-    Config {
-        dir: Some(dir.to_path_buf()),
-        rank: 3,
-        track,
-        hash_block_size: 4096,
-        ..Config::default()
-    }
-}
-
-fn fill(buf: &mut [u8], seed: u64) {
-    let mut s = seed | 1;
-    for b in buf.iter_mut() {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        *b = s as u8;
-    }
-}
 
 /// Blocks stored for a region's item in an epoch.
 fn stored_blocks(dir: &Path, epoch: u64, region: &str) -> usize {
