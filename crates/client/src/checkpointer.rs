@@ -668,12 +668,25 @@ impl Checkpointer {
             let memory = unsafe { std::slice::from_raw_parts_mut(region.ptr, region.len) };
             store.read_item_into(rank, epoch, &region_item(name), memory)?;
         }
+        // Each region's image travels to the device while the next one is read. The copies
+        // started are waited for even when a later read fails: none may still be reading a
+        // staging buffer when the call returns.
+        let mut started = Ok(());
         for (name, region) in &mut self.devices {
-            store.read_item_into(rank, epoch, &device_item(name), region.staging_mut())?;
-            region.restore()?;
-            // The restored memory is the baseline of the next epoch's delta.
-            region.changed_blocks(true)?;
+            started = store
+                .read_item_into(rank, epoch, &device_item(name), region.staging_mut())
+                .map_err(Error::from)
+                .and_then(|()| Ok(region.start_restore()?));
+            if started.is_err() {
+                break;
+            }
         }
+        for region in self.devices.values_mut() {
+            // Waits for the copy; the restored memory is the baseline of the next delta.
+            let waited = region.changed_blocks(true);
+            started = started.and(waited.map(drop).map_err(Error::from));
+        }
+        started?;
         files::restore(
             &store,
             rank,

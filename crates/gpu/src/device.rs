@@ -42,11 +42,13 @@ pub trait DeviceRegion: Send {
     /// The staging buffer (the region's length): what [`DeviceRegion::stage`] copied.
     fn staging(&self) -> &[u8];
 
-    /// The staging buffer, to fill with a whole image before [`DeviceRegion::restore`].
+    /// The staging buffer, to fill with a whole image before [`DeviceRegion::start_restore`].
     fn staging_mut(&mut self) -> &mut [u8];
 
-    /// Copies the whole staging buffer to the region and waits until it is there.
-    fn restore(&mut self) -> Result<(), GpuError>;
+    /// Starts copying the whole staging buffer to the region. The next
+    /// [`DeviceRegion::changed_blocks`] waits for the copy (and makes the restored content the
+    /// baseline), so that a restart reads the next region's image while this one's travels.
+    fn start_restore(&mut self) -> Result<(), GpuError>;
 }
 
 /// What a checkpoint saves of a region.

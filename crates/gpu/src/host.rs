@@ -93,7 +93,7 @@ impl DeviceRegion for HostRegion {
         &mut self.staging
     }
 
-    fn restore(&mut self) -> Result<(), GpuError> {
+    fn start_restore(&mut self) -> Result<(), GpuError> {
         // SAFETY: `attach`'s contract; the staging buffer is a separate allocation.
         unsafe { std::ptr::copy_nonoverlapping(self.staging.as_ptr(), self.ptr, self.len) };
         Ok(())
@@ -145,7 +145,7 @@ mod tests {
         }
         // Restore puts the staged image back in place.
         region.staging_mut().copy_from_slice(&snapshot);
-        region.restore().unwrap();
+        region.start_restore().unwrap();
         assert_eq!(memory, snapshot);
     }
 

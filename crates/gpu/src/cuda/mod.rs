@@ -455,10 +455,12 @@ impl DeviceRegion for CudaRegion {
         unsafe { std::slice::from_raw_parts_mut(self.staging.cast::<u8>(), self.len as usize) }
     }
 
-    fn restore(&mut self) -> Result<(), GpuError> {
+    fn start_restore(&mut self) -> Result<(), GpuError> {
         let d = self.driver;
         let _current = self.context()?;
-        // SAFETY: `len` bytes from the staging buffer to the region, both allocated that long.
+        // SAFETY: `len` bytes from the staging buffer to the region, both allocated that long;
+        // the staging buffer is not written again before the next scan, which waits for the
+        // copy (the context's synchronisation covers this stream).
         let copied = unsafe {
             (d.memcpy_htod_async)(
                 self.ptr,
@@ -467,8 +469,7 @@ impl DeviceRegion for CudaRegion {
                 self.stream,
             )
         };
-        d.check("cuMemcpyHtoDAsync", copied).map_err(|e| self.named(e))?;
-        self.sync()
+        d.check("cuMemcpyHtoDAsync", copied).map_err(|e| self.named(e))
     }
 }
 
