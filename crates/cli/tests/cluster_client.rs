@@ -1,27 +1,50 @@
 //! The Rust client API in cluster mode: three ranks' memory checkpointed into a running
 //! cluster over several epochs, a node lost with its data, recovery, and restart in place
-//! from the rank's new node.
+//! from the rank's new node — host memory, and device memory (through the device path over
+//! host memory) with epochs completed in the background.
 
 mod cluster;
 
 use cluster::{bytes, ok, Cluster};
 use eckpt::{Checkpointer, Config, TrackMode};
+use eckpt_gpu::HostMemory;
 
-fn checkpointer(c: &Cluster, rank: u32) -> Checkpointer {
+/// Rank `rank`'s checkpointer; with `device`, its epochs complete in the background.
+fn checkpointer(c: &Cluster, rank: u32, device: bool) -> Checkpointer {
     let config = Config {
         rank,
         cluster: Some(c.dir.clone()),
         world: Some(3),
         track: TrackMode::Hash,
         hash_block_size: 4096,
+        background: device,
         ..Config::default()
     };
     Checkpointer::new(config).expect("cluster mode")
 }
 
+/// Protects `memory` as region "state": as host memory, or (`device`) as device memory.
+fn protect_state(ck: &mut Checkpointer, memory: &mut [u8], device: bool) {
+    let (ptr, len) = (memory.as_mut_ptr(), memory.len());
+    // SAFETY: the callers keep `memory` alive and in place as long as `ck`.
+    let protected = unsafe {
+        if device {
+            ck.protect_on(&HostMemory, "state", ptr as u64, len as u64)
+        } else {
+            ck.protect("state", ptr, len)
+        }
+    };
+    protected.unwrap();
+}
+
 #[test]
 fn ranks_restart_in_place_after_their_node_is_lost() {
-    for mode in ["full", "stripe", "update"] {
+    for (mode, device) in [
+        ("full", false),
+        ("stripe", false),
+        ("update", false),
+        ("update", true),
+    ] {
         let c = Cluster::up(&[
             "--nodes",
             "5",
@@ -35,10 +58,9 @@ fn ranks_restart_in_place_after_their_node_is_lost() {
             "8KiB",
         ]);
         let mut memory: Vec<Vec<u8>> = (0..3).map(|r| bytes(100_000 + r * 5000, r as u64 + 40)).collect();
-        let mut ranks: Vec<Checkpointer> = (0..3).map(|r| checkpointer(&c, r)).collect();
+        let mut ranks: Vec<Checkpointer> = (0..3).map(|r| checkpointer(&c, r, device)).collect();
         for (ck, m) in ranks.iter_mut().zip(memory.iter_mut()) {
-            // SAFETY: `memory` outlives the checkpointers and is not reallocated.
-            unsafe { ck.protect("state", m.as_mut_ptr(), m.len()).unwrap() };
+            protect_state(ck, m, device);
         }
         for epoch in 1..=3u64 {
             for (r, m) in memory.iter_mut().enumerate() {
@@ -47,7 +69,7 @@ fn ranks_restart_in_place_after_their_node_is_lost() {
             for ck in ranks.iter_mut() {
                 assert_eq!(ck.checkpoint().unwrap(), epoch);
             }
-            assert_eq!(ranks[0].wait().unwrap(), Some(epoch), "{mode}");
+            assert_eq!(ranks[0].wait().unwrap(), Some(epoch), "{mode}, device {device}");
         }
         drop(ranks);
         let node = c.status()["nodes"]
@@ -63,14 +85,13 @@ fn ranks_restart_in_place_after_their_node_is_lost() {
         c.wait_down(&node);
         ok(&["recover", "--dir", c.d()]);
         let mut restored = vec![0u8; memory[2].len()];
-        let mut ck = checkpointer(&c, 2);
-        // SAFETY: as above.
-        unsafe {
-            ck.protect("state", restored.as_mut_ptr(), restored.len())
-                .unwrap()
-        };
-        assert_eq!(ck.restart().unwrap(), Some(3), "{mode}");
-        assert!(restored == memory[2], "{mode}: rank 2 restored different bytes");
+        let mut ck = checkpointer(&c, 2, device);
+        protect_state(&mut ck, &mut restored, device);
+        assert_eq!(ck.restart().unwrap(), Some(3), "{mode}, device {device}");
+        assert!(
+            restored == memory[2],
+            "{mode}, device {device}: rank 2 restored different bytes"
+        );
     }
 }
 
@@ -78,10 +99,9 @@ fn ranks_restart_in_place_after_their_node_is_lost() {
 fn a_restart_that_meets_a_damaged_block_says_how_to_rebuild_it_and_recover_does() {
     let c = Cluster::up(&["--nodes", "5", "--k", "3", "--m", "2", "--block-size", "8KiB"]);
     let mut memory: Vec<Vec<u8>> = (0..3).map(|r| bytes(60_000, r as u64 + 70)).collect();
-    let mut ranks: Vec<Checkpointer> = (0..3).map(|r| checkpointer(&c, r)).collect();
+    let mut ranks: Vec<Checkpointer> = (0..3).map(|r| checkpointer(&c, r, false)).collect();
     for (ck, m) in ranks.iter_mut().zip(memory.iter_mut()) {
-        // SAFETY: `memory` outlives the checkpointers and is not reallocated.
-        unsafe { ck.protect("state", m.as_mut_ptr(), m.len()).unwrap() };
+        protect_state(ck, m, false);
     }
     for ck in ranks.iter_mut() {
         assert_eq!(ck.checkpoint().unwrap(), 1);
@@ -92,12 +112,8 @@ fn a_restart_that_meets_a_damaged_block_says_how_to_rebuild_it_and_recover_does(
     c.corrupt_rank_block(1, 30_000);
 
     let mut restored = vec![0u8; memory[1].len()];
-    let mut ck = checkpointer(&c, 1);
-    // SAFETY: as above.
-    unsafe {
-        ck.protect("state", restored.as_mut_ptr(), restored.len())
-            .unwrap()
-    };
+    let mut ck = checkpointer(&c, 1, false);
+    protect_state(&mut ck, &mut restored, false);
     let err = ck.restart().unwrap_err();
     assert_eq!(
         err.code(),
@@ -108,12 +124,8 @@ fn a_restart_that_meets_a_damaged_block_says_how_to_rebuild_it_and_recover_does(
     drop(ck);
 
     ok(&["recover", "--dir", c.d()]);
-    let mut ck = checkpointer(&c, 1);
-    // SAFETY: as above.
-    unsafe {
-        ck.protect("state", restored.as_mut_ptr(), restored.len())
-            .unwrap()
-    };
+    let mut ck = checkpointer(&c, 1, false);
+    protect_state(&mut ck, &mut restored, false);
     assert_eq!(ck.restart().unwrap(), Some(1));
     assert!(
         restored == memory[1],

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -119,11 +120,10 @@ impl Completion {
     }
 }
 
-/// A background completion's outcome, with what it borrowed from the checkpointer.
+/// A background completion's outcome, with the device regions it borrowed.
 struct Completed {
     epoch: u64,
     devices: BTreeMap<String, Box<dyn DeviceRegion>>,
-    link: Option<ClusterLink>,
     result: Result<(), Error>,
 }
 
@@ -138,7 +138,8 @@ pub struct Checkpointer {
     /// The store in use (standalone: `config.store_root()`; cluster mode: the rank's node's, opened
     /// when first needed and re-opened when the rank moves).
     store: Option<Store>,
-    cluster: Option<ClusterLink>,
+    /// Cluster mode: the link to the coordinator, shared with a background completion.
+    cluster: Option<Arc<ClusterLink>>,
     /// Cluster mode: the last epoch this rank handed to the cluster.
     last_epoch: Option<u64>,
     tracker: Tracker,
@@ -173,7 +174,7 @@ impl Checkpointer {
                     Error::Invalid("cluster mode needs the job size: world=N or ECKPT_WORLD".into())
                 })?;
                 let link = ClusterLink::new(dir, world, config.generation)?;
-                (None, Some(link), Baseline::new(dir, config.rank))
+                (None, Some(Arc::new(link)), Baseline::new(dir, config.rank))
             }
             None => {
                 let root = config.store_root()?;
@@ -440,15 +441,14 @@ impl Checkpointer {
         };
         if self.config.background && !self.devices.is_empty() {
             let mut devices = std::mem::take(&mut self.devices);
-            let link = self.cluster.take();
+            let link = self.cluster.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("eckpt-epoch-{epoch}"))
                 .spawn(move || {
-                    let result = completion.run(&mut devices, link.as_ref());
+                    let result = completion.run(&mut devices, link.as_deref());
                     Completed {
                         epoch,
                         devices,
-                        link,
                         result,
                     }
                 });
@@ -459,7 +459,7 @@ impl Checkpointer {
                 Err(e) => panic!("cannot start the thread that completes epoch {epoch}: {e}"),
             }
         } else {
-            let result = completion.run(&mut self.devices, self.cluster.as_ref());
+            let result = completion.run(&mut self.devices, self.cluster.as_deref());
             self.completed(epoch, result)?;
         }
         Ok((epoch, job_pace))
@@ -493,7 +493,6 @@ impl Checkpointer {
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         self.devices = done.devices;
-        self.cluster = done.link;
         self.completed(done.epoch, done.result)
     }
 
