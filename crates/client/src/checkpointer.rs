@@ -288,6 +288,16 @@ impl Checkpointer {
         len: u64,
     ) -> Result<(), Error> {
         self.check_unused(name)?;
+        let end = ptr.saturating_add(len);
+        if let Some((other, _)) = self
+            .devices
+            .iter()
+            .find(|(_, r)| ptr < r.address() + r.size() && r.address() < end)
+        {
+            return Err(Error::Invalid(format!(
+                "device region {name:?} overlaps region {other:?}: protect each byte once"
+            )));
+        }
         // SAFETY: forwarded from this function's contract.
         let region = unsafe { device.attach(ptr, len, self.config.hash_block_size as u64) }?;
         self.devices.insert(name.to_string(), region);

@@ -100,6 +100,14 @@ fn a_device_region_of_another_size_is_refused_untouched() {
         "a refused restart wrote into the region"
     );
 
+    // A byte is protected once: a range overlapping a device region is refused.
+    // SAFETY: refused before the range is used.
+    let overlapping = unsafe { ck.protect_on(&HostMemory, "v", other.as_ptr() as u64 + 100, 10) };
+    assert!(
+        matches!(&overlapping, Err(Error::Invalid(m)) if m.contains("overlaps region \"w\"")),
+        "{overlapping:?}"
+    );
+
     // A name is one region, host or device.
     // SAFETY: only the name is checked; nothing is attached.
     let again = unsafe { ck.protect("w", other.as_mut_ptr(), other.len()) };

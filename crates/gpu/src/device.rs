@@ -23,6 +23,9 @@ pub trait Device: Send + Sync {
 
 /// One attached range of device memory, with its fingerprints and its staging buffer.
 pub trait DeviceRegion: Send {
+    /// The region's first address.
+    fn address(&self) -> u64;
+
     /// The region's length in bytes.
     fn size(&self) -> u64;
 

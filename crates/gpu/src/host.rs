@@ -53,6 +53,10 @@ impl HostRegion {
 }
 
 impl DeviceRegion for HostRegion {
+    fn address(&self) -> u64 {
+        self.ptr as u64
+    }
+
     fn size(&self) -> u64 {
         self.len as u64
     }

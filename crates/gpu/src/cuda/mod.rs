@@ -345,6 +345,10 @@ impl CudaRegion {
 }
 
 impl DeviceRegion for CudaRegion {
+    fn address(&self) -> u64 {
+        self.ptr
+    }
+
     fn size(&self) -> u64 {
         self.len
     }
