@@ -25,4 +25,8 @@ strip -o "$out/lib/libeckpt.so" target/release/libeckpt.so
 cp crates/py/python/eckpt/*.py "$out/python/eckpt/"
 tag=${python_version/./}
 strip -o "$out/python/eckpt/_eckpt.cpython-$tag-x86_64-linux-gnu.so" "target/py$python_version/release/lib_eckpt.so"
+# The GPU machine's copy of the repository may carry stale git metadata: the build says which
+# commit it is (and whether the tree had changes), for gpu-check.sh to print.
+{ git rev-parse --short HEAD; git status --porcelain --untracked-files=no | grep -q . && echo "(with uncommitted changes)"; } \
+  | tr '\n' ' ' > "$out/COMMIT" || true
 du -sh "$out"

@@ -42,7 +42,7 @@ echo "== machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv,noheader
 grep -m1 "model name" /proc/cpuinfo
 echo "cores: $(nproc); python $(python3 -c 'import sys, torch, cupy; print(sys.version.split()[0], "torch", torch.__version__, "cupy", cupy.__version__)')"
-echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "build: commit $(cat "$carry/COMMIT" 2>/dev/null || echo unknown) (scripts/gpu-carry.sh)"
 
 restore() {
   python3 "$repo/scripts/gpu/restore_check.py" write "$work/restore" "$work/restore.json"
