@@ -176,46 +176,14 @@ fn bad_requests_get_one_line_errors_and_change_nothing() {
     let file = c.dir.parent().unwrap().join("rank0.img");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
-            vec![
-                "checkpoint",
-                "--dir",
-                c.d(),
-                "--world",
-                "2",
-                "--rank",
-                "0",
-                file.to_str().unwrap(),
-            ],
+            c.checkpoint_args("2", "0", &[file.to_str().unwrap()]),
             "the job has 1 ranks",
         ),
         (
-            vec![
-                "checkpoint",
-                "--dir",
-                c.d(),
-                "--world",
-                "1",
-                "--rank",
-                "0",
-                "--epoch",
-                "9",
-                file.to_str().unwrap(),
-            ],
+            c.checkpoint_args("1", "0", &["--epoch", "9", file.to_str().unwrap()]),
             "epoch 9 is not open",
         ),
-        (
-            vec![
-                "checkpoint",
-                "--dir",
-                c.d(),
-                "--world",
-                "1",
-                "--rank",
-                "0",
-                "/nonexistent",
-            ],
-            "/nonexistent",
-        ),
+        (c.checkpoint_args("1", "0", &["/nonexistent"]), "/nonexistent"),
         (
             vec!["restore", "--dir", c.d(), "--rank", "5", "-o", "/tmp/x"],
             "rank 5 never checkpointed",
@@ -270,8 +238,7 @@ fn a_rank_checkpointing_twice_is_refused_at_once_or_writes_exactly_its_next_epoc
     std::fs::write(&p2, &second).unwrap();
     let (p1, p2) = (p1.to_str().unwrap(), p2.to_str().unwrap());
     let ckpt = |rank: &'static str, extra: &[&'static str], file: &str| -> Vec<String> {
-        let mut args = vec!["checkpoint", "--dir", c.d(), "--world", "2", "--rank", rank];
-        args.extend_from_slice(extra);
+        let mut args = c.checkpoint_args("2", rank, extra);
         args.push(file);
         args.into_iter().map(String::from).collect()
     };

@@ -204,16 +204,7 @@ fn a_rank_whose_peers_never_checkpoint_fails_after_the_open_wait() {
     ]);
     let image = c.dir.parent().unwrap().join("rank0.img");
     std::fs::write(&image, bytes(50_000, 1)).unwrap();
-    let rank0 = [
-        "checkpoint",
-        "--dir",
-        c.d(),
-        "--world",
-        "2",
-        "--rank",
-        "0",
-        image.to_str().unwrap(),
-    ];
+    let rank0 = c.checkpoint_args("2", "0", &[image.to_str().unwrap()]);
     ok(&rank0);
     // Rank 1 never writes epoch 1, so rank 0 may not open epoch 2.
     let started = Instant::now();
@@ -262,32 +253,14 @@ fn a_full_parity_disk_is_named_with_its_node() {
 fn errors_logs_and_pipes_read_well() {
     let mut c = Cluster::up(&["--nodes", "4", "--k", "2", "--m", "2", "--block-size", "16KiB"]);
     // A device has no length to checkpoint: refused, not stored as 0 bytes.
-    let out = cluster::run(&[
-        "checkpoint",
-        "--dir",
-        c.d(),
-        "--world",
-        "2",
-        "--rank",
-        "0",
-        "/dev/zero",
-    ]);
+    let out = cluster::run(&c.checkpoint_args("2", "0", &["/dev/zero"]));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && err.contains("/dev/zero: not a regular file"),
         "{err}"
     );
     // The OS's reason once, on one line.
-    let out = cluster::run(&[
-        "checkpoint",
-        "--dir",
-        c.d(),
-        "--world",
-        "2",
-        "--rank",
-        "0",
-        "/nonexistent-ckpt",
-    ]);
+    let out = cluster::run(&c.checkpoint_args("2", "0", &["/nonexistent-ckpt"]));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("(os error 2)").count(), 1, "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");

@@ -14,8 +14,7 @@ use crate::pacing::{Decision, Pacer, Policy};
 use eckpt_capture::Tracker;
 use eckpt_cluster_api::msg::{PaceReport, PaceStats, RankReport};
 use eckpt_gpu::{stage_changes, Changes, Cuda, Device, DeviceRegion, Staged};
-use eckpt_store::EpochWriter;
-use eckpt_store::{Options, Store};
+use eckpt_store::{EpochWriter, Options, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::files::{self, DirRecord, FileMode, FileRecord, Protected};
@@ -156,7 +155,7 @@ pub struct Checkpointer {
     /// `snapshot()`'s schedule, from its first call.
     pacer: Option<Pacer>,
     /// The epoch being completed in the background ([`Config::background`]); it holds the
-    /// device regions and the cluster link meanwhile.
+    /// device regions meanwhile.
     background: Option<JoinHandle<Completed>>,
 }
 
@@ -494,7 +493,7 @@ impl Checkpointer {
     }
 
     /// Waits for the epoch being completed in the background, if any, and takes back its
-    /// device regions and cluster link; its failure is returned.
+    /// device regions; its failure is returned.
     fn join_background(&mut self) -> Result<(), Error> {
         let Some(thread) = self.background.take() else {
             return Ok(());

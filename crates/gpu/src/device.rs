@@ -5,13 +5,11 @@
 //! changed blocks into the region's staging buffer, hand them to the store as a delta. The
 //! restore path fills the staging buffer with the image and copies it back in one transfer.
 
+use crate::fingerprint::block_len;
 use crate::GpuError;
 
 /// Memory that can be protected by address: a GPU, or the host.
 pub trait Device: Send + Sync {
-    /// What this is, for messages ("CUDA device 0 (NVIDIA H100 80GB HBM3)", "host memory").
-    fn describe(&self) -> String;
-
     /// Attaches `[ptr, ptr + len)`: checks that the range is memory of this device (one
     /// allocation), and sets up fingerprints of `block`-byte blocks and a staging buffer of
     /// `len` host bytes (page-locked for a GPU, so that copies run at the bus's speed).
@@ -89,7 +87,7 @@ impl Staged {
                 let mut blocks = Vec::with_capacity(changed.len());
                 let mut at = 0usize;
                 for &b in changed {
-                    let n = block.min(len - b * block) as usize;
+                    let n = block_len(b, block, len) as usize;
                     blocks.push((b, &staging[at..at + n]));
                     at += n;
                 }

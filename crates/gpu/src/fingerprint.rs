@@ -46,6 +46,12 @@ pub fn fingerprints(data: &[u8], block: usize) -> Vec<u64> {
     data.chunks(block).map(fingerprint_block).collect()
 }
 
+/// The length of block `index` of a region of `len` bytes cut in `block`-byte blocks: `block`,
+/// but for a short last block.
+pub fn block_len(index: u64, block: u64, len: u64) -> u64 {
+    block.min(len - index * block)
+}
+
 /// The byte ranges `(offset, len)` of `blocks` (ascending indices) in a region of `len` bytes
 /// cut in `block`-byte blocks: consecutive blocks merged, the last clipped to the region.
 /// What is copied from the device, one copy per range.
@@ -53,7 +59,7 @@ pub fn byte_ranges(blocks: &[u64], block: u64, len: u64) -> Vec<(u64, u64)> {
     let mut out: Vec<(u64, u64)> = Vec::new();
     for &b in blocks {
         let offset = b * block;
-        let n = block.min(len - offset);
+        let n = block_len(b, block, len);
         match out.last_mut() {
             Some((o, l)) if *o + *l == offset => *l += n,
             _ => out.push((offset, n)),

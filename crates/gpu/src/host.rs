@@ -13,10 +13,6 @@ use crate::GpuError;
 pub struct HostMemory;
 
 impl Device for HostMemory {
-    fn describe(&self) -> String {
-        "host memory".into()
-    }
-
     unsafe fn attach(&self, ptr: u64, len: u64, block: u64) -> Result<Box<dyn DeviceRegion>, GpuError> {
         block_count(len, block)?;
         if ptr == 0 {

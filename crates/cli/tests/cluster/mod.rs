@@ -180,6 +180,14 @@ impl Cluster {
         self.dir.to_str().unwrap()
     }
 
+    /// The arguments of `eckpt checkpoint` by rank `rank` of a `world`-rank job on this
+    /// cluster, followed by `rest` (options, then the files).
+    pub fn checkpoint_args<'a>(&'a self, world: &'a str, rank: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+        let mut args = vec!["checkpoint", "--dir", self.d(), "--world", world, "--rank", rank];
+        args.extend_from_slice(rest);
+        args
+    }
+
     pub fn status(&self) -> Value {
         serde_json::from_str(&ok(&["status", "--dir", self.d(), "--json"])).expect("status JSON")
     }

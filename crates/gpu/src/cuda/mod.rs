@@ -16,7 +16,7 @@ use std::sync::{Mutex, OnceLock};
 use driver::{CuContext, CuDevice, CuDevicePtr, CuFunction, CuStream, CurrentContext, Driver};
 
 use crate::device::{block_count, Device, DeviceRegion};
-use crate::fingerprint::byte_ranges;
+use crate::fingerprint::{block_len, byte_ranges};
 use crate::GpuError;
 
 /// The kernels' source (`kernels.cu`), compiled by NVRTC for the GPU in use.
@@ -123,10 +123,6 @@ impl Cuda {
 }
 
 impl Device for Cuda {
-    fn describe(&self) -> String {
-        "CUDA".into()
-    }
-
     unsafe fn attach(&self, ptr: u64, len: u64, block: u64) -> Result<Box<dyn DeviceRegion>, GpuError> {
         let nblocks = block_count(len, block)?;
         let not_device = |e: GpuError| GpuError::InvalidRegion(format!("{ptr:#x} is not CUDA memory: {e}"));
@@ -297,10 +293,7 @@ impl CudaRegion {
 
     /// Bytes of blocks `blocks` (the region's last block is shorter).
     fn bytes_of(&self, blocks: &[u64]) -> u64 {
-        blocks
-            .iter()
-            .map(|&b| self.block.min(self.len - b * self.block))
-            .sum()
+        blocks.iter().map(|&b| block_len(b, self.block, self.len)).sum()
     }
 
     /// Queues a copy of `len` bytes at device address `from` to staging offset `at`.
