@@ -671,30 +671,45 @@ impl Checkpointer {
         }
         files::check_restorable(&self.files, &meta.files)?;
 
+        // One read of every region's image, by a pool of threads: host regions in place, each
+        // device region's into its staging buffer, every piece of which starts its copy to the
+        // device as soon as it is read, while the rest is still being read.
+        let mut names = Vec::with_capacity(self.regions.len() + self.devices.len());
+        let mut buffers: Vec<&mut [u8]> = Vec::with_capacity(names.capacity());
         for (name, region) in &self.regions {
+            names.push(region_item(name));
             // SAFETY: `protect`'s contract; the rank is inside this call.
-            let memory = unsafe { std::slice::from_raw_parts_mut(region.ptr, region.len) };
-            store.read_item_into(rank, epoch, &region_item(name), memory)?;
+            buffers.push(unsafe { std::slice::from_raw_parts_mut(region.ptr, region.len) });
         }
-        // Each region's image travels to the device while the next one is read. The copies
-        // started are waited for even when a later read fails: none may still be reading a
-        // staging buffer when the call returns.
-        let mut started = Ok(());
+        let first_device = names.len();
+        let mut devices: Vec<&mut Box<dyn DeviceRegion>> = Vec::with_capacity(self.devices.len());
         for (name, region) in &mut self.devices {
-            started = store
-                .read_item_into(rank, epoch, &device_item(name), region.staging_mut())
-                .map_err(Error::from)
-                .and_then(|()| Ok(region.start_restore()?));
-            if started.is_err() {
-                break;
+            names.push(device_item(name));
+            let staging = region.staging_mut();
+            // SAFETY: the staging buffer lives as long as its region, which is neither dropped
+            // nor staged before the read below ends; the read's threads write disjoint pieces
+            // of it, and each piece is handed to `start_restore` only once it is written.
+            buffers.push(unsafe { std::slice::from_raw_parts_mut(staging.as_mut_ptr(), staging.len()) });
+            devices.push(region);
+        }
+        let items = names.iter().map(String::as_str).zip(buffers).collect();
+        let read = store.read_items_into(rank, epoch, items, &mut |item, range| {
+            match item.checked_sub(first_device) {
+                // SAFETY: the piece was just read into the staging buffer, and no thread
+                // writes it again during this restore.
+                Some(device) => Ok(unsafe { devices[device].start_restore(range) }?),
+                None => Ok::<(), Error>(()),
             }
-        }
+        });
+        // The copies started are waited for even when the read failed: none may still be
+        // reading a staging buffer when the call returns.
+        let mut outcome = read;
         for region in self.devices.values_mut() {
-            // Waits for the copy; the restored memory is the baseline of the next delta.
+            // Waits for the copies; the restored memory is the baseline of the next delta.
             let waited = region.changed_blocks(true);
-            started = started.and(waited.map(drop).map_err(Error::from));
+            outcome = outcome.and(waited.map(drop).map_err(Error::from));
         }
-        started?;
+        outcome?;
         files::restore(
             &store,
             rank,

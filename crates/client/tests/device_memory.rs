@@ -74,6 +74,61 @@ fn device_regions_save_changed_blocks_and_restore_in_place() {
     assert_eq!(stored(tmp.path(), 4, "w"), (1, false));
 }
 
+/// A restart reads every region at once, in pieces shared by a pool of threads, and starts
+/// each device piece's copy as soon as it is read: regions spanning several pieces (one with
+/// a short last piece), beside a host region, are restored byte for byte.
+#[test]
+fn regions_larger_than_a_read_piece_are_restored_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lens = [(20 << 20) + 3 * BLOCK, 17 << 20];
+    let mut devices: Vec<Vec<u8>> = lens.iter().map(|&len| vec![0u8; len]).collect();
+    let mut host = vec![0u8; (5 << 20) + 123];
+    for (seed, memory) in devices.iter_mut().chain([&mut host]).enumerate() {
+        fill(memory, seed as u64 + 7);
+    }
+    let protect = |ck: &mut Checkpointer, devices: &mut [Vec<u8>], host: &mut Vec<u8>| {
+        for (i, memory) in devices.iter_mut().enumerate() {
+            // SAFETY: the regions outlive the checkpointer and are not moved.
+            unsafe {
+                ck.protect_on(
+                    &HostMemory,
+                    &format!("d{i}"),
+                    memory.as_mut_ptr() as u64,
+                    memory.len() as u64,
+                )
+            }
+            .unwrap();
+        }
+        // SAFETY: as above.
+        unsafe { ck.protect("h", host.as_mut_ptr(), host.len()) }.unwrap();
+    };
+    let mut ck = Checkpointer::new(config(tmp.path())).unwrap();
+    protect(&mut ck, &mut devices, &mut host);
+    assert_eq!(ck.checkpoint().unwrap(), 1);
+    // A delta over every piece of each region.
+    for memory in devices.iter_mut().chain([&mut host]) {
+        for at in (0..memory.len()).step_by(3 << 20).chain([memory.len() - 1]) {
+            memory[at] ^= 0x77;
+        }
+    }
+    assert_eq!(ck.checkpoint().unwrap(), 2);
+    drop(ck);
+    let (expected_devices, expected_host) = (devices.clone(), host.clone());
+
+    let mut fresh: Vec<Vec<u8>> = lens.iter().map(|&len| vec![0xEEu8; len]).collect();
+    let mut fresh_host = vec![0xEEu8; host.len()];
+    let mut ck = Checkpointer::new(config(tmp.path())).unwrap();
+    protect(&mut ck, &mut fresh, &mut fresh_host);
+    assert_eq!(ck.restart().unwrap(), Some(2));
+    for (i, (got, want)) in fresh.iter().zip(&expected_devices).enumerate() {
+        assert!(got == want, "device region d{i} differs from epoch 2");
+    }
+    assert!(
+        fresh_host == expected_host,
+        "the host region differs from epoch 2"
+    );
+}
+
 #[test]
 fn a_device_region_of_another_size_is_refused_untouched() {
     let tmp = tempfile::tempdir().unwrap();

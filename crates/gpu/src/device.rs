@@ -3,7 +3,10 @@
 //!
 //! The checkpoint path over it is [`stage_changes`]: fingerprint on the device, copy only the
 //! changed blocks into the region's staging buffer, hand them to the store as a delta. The
-//! restore path fills the staging buffer with the image and copies it back in one transfer.
+//! restore path fills the staging buffer with the image and copies each piece back as soon
+//! as it is there.
+
+use std::ops::Range;
 
 use crate::fingerprint::block_len;
 use crate::GpuError;
@@ -43,13 +46,20 @@ pub trait DeviceRegion: Send {
     /// The staging buffer (the region's length): what [`DeviceRegion::stage`] copied.
     fn staging(&self) -> &[u8];
 
-    /// The staging buffer, to fill with a whole image before [`DeviceRegion::start_restore`].
+    /// The staging buffer, to fill with an image that [`DeviceRegion::start_restore`] copies
+    /// to the region.
     fn staging_mut(&mut self) -> &mut [u8];
 
-    /// Starts copying the whole staging buffer to the region. The next
-    /// [`DeviceRegion::changed_blocks`] waits for the copy (and makes the restored content the
-    /// baseline), so that a restart reads the next region's image while this one's travels.
-    fn start_restore(&mut self) -> Result<(), GpuError>;
+    /// Starts copying bytes `range` of the staging buffer to the same bytes of the region. The
+    /// next [`DeviceRegion::changed_blocks`] waits for every copy started (and makes the
+    /// restored content the baseline), so that a restart copies each piece of an image while
+    /// the next ones are read.
+    ///
+    /// # Safety
+    /// `range` lies inside the staging buffer, holds the image's bytes there, and nothing
+    /// writes them until the next [`DeviceRegion::changed_blocks`] (pieces of the buffer
+    /// outside `range` may be written meanwhile, by other threads too).
+    unsafe fn start_restore(&mut self, range: Range<usize>) -> Result<(), GpuError>;
 }
 
 /// What a checkpoint saves of a region.

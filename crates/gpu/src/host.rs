@@ -4,6 +4,8 @@
 //! machines without a GPU, and a rank can protect host memory this way when it wants
 //! fingerprint tracking of a buffer a device writes by DMA.
 
+use std::ops::Range;
+
 use crate::device::{block_count, Device, DeviceRegion};
 use crate::fingerprint::{byte_ranges, fingerprints};
 use crate::GpuError;
@@ -93,9 +95,21 @@ impl DeviceRegion for HostRegion {
         &mut self.staging
     }
 
-    fn start_restore(&mut self) -> Result<(), GpuError> {
-        // SAFETY: `attach`'s contract; the staging buffer is a separate allocation.
-        unsafe { std::ptr::copy_nonoverlapping(self.staging.as_ptr(), self.ptr, self.len) };
+    unsafe fn start_restore(&mut self, range: Range<usize>) -> Result<(), GpuError> {
+        assert!(
+            range.start <= range.end && range.end <= self.len,
+            "restore range {range:?} outside the region"
+        );
+        // SAFETY: `attach`'s contract and the caller's (others may be writing other pieces of
+        // the staging buffer: it is only touched through a raw pointer, in `range`); the
+        // staging buffer is a separate allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.staging.as_ptr().add(range.start),
+                self.ptr.add(range.start),
+                range.len(),
+            )
+        };
         Ok(())
     }
 }
@@ -145,7 +159,8 @@ mod tests {
         }
         // Restore puts the staged image back in place.
         region.staging_mut().copy_from_slice(&snapshot);
-        region.start_restore().unwrap();
+        // SAFETY: the whole staging buffer holds the image, and nothing writes it.
+        unsafe { region.start_restore(0..snapshot.len()) }.unwrap();
         assert_eq!(memory, snapshot);
     }
 

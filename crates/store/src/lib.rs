@@ -58,6 +58,7 @@ mod delta;
 mod error;
 mod layout;
 mod manifest;
+mod parallel_read;
 mod read;
 mod write;
 
@@ -166,10 +167,6 @@ impl EpochView {
     }
 }
 
-/// [`Store::read_item_into`] reads with at most this many threads, each at least this much.
-const PARALLEL_READ_THREADS: usize = 8;
-const PARALLEL_READ_PIECE: usize = 128 << 20;
-
 /// Where the checkpoints of batch job `job` live by default: per user and per job, so that
 /// neither another user nor another job of the same user ever resumes them.
 /// `/dev/shm/eckpt-<uid>/job-<job>` when `/dev/shm` is a tmpfs (fastest, survives the
@@ -241,6 +238,7 @@ pub struct Store {
     root: PathBuf,
     options: Options,
     lock_wait: Duration,
+    read_threads: usize,
 }
 
 /// How long [`Store`] operations wait for a rank's lock by default. Its holders other than a
@@ -249,6 +247,10 @@ pub struct Store {
 /// its lock) — and failing at once on them made a relaunched rank's checkpoint, or an
 /// agent's commit, fail at random. A second writer that keeps the lock is still refused.
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// The most threads [`Store::read_items_into`] reads with by default (fewer when the machine
+/// has fewer cores).
+pub const DEFAULT_MAX_READ_THREADS: usize = 16;
 
 impl Store {
     /// Opens (creating if needed) the store at `root` with default [`Options`].
@@ -287,6 +289,9 @@ impl Store {
             root,
             options,
             lock_wait: DEFAULT_LOCK_WAIT,
+            read_threads: std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(DEFAULT_MAX_READ_THREADS),
         };
         layout::remove_root_garbage(&store.root)?;
         for rank in store.ranks()? {
@@ -303,6 +308,13 @@ impl Store {
     /// else ([`DEFAULT_LOCK_WAIT`] unless set): `Duration::ZERO` refuses at once.
     pub fn with_lock_wait(mut self, wait: Duration) -> Store {
         self.lock_wait = wait;
+        self
+    }
+
+    /// The store, with [`Store::read_items_into`] reading with `threads` threads (default:
+    /// one per core, up to [`DEFAULT_MAX_READ_THREADS`]).
+    pub fn with_read_threads(mut self, threads: usize) -> Store {
+        self.read_threads = threads.max(1);
         self
     }
 
@@ -392,41 +404,40 @@ impl Store {
         Ok(image)
     }
 
-    /// Fills `buf`, whose length must equal the item's, with the item's content at a
-    /// committed epoch — in place, so a restart can write straight into user memory. A large
-    /// item is read by several threads, each over its own range of the one opened chain: one thread
-    /// checksumming and copying out of the page cache runs at a fraction of memory bandwidth,
-    /// and a restart of gigabytes (a GPU's state) would wait on it.
+    /// Fills `buf` (the item's length) with item `name` of committed `epoch`, every block
+    /// verified, with the threads of [`Store::read_items_into`].
     pub fn read_item_into(&self, rank: u32, epoch: u64, name: &str, buf: &mut [u8]) -> Result<()> {
-        let chain = self.chain(rank, epoch)?;
-        let len = chain.item_len(name)?;
-        if buf.len() as u64 != len {
-            return Err(StoreError::Invalid(format!(
-                "buffer of {} bytes for item {name:?} of {len} bytes",
-                buf.len()
-            )));
-        }
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(PARALLEL_READ_THREADS)
-            .min(buf.len().div_ceil(PARALLEL_READ_PIECE));
-        if threads <= 1 {
-            return chain.read_padded(name, 0, buf);
-        }
-        let piece = buf.len().div_ceil(threads);
-        let chain = &chain;
-        std::thread::scope(|scope| {
-            let readers: Vec<_> = buf
-                .chunks_mut(piece)
-                .enumerate()
-                .map(|(i, part)| scope.spawn(move || chain.read_exact(name, (i * piece) as u64, part)))
-                .collect();
-            readers.into_iter().try_for_each(|reader| {
-                reader
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
+        self.read_items_into(rank, epoch, vec![(name, buf)], &mut |_, _| {
+            Ok::<(), StoreError>(())
         })
+    }
+
+    /// Fills each buffer of `items` (name, buffer of the item's length) with that item of
+    /// committed `epoch`, every block verified: the epoch's chain is opened once, and the
+    /// items' pieces (16 MiB) are read by a pool of threads ([`Store::with_read_threads`]).
+    /// `landed(i, range)` is called on the calling thread for each piece of `items[i]` as soon
+    /// as it is in place — a restart starts moving it on (to a GPU) while the rest is read;
+    /// the ranges of an item cover it once, in no set order. The first error, a read's or
+    /// `landed`'s, ends the call once the pieces under way are done.
+    pub fn read_items_into<E: From<StoreError>>(
+        &self,
+        rank: u32,
+        epoch: u64,
+        items: Vec<(&str, &mut [u8])>,
+        landed: &mut dyn FnMut(usize, std::ops::Range<usize>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let chain = self.chain(rank, epoch)?;
+        for (name, buf) in &items {
+            let len = chain.item_len(name)?;
+            if buf.len() as u64 != len {
+                return Err(StoreError::Invalid(format!(
+                    "buffer of {} bytes for item {name:?} of {len} bytes",
+                    buf.len()
+                ))
+                .into());
+            }
+        }
+        parallel_read::read_items(&chain, items, self.read_threads, landed)
     }
 
     /// Fills `buf` with bytes `offset..offset + buf.len()` of an item at a committed epoch;

@@ -616,42 +616,129 @@ fn large_items_cross_write_windows() {
     assert_eq!(streamed, v);
 }
 
-/// An item large enough to be read by several threads (each over its own range of a delta
-/// chain) reads back exactly, and a damaged block in any range is still an error naming it.
+/// Several items read at once by a pool of threads — pieces of a delta chain whose block
+/// sizes do not all divide a piece — read back exactly, each piece reported once as it lands,
+/// and a damaged block in any piece is still an error naming it.
 #[test]
-fn a_large_item_is_read_in_parallel_exactly_and_still_verified() {
+fn items_are_read_in_parallel_pieces_exactly_and_still_verified() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = Store::open(dir.path()).unwrap().with_read_threads(3);
     let mut rng = StdRng::seed_from_u64(7);
-    let len = (300 << 20) + 12_345;
-    let mut image = random_bytes(&mut rng, len);
-    let mut w = store.writer(0, 1).unwrap();
-    w.put_full("gpu/w", &image).unwrap();
-    w.commit().unwrap();
-    // Epoch 2 rewrites blocks spread over every thread's range.
-    let bs = 64 << 10;
-    let blocks: Vec<(u64, Vec<u8>)> = (0..40u64)
-        .map(|i| (i * 117, random_bytes(&mut rng, bs)))
+    // (name, length, block size): larger than several pieces, with a short last block; a
+    // block size that does not divide a piece; the store's default blocks; a tiny item.
+    let shapes: [(&str, usize, usize); 4] = [
+        ("gpu/w", (40 << 20) + 12_345, 64 << 10),
+        ("gpu/odd", (33 << 20) + 8, 24 << 10),
+        ("heap", (20 << 20) + 7, 4096),
+        ("meta", 100, 4096),
+    ];
+    let mut images: Vec<Vec<u8>> = shapes
+        .iter()
+        .map(|&(_, len, _)| random_bytes(&mut rng, len))
         .collect();
-    let views: Vec<(u64, &[u8])> = blocks.iter().map(|(i, d)| (*i, &d[..])).collect();
-    let mut w = store.writer(0, 2).unwrap();
-    w.put_dirty("gpu/w", bs as u32, len as u64, &views).unwrap();
+    let mut w = store.writer(0, 1).unwrap();
+    for (&(name, _, bs), image) in shapes.iter().zip(&images) {
+        w.put_full_in_blocks(name, bs as u32, image).unwrap();
+    }
     w.commit().unwrap();
-    image = apply_dirty(&image, len, bs, &blocks);
+    // Epochs 2 and 3 rewrite blocks spread over every piece.
+    for epoch in 2..=3 {
+        let mut w = store.writer(0, epoch).unwrap();
+        for (&(name, len, bs), image) in shapes.iter().zip(images.iter_mut()) {
+            let count = len.div_ceil(bs) as u64;
+            let blocks: Vec<(u64, Vec<u8>)> = (0..count)
+                .filter(|i| (i * 7 + epoch) % 23 == 0 || *i == count - 1)
+                .map(|i| (i, random_bytes(&mut rng, (len - i as usize * bs).min(bs))))
+                .collect();
+            let views: Vec<(u64, &[u8])> = blocks.iter().map(|(i, d)| (*i, &d[..])).collect();
+            w.put_dirty(name, bs as u32, len as u64, &views).unwrap();
+            *image = apply_dirty(image, len, bs, &blocks);
+        }
+        w.commit().unwrap();
+    }
 
-    let mut read = vec![0u8; len];
-    store.read_item_into(0, 2, "gpu/w", &mut read).unwrap();
-    assert!(read == image, "the parallel read differs from the model");
+    let read_all = |buffers: &mut [Vec<u8>]| {
+        let items: Vec<(&str, &mut [u8])> = shapes
+            .iter()
+            .zip(buffers.iter_mut())
+            .map(|(&(name, _, _), buf)| (name, &mut buf[..]))
+            .collect();
+        let mut landed: Vec<Vec<std::ops::Range<usize>>> = vec![Vec::new(); shapes.len()];
+        let result = store.read_items_into(0, 3, items, &mut |item, range| {
+            landed[item].push(range);
+            Ok::<(), StoreError>(())
+        });
+        result.map(|()| landed)
+    };
+    let mut buffers: Vec<Vec<u8>> = shapes.iter().map(|&(_, len, _)| vec![0xa5; len]).collect();
+    let landed = read_all(&mut buffers).unwrap();
+    for (((name, len, _), buf), (image, mut ranges)) in
+        shapes.iter().zip(&buffers).zip(images.iter().zip(landed))
+    {
+        assert!(buf == image, "{name} differs from the model");
+        ranges.sort_by_key(|r| r.start);
+        let mut at = 0;
+        for r in ranges {
+            assert_eq!(r.start, at, "{name}: pieces must cover the item once");
+            at = r.end;
+        }
+        assert_eq!(at, *len, "{name}: pieces must cover the item once");
+    }
 
-    // A flipped byte near the end of epoch 1's data (the last thread's range) is reported.
+    // A flipped byte near the end of epoch 1's data (in "heap", read in pieces) is reported.
     let data = dir.path().join("rank.0/epoch-1-0/data");
     let mut bytes = std::fs::read(&data).unwrap();
     let at = bytes.len() - 5_000;
     bytes[at] ^= 1;
     std::fs::write(&data, bytes).unwrap();
-    let err = store.read_item_into(0, 2, "gpu/w", &mut read).unwrap_err();
+    let err = read_all(&mut buffers).unwrap_err();
     assert!(
         matches!(err, StoreError::BlockChecksum { stored_in: 1, .. }),
         "{err}"
+    );
+    let mut one = vec![0; shapes[2].1];
+    let err = store.read_item_into(0, 3, "heap", &mut one).unwrap_err();
+    assert!(
+        matches!(err, StoreError::BlockChecksum { ref item, .. } if item == "heap"),
+        "{err}"
+    );
+}
+
+/// The caller's refusal of a landed piece ends the read: it is the call's error, and no piece
+/// is reported after it.
+#[test]
+fn a_refused_piece_ends_the_read_with_the_callers_error() {
+    #[derive(Debug)]
+    enum Failure {
+        Store(StoreError),
+        Refused,
+    }
+    impl From<StoreError> for Failure {
+        fn from(e: StoreError) -> Failure {
+            Failure::Store(e)
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap().with_read_threads(2);
+    let image = random_bytes(&mut StdRng::seed_from_u64(3), 100 << 20);
+    let mut w = store.writer(0, 1).unwrap();
+    w.put_full("big", &image).unwrap();
+    w.commit().unwrap();
+    let mut buf = vec![0u8; image.len()];
+    let mut calls = 0;
+    let result = store.read_items_into(0, 1, vec![("big", &mut buf[..])], &mut |_, _| {
+        calls += 1;
+        Err(Failure::Refused)
+    });
+    assert!(matches!(result, Err(Failure::Refused)), "{result:?}");
+    assert_eq!(calls, 1);
+    // A buffer of another length than the item's is refused before anything is read.
+    let mut short = vec![0u8; 10];
+    let result = store.read_items_into(0, 1, vec![("big", &mut short[..])], &mut |_, _| {
+        Ok::<(), Failure>(())
+    });
+    assert!(
+        matches!(result, Err(Failure::Store(StoreError::Invalid(_)))),
+        "{result:?}"
     );
 }

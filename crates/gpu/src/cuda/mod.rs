@@ -11,6 +11,7 @@ mod driver;
 mod nvrtc;
 
 use std::ffi::{c_int, c_uint, c_void, CString};
+use std::ops::Range;
 use std::sync::{Mutex, OnceLock};
 
 use driver::{CuContext, CuDevice, CuDevicePtr, CuFunction, CuStream, CurrentContext, Driver};
@@ -452,17 +453,21 @@ impl DeviceRegion for CudaRegion {
         unsafe { std::slice::from_raw_parts_mut(self.staging.cast::<u8>(), self.len as usize) }
     }
 
-    fn start_restore(&mut self) -> Result<(), GpuError> {
+    unsafe fn start_restore(&mut self, range: Range<usize>) -> Result<(), GpuError> {
+        assert!(
+            range.start <= range.end && range.end as u64 <= self.len,
+            "restore range {range:?} outside the region"
+        );
         let d = self.driver;
         let _current = self.context()?;
-        // SAFETY: `len` bytes from the staging buffer to the region, both allocated that long;
-        // the staging buffer is not written again before the next scan, which waits for the
-        // copy (the context's synchronisation covers this stream).
+        // SAFETY: `range` of the staging buffer to the same range of the region, both
+        // allocated `len` bytes; the caller does not write the range again before the next
+        // scan, which waits for the copy (the context's synchronisation covers this stream).
         let copied = unsafe {
             (d.memcpy_htod_async)(
-                self.ptr,
-                self.staging.cast_const(),
-                self.len as usize,
+                self.ptr + range.start as u64,
+                self.staging.cast_const().cast::<u8>().add(range.start).cast(),
+                range.len(),
                 self.stream,
             )
         };
