@@ -733,7 +733,7 @@ fn a_refused_piece_ends_the_read_with_the_callers_error() {
     assert!(matches!(result, Err(Failure::Refused)), "{result:?}");
     assert_eq!(calls, 1);
     // A buffer of another length than the item's is refused before anything is read.
-    let mut short = vec![0u8; 10];
+    let mut short = [0u8; 10];
     let result = store.read_items_into(0, 1, vec![("big", &mut short[..])], &mut |_, _| {
         Ok::<(), Failure>(())
     });
