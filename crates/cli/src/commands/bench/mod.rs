@@ -9,6 +9,7 @@ mod codec;
 mod flush;
 mod klauspost;
 mod recover;
+mod restore;
 pub mod stats;
 pub mod transport;
 mod workload;
@@ -29,6 +30,9 @@ pub enum Bench {
     /// Flushes to shared storage: throughput vs the directory's write speed measured in the
     /// same run, and the ranks' checkpoint latency with and without a flush running.
     Flush(flush::Args),
+    /// A restart's read of its images out of the node store (full epoch + deltas, verified,
+    /// by a pool of threads) vs pread of the data file and memcpy with as many threads.
+    Restore(restore::Args),
 }
 
 pub fn run(bench: Bench) -> Result<i32> {
@@ -38,5 +42,6 @@ pub fn run(bench: Bench) -> Result<i32> {
         Bench::Cluster(args) => cluster::run(args),
         Bench::Transport(args) => transport::run(args),
         Bench::Flush(args) => flush::run(args),
+        Bench::Restore(args) => restore::run(args),
     }
 }
