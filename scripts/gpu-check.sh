@@ -8,10 +8,12 @@
 # 2. The C API: examples/cuda/device_state.c with driver-API memory, stopped and restarted.
 # 3. Figures on 8 GiB of tensors, beside the bus's pinned copies, torch.save and
 #    torch.distributed.checkpoint in the same run (scripts/gpu/figures.py).
-# 4. A 2-rank GPU job under `eckpt run` (both ranks on the one GPU) on 4 local nodes, k=2 m=2,
+# 4. The restart's read out of the store on this machine's cores, 8 GiB like part 3's
+#    (`eckpt bench restore`: by 1 to 16 threads, beside pread and memcpy with as many).
+# 5. A 2-rank GPU job under `eckpt run` (both ranks on the one GPU) on 4 local nodes, k=2 m=2,
 #    one node killed with its store after epoch 3: the ranks are recovered and relaunched, and
 #    each checks its restored tensor and its final state (scripts/gpu/rank.py).
-# 5. The README's torch training loop (scripts/gpu/train_loop.py), SIGKILLed after a
+# 6. The README's torch training loop (scripts/gpu/train_loop.py), SIGKILLed after a
 #    checkpoint and rerun: it must end with the weights of a run never killed.
 #
 # Exit status: 0 when every part passed. Each part has a time limit, so one that hangs cannot
@@ -68,6 +70,10 @@ part "C API (eckpt_protect_device)" 60 c_api
 figures() { python3 "$repo/scripts/gpu/figures.py" /dev/shm/eckpt-gpu-check; }
 export -f figures
 part "figures (8 GiB)" 200 figures
+
+restore_read() { eckpt bench restore --size 8GiB --reps 2 --dir /dev/shm; }
+export -f restore_read
+part "restore read (8 GiB, by thread count)" 150 restore_read
 
 cluster() {
   (cd "$work" && eckpt run --nodes 4 --k 2 --m 2 -n 2 --liveness 2s --kill-at 3:1 \
