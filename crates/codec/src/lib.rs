@@ -15,6 +15,7 @@ mod isa;
 mod kernel;
 mod linear;
 pub mod matrix;
+mod pool;
 pub mod reference;
 #[cfg(target_arch = "x86_64")]
 mod simd;

@@ -2,7 +2,10 @@
 //! (parity = X·D), decoding (lost = Y·survivors), pipeline steps and parity updates are all
 //! instances of it, so they share one kernel path.
 
+use std::sync::{Mutex, PoisonError};
+
 use crate::kernel::{self, Tables};
+use crate::pool;
 use crate::{CodecError, Kernel};
 
 /// Smallest byte range worth a thread of its own.
@@ -184,7 +187,7 @@ impl LinearMap {
 }
 
 /// Splits `[0, len)` into `threads` 64-byte-aligned ranges and runs `work(start, end,
-/// outputs_restricted_to_range)` on each, in scoped threads when more than one.
+/// outputs_restricted_to_range)` on each, on the codec's worker pool when more than one.
 fn for_each_range<F>(len: usize, threads: usize, outputs: &mut [&mut [u8]], work: F)
 where
     F: Fn(usize, usize, &mut [&mut [u8]]) + Sync,
@@ -206,15 +209,14 @@ where
             rest = tail;
         }
     }
-    std::thread::scope(|scope| {
-        for (t, mut part) in parts.into_iter().enumerate() {
-            let start = (t * per).min(len);
-            let end = ((t + 1) * per).min(len);
-            if start == end {
-                continue;
-            }
-            let work = &work;
-            scope.spawn(move || work(start, end, &mut part));
+    // Each part is taken once, by whichever thread of the pool runs it.
+    let parts: Vec<Mutex<Option<Vec<&mut [u8]>>>> = parts.into_iter().map(|p| Mutex::new(Some(p))).collect();
+    pool::run_parts(parts.len(), &|t| {
+        let start = (t * per).min(len);
+        let end = ((t + 1) * per).min(len);
+        let part = parts[t].lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(mut part) = part.filter(|_| start < end) {
+            work(start, end, &mut part);
         }
     });
 }
