@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds what scripts/gpu-check.sh needs on a GPU machine that has no Rust toolchain, into
-# target/gpu-carry (about 20 MB, stripped): bin/eckpt, lib/libeckpt.so, and python/eckpt, the
+# Builds what scripts/gpu-check.sh and scripts/bench-device.sh need on a GPU machine that has no
+# Rust toolchain, into target/gpu-carry (about 20 MB, stripped): bin/eckpt, lib/libeckpt.so, and python/eckpt, the
 # Python package with its extension module built for that machine's Python (3.12 by default:
 # GPU_PYTHON=3.11 for another). PyO3 is told the version by a build configuration file instead
 # of asking an interpreter, since that Python is not on this machine.
@@ -25,6 +25,11 @@ strip -o "$out/lib/libeckpt.so" target/release/libeckpt.so
 cp crates/py/python/eckpt/*.py "$out/python/eckpt/"
 tag=${python_version/./}
 strip -o "$out/python/eckpt/_eckpt.cpython-$tag-x86_64-linux-gnu.so" "target/py$python_version/release/lib_eckpt.so"
+# For scripts/bench-device.sh: the klauspost/reedsolomon harness when built (`make klauspost`),
+# and Debian's ISA-L, which that machine lacks, for the codec's comparisons.
+[ -x target/klauspost-bench ] && cp target/klauspost-bench "$out/"
+isal=$(ldconfig -p | awk '/libisal\.so\.2 .*x86-64/ {print $NF; exit}')
+[ -n "$isal" ] && cp -L "$isal" "$out/lib/libisal.so.2"
 # The GPU machine's copy of the repository may carry stale git metadata: the build says which
 # commit it is (and whether the tree had changes), for gpu-check.sh to print.
 { git rev-parse --short HEAD; git status --porcelain --untracked-files=no | grep -q . && echo "(with uncommitted changes)"; } \

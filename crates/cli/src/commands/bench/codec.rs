@@ -26,7 +26,8 @@ pub struct Args {
     /// Bytes per shard.
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
     block_size: u64,
-    /// Threads for eckpt's kernels (the byte range is split between them).
+    /// Threads for eckpt's kernels (the byte range is split between them; the codec's pool
+    /// runs at most one per core).
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// Repetitions; the median is reported.
