@@ -17,6 +17,7 @@ use eckpt_coding::CodingConfig;
 use serde::Serialize;
 
 use super::cgroup::{is_tmpfs, MemoryCgroup};
+use super::cpu::AgentCpu;
 use super::recover::{confine, recover, Recovery};
 use super::stats::median;
 use super::workload::{apply_pattern, workload_image, Pattern};
@@ -100,6 +101,13 @@ struct Report {
     efficiency: f64,
     /// The same against the nominal `link_rate`.
     efficiency_nominal: Option<f64>,
+    /// CPU seconds all agents spent from the ranks' checkpoint calls to the first (full)
+    /// epoch's commit — storing the images and encoding them — per GB (10⁹ bytes) of rank
+    /// data: what protection takes from the cores a job runs on.
+    agent_cpu_seconds_per_gb: f64,
+    /// The same for the incremental epochs (median), still per GB of rank data (not of
+    /// changed data).
+    agent_cpu_seconds_per_gb_incremental: f64,
     /// Median seconds of the incremental epochs' encodes.
     encode_seconds: f64,
     /// Each incremental epoch's encode seconds.
@@ -213,7 +221,8 @@ pub fn run(args: Args) -> Result<i32> {
     } else {
         println!(
             "{} nodes k={} m={} {} {} {}, {} MiB/node, {}: link {:.3} Gbit/s; full encode {:.3} s \
-             (efficiency {:.2}); {} epochs {:.3} s, {} B sent/node for {} B changed ({:.2}x)",
+             (efficiency {:.2}, agents' CPU {:.3} s/GB); {} epochs {:.3} s ({:.3} s/GB), {} B sent/node \
+             for {} B changed ({:.2}x)",
             report.nodes,
             coding.k,
             coding.m,
@@ -225,8 +234,10 @@ pub fn run(args: Args) -> Result<i32> {
             report.link_gbps,
             report.full_encode_seconds,
             report.efficiency,
+            report.agent_cpu_seconds_per_gb,
             report.kinds.first().map(String::as_str).unwrap_or("-"),
             report.encode_seconds,
+            report.agent_cpu_seconds_per_gb_incremental,
             report.bytes_sent_per_node,
             report.changed_bytes_per_node,
             report.sent_per_changed
@@ -311,7 +322,13 @@ fn measure(
         Ok(())
     };
     write_all(&images)?;
+    let names: Vec<String> = infos.iter().map(|n| n.name.clone()).collect();
+    let agents = AgentCpu::of(&dir, &names)?;
+    let rank_gb = (size * holders.len()) as f64 / 1e9;
+    let before = agents.seconds()?;
     let first = rt.block_on(epoch(&dir, &files))?;
+    let full_cpu = (agents.seconds()? - before) / rank_gb;
+    let mut incremental_cpu = Vec::new();
     let mut samples = Vec::new();
     let mut sent = Vec::new();
     let mut sent_max = Vec::new();
@@ -324,7 +341,9 @@ fn measure(
             changed = apply_pattern(image, args.pattern, args.dirty_fraction, seed) as u64 * 4096;
         }
         write_all(&images)?;
+        let before = agents.seconds()?;
         let o = rt.block_on(epoch(&dir, &files))?;
+        incremental_cpu.push((agents.seconds()? - before) / rank_gb);
         samples.push(o.encode_seconds);
         sent.push(
             holders
@@ -371,6 +390,8 @@ fn measure(
         full_encode_seconds: full_seconds,
         efficiency: ideal(link) / full_seconds,
         efficiency_nominal: nominal.map(|bits| ideal(bits as f64 / 1e9) / full_seconds),
+        agent_cpu_seconds_per_gb: full_cpu,
+        agent_cpu_seconds_per_gb_incremental: median(&incremental_cpu),
         encode_seconds: median(&samples),
         encode_seconds_samples: samples,
         kinds,

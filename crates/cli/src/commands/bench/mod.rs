@@ -6,6 +6,7 @@ mod capture;
 mod cgroup;
 mod cluster;
 mod codec;
+mod cpu;
 mod flush;
 mod klauspost;
 mod recover;
