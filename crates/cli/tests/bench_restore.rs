@@ -2,14 +2,9 @@
 //! count beside its references, and removed afterwards, with nothing else in the directory
 //! touched.
 
-use std::process::{Command, Output};
+mod cluster;
 
-fn eckpt(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_eckpt"))
-        .args(args)
-        .output()
-        .expect("eckpt runs")
-}
+use cluster::{assert_refused, ok, run};
 
 #[test]
 fn bench_restore_reads_back_verified_and_cleans_up_only_its_store() {
@@ -17,7 +12,7 @@ fn bench_restore_reads_back_verified_and_cleans_up_only_its_store() {
     let keep = dir.path().join("someone-elses");
     std::fs::write(&keep, b"not the benchmark's").unwrap();
     let base = dir.path().to_str().unwrap();
-    let o = eckpt(&[
+    let out = ok(&[
         "bench",
         "restore",
         "--size",
@@ -34,8 +29,7 @@ fn bench_restore_reads_back_verified_and_cleans_up_only_its_store() {
         base,
         "--json",
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(r["items"], 3);
     let rows = r["rows"].as_array().unwrap();
     assert_eq!(
@@ -62,9 +56,6 @@ fn bench_restore_reads_back_verified_and_cleans_up_only_its_store() {
 
 #[test]
 fn bench_restore_refuses_a_zero_thread_count() {
-    let o = eckpt(&["bench", "restore", "--size", "1MiB", "--threads", "0"]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("thread count"), "{err}");
+    let out = run(&["bench", "restore", "--size", "1MiB", "--threads", "0"]);
+    assert_refused(&out, "thread count must be at least 1");
 }
