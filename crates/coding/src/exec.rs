@@ -188,6 +188,7 @@ impl<E: From<CodingError>> Participant<'_, E> {
     fn recycle(&mut self, mut st: RowState) {
         self.spare.extend(st.acc.take());
         self.spare.extend(st.out.take());
+        self.spare.extend(st.input.take());
         self.spare.truncate(4);
     }
 
@@ -215,7 +216,10 @@ impl<E: From<CodingError>> Participant<'_, E> {
     /// Reads the local input chunk of `source` once per row.
     fn read_input(&mut self, rp: &RowPlan, st: &mut RowState, source: usize) -> Result<(), E> {
         if st.input.is_none() {
-            let mut buf = vec![0u8; self.chunk];
+            // `Chunks::read` fills every byte: a recycled buffer is cut (or grown) to a chunk
+            // without zeroing it first, which cost as much as the read.
+            let mut buf = self.spare.pop().unwrap_or_default();
+            buf.resize(self.chunk, 0);
             self.chunks.read(rp.sources[source].input, &mut buf)?;
             self.stats.chunks_read += 1;
             st.input = Some(buf);
