@@ -3,55 +3,22 @@
 //! A threaded encode of a 1 MiB stripe is a few hundred microseconds of work: starting a
 //! thread per part cost as much as the part itself, so that two threads ran slower than one
 //! and sixteen at a third of one's speed. The pool's threads wait between calls; a call wakes
-//! as many as it has parts beyond the one the calling thread runs itself, and returns once
-//! every part is done.
+//! as many as it may use beside the calling thread, and returns once every part is done.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
-/// Runs `work(0)`, …, `work(parts - 1)`, in parallel on the calling thread and the pool's
-/// workers (one per further core), and returns when all are done. A part that panics makes
-/// this call panic once all parts have ended. When another call holds the pool, the calling
-/// thread runs every part itself.
-pub(crate) fn run_parts(parts: usize, work: &(dyn Fn(usize) + Sync)) {
-    let pool = Pool::global();
-    let turn = match pool.turn.try_lock() {
-        Ok(turn) => Some(turn),
-        // The lock guards no data: a call that panicked while holding it left nothing behind.
-        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-        Err(TryLockError::WouldBlock) => None,
-    };
-    if turn.is_none() || parts <= 1 || pool.workers == 0 {
-        (0..parts).for_each(work);
-        return;
-    }
-    // SAFETY: the reference is used by the workers only while a part remains unclaimed, and
-    // this function returns only after every claimed part has finished (`wait_all` below); a
-    // worker that looks at the job later finds no part to claim and never calls `work`.
-    let work: &'static (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(work) };
-    let job = Arc::new(Job {
-        work,
-        parts,
-        next: AtomicUsize::new(0),
-        finished: Mutex::new(Finished::default()),
-        all_finished: Condvar::new(),
-    });
-    {
-        let mut posted = lock(&pool.posted);
-        posted.generation += 1;
-        posted.job = Some(Arc::clone(&job));
-    }
-    for _ in 0..(parts - 1).min(pool.workers) {
-        pool.wake.notify_one();
-    }
-    job.work_through();
-    let panicked = job.wait_all();
-    lock(&pool.posted).job = None;
-    drop(turn);
-    if panicked {
-        panic!("a codec worker panicked");
-    }
+/// Runs `work(0)`, …, `work(parts - 1)` on up to `threads` threads — the calling thread and
+/// workers of the process's pool (one per further core) — each taking the next part until
+/// none is left, and returns when all are done. A part that panics makes this call panic
+/// once all parts have ended. When another call holds the pool, the calling thread runs
+/// every part itself.
+pub(crate) fn run_parts(parts: usize, threads: usize, work: &(dyn Fn(usize) + Sync)) {
+    static POOL: OnceLock<&'static Pool> = OnceLock::new();
+    let pool =
+        POOL.get_or_init(|| Pool::start(std::thread::available_parallelism().map_or(1, |n| n.get()) - 1));
+    pool.run(parts, threads, work);
 }
 
 struct Pool {
@@ -73,6 +40,9 @@ struct Posted {
 struct Job {
     work: &'static (dyn Fn(usize) + Sync),
     parts: usize,
+    /// Workers that may still join (the call's threads beside the calling one): a worker
+    /// woken by chance, or back from an earlier job, finds none left and stays out.
+    seats: AtomicUsize,
     /// The next part to claim.
     next: AtomicUsize,
     finished: Mutex<Finished>,
@@ -86,27 +56,76 @@ struct Finished {
 }
 
 impl Pool {
-    fn global() -> &'static Pool {
-        static POOL: OnceLock<Pool> = OnceLock::new();
-        POOL.get_or_init(|| {
-            let workers = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
-            let pool = Pool {
-                workers,
+    /// A pool of `workers` threads, for the life of the process.
+    fn start(workers: usize) -> &'static Pool {
+        let pool: &'static Pool = Box::leak(Box::new(Pool {
+            workers,
+            turn: Mutex::new(()),
+            posted: Mutex::new(Posted::default()),
+            wake: Condvar::new(),
+        }));
+        let started = (0..workers).all(|i| {
+            std::thread::Builder::new()
+                .name(format!("eckpt-codec-{i}"))
+                .spawn(move || pool.serve())
+                .is_ok()
+        });
+        if started {
+            pool
+        } else {
+            // A pool that cannot start its threads runs calls on the caller alone (the
+            // workers that did start wait for jobs that never come).
+            Box::leak(Box::new(Pool {
+                workers: 0,
                 turn: Mutex::new(()),
                 posted: Mutex::new(Posted::default()),
                 wake: Condvar::new(),
-            };
-            for i in 0..workers {
-                // A pool that cannot start its threads runs calls on the caller alone.
-                let started = std::thread::Builder::new()
-                    .name(format!("eckpt-codec-{i}"))
-                    .spawn(|| Pool::global().serve());
-                if started.is_err() {
-                    return Pool { workers: 0, ..pool };
-                }
-            }
-            pool
-        })
+            }))
+        }
+    }
+
+    /// [`run_parts`] on this pool.
+    fn run(&self, parts: usize, threads: usize, work: &(dyn Fn(usize) + Sync)) {
+        let turn = match self.turn.try_lock() {
+            Ok(turn) => Some(turn),
+            // The lock guards no data: a call that panicked while holding it left nothing
+            // behind.
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        if turn.is_none() || parts <= 1 || threads <= 1 || self.workers == 0 {
+            (0..parts).for_each(work);
+            return;
+        }
+        // SAFETY: the reference is used by the workers only while a part remains unclaimed,
+        // and this function returns only after every claimed part has finished (`wait_all`
+        // below); a worker that looks at the job later finds no part to claim and never calls
+        // `work`.
+        let work: &'static (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(work) };
+        let helpers = (parts.min(threads) - 1).min(self.workers);
+        let job = Arc::new(Job {
+            work,
+            parts,
+            seats: AtomicUsize::new(helpers),
+            next: AtomicUsize::new(0),
+            finished: Mutex::new(Finished::default()),
+            all_finished: Condvar::new(),
+        });
+        {
+            let mut posted = lock(&self.posted);
+            posted.generation += 1;
+            posted.job = Some(Arc::clone(&job));
+        }
+        for _ in 0..helpers {
+            self.wake.notify_one();
+        }
+        job.work_through();
+        let panicked = job.wait_all();
+        lock(&self.posted).job = None;
+        drop(turn);
+        if panicked {
+            panic!("a codec worker panicked");
+        }
     }
 
     /// A worker's life: wait for a job it has not seen, work through it, again.
@@ -121,7 +140,7 @@ impl Pool {
                 seen = posted.generation;
                 posted.job.clone()
             };
-            if let Some(job) = job {
+            if let Some(job) = job.filter(|job| job.take_seat()) {
                 job.work_through();
             }
         }
@@ -129,6 +148,13 @@ impl Pool {
 }
 
 impl Job {
+    /// Whether a worker may join: takes one of the seats left.
+    fn take_seat(&self) -> bool {
+        self.seats
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| s.checked_sub(1))
+            .is_ok()
+    }
+
     /// Claims and runs parts until none is left.
     fn work_through(&self) {
         loop {
@@ -177,7 +203,7 @@ mod tests {
                     for round in 0..200u64 {
                         let parts = 1 + ((caller + round) % 17) as usize;
                         let hits: Vec<AtomicU64> = (0..parts).map(|_| AtomicU64::new(0)).collect();
-                        run_parts(parts, &|i| {
+                        run_parts(parts, 1 + (round % 5) as usize, &|i| {
                             hits[i].fetch_add(1, Ordering::Relaxed);
                         });
                         assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
@@ -188,10 +214,35 @@ mod tests {
     }
 
     #[test]
+    fn no_more_threads_than_asked_run_parts_at_once() {
+        // More workers than asked, whatever this machine's cores.
+        let pool = Pool::start(4);
+        for threads in [1, 2, 3] {
+            let (running, most) = (AtomicU64::new(0), AtomicU64::new(0));
+            pool.run(60, threads, &|_| {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                running.fetch_sub(1, Ordering::SeqCst);
+            });
+            let most = most.load(Ordering::SeqCst);
+            assert!(
+                most <= threads as u64,
+                "{most} threads ran parts, {threads} asked"
+            );
+            // The sleeping parts leave a helper time to join.
+            assert!(
+                threads == 1 || most >= 2,
+                "{threads} threads asked, only the caller ran"
+            );
+        }
+    }
+
+    #[test]
     fn a_panicking_part_panics_the_call_after_the_others_finish() {
         let done = AtomicU64::new(0);
         let result = catch_unwind(AssertUnwindSafe(|| {
-            run_parts(8, &|i| {
+            run_parts(8, 8, &|i| {
                 if i == 3 {
                     panic!("part 3 fails");
                 }
@@ -202,7 +253,7 @@ mod tests {
         assert_eq!(done.load(Ordering::Relaxed), 7);
         // The pool still serves calls.
         let hits = AtomicU64::new(0);
-        run_parts(5, &|_| {
+        run_parts(5, 3, &|_| {
             hits.fetch_add(1, Ordering::Relaxed);
         });
         assert_eq!(hits.load(Ordering::Relaxed), 5);
