@@ -105,12 +105,7 @@ fn commit_resumes_after_the_coordinator_and_an_agent_die_at_the_commit_point() {
     c.wait_paused();
     let victim = c.nodes_with_ranks()[0].clone();
     c.kill(&victim, false);
-    let pid: i32 = c.pid("coordinator").parse().unwrap();
-    let status = Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    c.kill_coordinator();
     c.resume();
     // Restart both by hand; they resolve the prepared epoch from the journal.
     let log = std::fs::File::create(c.dir.join("coordinator/log2")).unwrap();

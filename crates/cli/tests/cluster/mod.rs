@@ -361,11 +361,26 @@ impl Cluster {
         text.lines().next().unwrap_or_default().trim().to_string()
     }
 
-    /// SIGKILLs the coordinator (the agents keep running and reconnect to a new one).
+    /// SIGKILLs the coordinator (the agents keep running and reconnect to a new one) and
+    /// waits until it has exited: until then it holds the coordinator's lock, and a
+    /// coordinator started at once was refused as a second one (on a loaded machine).
     pub fn kill_coordinator(&self) {
         let pid = self.pid("coordinator");
         let status = Command::new("kill").args(["-9", &pid]).status().unwrap();
         assert!(status.success());
+        let stat = PathBuf::from("/proc").join(&pid).join("stat");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        // Gone, or a zombie: an exited process has closed its files (and released its lock).
+        while std::fs::read_to_string(&stat).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        }) {
+            assert!(
+                Instant::now() < deadline,
+                "the coordinator {pid} outlived SIGKILL"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// `eckpt coordinator` started by hand, as after a crash; its stderr in `log2`.
