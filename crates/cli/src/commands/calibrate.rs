@@ -15,7 +15,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use eckpt_cluster::netns::parse_rate;
 use eckpt_cluster_api::commands;
-use eckpt_cluster_api::dirs::{read_pid_file, ClusterDir, ClusterFile};
+use eckpt_cluster_api::dirs::{ClusterDir, ClusterFile};
 use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, NodeInfo};
 use eckpt_cluster_api::net::{call, host_identity, open_node};
 use eckpt_codec::LinearMap;
@@ -26,6 +26,7 @@ use eckpt_proto::{connect, listen, ClusterSecret, Endpoint, TransportKind};
 
 use super::bench::stats::median;
 use super::bench::transport::bench_transport;
+use super::process_cpu::{agent_pid, cpu_seconds, cpu_seconds_of_all};
 use crate::output::default_threads;
 
 /// Format of `model.json`.
@@ -99,39 +100,11 @@ async fn ring_test(dir: &ClusterDir, nodes: &[NodeInfo], bytes: u64) -> Result<(
     Ok(())
 }
 
-/// CPU seconds (user + system) process `pid` has used.
-fn cpu_of(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name (which may hold spaces) in parentheses.
-    let rest = stat.rsplit_once(')').context("malformed /proc stat")?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| -> Result<f64> { Ok(fields.get(i).context("short /proc stat")?.parse::<f64>()?) };
-    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name and state.
-    Ok((ticks(11)? + ticks(12)?) / clock_ticks())
-}
-
-/// Clock ticks per second of `/proc` CPU times (USER_HZ, 100 on Linux).
-fn clock_ticks() -> f64 {
-    100.0
-}
-
-/// An agent's process id, from its pid file: it must run on this host (its CPU time is
-/// read from `/proc`).
-fn agent_pid(dir: &ClusterDir, name: &str) -> Result<u32> {
-    read_pid_file(&dir.node(name))
-        .with_context(|| format!("agent {name} has no process on this host to measure"))
-}
-
 /// Samples by name.
 type Samples = BTreeMap<String, Vec<f64>>;
 
 fn push(samples: &mut Samples, name: &str, value: f64) {
     samples.entry(name.into()).or_default().push(value);
-}
-
-/// CPU seconds the processes `pids` have used, together.
-fn cpu_of_all(pids: &[u32]) -> Result<f64> {
-    pids.iter().map(|&p| cpu_of(p)).sum()
 }
 
 /// Measures the cluster in `dir` and this host.
@@ -178,9 +151,9 @@ async fn measure_pair(dir: &ClusterDir, nodes: &[NodeInfo], bytes: u64, samples:
     let (a, b) = (&nodes[0], &nodes[1]);
     let pids = [agent_pid(dir, &a.name)?, agent_pid(dir, &b.name)?];
     for _ in 0..3 {
-        let before = cpu_of_all(&pids)?;
+        let before = cpu_seconds_of_all(&pids)?;
         let seconds = link_test(dir, a, b, bytes).await?;
-        let after = cpu_of_all(&pids)?;
+        let after = cpu_seconds_of_all(&pids)?;
         push(samples, "link_bps", bytes as f64 / seconds);
         push(samples, "link_cpu_s_per_byte", (after - before) / bytes as f64);
     }
@@ -199,11 +172,11 @@ async fn measure_ring(dir: &ClusterDir, nodes: &[NodeInfo], bytes: u64, samples:
         .map(|n| agent_pid(dir, &n.name))
         .collect::<Result<_>>()?;
     for _ in 0..2 {
-        let before = cpu_of_all(&pids)?;
+        let before = cpu_seconds_of_all(&pids)?;
         let started = Instant::now();
         ring_test(dir, nodes, bytes).await?;
         let wall = started.elapsed().as_secs_f64();
-        let after = cpu_of_all(&pids)?;
+        let after = cpu_seconds_of_all(&pids)?;
         let total = (bytes * nodes.len() as u64) as f64;
         push(samples, "ring_bps", total / wall);
         push(samples, "ring_cpu_s_per_byte", (after - before) / total);
@@ -406,7 +379,7 @@ fn connection_costs(samples: &mut Samples) -> Result<()> {
     ))?;
     let endpoint = listener.local_endpoint().clone();
     for _ in 0..3 {
-        let before = cpu_of(std::process::id())?;
+        let before = cpu_seconds(std::process::id())?;
         rt.block_on(async {
             for _ in 0..CONNECTIONS {
                 let accept = async { listener.accept().await?.authenticate().await };
@@ -415,7 +388,7 @@ fn connection_costs(samples: &mut Samples) -> Result<()> {
             }
             Ok::<_, eckpt_proto::ProtoError>(())
         })?;
-        let after = cpu_of(std::process::id())?;
+        let after = cpu_seconds(std::process::id())?;
         push(
             samples,
             "connection_s",
@@ -463,7 +436,7 @@ fn relay_cpu(messages: usize, payload: usize) -> Result<f64> {
             }
         }
     });
-    let before = cpu_of(std::process::id())?;
+    let before = cpu_seconds(std::process::id())?;
     let consumer = std::thread::spawn(move || while in_rx.blocking_recv().is_some() {});
     let message = vec![0x5au8; payload];
     for _ in 0..messages {
@@ -476,7 +449,7 @@ fn relay_cpu(messages: usize, payload: usize) -> Result<f64> {
         .map_err(|_| anyhow::anyhow!("relay consumer panicked"))?;
     rt.block_on(writing)??;
     rt.block_on(reading)??;
-    Ok((cpu_of(std::process::id())? - before) / messages as f64)
+    Ok((cpu_seconds(std::process::id())? - before) / messages as f64)
 }
 
 /// Per-message CPU (each end) and the relay's extra CPU per byte beyond streaming frames
@@ -488,9 +461,9 @@ fn message_costs(samples: &mut Samples) -> Result<()> {
     for _ in 0..3 {
         let small = relay_cpu(20_000, SMALL)?;
         let large = relay_cpu(2_000, LARGE)?;
-        let before = cpu_of(std::process::id())?;
+        let before = cpu_seconds(std::process::id())?;
         bench_transport(TransportKind::Unix, 2_000 * LARGE as u64, LARGE)?;
-        let streamed = (cpu_of(std::process::id())? - before) / 2_000.0;
+        let streamed = (cpu_seconds(std::process::id())? - before) / 2_000.0;
         push(samples, "message_s", small / 2.0);
         let extra = (large - small - streamed) / LARGE as f64 / 2.0;
         push(samples, "relay_extra_byte_s", extra.max(0.0));

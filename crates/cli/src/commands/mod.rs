@@ -13,6 +13,7 @@ pub mod delta;
 pub mod encode;
 pub mod logs;
 pub mod model;
+pub mod process_cpu;
 pub mod report;
 pub mod run;
 pub mod verify;

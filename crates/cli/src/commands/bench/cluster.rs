@@ -17,12 +17,12 @@ use eckpt_coding::CodingConfig;
 use serde::Serialize;
 
 use super::cgroup::{is_tmpfs, MemoryCgroup};
-use super::cpu::AgentCpu;
 use super::recover::{confine, recover, Recovery};
 use super::stats::median;
 use super::workload::{apply_pattern, workload_image, Pattern};
 use crate::commands::calibrate::link_test;
 use crate::commands::cluster::{this_exe, CodingArgs};
+use crate::commands::process_cpu::{agent_pid, cpu_seconds_of_all};
 use crate::output::print_json;
 use crate::size::parse_size;
 
@@ -322,12 +322,14 @@ fn measure(
         Ok(())
     };
     write_all(&images)?;
-    let names: Vec<String> = infos.iter().map(|n| n.name.clone()).collect();
-    let agents = AgentCpu::of(&dir, &names)?;
+    let agents: Vec<u32> = infos
+        .iter()
+        .map(|n| agent_pid(&dir, &n.name))
+        .collect::<Result<_>>()?;
     let rank_gb = (size * holders.len()) as f64 / 1e9;
-    let before = agents.seconds()?;
+    let before = cpu_seconds_of_all(&agents)?;
     let first = rt.block_on(epoch(&dir, &files))?;
-    let full_cpu = (agents.seconds()? - before) / rank_gb;
+    let full_cpu = (cpu_seconds_of_all(&agents)? - before) / rank_gb;
     let mut incremental_cpu = Vec::new();
     let mut samples = Vec::new();
     let mut sent = Vec::new();
@@ -341,9 +343,9 @@ fn measure(
             changed = apply_pattern(image, args.pattern, args.dirty_fraction, seed) as u64 * 4096;
         }
         write_all(&images)?;
-        let before = agents.seconds()?;
+        let before = cpu_seconds_of_all(&agents)?;
         let o = rt.block_on(epoch(&dir, &files))?;
-        incremental_cpu.push((agents.seconds()? - before) / rank_gb);
+        incremental_cpu.push((cpu_seconds_of_all(&agents)? - before) / rank_gb);
         samples.push(o.encode_seconds);
         sent.push(
             holders

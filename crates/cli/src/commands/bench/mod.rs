@@ -6,7 +6,6 @@ mod capture;
 mod cgroup;
 mod cluster;
 mod codec;
-mod cpu;
 mod flush;
 mod klauspost;
 mod recover;
