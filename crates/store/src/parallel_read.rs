@@ -52,6 +52,15 @@ pub(crate) fn read_items<E: From<StoreError>>(
         })
         .collect();
     let threads = threads.clamp(1, pieces.len().max(1));
+    if threads == 1 {
+        // One thread: the calling one (a small item, the metadata, a file), no pool.
+        for piece in pieces {
+            let range = piece.offset..piece.offset + piece.buf.len();
+            chain.read_padded(names[piece.item], piece.offset as u64, piece.buf)?;
+            landed(piece.item, range)?;
+        }
+        return Ok(());
+    }
     let queue = Mutex::new(pieces.into_iter());
     let stop = AtomicBool::new(false);
     let (report, reports) = mpsc::channel::<Result<(usize, Range<usize>)>>();

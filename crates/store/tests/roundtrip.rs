@@ -719,19 +719,23 @@ fn a_refused_piece_ends_the_read_with_the_callers_error() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap().with_read_threads(2);
+    let store = Store::open(dir.path()).unwrap();
     let image = random_bytes(&mut StdRng::seed_from_u64(3), 100 << 20);
     let mut w = store.writer(0, 1).unwrap();
     w.put_full("big", &image).unwrap();
     w.commit().unwrap();
     let mut buf = vec![0u8; image.len()];
-    let mut calls = 0;
-    let result = store.read_items_into(0, 1, vec![("big", &mut buf[..])], &mut |_, _| {
-        calls += 1;
-        Err(Failure::Refused)
-    });
-    assert!(matches!(result, Err(Failure::Refused)), "{result:?}");
-    assert_eq!(calls, 1);
+    // By a pool of threads, and by the calling thread alone.
+    for threads in [2, 1] {
+        let store = store.clone().with_read_threads(threads);
+        let mut calls = 0;
+        let result = store.read_items_into(0, 1, vec![("big", &mut buf[..])], &mut |_, _| {
+            calls += 1;
+            Err(Failure::Refused)
+        });
+        assert!(matches!(result, Err(Failure::Refused)), "{result:?}");
+        assert_eq!(calls, 1, "{threads} threads");
+    }
     // A buffer of another length than the item's is refused before anything is read.
     let mut short = [0u8; 10];
     let result = store.read_items_into(0, 1, vec![("big", &mut short[..])], &mut |_, _| {
