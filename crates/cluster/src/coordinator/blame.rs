@@ -55,7 +55,7 @@ impl Coordinator {
         tokio::pin!(answers);
         let gone = async {
             loop {
-                let alive = self.alive();
+                let alive = self.alive().await;
                 if let Some(n) = nodes.iter().find(|n| !alive.contains_key(&n.name)) {
                     return n.name.clone();
                 }
@@ -75,18 +75,19 @@ impl Coordinator {
                 match tokio::time::timeout(2 * self.deadlines.liveness(), answers).await {
                     Ok(results) => results,
                     Err(_) => {
-                        let reason = self.not_alive(&node).unwrap_or_else(|| "stopped answering".into());
+                        let reason = self.not_alive(&node).await.unwrap_or_else(|| "stopped answering".into());
                         return Err(ClusterError::Node { node, reason });
                     }
                 }
             }
         };
         if results.iter().any(Result::is_err) {
-            let names: Vec<&String> = nodes.iter().map(|n| &n.name).collect();
-            if let Some((node, reason)) = names.iter().find_map(|n| self.not_alive(n).map(|r| (n, r))) {
+            let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+            let absent = self.absent(names.clone()).await;
+            if let Some((node, reason)) = names.iter().find_map(|n| Some((n, absent.get(n)?))) {
                 return Err(ClusterError::Node {
-                    node: node.to_string(),
-                    reason,
+                    node: node.clone(),
+                    reason: reason.clone(),
                 });
             }
         }

@@ -30,13 +30,13 @@ impl Coordinator {
         epoch: u64,
         force_full: bool,
     ) -> Result<Encoded, ClusterError> {
-        let coding = self.snapshot().coding;
+        let coding = self.read(|s| s.journal().coding).await;
         let infos = participants(&rec.group, alive)?;
         let plan = plan_encode(coding, rec, placement, epoch, force_full);
         let shards = self.describe_shards(&plan, &infos).await?;
         match plan.choose(&shards)? {
             Choice::Update(update) => {
-                let task = update.task(self.task_id(), coding, &infos);
+                let task = update.task(self.task_id().await, coding, &infos);
                 let requests = infos
                     .iter()
                     .map(|i| (i.clone(), AgentRequest::Update(task.clone())))
@@ -44,7 +44,7 @@ impl Coordinator {
                 update.fold(self.run_task(task.task, requests).await?)
             }
             Choice::Full(full) => {
-                let task = full.task(self.task_id(), coding, &infos);
+                let task = full.task(self.task_id().await, coding, &infos);
                 let requests = infos
                     .iter()
                     .map(|i| (i.clone(), AgentRequest::Code(task.clone())))
@@ -83,7 +83,7 @@ impl Coordinator {
         epoch: u64,
         force_full: bool,
     ) -> Vec<Result<Encoded, ClusterError>> {
-        let alive = self.alive();
+        let alive = self.alive().await;
         let mut set = JoinSet::new();
         let count = groups.len();
         for (i, rec) in groups.into_iter().enumerate() {
@@ -112,9 +112,8 @@ impl Coordinator {
     /// which objects it keeps. Failures are logged: an agent that missed the decision
     /// resolves it when it registers again.
     pub(super) async fn send_commit(&self, epoch: u64, commit: &[(ObjectId, Option<u64>)], ranks: bool) {
-        let journal = self.snapshot();
-        let requests = self
-            .alive()
+        let (journal, alive) = self.read(|s| (s.journal().clone(), s.alive())).await;
+        let requests = alive
             .into_iter()
             .map(|(name, info)| {
                 let group_objects: Vec<ObjectId> = journal.keep_of(&name);
@@ -149,16 +148,17 @@ impl Coordinator {
     pub(super) async fn run_epoch(self: Arc<Self>, epoch: u64) {
         let _op = self.op.lock().await;
         // A recovery or a new attempt of the job that took the lock first aborted the epoch.
+        if !self
+            .read(move |s| s.epochs.open == epoch && s.epochs.running)
+            .await
         {
-            let epochs = self.epochs.lock().expect("epoch lock");
-            if epochs.open != epoch || !epochs.running {
-                return;
-            }
+            return;
         }
         let debug = self.dir.debug();
         pause_point_async(&debug, crate::debug::Phase::BeforeEncode, "coordinator").await;
-        let journal = self.snapshot();
-        let reports = self.epochs.lock().expect("epoch lock").reports.clone();
+        let (journal, reports) = self
+            .read(|s| (s.journal().clone(), s.epochs.reports.clone()))
+            .await;
         // Every rank reported its pace (they all checkpoint by interval): the figures the
         // next epoch's ranks schedule by. A rank without one means no figures at all.
         let pace = reports
@@ -167,7 +167,8 @@ impl Coordinator {
             .collect::<Option<Vec<_>>>()
             .and_then(|paces| aggregate(paces).ok());
         let started = Instant::now();
-        let sessions = self.sessions_of(&journal.members());
+        let members = journal.members();
+        let sessions = self.read(move |s| s.sessions_of(&members)).await;
         let results = self
             .encode_groups(journal.groups, &journal.placement, epoch, false)
             .await;
@@ -196,24 +197,28 @@ impl Coordinator {
                 outcome.bytes_sent.extend(e.bytes_sent.clone());
                 outcome.shard_bytes = outcome.shard_bytes.max(e.shard_bytes);
             }
-            let mut next = self.snapshot();
+            let mut next = self.snapshot().await;
             next.committed = epoch;
             next.next_epoch = epoch + 1;
             next.groups = encoded.into_iter().map(|e| e.record).collect();
-            let saved = check_protection(&next, &[]).and_then(|()| {
-                self.update_if_same_sessions(&sessions, |j| {
-                    j.committed = next.committed;
-                    j.next_epoch = next.next_epoch;
-                    j.groups = next.groups;
-                    j.record_pace(epoch, pace);
-                })
-            });
+            let saved = match check_protection(&next, &[]) {
+                Ok(()) => {
+                    self.update_if_same_sessions(sessions, move |j| {
+                        j.committed = next.committed;
+                        j.next_epoch = next.next_epoch;
+                        j.groups = next.groups;
+                        j.record_pace(epoch, pace);
+                    })
+                    .await
+                }
+                Err(e) => Err(e),
+            };
             match saved {
                 Ok(()) => {
                     outcome.committed = true;
                     pause_point_async(&debug, crate::debug::Phase::AfterCommit, "coordinator").await;
                     self.send_commit(epoch, &commit, true).await;
-                    self.flush_after_commit(epoch);
+                    self.flush_after_commit(epoch).await;
                 }
                 Err(e) => outcome.reason = Some(e.to_string()),
             }
@@ -224,6 +229,6 @@ impl Coordinator {
         } else {
             tracing::info!(epoch, seconds = encode_seconds, "epoch committed");
         }
-        self.finish_epoch(outcome);
+        self.finish_epoch(outcome).await;
     }
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::owner::{Draft, State};
 use super::pace::check_policy;
 use super::Coordinator;
 use eckpt_cluster_api::msg::{AgentRequest, CoordResponse, EpochOutcome, NodeInfo, PaceStats, RankReport};
@@ -34,6 +35,15 @@ impl EpochState {
             running: false,
             outcomes: BTreeMap::new(),
         }
+    }
+
+    /// Records an epoch's outcome and opens the next one.
+    fn finish(&mut self, outcome: EpochOutcome) {
+        self.open = outcome.epoch + 1;
+        self.ready.clear();
+        self.reports.clear();
+        self.running = false;
+        self.outcomes.insert(outcome.epoch, outcome);
     }
 
     /// Whether `rank` has written the open epoch (it is ready, or the epoch is being
@@ -91,151 +101,27 @@ impl EpochState {
     }
 }
 
-/// The outcome of an epoch decided without an encode (or before one ran).
-pub(super) fn outcome(epoch: u64, committed: bool, reason: Option<String>) -> EpochOutcome {
-    EpochOutcome {
-        epoch,
-        committed,
-        reason,
-        encode_seconds: 0.0,
-        kinds: Vec::new(),
-        bytes_sent: BTreeMap::new(),
-        shard_bytes: 0,
-        image_bytes: 0,
-        stored_bytes: 0,
-    }
-}
-
-impl Coordinator {
-    /// `OpenEpoch`: places the rank if new; the rank's next epoch, once its previous one is
-    /// decided (waiting at most the cluster's open wait). It never hands out a later epoch than the one
-    /// the call was for: two checkpoints of one rank racing, or an epoch aborted by
-    /// recovery while the call waited, give an error rather than a silently skipped epoch.
-    pub(super) async fn open_epoch(
-        self: &Arc<Self>,
-        rank: u32,
-        world: u32,
-        node: Option<String>,
-        expected: Option<u64>,
-        generation: Option<u64>,
-    ) -> Result<CoordResponse, ClusterError> {
-        let who = format!("rank {rank}");
-        self.fence(generation, &who)?;
-        let alive = self.alive();
-        let target = self.epochs.lock().expect("epoch lock").target(rank, expected)?;
-        let name = self.place_rank(rank, world, node, &alive)?;
-        let info = alive.get(&name).cloned().ok_or_else(|| {
-            ClusterError::Invalid(format!(
-                "rank {rank} lives on {name}, which is down: run `eckpt recover`"
-            ))
-        })?;
-        self.wait_open(rank, target).await?;
-        // A new attempt of the job may have started while this rank waited: its epoch is
-        // not this rank's to write.
-        self.fence(generation, &who)?;
-        // Recorded when `target - 1` was decided, which `wait_open` waited for: every rank
-        // opening `target` gets the same figures.
-        let pace = self.snapshot().pace.get(&(target - 1)).copied();
-        Ok(CoordResponse::Opened {
-            epoch: target,
-            node: info,
-            pace,
-        })
-    }
-
-    /// The node hosting `rank`: where it lives, else `node` if it can host ranks, else the
-    /// least loaded alive data member. A new placement (or job size) is saved.
-    fn place_rank(
-        &self,
-        rank: u32,
-        world: u32,
-        node: Option<String>,
-        alive: &BTreeMap<String, NodeInfo>,
-    ) -> Result<String, ClusterError> {
-        let mut journal = self.journal.lock().expect("journal lock");
-        if let Some(w) = journal.world.filter(|&w| w != world) {
-            return Err(ClusterError::Mismatch(format!(
-                "the job has {w} ranks; this checkpoint says {world}"
-            )));
-        }
-        if rank >= world {
-            return Err(ClusterError::Invalid(format!(
-                "rank {rank} outside a job of {world} ranks"
-            )));
-        }
-        let candidates: Vec<String> = journal
-            .members()
-            .into_iter()
-            .filter(|n| journal.holds_data(n) && alive.contains_key(n))
-            .collect();
-        let name = match (journal.placement.get(&rank), node) {
-            (Some(placed), Some(wanted)) if *placed != wanted => {
-                return Err(ClusterError::Invalid(format!(
-                    "rank {rank} lives on {placed}, not {wanted}"
-                )))
-            }
-            (Some(placed), _) => placed.clone(),
-            (None, Some(wanted)) if !candidates.contains(&wanted) => {
-                return Err(ClusterError::Invalid(format!(
-                    "node {wanted} cannot host ranks (not an alive data member of a group)"
-                )))
-            }
-            (None, Some(wanted)) => wanted,
-            (None, None) => journal
-                .least_loaded(&candidates, &BTreeMap::new())
-                .ok_or_else(|| ClusterError::Invalid("no alive node can host ranks".into()))?,
-        };
-        if journal.world != Some(world) || journal.placement.get(&rank) != Some(&name) {
-            journal.world = Some(world);
-            journal.placement.insert(rank, name.clone());
-            self.save(&journal)?;
-        }
-        Ok(name)
-    }
-
-    /// Waits until `rank` may write `target` (its previous epoch decided), at most the
-    /// cluster's open wait.
-    async fn wait_open(&self, rank: u32, target: u64) -> Result<(), ClusterError> {
-        let wait = self.deadlines.open_wait();
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            let notified = self.changed.notified();
-            if let Some(opened) = self.epochs.lock().expect("epoch lock").opened(rank, target) {
-                return opened;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Err(ClusterError::Invalid(format!(
-                    "rank {rank} already wrote epoch {}, still undecided after {:.0} s: every rank must checkpoint it before rank {rank} can write epoch {target} (see `eckpt status`)",
-                    target - 1,
-                    wait.as_secs_f64()
-                )));
-            }
-        }
-    }
-
-    /// `RankReady`: records the rank; the last one starts the epoch's encode. The same
-    /// report again (a retry after a broken connection) is a success.
-    pub(super) fn rank_ready(
-        self: &Arc<Self>,
+impl State {
+    /// Records that `rank` wrote `epoch` on `node`; whether it was the last rank (its
+    /// encode is then marked running). The same report again (a retry after a broken
+    /// connection) is a success.
+    fn rank_ready(
+        &mut self,
         rank: u32,
         epoch: u64,
         node: String,
         report: RankReport,
-        generation: Option<u64>,
-    ) -> Result<(), ClusterError> {
-        self.fence(generation, &format!("rank {rank}"))?;
-        let (placed, world) = {
-            let journal = self.journal.lock().expect("journal lock");
-            (journal.placement.get(&rank).cloned(), journal.world.unwrap_or(0))
-        };
+    ) -> Result<bool, ClusterError> {
+        let journal = self.journal();
+        let (placed, world) = (journal.placement.get(&rank).cloned(), journal.world.unwrap_or(0));
         if placed.as_ref() != Some(&node) {
             return Err(ClusterError::Invalid(format!(
                 "rank {rank} does not live on {node}"
             )));
         }
-        let mut epochs = self.epochs.lock().expect("epoch lock");
+        let epochs = &mut self.epochs;
         if epoch == epochs.open && epochs.ready.get(&rank) == Some(&node) {
-            return Ok(());
+            return Ok(false);
         }
         if epoch != epochs.open || epochs.running {
             return Err(ClusterError::Invalid(format!(
@@ -257,25 +143,175 @@ impl Coordinator {
         }
         epochs.ready.insert(rank, node);
         epochs.reports.insert(rank, report);
-        if epochs.ready.len() as u32 == world {
-            epochs.running = true;
+        epochs.running = epochs.ready.len() as u32 == world;
+        Ok(epochs.running)
+    }
+}
+
+/// The outcome of an epoch decided without an encode (or before one ran).
+pub(super) fn outcome(epoch: u64, committed: bool, reason: Option<String>) -> EpochOutcome {
+    EpochOutcome {
+        epoch,
+        committed,
+        reason,
+        encode_seconds: 0.0,
+        kinds: Vec::new(),
+        bytes_sent: BTreeMap::new(),
+        shard_bytes: 0,
+        image_bytes: 0,
+        stored_bytes: 0,
+    }
+}
+
+/// Where `rank` lives (see [`Coordinator::place_rank`]), recording a new placement or job
+/// size in `journal`; nothing written when it refuses.
+fn place(
+    journal: &mut Draft,
+    rank: u32,
+    world: u32,
+    node: Option<String>,
+    alive: &BTreeMap<String, NodeInfo>,
+) -> Result<String, ClusterError> {
+    if let Some(w) = journal.world.filter(|&w| w != world) {
+        return Err(ClusterError::Mismatch(format!(
+            "the job has {w} ranks; this checkpoint says {world}"
+        )));
+    }
+    if rank >= world {
+        return Err(ClusterError::Invalid(format!(
+            "rank {rank} outside a job of {world} ranks"
+        )));
+    }
+    let candidates: Vec<String> = journal
+        .members()
+        .into_iter()
+        .filter(|n| journal.holds_data(n) && alive.contains_key(n))
+        .collect();
+    let name = match (journal.placement.get(&rank), node) {
+        (Some(placed), Some(wanted)) if *placed != wanted => {
+            return Err(ClusterError::Invalid(format!(
+                "rank {rank} lives on {placed}, not {wanted}"
+            )))
+        }
+        (Some(placed), _) => placed.clone(),
+        (None, Some(wanted)) if !candidates.contains(&wanted) => {
+            return Err(ClusterError::Invalid(format!(
+                "node {wanted} cannot host ranks (not an alive data member of a group)"
+            )))
+        }
+        (None, Some(wanted)) => wanted,
+        (None, None) => journal
+            .least_loaded(&candidates, &BTreeMap::new())
+            .ok_or_else(|| ClusterError::Invalid("no alive node can host ranks".into()))?,
+    };
+    if journal.world != Some(world) || journal.placement.get(&rank) != Some(&name) {
+        journal.world = Some(world);
+        journal.placement.insert(rank, name.clone());
+    }
+    Ok(name)
+}
+
+impl Coordinator {
+    /// `OpenEpoch`: places the rank if new; the rank's next epoch, once its previous one is
+    /// decided (waiting at most the cluster's open wait). It never hands out a later epoch than the one
+    /// the call was for: two checkpoints of one rank racing, or an epoch aborted by
+    /// recovery while the call waited, give an error rather than a silently skipped epoch.
+    pub(super) async fn open_epoch(
+        self: &Arc<Self>,
+        rank: u32,
+        world: u32,
+        node: Option<String>,
+        expected: Option<u64>,
+        generation: Option<u64>,
+    ) -> Result<CoordResponse, ClusterError> {
+        let who = format!("rank {rank}");
+        self.fence(generation, who.clone()).await?;
+        let (alive, target) = self
+            .read(move |s| Ok::<_, ClusterError>((s.alive(), s.epochs.target(rank, expected)?)))
+            .await?;
+        let name = self.place_rank(rank, world, node, alive.clone()).await?;
+        let info = alive.get(&name).cloned().ok_or_else(|| {
+            ClusterError::Invalid(format!(
+                "rank {rank} lives on {name}, which is down: run `eckpt recover`"
+            ))
+        })?;
+        self.wait_open(rank, target).await?;
+        // A new attempt of the job may have started while this rank waited: its epoch is
+        // not this rank's to write.
+        self.fence(generation, who).await?;
+        // Recorded when `target - 1` was decided, which `wait_open` waited for: every rank
+        // opening `target` gets the same figures.
+        let pace = self
+            .read(move |s| s.journal().pace.get(&(target - 1)).copied())
+            .await;
+        Ok(CoordResponse::Opened {
+            epoch: target,
+            node: info,
+            pace,
+        })
+    }
+
+    /// The node hosting `rank`: where it lives, else `node` if it can host ranks, else the
+    /// least loaded alive data member. A new placement (or job size) is saved; the ranks of
+    /// a job placing themselves at once share journal writes.
+    async fn place_rank(
+        &self,
+        rank: u32,
+        world: u32,
+        node: Option<String>,
+        alive: BTreeMap<String, NodeInfo>,
+    ) -> Result<String, ClusterError> {
+        self.update(move |journal| place(journal, rank, world, node, &alive))
+            .await?
+    }
+
+    /// Waits until `rank` may write `target` (its previous epoch decided), at most the
+    /// cluster's open wait.
+    async fn wait_open(&self, rank: u32, target: u64) -> Result<(), ClusterError> {
+        let wait = self.deadlines.open_wait();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.changed.notified();
+            if let Some(opened) = self.read(move |s| s.epochs.opened(rank, target)).await {
+                return opened;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(ClusterError::Invalid(format!(
+                    "rank {rank} already wrote epoch {}, still undecided after {:.0} s: every rank must checkpoint it before rank {rank} can write epoch {target} (see `eckpt status`)",
+                    target - 1,
+                    wait.as_secs_f64()
+                )));
+            }
+        }
+    }
+
+    /// `RankReady`: records the rank; the last one starts the epoch's encode. The same
+    /// report again (a retry after a broken connection) is a success.
+    pub(super) async fn rank_ready(
+        self: &Arc<Self>,
+        rank: u32,
+        epoch: u64,
+        node: String,
+        report: RankReport,
+        generation: Option<u64>,
+    ) -> Result<(), ClusterError> {
+        let complete = self
+            .read(move |s| {
+                s.fence(generation, &format!("rank {rank}"))?;
+                s.rank_ready(rank, epoch, node, report)
+            })
+            .await?;
+        if complete {
             let coord = self.clone();
             tokio::spawn(async move { coord.run_epoch(epoch).await });
         }
-        drop(epochs);
         self.changed.notify_waiters();
         Ok(())
     }
 
     /// Records an epoch's outcome and opens the next one.
-    pub(super) fn finish_epoch(&self, outcome: EpochOutcome) {
-        let mut epochs = self.epochs.lock().expect("epoch lock");
-        epochs.open = outcome.epoch + 1;
-        epochs.ready.clear();
-        epochs.reports.clear();
-        epochs.running = false;
-        epochs.outcomes.insert(outcome.epoch, outcome);
-        drop(epochs);
+    pub(super) async fn finish_epoch(&self, outcome: EpochOutcome) {
+        self.read(move |s| s.epochs.finish(outcome)).await;
         self.changed.notify_waiters();
     }
 
@@ -283,16 +319,20 @@ impl Coordinator {
     pub(super) async fn wait_epoch(&self, epoch: u64) -> EpochOutcome {
         loop {
             let notified = self.changed.notified();
-            {
-                let epochs = self.epochs.lock().expect("epoch lock");
-                if let Some(o) = epochs.outcomes.get(&epoch) {
-                    return o.clone();
-                }
-                if epoch < epochs.open {
-                    let committed = self.journal.lock().expect("journal lock").committed >= epoch;
-                    let reason = (!committed).then(|| "decided before the coordinator restarted".into());
-                    return outcome(epoch, committed, reason);
-                }
+            let decided = self
+                .read(move |s| {
+                    if let Some(o) = s.epochs.outcomes.get(&epoch) {
+                        return Some(o.clone());
+                    }
+                    (epoch < s.epochs.open).then(|| {
+                        let committed = s.journal().committed >= epoch;
+                        let reason = (!committed).then(|| "decided before the coordinator restarted".into());
+                        outcome(epoch, committed, reason)
+                    })
+                })
+                .await;
+            if let Some(decided) = decided {
+                return decided;
             }
             notified.await;
         }
@@ -301,12 +341,15 @@ impl Coordinator {
     /// Decides `epoch` aborted: the next epoch gets a new number, and every alive agent drops
     /// what it prepared (an agent that misses this resolves it when it registers again).
     pub(super) async fn abort_everywhere(&self, epoch: u64, pace: Option<PaceStats>) {
-        let _ = self.update(|j| {
-            j.next_epoch = epoch + 1;
-            j.record_pace(epoch, pace);
-        });
+        let _ = self
+            .update(move |j| {
+                j.next_epoch = epoch + 1;
+                j.record_pace(epoch, pace);
+            })
+            .await;
         let requests = self
             .alive()
+            .await
             .into_values()
             .map(|n| (n, AgentRequest::Abort { epoch }))
             .collect();
@@ -316,17 +359,22 @@ impl Coordinator {
     /// Sends `Abort` for the open epoch if ranks had started it (recovery moves ranks; a
     /// new attempt of the job relaunches them), `reason` saying why.
     pub(super) async fn abort_open_epoch(&self, reason: &str) {
-        let epoch = {
-            let mut epochs = self.epochs.lock().expect("epoch lock");
-            if epochs.ready.is_empty() {
-                return;
-            }
-            epochs.ready.clear();
-            epochs.reports.clear();
-            epochs.open
+        let started = self
+            .read(|s| {
+                let epochs = &mut s.epochs;
+                (!epochs.ready.is_empty()).then(|| {
+                    epochs.ready.clear();
+                    epochs.reports.clear();
+                    epochs.open
+                })
+            })
+            .await;
+        let Some(epoch) = started else {
+            return;
         };
         self.abort_everywhere(epoch, None).await;
-        self.finish_epoch(outcome(epoch, false, Some(reason.into())));
+        self.finish_epoch(outcome(epoch, false, Some(reason.into())))
+            .await;
     }
 }
 

@@ -20,8 +20,7 @@ impl Coordinator {
         epoch: Option<u64>,
     ) -> Result<CoordResponse, ClusterError> {
         let _op = self.op.lock().await;
-        let journal = self.snapshot();
-        let alive = self.alive();
+        let (journal, alive) = self.read(|s| (s.journal().clone(), s.alive())).await;
         let committed = journal.committed;
         let epoch = epoch.unwrap_or(committed);
         if committed == 0 {

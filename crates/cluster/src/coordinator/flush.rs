@@ -10,7 +10,7 @@
 //! unpublished (the next flush removes it) and every published epoch as it was.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::{Notify, OwnedMutexGuard};
@@ -23,18 +23,18 @@ use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, FlushReport, FlushStat
 use eckpt_cluster_api::ClusterError;
 use eckpt_flush::{FlushDir, Manifest, BLOCK_SIZE};
 
-/// The coordinator's flushing: one at a time, and what the last one did.
+/// The coordinator's flushes take turns: one at a time.
 pub(super) struct Flushing {
     /// Held by a flush, and by a restart from a flush (which must not have an epoch retired
     /// under it).
     turn: Arc<tokio::sync::Mutex<()>>,
-    state: Mutex<FlushState>,
     /// Signalled when a flush ends (its retired epochs deleted).
     ended: Notify,
 }
 
+/// What the flushes did and do, in the coordinator's state.
 #[derive(Debug, Default)]
-struct FlushState {
+pub(super) struct FlushState {
     running: Option<u64>,
     /// Whether the epochs the last flush retired are still being deleted.
     purging: bool,
@@ -47,15 +47,9 @@ struct FlushState {
 }
 
 impl Flushing {
-    /// No flush running; `flushed` are the epochs the flush directory holds.
-    pub(super) fn new(flushed: Vec<u64>) -> Flushing {
+    pub(super) fn new() -> Flushing {
         Flushing {
             turn: Arc::new(tokio::sync::Mutex::new(())),
-            state: Mutex::new(FlushState {
-                latest: flushed.last().copied().unwrap_or(0),
-                flushed,
-                ..FlushState::default()
-            }),
             ended: Notify::new(),
         }
     }
@@ -64,20 +58,59 @@ impl Flushing {
     pub(super) async fn turn(&self) -> OwnedMutexGuard<()> {
         self.turn.clone().lock_owned().await
     }
+}
 
-    fn state(&self) -> std::sync::MutexGuard<'_, FlushState> {
-        self.state.lock().expect("flush state lock")
+impl FlushState {
+    /// No flush running; `flushed` are the epochs the flush directory holds.
+    pub(super) fn new(flushed: Vec<u64>) -> FlushState {
+        FlushState {
+            latest: flushed.last().copied().unwrap_or(0),
+            flushed,
+            ..FlushState::default()
+        }
     }
 
     /// Whether the flush directory holds a published epoch newer than `floor` (epochs up
     /// to it belong to a job `--fresh` discarded).
     pub(super) fn has_flushed_after(&self, floor: u64) -> bool {
-        self.state().flushed.iter().any(|&e| e > floor)
+        self.flushed.iter().any(|&e| e > floor)
     }
 
     /// The newest published epoch (0: none).
     pub(super) fn newest_flushed(&self) -> u64 {
-        self.state().flushed.last().copied().unwrap_or(0)
+        self.flushed.last().copied().unwrap_or(0)
+    }
+
+    /// The flushing as `eckpt status` shows it (`None`: the cluster does not flush).
+    pub(super) fn status(&self, config: Option<FlushConfig>) -> Option<FlushStatus> {
+        Some(FlushStatus {
+            config: config?,
+            running: self.running,
+            flushed: self.flushed.clone(),
+            last: self.last.clone(),
+            last_error: self.last_error.clone(),
+        })
+    }
+
+    /// Records how the flush of `epoch` went; its retired epochs are being deleted.
+    fn ended(&mut self, epoch: u64, result: &Result<(FlushReport, Vec<u64>), ClusterError>) {
+        self.running = None;
+        self.latest = self.latest.max(epoch);
+        match result {
+            Ok((report, flushed)) => {
+                tracing::info!(
+                    epoch,
+                    bytes = report.bytes,
+                    seconds = report.seconds,
+                    "flush published"
+                );
+                self.last = Some(report.clone());
+                self.last_error = None;
+                self.flushed.clone_from(flushed);
+            }
+            Err(e) => self.last_error = Some(format!("epoch {epoch}: {e}")),
+        }
+        self.purging = true;
     }
 }
 
@@ -91,17 +124,18 @@ impl Coordinator {
     /// After `epoch` committed: starts its flush in the background if one is due and none
     /// runs. The flush is marked running before this returns, so a caller that sees the
     /// epoch decided and then waits for flushes ([`Coordinator::wait_flush`]) waits for it.
-    pub(super) fn flush_after_commit(self: &Arc<Self>, epoch: u64) {
+    pub(super) async fn flush_after_commit(self: &Arc<Self>, epoch: u64) {
         let Some(config) = self.flush_config.clone() else {
             return;
         };
-        if !due(epoch, config.every, self.flushing.state().latest) {
+        let every = config.every;
+        if !self.read(move |s| due(epoch, every, s.flush.latest)).await {
             return;
         }
         let Ok(turn) = self.flushing.turn.clone().try_lock_owned() else {
             return;
         };
-        self.flushing.state().running = Some(epoch);
+        self.read(move |s| s.flush.running = Some(epoch)).await;
         let coord = self.clone();
         tokio::spawn(async move {
             if let Err(e) = coord.flush(epoch, config, turn).await {
@@ -117,7 +151,9 @@ impl Coordinator {
             ClusterError::Invalid("this cluster does not flush: it was created without --flush-dir".into())
         })?;
         let turn = self.flushing.turn().await;
-        let committed = self.snapshot().committed;
+        let (committed, flushed) = self
+            .read(|s| (s.journal().committed, s.flush.flushed.clone()))
+            .await;
         let epoch = epoch.unwrap_or(committed);
         if committed == 0 {
             return Err(ClusterError::Invalid("no epoch is committed yet".into()));
@@ -127,13 +163,13 @@ impl Coordinator {
                 "epoch {epoch} is not committed (the committed epoch is {committed})"
             )));
         }
-        if self.flushing.state().flushed.contains(&epoch) {
+        if flushed.contains(&epoch) {
             return Err(ClusterError::Invalid(format!(
                 "epoch {epoch} is already flushed in {}",
                 config.dir.display()
             )));
         }
-        self.flushing.state().running = Some(epoch);
+        self.read(move |s| s.flush.running = Some(epoch)).await;
         self.flush(epoch, config, turn).await
     }
 
@@ -145,26 +181,12 @@ impl Coordinator {
         turn: OwnedMutexGuard<()>,
     ) -> Result<FlushReport, ClusterError> {
         let result = self.copy_and_publish(epoch, &config).await;
-        {
-            let mut state = self.flushing.state();
-            state.running = None;
-            state.latest = state.latest.max(epoch);
-            match &result {
-                Ok((report, flushed)) => {
-                    tracing::info!(
-                        epoch,
-                        bytes = report.bytes,
-                        seconds = report.seconds,
-                        "flush published"
-                    );
-                    state.last = Some(report.clone());
-                    state.last_error = None;
-                    state.flushed.clone_from(flushed);
-                }
-                Err(e) => state.last_error = Some(format!("epoch {epoch}: {e}")),
-            }
-            state.purging = true;
-        }
+        let result = self
+            .read(move |s| {
+                s.flush.ended(epoch, &result);
+                result
+            })
+            .await;
         // The retired epochs' bytes are deleted after the flush is reported, still in its
         // turn: the next flush (or a restart from one) waits, the flush's caller does not.
         let dir = FlushDir::new(&config.dir);
@@ -173,7 +195,7 @@ impl Coordinator {
             if let Err(e) = blocking(move || Ok(dir.purge_trash()?)).await {
                 tracing::warn!(error = %e, "deleting retired flushed epochs failed");
             }
-            coord.flushing.state().purging = false;
+            coord.read(|s| s.flush.purging = false).await;
             drop(turn);
             coord.flushing.ended.notify_waiters();
         });
@@ -188,11 +210,10 @@ impl Coordinator {
         config: &FlushConfig,
     ) -> Result<(FlushReport, Vec<u64>), ClusterError> {
         let started = Instant::now();
-        let journal = self.snapshot();
+        let (journal, alive) = self.read(|s| (s.journal().clone(), s.alive())).await;
         let world = journal
             .world
             .ok_or_else(|| ClusterError::Invalid("no job has checkpointed yet".into()))?;
-        let alive = self.alive();
         let mut per_node: BTreeMap<&String, Vec<u32>> = BTreeMap::new();
         for (rank, node) in &journal.placement {
             per_node.entry(node).or_default().push(*rank);
@@ -222,7 +243,7 @@ impl Coordinator {
                 (info, request)
             })
             .collect();
-        let parts = match self.run_task(self.task_id(), requests).await {
+        let parts = match self.run_task(self.task_id().await, requests).await {
             Ok(answers) => answers,
             Err(e) => {
                 let _ = blocking(move || Ok(staging.abandon()?)).await;
@@ -274,28 +295,17 @@ impl Coordinator {
     pub(super) async fn wait_flush(&self) -> Option<FlushStatus> {
         loop {
             let ended = self.flushing.ended.notified();
-            let idle = {
-                let state = self.flushing.state();
-                state.running.is_none() && !state.purging
-            };
-            if idle {
-                return self.flush_status();
+            let config = self.flush_config.clone();
+            let idle = self
+                .read(move |s| {
+                    (s.flush.running.is_none() && !s.flush.purging).then(|| s.flush.status(config))
+                })
+                .await;
+            if let Some(status) = idle {
+                return status;
             }
             ended.await;
         }
-    }
-
-    /// The flushing as `eckpt status` shows it (`None`: the cluster does not flush).
-    pub(super) fn flush_status(&self) -> Option<FlushStatus> {
-        let config = self.flush_config.clone()?;
-        let state = self.flushing.state();
-        Some(FlushStatus {
-            config,
-            running: state.running,
-            flushed: state.flushed.clone(),
-            last: state.last.clone(),
-            last_error: state.last_error.clone(),
-        })
     }
 }
 

@@ -44,7 +44,7 @@ impl Coordinator {
         let floor = epochs.last().map_or(1, |e| e + 1);
         let mut skipped = Vec::new();
         // Epochs up to `fresh_from` are of a job that `--fresh` discarded.
-        let fresh_from = self.snapshot().job.fresh_from;
+        let fresh_from = self.read(|s| s.journal().job.fresh_from).await;
         for &flushed in epochs.iter().rev().filter(|&&e| e > fresh_from) {
             match self.restore_epoch(&dir, flushed, floor, &reason).await {
                 Ok(mut restore) => {
@@ -83,20 +83,22 @@ impl Coordinator {
             let dir = dir.clone();
             blocking(move || Ok(dir.open(flushed)?.manifest().world)).await?
         };
-        let journal = self.snapshot();
+        let journal = self.snapshot().await;
         if let Some(w) = journal.world.filter(|&w| w != world) {
             return Err(ClusterError::Invalid(format!(
                 "flushed epoch {flushed} is of a job of {world} ranks, the cluster's job has {w}"
             )));
         }
-        let alive = self.alive();
+        let alive = self.alive().await;
         let names: BTreeSet<String> = alive.keys().cloned().collect();
         // Reserved before anything is written: a failed attempt never reuses the number.
-        let epoch = self.update(|j| {
-            let e = j.next_epoch.max(floor);
-            j.next_epoch = e + 1;
-            e
-        })?;
+        let epoch = self
+            .update(move |j| {
+                let e = j.next_epoch.max(floor);
+                j.next_epoch = e + 1;
+                e
+            })
+            .await?;
         let mut next = plan_flush_restore(&journal, &names, world, epoch)?;
         let restored = self.import_and_encode(dir, flushed, &mut next).await;
         let (import_seconds, encode_seconds, commit) = match restored {
@@ -107,18 +109,22 @@ impl Coordinator {
                     epoch,
                     false,
                     Some(format!("restore from the flush failed: {e}")),
-                ));
+                ))
+                .await;
                 return Err(e);
             }
         };
-        self.update(|j| {
-            next.next_task = j.next_task;
-            *j = next.clone();
-        })?;
+        let next = self
+            .update(move |j| {
+                next.next_task = j.next_task;
+                **j = next.clone();
+                next
+            })
+            .await?;
         self.send_commit(epoch, &commit, true).await;
         let mut done = outcome(epoch, true, None);
         done.reason = Some(format!("restored from flushed epoch {flushed}"));
-        self.finish_epoch(done);
+        self.finish_epoch(done).await;
         tracing::info!(flushed, epoch, reason, "restored from the flush");
         Ok(FlushRestore {
             flushed_epoch: flushed,
@@ -141,7 +147,7 @@ impl Coordinator {
         next: &mut super::Journal,
     ) -> Result<(f64, f64, Vec<(ObjectId, Option<u64>)>), ClusterError> {
         let epoch = next.committed;
-        let alive = self.alive();
+        let alive = self.alive().await;
         let mut per_node: BTreeMap<&String, Vec<u32>> = BTreeMap::new();
         for (rank, node) in &next.placement {
             per_node.entry(node).or_default().push(*rank);
@@ -161,7 +167,7 @@ impl Coordinator {
             requests.push((info.clone(), request));
         }
         let started = Instant::now();
-        self.run_task(self.task_id(), requests).await?;
+        self.run_task(self.task_id().await, requests).await?;
         let import_seconds = started.elapsed().as_secs_f64();
         let started = Instant::now();
         let mut commit = Vec::new();

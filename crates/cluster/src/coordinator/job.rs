@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::owner::State;
 use super::Coordinator;
 use eckpt_cluster_api::msg::{AgentRequest, JobClaim, JobGrant, JobStart, JobStatus, LeaseHolder};
 use eckpt_cluster_api::ClusterError;
@@ -47,32 +48,25 @@ fn new_job_id() -> String {
     format!("{:x}-{}", unix_now() as u64, std::process::id())
 }
 
-impl Coordinator {
+impl State {
     /// The lease's holder and how long ago it renewed, while the lease runs.
-    pub(super) fn live_lease(&self, job: &JobRecord) -> Option<(LeaseHolder, Duration)> {
-        let holder = job.holder.clone()?;
-        let renewed = (*self.lease_renewed.lock().expect("lease lock"))?;
-        let ago = renewed.elapsed();
+    pub(super) fn live_lease(&self) -> Option<(LeaseHolder, Duration)> {
+        let holder = self.journal().job.holder.clone()?;
+        let ago = self.lease_renewed?.elapsed();
         (ago < self.deadlines.lease()).then_some((holder, ago))
-    }
-
-    pub(super) fn job(&self) -> JobRecord {
-        self.journal.lock().expect("journal lock").job.clone()
     }
 
     /// The job in `eckpt status`.
     pub(super) fn job_status(&self) -> Option<JobStatus> {
-        let job = self.job();
+        let job = &self.journal().job;
         let id = job.id.clone()?;
-        let renewed = *self.lease_renewed.lock().expect("lease lock");
-        let held = job.holder.is_some();
+        let renewed = self.lease_renewed.filter(|_| job.holder.is_some());
         Some(JobStatus {
             id,
             generation: job.generation,
             holder: job.holder.clone(),
-            renewed_seconds_ago: renewed.filter(|_| held).map(|r| r.elapsed().as_secs_f64()),
+            renewed_seconds_ago: renewed.map(|r| r.elapsed().as_secs_f64()),
             lease_left_seconds: renewed
-                .filter(|_| held)
                 .map(|r| self.deadlines.lease().saturating_sub(r.elapsed()).as_secs_f64()),
             finished_unix: job.finished_unix,
         })
@@ -82,9 +76,9 @@ impl Coordinator {
     /// live lease, only its generation; without one, only requests that carry none (ranks
     /// and commands started by hand, outside `eckpt run`).
     pub(super) fn fence(&self, generation: Option<u64>, who: &str) -> Result<(), ClusterError> {
-        let job = self.job();
+        let job = &self.journal().job;
         let id = job.id.as_deref().unwrap_or("-");
-        match (self.live_lease(&job), generation) {
+        match (self.live_lease(), generation) {
             (Some(_), Some(g)) if g == job.generation => Ok(()),
             (Some(_), Some(g)) => Err(ClusterError::Fenced(format!(
                 "{who} belongs to attempt generation {g} of job {id}, which generation {} replaced: refused",
@@ -102,12 +96,38 @@ impl Coordinator {
         }
     }
 
+    /// Refuses `generation` unless it holds the job's live lease.
+    fn check_holder(&self, generation: u64) -> Result<(), ClusterError> {
+        let job = &self.journal().job;
+        if job.generation == generation && self.live_lease().is_some() {
+            return Ok(());
+        }
+        Err(ClusterError::Fenced(format!(
+            "generation {generation} does not hold the lease of job {} any more (generation {}, {})",
+            job.id.as_deref().unwrap_or("-"),
+            job.generation,
+            match &job.holder {
+                Some(holder) if job.generation == generation => format!("held by {holder} but expired"),
+                Some(holder) => format!("held by {holder}"),
+                None => "released".to_string(),
+            }
+        )))
+    }
+}
+
+impl Coordinator {
+    /// Refuses a request of `who` unless it is the job's current writer ([`State::fence`]).
+    pub(super) async fn fence(&self, generation: Option<u64>, who: String) -> Result<(), ClusterError> {
+        self.read(move |s| s.fence(generation, &who)).await
+    }
+
     /// `ClaimJob`: the lease for a supervisor, and the first generation of its attempts.
     pub(super) async fn claim_job(self: &Arc<Self>, claim: JobClaim) -> Result<JobGrant, ClusterError> {
         let _op = self.op.lock().await;
-        let job = self.job();
-        let committed = self.journal.lock().expect("journal lock").committed;
-        if let Some((holder, ago)) = self.live_lease(&job) {
+        let (job, committed, lease) = self
+            .read(|s| (s.journal().job.clone(), s.journal().committed, s.live_lease()))
+            .await;
+        if let Some((holder, ago)) = lease {
             return Err(ClusterError::Fenced(format!(
                 "job {} is running: {holder} holds its lease since {:.0} s (renewed {:.1} s ago; it expires {:.0} s after the last renewal): a second run of a live job is refused",
                 job.id.as_deref().unwrap_or("-"),
@@ -138,15 +158,18 @@ impl Coordinator {
         } else {
             None
         };
-        let holder = claim.holder;
-        let (generation, committed) = self.update(|j| {
-            j.job.id = Some(id.clone());
-            j.job.generation += 1;
-            j.job.holder = Some(holder);
-            j.job.finished_unix = None;
-            (j.job.generation, j.committed)
-        })?;
-        *self.lease_renewed.lock().expect("lease lock") = Some(Instant::now());
+        let (holder, claimed) = (claim.holder, id.clone());
+        let (generation, committed) = self
+            .state
+            .change(move |s, j| {
+                j.job.id = Some(claimed);
+                j.job.generation += 1;
+                j.job.holder = Some(holder);
+                j.job.finished_unix = None;
+                s.lease_renewed = Some(Instant::now());
+                (j.job.generation, j.committed)
+            })
+            .await?;
         self.start_attempt().await;
         tracing::info!(job = %id, generation, "job claimed");
         Ok(JobGrant {
@@ -157,53 +180,43 @@ impl Coordinator {
         })
     }
 
-    /// Refuses `generation` unless it holds the job's live lease.
-    fn check_holder(&self, generation: u64) -> Result<JobRecord, ClusterError> {
-        let job = self.job();
-        if job.generation == generation && self.live_lease(&job).is_some() {
-            return Ok(job);
-        }
-        Err(ClusterError::Fenced(format!(
-            "generation {generation} does not hold the lease of job {} any more (generation {}, {})",
-            job.id.as_deref().unwrap_or("-"),
-            job.generation,
-            match &job.holder {
-                Some(holder) if job.generation == generation => format!("held by {holder} but expired"),
-                Some(holder) => format!("held by {holder}"),
-                None => "released".to_string(),
-            }
-        )))
-    }
-
     /// `RenewLease`.
-    pub(super) fn renew_lease(&self, generation: u64) -> Result<(), ClusterError> {
-        self.check_holder(generation)?;
-        *self.lease_renewed.lock().expect("lease lock") = Some(Instant::now());
-        Ok(())
+    pub(super) async fn renew_lease(&self, generation: u64) -> Result<(), ClusterError> {
+        self.read(move |s| {
+            s.check_holder(generation)?;
+            s.lease_renewed = Some(Instant::now());
+            Ok(())
+        })
+        .await
     }
 
     /// `NextAttempt`: the generation of the supervisor's next launch.
     pub(super) async fn next_attempt(self: &Arc<Self>, generation: u64) -> Result<u64, ClusterError> {
         let _op = self.op.lock().await;
-        self.check_holder(generation)?;
-        let next = self.update(|j| {
-            j.job.generation += 1;
-            j.job.generation
-        })?;
-        *self.lease_renewed.lock().expect("lease lock") = Some(Instant::now());
+        let next = self
+            .state
+            .change(move |s, j| {
+                s.check_holder(generation)?;
+                j.job.generation += 1;
+                s.lease_renewed = Some(Instant::now());
+                Ok::<_, ClusterError>(j.job.generation)
+            })
+            .await??;
         self.start_attempt().await;
         Ok(next)
     }
 
     /// `ReleaseJob`.
-    pub(super) fn release_job(&self, generation: u64, finished: bool) -> Result<(), ClusterError> {
-        self.check_holder(generation)?;
-        self.update(|j| {
-            j.job.holder = None;
-            j.job.finished_unix = finished.then(unix_now);
-        })?;
-        *self.lease_renewed.lock().expect("lease lock") = None;
-        Ok(())
+    pub(super) async fn release_job(&self, generation: u64, finished: bool) -> Result<(), ClusterError> {
+        self.state
+            .change(move |s, j| {
+                s.check_holder(generation)?;
+                j.job.holder = None;
+                j.job.finished_unix = finished.then(unix_now);
+                s.lease_renewed = None;
+                Ok(())
+            })
+            .await?
     }
 
     /// A new attempt starts clean: an epoch ranks of older attempts left open is aborted
@@ -211,7 +224,7 @@ impl Coordinator {
     async fn start_attempt(&self) {
         self.abort_open_epoch("aborted: a new attempt of the job started before every rank wrote it")
             .await;
-        self.forget_pace_points();
+        self.forget_pace_points().await;
     }
 
     /// `--fresh`: forgets the job's checkpoints — journal first (the commit point), then
@@ -219,8 +232,8 @@ impl Coordinator {
     /// be alive: one that is down would keep the old job's data. The epoch discarded, if
     /// there was one.
     async fn discard_job(self: &Arc<Self>) -> Result<Option<u64>, ClusterError> {
-        let journal = self.snapshot();
-        let alive = self.alive();
+        let journal = self.snapshot().await;
+        let alive = self.alive().await;
         let down: Vec<String> = journal
             .nodes
             .iter()
@@ -236,9 +249,9 @@ impl Coordinator {
         }
         self.abort_open_epoch("aborted: the job starts over (--fresh)")
             .await;
-        let newest_flushed = self.flushing.newest_flushed();
+        let newest_flushed = self.read(|s| s.flush.newest_flushed()).await;
         let discarded = (journal.committed > 0).then_some(journal.committed);
-        self.update(|j| {
+        self.update(move |j| {
             j.placement.clear();
             j.world = None;
             j.committed = 0;
@@ -247,7 +260,8 @@ impl Coordinator {
                 group.objects.clear();
             }
             j.job.fresh_from = j.next_epoch.saturating_sub(1).max(newest_flushed);
-        })?;
+        })
+        .await?;
         let requests = alive.into_values().map(|n| (n, AgentRequest::Discard)).collect();
         for answer in self.ask_all(requests).await {
             answer?;

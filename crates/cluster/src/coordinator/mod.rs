@@ -18,6 +18,7 @@ mod flush_plan;
 mod flush_restore;
 mod job;
 mod journal_file;
+mod owner;
 mod pace;
 mod protection;
 mod recovery;
@@ -28,7 +29,7 @@ mod state;
 pub use job::JobRecord;
 pub use state::{form_groups, natural_key, Journal, NodeEntry};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,8 +45,8 @@ use eckpt_cluster_api::msg::{
 };
 use eckpt_cluster_api::net::{accept_loop, call, host_identity, next_request, node_error, open_node};
 use eckpt_cluster_api::{ClusterError, WireError};
-use epoch_state::EpochState;
-use sessions::{session, Live};
+use owner::{Draft, Owner, State};
+use sessions::session;
 
 /// How the coordinator is started.
 #[derive(Debug, Clone)]
@@ -56,28 +57,25 @@ pub struct CoordinatorOptions {
     pub bind: String,
 }
 
-/// The coordinator's shared state.
+/// The coordinator: its state's owner, and what never changes while it runs.
 pub struct Coordinator {
     dir: ClusterDir,
     secret: ClusterSecret,
     host: String,
-    journal: std::sync::Mutex<Journal>,
-    live: std::sync::Mutex<HashMap<String, Live>>,
-    epochs: std::sync::Mutex<EpochState>,
+    /// The journal, liveness, epochs, pace points, flushes and the lease ([`owner`]).
+    state: Owner,
+    /// Signalled after a change others may wait for (an epoch decided, a rank ready, an
+    /// agent checked, a pace point answered).
     changed: Notify,
     /// Held by an epoch's encode and commit, and by recovery: one at a time.
     op: tokio::sync::Mutex<()>,
     next_session: std::sync::atomic::AtomicU64,
-    /// `snapshot()` pace points waiting for every rank.
-    pace_points: std::sync::Mutex<pace::PacePoints>,
     /// Where and how often committed epochs are flushed (`None`: never).
     flush_config: Option<FlushConfig>,
-    /// The flush running and the last ones.
+    /// The flushes' turn (one at a time) and their end.
     flushing: flush::Flushing,
     /// The cluster's time bounds (`cluster.json`).
     deadlines: Deadlines,
-    /// When the job's lease holder last renewed it (`None`: no holder).
-    lease_renewed: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Coordinator {
@@ -90,49 +88,71 @@ impl Coordinator {
         cluster: &eckpt_cluster_api::dirs::ClusterFile,
         flushed: Vec<u64>,
     ) -> Coordinator {
-        let open = journal.next_epoch;
-        // A holder the journal names gets a whole lease from this start: it renews with the
-        // restarted coordinator as soon as it reaches it.
-        let renewed = journal.job.holder.as_ref().map(|_| std::time::Instant::now());
+        let state = State::new(journal, cluster.deadlines, flushed);
         Coordinator {
+            state: Owner::start(state, dir.journal()),
             dir,
             secret,
             host: host_identity(),
-            journal: std::sync::Mutex::new(journal),
-            live: std::sync::Mutex::new(HashMap::new()),
-            epochs: std::sync::Mutex::new(EpochState::new(open)),
             changed: Notify::new(),
             op: tokio::sync::Mutex::new(()),
             next_session: 1.into(),
-            pace_points: std::sync::Mutex::new(pace::PacePoints::default()),
             flush_config: cluster.flush.clone(),
-            flushing: flush::Flushing::new(flushed),
+            flushing: flush::Flushing::new(),
             deadlines: cluster.deadlines,
-            lease_renewed: std::sync::Mutex::new(renewed),
         }
     }
 
-    fn save(&self, journal: &Journal) -> Result<(), ClusterError> {
-        journal.save(&self.dir.journal())
+    /// Runs `read` on the state (the journal as written).
+    async fn read<T: Send + 'static>(&self, read: impl FnOnce(&mut State) -> T + Send + 'static) -> T {
+        self.state.visit(read).await
     }
 
-    /// Applies `change` to the journal and saves it; if the save fails the journal in
-    /// memory stays as it was on disk, so later decisions never build on an unsaved one.
-    fn update<T>(&self, change: impl FnOnce(&mut Journal) -> T) -> Result<T, ClusterError> {
-        let mut journal = self.journal.lock().expect("journal lock");
-        let mut next = journal.clone();
-        let out = change(&mut next);
-        self.save(&next)?;
-        *journal = next;
-        Ok(out)
+    /// Applies `change` to the journal in the next commit; answers once it is written. A
+    /// failed write leaves the journal as it is on disk, so later decisions never build on
+    /// an unwritten one.
+    async fn update<T: Send + 'static>(
+        &self,
+        change: impl FnOnce(&mut Draft) -> T + Send + 'static,
+    ) -> Result<T, ClusterError> {
+        self.state.change(move |_, draft| change(draft)).await
     }
 
-    fn snapshot(&self) -> Journal {
-        self.journal.lock().expect("journal lock").clone()
+    /// The journal as written.
+    async fn snapshot(&self) -> Journal {
+        self.read(|s| s.journal().clone()).await
     }
 
-    fn task_id(&self) -> u64 {
-        self.journal.lock().expect("journal lock").task_id()
+    async fn task_id(&self) -> u64 {
+        self.read(State::next_task_id).await
+    }
+
+    /// Alive agents by name ([`State::alive`]).
+    async fn alive(&self) -> BTreeMap<String, NodeInfo> {
+        self.read(|s| s.alive()).await
+    }
+
+    /// Why `node` is not alive, or `None` if it is ([`State::not_alive`]).
+    async fn not_alive(&self, node: &str) -> Option<String> {
+        let node = node.to_string();
+        self.read(move |s| s.not_alive(&node)).await
+    }
+
+    /// Forgets the damage of `nodes`: a recovery rebuilt what they were missing.
+    async fn clear_damage(&self, nodes: std::collections::BTreeSet<String>) {
+        self.read(move |s| s.clear_damage(&nodes)).await
+    }
+
+    /// Those of `nodes` that are not alive, with why.
+    async fn absent(&self, nodes: Vec<String>) -> BTreeMap<String, String> {
+        self.read(move |s| {
+            nodes
+                .into_iter()
+                .filter_map(|n| Some((s.not_alive(&n)?, n)))
+                .map(|(why, n)| (n, why))
+                .collect()
+        })
+        .await
     }
 
     /// Sends one request to each `(node, request)` concurrently; results in order. A node
@@ -148,11 +168,11 @@ impl Coordinator {
         let mut set = JoinSet::new();
         let mut out: Vec<Option<Result<AgentResponse, ClusterError>>> =
             (0..requests.len()).map(|_| None).collect();
-        let alive_when_asked = self.alive();
+        let names: Vec<String> = requests.iter().map(|(n, _)| n.name.clone()).collect();
+        let mut absent_when_asked = self.absent(names).await;
         let mut pending = BTreeMap::new();
         for (i, (node, request)) in requests.into_iter().enumerate() {
-            if !alive_when_asked.contains_key(&node.name) {
-                let reason = self.not_alive(&node.name).unwrap_or_else(|| "not alive".into());
+            if let Some(reason) = absent_when_asked.remove(&node.name) {
                 out[i] = Some(Err(ClusterError::Node {
                     node: node.name,
                     reason,
@@ -190,13 +210,12 @@ impl Coordinator {
                     Some(Err(e)) => tracing::error!(error = %e, "request task failed"),
                 },
                 _ = watch.tick() => {
-                    let alive = self.alive();
+                    let mut absent = self.absent(pending.values().map(|(name, _)| name.clone()).collect()).await;
                     pending.retain(|&i, (name, call)| {
-                        if alive.contains_key(name) {
+                        let Some(reason) = absent.remove(name) else {
                             return true;
-                        }
+                        };
                         call.abort();
-                        let reason = self.not_alive(name).unwrap_or_else(|| "stopped answering".into());
                         out[i] = Some(Err(ClusterError::Node { node: name.clone(), reason }));
                         false
                     });
@@ -208,62 +227,73 @@ impl Coordinator {
             .collect()
     }
 
-    fn status(&self) -> StatusReport {
-        let journal = self.snapshot();
-        let alive = self.alive();
-        let damaged = self.damaged();
-        let epochs = self.epochs.lock().expect("epoch lock");
-        let nodes = journal
-            .nodes
-            .iter()
-            .map(|(name, entry)| node_status(&journal, &alive, &damaged, name, entry))
-            .collect();
-        let groups = journal
-            .groups
-            .iter()
-            .map(|g| group_status(g, &alive, &damaged))
-            .collect();
-        StatusReport {
-            coding: journal.coding,
-            committed_epoch: journal.committed,
-            open_epoch: epochs.open,
-            ranks_ready: epochs.ready.keys().copied().collect(),
-            world: journal.world,
-            nodes,
-            groups,
-            flush: self.flush_status(),
-            job: self.job_status(),
-            isolated_seconds: self.isolation().map(|d| d.as_secs_f64()),
-        }
+    async fn status(&self) -> StatusReport {
+        let flush_config = self.flush_config.clone();
+        self.read(move |s| {
+            let journal = s.journal();
+            let alive = s.alive();
+            let damaged = s.damaged();
+            let nodes = journal
+                .nodes
+                .iter()
+                .map(|(name, entry)| node_status(journal, &alive, &damaged, name, entry))
+                .collect();
+            let groups = journal
+                .groups
+                .iter()
+                .map(|g| group_status(g, &alive, &damaged))
+                .collect();
+            StatusReport {
+                coding: journal.coding,
+                committed_epoch: journal.committed,
+                open_epoch: s.epochs.open,
+                ranks_ready: s.epochs.ready.keys().copied().collect(),
+                world: journal.world,
+                nodes,
+                groups,
+                flush: s.flush.status(flush_config),
+                job: s.job_status(),
+                isolated_seconds: s.isolation().map(|d| d.as_secs_f64()),
+            }
+        })
+        .await
     }
 
     /// `Locate`: the node holding the rank's committed epoch; an error, never "none", when
     /// there is one it cannot read now or the job's size changed.
-    fn locate(&self, rank: u32, world: u32, generation: Option<u64>) -> Result<CoordResponse, ClusterError> {
-        self.fence(generation, &format!("rank {rank}"))?;
-        let journal = self.snapshot();
-        if let Some(w) = journal.world.filter(|&w| w != world) {
-            return Err(ClusterError::Mismatch(format!(
-                "the job was checkpointed with {w} ranks but restarts with {world}"
-            )));
-        }
-        if rank >= world {
-            return Err(ClusterError::Invalid(format!(
-                "rank {rank} outside a job of {world} ranks"
-            )));
-        }
-        let Some(name) = journal.placement.get(&rank).filter(|_| journal.committed > 0) else {
-            return Ok(CoordResponse::Located(None));
-        };
-        let info = self.alive().remove(name).ok_or_else(|| {
-            ClusterError::Invalid(format!("rank {rank}'s node {name} is down: run `eckpt recover`"))
-        })?;
-        if let Some(what) = self.damaged().get(name) {
-            return Err(ClusterError::Invalid(format!(
-                "rank {rank}'s node {name} lacks committed data ({what}): run `eckpt recover`"
-            )));
-        }
-        Ok(CoordResponse::Located(Some((info, journal.committed))))
+    async fn locate(
+        &self,
+        rank: u32,
+        world: u32,
+        generation: Option<u64>,
+    ) -> Result<CoordResponse, ClusterError> {
+        self.read(move |s| {
+            s.fence(generation, &format!("rank {rank}"))?;
+            let journal = s.journal();
+            if let Some(w) = journal.world.filter(|&w| w != world) {
+                return Err(ClusterError::Mismatch(format!(
+                    "the job was checkpointed with {w} ranks but restarts with {world}"
+                )));
+            }
+            if rank >= world {
+                return Err(ClusterError::Invalid(format!(
+                    "rank {rank} outside a job of {world} ranks"
+                )));
+            }
+            let Some(name) = journal.placement.get(&rank).filter(|_| journal.committed > 0) else {
+                return Ok(CoordResponse::Located(None));
+            };
+            let info = s.alive().remove(name).ok_or_else(|| {
+                ClusterError::Invalid(format!("rank {rank}'s node {name} is down: run `eckpt recover`"))
+            })?;
+            if let Some(what) = s.damaged().get(name) {
+                return Err(ClusterError::Invalid(format!(
+                    "rank {rank}'s node {name} lacks committed data ({what}): run `eckpt recover`"
+                )));
+            }
+            Ok(CoordResponse::Located(Some((info, journal.committed))))
+        })
+        .await
     }
 }
 
@@ -272,7 +302,7 @@ impl Coordinator {
     /// Nodes not alive are listed with why their data stays (`eckpt down` deletes what it
     /// can reach of theirs).
     async fn purge(&self) -> Vec<NodePurge> {
-        let alive = self.alive();
+        let alive = self.alive().await;
         let names: Vec<String> = alive.keys().cloned().collect();
         let requests = alive.into_values().map(|n| (n, AgentRequest::Purge)).collect();
         let mut out: Vec<NodePurge> = names
@@ -287,7 +317,7 @@ impl Coordinator {
                 },
             })
             .collect();
-        for name in self.snapshot().nodes.keys() {
+        for name in self.snapshot().await.nodes.keys() {
             if !out.iter().any(|p| &p.node == name) {
                 out.push(NodePurge {
                     node: name.clone(),
@@ -408,6 +438,7 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
     // Stop the agents, then ourselves.
     let requests = coord
         .alive()
+        .await
         .into_values()
         .map(|n| (n, AgentRequest::Shutdown))
         .collect();
@@ -421,11 +452,11 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
 async fn stop_when_idle(coord: Arc<Coordinator>, idle: Duration, stop: tokio::sync::mpsc::Sender<()>) {
     let tick = (idle / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
     let mut busy_at = Instant::now();
-    let mut committed = coord.status().committed_epoch;
+    let mut committed = coord.status().await.committed_epoch;
     loop {
         tokio::time::sleep(tick).await;
-        let status = coord.status();
-        let leased = coord.live_lease(&coord.job()).is_some();
+        let status = coord.status().await;
+        let leased = coord.read(|s| s.live_lease().is_some()).await;
         if leased || !status.ranks_ready.is_empty() || status.committed_epoch != committed {
             busy_at = Instant::now();
             committed = status.committed_epoch;
@@ -477,8 +508,8 @@ async fn handle(
         CoordRequest::Heartbeat | CoordRequest::Holds(_) => {
             return Err(ClusterError::Protocol("heartbeats belong on a session".into()))
         }
-        CoordRequest::Status => CoordResponse::Status(Box::new(coord.status())),
-        CoordRequest::Nodes => CoordResponse::Nodes(coord.alive().into_values().collect()),
+        CoordRequest::Status => CoordResponse::Status(Box::new(coord.status().await)),
+        CoordRequest::Nodes => CoordResponse::Nodes(coord.alive().await.into_values().collect()),
         CoordRequest::OpenEpoch {
             rank,
             world,
@@ -493,7 +524,7 @@ async fn handle(
             report,
             generation,
         } => {
-            coord.rank_ready(rank, epoch, node, report, generation)?;
+            coord.rank_ready(rank, epoch, node, report, generation).await?;
             CoordResponse::Ok
         }
         CoordRequest::Pace {
@@ -509,17 +540,17 @@ async fn handle(
             rank,
             world,
             generation,
-        } => coord.locate(rank, world, generation)?,
+        } => coord.locate(rank, world, generation).await?,
         CoordRequest::ClaimJob(claim) => CoordResponse::JobGranted(coord.claim_job(claim).await?),
         CoordRequest::RenewLease { generation } => {
-            coord.renew_lease(generation)?;
+            coord.renew_lease(generation).await?;
             CoordResponse::Ok
         }
         CoordRequest::NextAttempt { generation } => {
             CoordResponse::Generation(coord.next_attempt(generation).await?)
         }
         CoordRequest::ReleaseJob { generation, finished } => {
-            coord.release_job(generation, finished)?;
+            coord.release_job(generation, finished).await?;
             CoordResponse::Ok
         }
         CoordRequest::Purge => CoordResponse::Purged(coord.purge().await),
@@ -532,6 +563,7 @@ async fn handle(
         CoordRequest::Leave { node } => {
             let info = coord
                 .alive()
+                .await
                 .remove(&node)
                 .ok_or_else(|| ClusterError::Invalid(format!("node {node} is not running")))?;
             for r in coord.ask_all(vec![(info, AgentRequest::Shutdown)]).await {

@@ -137,8 +137,8 @@ impl Coordinator {
         report: PaceReport,
         generation: Option<u64>,
     ) -> Result<PaceStats, ClusterError> {
-        self.fence(generation, &format!("rank {rank}"))?;
-        if let Some(w) = self.snapshot().world.filter(|&w| w != world) {
+        self.fence(generation, format!("rank {rank}")).await?;
+        if let Some(w) = self.read(|s| s.journal().world).await.filter(|&w| w != world) {
             return Err(ClusterError::Invalid(format!(
                 "the job has {w} ranks; this pace point says {world}"
             )));
@@ -149,46 +149,27 @@ impl Coordinator {
             )));
         }
         let key = (launch, round);
-        {
-            let mut points = self.pace_points.lock().expect("pace lock");
-            if let Some(answer) = points.answer_of(&key) {
-                return answer;
-            }
-            let entry = points.rounds.entry(key.clone()).or_insert_with(|| Round {
-                world,
-                reports: BTreeMap::new(),
-                answer: None,
-                taken: BTreeSet::new(),
-            });
-            if entry.world != world {
-                return Err(ClusterError::Invalid(format!(
-                    "rank {rank} says the job has {world} ranks, others {}",
-                    entry.world
-                )));
-            }
-            entry.reports.insert(rank, report);
-            if entry.reports.len() as u32 == world && entry.answer.is_none() {
-                entry.answer =
-                    Some(aggregate(entry.reports.iter().map(|(r, p)| (*r, p))).map_err(|e| e.to_string()));
-            }
+        let reached = key.clone();
+        let answered = self
+            .read(move |s| s.pace_points.reach(reached, rank, world, report))
+            .await?;
+        if let Some(answer) = answered {
+            return Ok(answer);
         }
         self.changed.notify_waiters();
         let wait = self.deadlines.open_wait();
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let notified = self.changed.notified();
-            if let Some(answer) = self.pace_points.lock().expect("pace lock").take(&key, rank)? {
+            let point = key.clone();
+            if let Some(answer) = self.read(move |s| s.pace_points.take(&point, rank)).await? {
                 return Ok(answer);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                let mut points = self.pace_points.lock().expect("pace lock");
-                let missing = points
-                    .rounds
-                    .get(&key)
-                    .map_or(0, |r| world as usize - r.reports.len());
-                if let Some(r) = points.rounds.get_mut(&key) {
-                    r.reports.remove(&rank);
-                }
+                let point = key.clone();
+                let missing = self
+                    .read(move |s| s.pace_points.give_up(&point, rank, world))
+                    .await;
                 return Err(ClusterError::Invalid(format!(
                     "pace point {} of the launch: {missing} rank(s) never reached it within {:.0} s",
                     key.1,
@@ -199,11 +180,55 @@ impl Coordinator {
     }
 }
 
+impl PacePoints {
+    /// Records that `rank` reached pace point `key`: the answer when the point was already
+    /// answered, `None` while ranks are missing.
+    fn reach(
+        &mut self,
+        key: PointKey,
+        rank: u32,
+        world: u32,
+        report: PaceReport,
+    ) -> Result<Option<PaceStats>, ClusterError> {
+        if let Some(answer) = self.answer_of(&key) {
+            return answer.map(Some);
+        }
+        let entry = self.rounds.entry(key.clone()).or_insert_with(|| Round {
+            world,
+            reports: BTreeMap::new(),
+            answer: None,
+            taken: BTreeSet::new(),
+        });
+        if entry.world != world {
+            return Err(ClusterError::Invalid(format!(
+                "rank {rank} says the job has {world} ranks, others {}",
+                entry.world
+            )));
+        }
+        entry.reports.insert(rank, report);
+        if entry.reports.len() as u32 == world && entry.answer.is_none() {
+            entry.answer =
+                Some(aggregate(entry.reports.iter().map(|(r, p)| (*r, p))).map_err(|e| e.to_string()));
+        }
+        Ok(None)
+    }
+
+    /// `rank` stops waiting at pace point `key`; how many ranks never reached it.
+    fn give_up(&mut self, key: &PointKey, rank: u32, world: u32) -> usize {
+        let Some(round) = self.rounds.get_mut(key) else {
+            return 0;
+        };
+        let missing = world as usize - round.reports.len();
+        round.reports.remove(&rank);
+        missing
+    }
+}
+
 impl Coordinator {
     /// Forgets every pace point in progress (a new attempt of the job: its ranks meet at
     /// points of their own launch); ranks still waiting at one are told.
-    pub(super) fn forget_pace_points(&self) {
-        self.pace_points.lock().expect("pace lock").rounds.clear();
+    pub(super) async fn forget_pace_points(&self) {
+        self.read(|s| s.pace_points.rounds.clear()).await;
         self.changed.notify_waiters();
     }
 }

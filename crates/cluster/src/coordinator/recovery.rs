@@ -98,7 +98,7 @@ impl Coordinator {
         epoch: u64,
         cost: &mut DecodeCost,
     ) -> Result<u64, ClusterError> {
-        let coding = self.snapshot().coding;
+        let coding = self.read(|s| s.journal().coding).await;
         let g = &rec.group;
         let n = g.k + g.m;
         let mut participants: Vec<Option<NodeInfo>> = g
@@ -134,7 +134,7 @@ impl Coordinator {
         let mut parts = Vec::new();
         for object in &rec.objects {
             let task = CodingTask {
-                task: self.task_id(),
+                task: self.task_id().await,
                 group: g.clone(),
                 coding,
                 object: object.clone(),
@@ -195,11 +195,15 @@ impl Coordinator {
         let _op = self.op.lock().await;
         self.abort_open_epoch("aborted by recovery: re-checkpoint on the ranks' new nodes")
             .await;
-        let journal = self.snapshot();
-        let alive = self.alive();
+        let (journal, alive, damaged_before, flushed_since) = self
+            .read(|s| {
+                let flushed_since = s.flush.has_flushed_after(s.journal().job.fresh_from);
+                let damaged: BTreeSet<String> = s.damaged().into_keys().collect();
+                (s.journal().clone(), s.alive(), damaged, flushed_since)
+            })
+            .await;
         // Nodes that registered without committed data they should hold: rebuilt below
         // (the scrub finds what they miss), then no longer damaged.
-        let damaged_before: BTreeSet<String> = self.damaged().into_keys().collect();
         let epoch = journal.committed;
         let mut report = RecoveryReport {
             epoch,
@@ -221,7 +225,7 @@ impl Coordinator {
         let cannot_serve = match &planned {
             Err(e) if e.kind() == ErrorKind::Unrecoverable => Some(e.to_string()),
             Ok(plan) if !plan.unrecoverable.is_empty() => Some(plan.unrecoverable.join("; ")),
-            Ok(_) if epoch == 0 && self.flushing.has_flushed_after(journal.job.fresh_from) => {
+            Ok(_) if epoch == 0 && flushed_since => {
                 Some("the node stores hold no committed epoch".to_string())
             }
             _ => None,
@@ -229,7 +233,7 @@ impl Coordinator {
         if let (Some(reason), Some(config)) = (cannot_serve, self.flush_config.clone()) {
             progress(conn, "restoring from the flush", 1, 3).await;
             let restore = self.restore_from_flush(&config, reason).await?;
-            self.clear_damage(&damaged_before);
+            self.clear_damage(damaged_before).await;
             progress(conn, "done", 3, 3).await;
             report.epoch = restore.epoch;
             report.warnings.extend(restore.skipped.iter().cloned());
@@ -239,7 +243,7 @@ impl Coordinator {
         let plan = planned?;
         if plan.is_empty() {
             // The scrub found every committed byte where it belongs.
-            self.clear_damage(&damaged_before);
+            self.clear_damage(damaged_before).await;
             progress(conn, "nothing to recover", 3, 3).await;
             return Ok(report);
         }
@@ -322,11 +326,12 @@ impl Coordinator {
         check_protection(&next, &plan.lost_groups)?;
         // The commit point of the recovery: one journal write, with the task counter as it
         // stands now (tasks were handed out while decoding and encoding).
-        self.update(|j| {
+        self.update(move |j| {
             next.next_task = j.next_task;
-            *j = next;
-        })?;
-        self.clear_damage(&damaged_before);
+            **j = next;
+        })
+        .await?;
+        self.clear_damage(damaged_before).await;
         report.encode_seconds = started.elapsed().as_secs_f64();
         self.send_commit(epoch, &commit, false).await;
         progress(conn, "done", 3, 3).await;

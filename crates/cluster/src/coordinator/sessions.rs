@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use eckpt_proto::Connection;
 
+use super::owner::{Draft, State};
 use super::{Coordinator, Journal, NodeEntry};
 use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, Inventory, NodeInfo, Registration};
 use eckpt_cluster_api::{ClusterError, WireError};
@@ -61,24 +62,19 @@ pub(super) fn missing(journal: &Journal, node: &str, held: &Inventory) -> Option
     (!problems.is_empty()).then(|| problems.join("; "))
 }
 
-impl Coordinator {
+impl State {
     /// The latest moment any agent was heard from, and whether the coordinator hears
     /// nobody since (longer than the liveness period, for at most the partition grace).
-    fn silence(
-        live: &std::collections::HashMap<String, Live>,
-        liveness: Duration,
-        grace: Duration,
-    ) -> Option<Instant> {
-        let latest = live.values().map(|l| l.last_seen).max()?;
+    fn silence(&self) -> Option<Instant> {
+        let latest = self.live.values().map(|l| l.last_seen).max()?;
+        let (liveness, grace) = (self.deadlines.liveness(), self.deadlines.partition_grace());
         let silent = latest.elapsed();
         (silent >= liveness && silent < liveness + grace).then_some(latest)
     }
 
     /// Seconds the coordinator has heard from no agent, while it suspects its own link.
     pub(super) fn isolation(&self) -> Option<Duration> {
-        let live = self.live.lock().expect("live lock");
-        Self::silence(&live, self.deadlines.liveness(), self.deadlines.partition_grace())
-            .map(|latest| latest.elapsed())
+        self.silence().map(|latest| latest.elapsed())
     }
 
     /// Alive agents by name: checked, and heard from within the liveness period — or not
@@ -87,11 +83,11 @@ impl Coordinator {
     /// link is cut) nobody is declared dead, for up to the partition grace.
     pub(super) fn alive(&self) -> BTreeMap<String, NodeInfo> {
         let (liveness, grace) = (self.deadlines.liveness(), self.deadlines.partition_grace());
-        let live = self.live.lock().expect("live lock");
-        let Some(latest) = live.values().map(|l| l.last_seen).max() else {
+        let Some(latest) = self.live.values().map(|l| l.last_seen).max() else {
             return BTreeMap::new();
         };
-        live.iter()
+        self.live
+            .iter()
             .filter(|(_, l)| {
                 l.checked
                     && (l.last_seen.elapsed() < liveness
@@ -106,8 +102,6 @@ impl Coordinator {
     pub(super) fn damaged(&self) -> BTreeMap<String, String> {
         let alive = self.alive();
         self.live
-            .lock()
-            .expect("live lock")
             .iter()
             .filter(|(n, _)| alive.contains_key(*n))
             .filter_map(|(n, l)| Some((n.clone(), l.damage.clone()?)))
@@ -115,8 +109,8 @@ impl Coordinator {
     }
 
     /// Forgets the damage of `nodes`: a recovery rebuilt what they were missing.
-    pub(super) fn clear_damage(&self, nodes: &BTreeSet<String>) {
-        for (name, l) in self.live.lock().expect("live lock").iter_mut() {
+    pub(super) fn clear_damage(&mut self, nodes: &BTreeSet<String>) {
+        for (name, l) in self.live.iter_mut() {
             if nodes.contains(name) {
                 l.damage = None;
             }
@@ -128,7 +122,7 @@ impl Coordinator {
         if self.alive().contains_key(node) {
             return None;
         }
-        Some(match self.live.lock().expect("live lock").get(node) {
+        Some(match self.live.get(node) {
             None => "down: its agent is gone".into(),
             Some(l) if !l.checked => "registering".into(),
             Some(l) => format!(
@@ -141,15 +135,18 @@ impl Coordinator {
     /// Checks the registration and journals the agent (a new node is a spare): refused,
     /// with nothing written, when another agent of the name is alive, or when the store is
     /// another's (a token that is not the node's, from a store that is not new). Starts
-    /// the session; says what the agent keeps.
-    fn register(&self, reg: &Registration, session: u64) -> Result<CoordResponse, ClusterError> {
+    /// the session (at once, so that a second agent of the name registering meanwhile is
+    /// refused; if the journal write fails, the caller ends it); says what the agent keeps.
+    fn register(
+        &mut self,
+        journal: &mut Draft,
+        reg: &Registration,
+        session: u64,
+    ) -> Result<CoordResponse, ClusterError> {
         let info = &reg.info;
         let name = &info.name;
-        // The session map stays locked from the check to the new session: two agents of
-        // one name registering at once cannot both pass.
-        let mut live = self.live.lock().expect("live lock");
-        self.end_silence(&mut live);
-        if let Some(other) = live.get(name).filter(|o| {
+        self.end_silence();
+        if let Some(other) = self.live.get(name).filter(|o| {
             o.last_seen.elapsed() < self.deadlines.liveness()
                 && (o.info.pid != info.pid || o.info.host != info.host || o.token != reg.token)
         }) {
@@ -158,14 +155,7 @@ impl Coordinator {
                 other.info.pid, other.info.tcp
             )));
         }
-        let known = self
-            .journal
-            .lock()
-            .expect("journal lock")
-            .nodes
-            .get(name)
-            .and_then(|e| e.token.clone());
-        match known {
+        match journal.nodes.get(name).and_then(|e| e.token.clone()) {
             Some(token) if token != reg.token && !reg.fresh => {
                 return Err(ClusterError::Fenced(format!(
                     "node {name} is registered with another store: {} holds the token of another node (a copy of another node's store?); refused",
@@ -179,27 +169,21 @@ impl Coordinator {
         }
         // The same agent opening a new session (after a partition, or a heartbeat that
         // timed out) stays what it was meanwhile: alive, and damaged or not.
-        let same_agent = live
+        let (checked, damage) = self
+            .live
             .get(name)
             .filter(|o| o.info.pid == info.pid && o.info.host == info.host && o.token == reg.token)
-            .map(|o| (o.checked, o.damage.clone()));
-        let registered = self.update(|j| {
-            let entry = j.nodes.entry(name.clone()).or_insert(NodeEntry {
-                info: None,
-                spare: true,
-                removed: false,
-                token: None,
-            });
-            entry.info = Some(info.clone());
-            entry.token = Some(reg.token.clone());
-            CoordResponse::Registered {
-                committed: j.committed,
-                keep: j.keep_of(name),
-                versions: j.versions_of(name),
-            }
-        })?;
-        let (checked, damage) = same_agent.unwrap_or((false, None));
-        live.insert(
+            .map(|o| (o.checked, o.damage.clone()))
+            .unwrap_or((false, None));
+        let entry = journal.nodes.entry(name.clone()).or_insert(NodeEntry {
+            info: None,
+            spare: true,
+            removed: false,
+            token: None,
+        });
+        entry.info = Some(info.clone());
+        entry.token = Some(reg.token.clone());
+        self.live.insert(
             name.clone(),
             Live {
                 info: info.clone(),
@@ -210,13 +194,16 @@ impl Coordinator {
                 damage,
             },
         );
-        Ok(registered)
+        Ok(CoordResponse::Registered {
+            committed: journal.committed,
+            keep: journal.keep_of(name),
+            versions: journal.versions_of(name),
+        })
     }
 
-    fn heard_from(&self, node: &str, session: u64) {
-        let mut live = self.live.lock().expect("live lock");
-        self.end_silence(&mut live);
-        if let Some(l) = live.get_mut(node).filter(|l| l.session == session) {
+    fn heard_from(&mut self, node: &str, session: u64) {
+        self.end_silence();
+        if let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) {
             l.last_seen = Instant::now();
         }
     }
@@ -227,13 +214,13 @@ impl Coordinator {
     /// now — to be heard again (their connections come back one by one: an agent whose
     /// heartbeat or connection waits out TCP's retransmission backoff gives up after one
     /// liveness period and opens a new session).
-    fn end_silence(&self, live: &mut std::collections::HashMap<String, Live>) {
+    fn end_silence(&mut self) {
         let liveness = self.deadlines.liveness();
-        let Some(latest) = Self::silence(live, liveness, self.deadlines.partition_grace()) else {
+        let Some(latest) = self.silence() else {
             return;
         };
         let restart = Instant::now() + self.deadlines.reconnection();
-        for l in live.values_mut() {
+        for l in self.live.values_mut() {
             if latest.duration_since(l.last_seen) < liveness {
                 l.last_seen = restart;
             }
@@ -245,63 +232,46 @@ impl Coordinator {
     }
 
     /// Compares what the agent holds with the journal; from now on it counts as alive.
-    fn check_holdings(&self, node: &str, session: u64, held: &Inventory) {
-        let journal = self.snapshot();
-        let damage = missing(&journal, node, held);
+    fn check_holdings(&mut self, node: &str, session: u64, held: &Inventory) {
+        let damage = missing(self.journal(), node, held);
         if let Some(what) = &damage {
             tracing::warn!(node = %node, missing = %what, "node holds less than the journal says: damaged");
         }
-        if let Some(l) = self
-            .live
-            .lock()
-            .expect("live lock")
-            .get_mut(node)
-            .filter(|l| l.session == session)
-        {
+        if let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) {
             l.checked = true;
             l.damage = damage;
             l.last_seen = Instant::now();
         }
-        self.changed.notify_waiters();
     }
 
-    /// The session of each of `nodes` that has one now: what [`Self::update_if_same_sessions`]
+    /// The session of each of `nodes` that has one now: what [`State::same_sessions`]
     /// checks before a decision that relies on what those agents prepared.
     pub(super) fn sessions_of(&self, nodes: &BTreeSet<String>) -> BTreeMap<String, u64> {
-        let live = self.live.lock().expect("live lock");
         nodes
             .iter()
-            .filter_map(|n| Some((n.clone(), live.get(n)?.session)))
+            .filter_map(|n| Some((n.clone(), self.live.get(n)?.session)))
             .collect()
     }
 
-    /// Applies `change` to the journal, as [`Coordinator::update`] does, only if no agent of
-    /// `sessions` is now in another session. An agent that registered again meanwhile (after
-    /// a partition, or a heartbeat that timed out) resolved its store against the journal of
+    /// Refuses a decision that relies on what the agents of `sessions` prepared if one of
+    /// them is now in another session. An agent that registered again meanwhile (after a
+    /// partition, or a heartbeat that timed out) resolved its store against the journal of
     /// that moment and dropped what it had prepared for the undecided epoch: committing the
     /// epoch then would record data that is gone. (An agent that is gone and has not come
     /// back dropped nothing: what it prepared is durable, and it resolves the decision when
-    /// it registers.) Registration holds the session map while it reads the journal, so no
-    /// registration falls between this check and the write.
-    pub(super) fn update_if_same_sessions<T>(
-        &self,
-        sessions: &BTreeMap<String, u64>,
-        change: impl FnOnce(&mut Journal) -> T,
-    ) -> Result<T, ClusterError> {
-        let live = self.live.lock().expect("live lock");
-        if let Some(node) = sessions
+    /// it registers.) Registrations are changes of the journal too, so none falls between
+    /// this check and the decision's write.
+    pub(super) fn same_sessions(&self, sessions: &BTreeMap<String, u64>) -> Result<(), ClusterError> {
+        match sessions
             .iter()
-            .find(|(n, s)| live.get(*n).is_some_and(|l| l.session != **s))
-            .map(|(n, _)| n.clone())
+            .find(|(n, s)| self.live.get(*n).is_some_and(|l| l.session != **s))
         {
-            return Err(ClusterError::Node {
-                node,
+            Some((node, _)) => Err(ClusterError::Node {
+                node: node.clone(),
                 reason: "registered again while the epoch was encoded (what it prepared is dropped)".into(),
-            });
+            }),
+            None => Ok(()),
         }
-        let out = self.update(change);
-        drop(live);
-        out
     }
 
     /// Forgets the agent, unless a newer session of it replaced this one — or unless the
@@ -309,19 +279,38 @@ impl Coordinator {
     /// then a session that ends is the old connection of a partition dying (its FIN or RST
     /// arrives once the link is back, often before the agent's new session), not the agent.
     /// The node is then judged by when it was last heard, as during the silence.
-    fn end_session(&self, node: &str, session: u64) {
-        let mut live = self.live.lock().expect("live lock");
-        let in_silence =
-            Self::silence(&live, self.deadlines.liveness(), self.deadlines.partition_grace()).is_some();
-        let Some(l) = live.get(node).filter(|l| l.session == session) else {
+    fn end_session(&mut self, node: &str, session: u64) {
+        let in_silence = self.silence().is_some();
+        let Some(l) = self.live.get(node).filter(|l| l.session == session) else {
             return;
         };
         if in_silence || l.last_seen > Instant::now() {
             tracing::info!(node = %node, "agent session ended around a partition: judged by its heartbeats");
             return;
         }
-        live.remove(node);
+        self.live.remove(node);
         tracing::warn!(node = %node, "agent session ended");
+    }
+
+    /// Forgets a session whose registration was not written.
+    fn drop_session(&mut self, node: &str, session: u64) {
+        if self.live.get(node).is_some_and(|l| l.session == session) {
+            self.live.remove(node);
+        }
+    }
+}
+
+impl Coordinator {
+    /// Applies `change` to the journal, as [`Coordinator::update`] does, only if no agent of
+    /// `sessions` is now in another session ([`State::same_sessions`]).
+    pub(super) async fn update_if_same_sessions<T: Send + 'static>(
+        &self,
+        sessions: BTreeMap<String, u64>,
+        change: impl FnOnce(&mut Draft) -> T + Send + 'static,
+    ) -> Result<T, ClusterError> {
+        self.state
+            .change(move |s, draft| s.same_sessions(&sessions).map(|()| change(draft)))
+            .await?
     }
 }
 
@@ -334,9 +323,17 @@ pub(super) async fn session(
 ) -> Result<(), ClusterError> {
     let id = coord.next_session.fetch_add(1, Ordering::Relaxed);
     let name = reg.info.name.clone();
-    let registered = match coord.register(&reg, id) {
+    let registration = reg.clone();
+    let registered = coord
+        .state
+        .change(move |s, journal| s.register(journal, &registration, id))
+        .await
+        .and_then(|r| r);
+    let registered = match registered {
         Ok(registered) => registered,
         Err(e) => {
+            let node = name.clone();
+            coord.read(move |s| s.drop_session(&node, id)).await;
             tracing::warn!(node = %name, error = %e, "registration refused");
             conn.send_control(&CoordResponse::Error(WireError::from(&e)))
                 .await?;
@@ -346,7 +343,8 @@ pub(super) async fn session(
     tracing::info!(node = %name, "agent registered");
     conn.send_control(&registered).await?;
     let result = requests(&coord, &mut conn, &name, id).await;
-    coord.end_session(&name, id);
+    let node = name.clone();
+    coord.read(move |s| s.end_session(&node, id)).await;
     result
 }
 
@@ -359,9 +357,13 @@ async fn requests(
     session: u64,
 ) -> Result<(), ClusterError> {
     loop {
+        let node = node.to_string();
         match conn.recv_control::<CoordRequest>().await? {
-            CoordRequest::Heartbeat => coord.heard_from(node, session),
-            CoordRequest::Holds(held) => coord.check_holdings(node, session, &held),
+            CoordRequest::Heartbeat => coord.read(move |s| s.heard_from(&node, session)).await,
+            CoordRequest::Holds(held) => {
+                coord.read(move |s| s.check_holdings(&node, session, &held)).await;
+                coord.changed.notify_waiters();
+            }
             other => {
                 return Err(ClusterError::Protocol(format!(
                     "unexpected {other:?} on a session"

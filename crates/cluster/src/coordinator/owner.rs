@@ -1,0 +1,359 @@
+//! The coordinator's state has one owner: a task that holds it and runs, one at a time, the
+//! reads and changes that request handlers send it as messages. Nothing else touches it, so
+//! no lock guards it and none can be poisoned: a panic inside a message aborts the daemon
+//! (crash-only), and its restart resumes from the journal.
+//!
+//! Two kinds of message:
+//! - a **visit** reads or changes the in-memory state (liveness, the open epoch, pace
+//!   points, flushes, the lease) and sees the journal as it is on disk;
+//! - a **change** also decides something the journal records. Changes are **group
+//!   committed**: every change that arrives while a journal write is in flight waits, and
+//!   the next write commits all of them at once — at the start of a job, W ranks placing
+//!   themselves cost a few writes instead of W. The write runs on a blocking thread; visits
+//!   go on being answered meanwhile (heartbeats never wait for a disk). A change is
+//!   answered only once its write is durable, and a write that fails answers every change
+//!   it carried with the error and leaves the journal as it was on disk.
+
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::epoch_state::EpochState;
+use super::flush::FlushState;
+use super::pace::PacePoints;
+use super::sessions::Live;
+use super::Journal;
+use eckpt_cluster_api::dirs::Deadlines;
+use eckpt_cluster_api::{ClusterError, WireError};
+
+/// Messages waiting for the owner; a sender waits when it is full.
+const INBOX: usize = 1024;
+
+/// Everything the coordinator decides with, held by its owner task.
+pub(super) struct State {
+    /// The journal as last written: changes go through a [`Draft`].
+    journal: Journal,
+    /// Agents' sessions by node name.
+    pub live: HashMap<String, Live>,
+    /// The ranks' progress through the open epoch, and decided epochs.
+    pub epochs: EpochState,
+    /// `snapshot()` pace points waiting for every rank.
+    pub pace_points: PacePoints,
+    /// The flush running and the last ones.
+    pub flush: FlushState,
+    /// When the job's lease holder last renewed it (`None`: no holder).
+    pub lease_renewed: Option<Instant>,
+    /// The cluster's time bounds (`cluster.json`).
+    pub deadlines: Deadlines,
+}
+
+impl State {
+    /// The state of a coordinator resuming `journal`: no agent alive yet, its next epoch
+    /// open; `flushed` are the epochs the flush directory holds.
+    pub fn new(journal: Journal, deadlines: Deadlines, flushed: Vec<u64>) -> State {
+        // A holder the journal names gets a whole lease from this start: it renews with the
+        // restarted coordinator as soon as it reaches it.
+        let lease_renewed = journal.job.holder.as_ref().map(|_| Instant::now());
+        State {
+            epochs: EpochState::new(journal.next_epoch),
+            journal,
+            live: HashMap::new(),
+            pace_points: PacePoints::default(),
+            flush: FlushState::new(flushed),
+            lease_renewed,
+            deadlines,
+        }
+    }
+
+    /// The journal as last written.
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    /// A task id never handed out before. Not written at once: a restarted coordinator
+    /// skips ahead past any id handed out after the last write.
+    pub fn next_task_id(&mut self) -> u64 {
+        self.journal.task_id()
+    }
+
+    /// Takes a written draft as the journal, keeping task ids handed out while it was
+    /// written.
+    fn install(&mut self, mut written: Journal) {
+        written.next_task = written.next_task.max(self.journal.next_task);
+        self.journal = written;
+    }
+}
+
+/// The journal a commit will write: changes of one commit see those made before them.
+/// Reading it does not make a write; any mutable access does.
+pub(super) struct Draft {
+    journal: Journal,
+    changed: bool,
+}
+
+impl Deref for Draft {
+    type Target = Journal;
+    fn deref(&self) -> &Journal {
+        &self.journal
+    }
+}
+
+impl DerefMut for Draft {
+    fn deref_mut(&mut self) -> &mut Journal {
+        self.changed = true;
+        &mut self.journal
+    }
+}
+
+/// What a change answers once its commit's write is known.
+type Answer = Box<dyn FnOnce(Result<(), ClusterError>) + Send>;
+type Visit = Box<dyn FnOnce(&mut State) + Send>;
+type Change = Box<dyn FnOnce(&mut State, &mut Draft) -> Answer + Send>;
+
+enum Message {
+    Visit(Visit),
+    Change(Change),
+}
+
+/// How to reach the owner of a coordinator's state.
+pub(super) struct Owner {
+    inbox: mpsc::Sender<Message>,
+}
+
+impl Owner {
+    /// Starts the task owning `state`, which writes the journal at `journal_path`. It ends
+    /// when the last `Owner` is dropped.
+    pub fn start(state: State, journal_path: PathBuf) -> Owner {
+        let (inbox, messages) = mpsc::channel(INBOX);
+        tokio::spawn(own(state, messages, journal_path));
+        Owner { inbox }
+    }
+
+    async fn send(&self, message: Message) {
+        // The owner runs as long as any `Owner` exists; it ends early only by a panic, which
+        // aborts the daemon.
+        if self.inbox.send(message).await.is_err() {
+            panic!("the coordinator's state owner ended");
+        }
+    }
+
+    /// Runs `visit` on the state, after every message sent before it.
+    pub async fn visit<T: Send + 'static>(&self, visit: impl FnOnce(&mut State) -> T + Send + 'static) -> T {
+        let (tx, rx) = oneshot::channel();
+        self.send(Message::Visit(Box::new(move |state| {
+            let _ = tx.send(visit(state));
+        })))
+        .await;
+        rx.await
+            .expect("the coordinator's state owner answers every visit")
+    }
+
+    /// Runs `change` in the next commit and answers once the journal it changed is written
+    /// (at once when it changed nothing of the journal). `change` must decide before it
+    /// writes to the draft: a change that refuses leaves the draft as it found it, since
+    /// the draft carries the other changes of its commit.
+    pub async fn change<T: Send + 'static>(
+        &self,
+        change: impl FnOnce(&mut State, &mut Draft) -> T + Send + 'static,
+    ) -> Result<T, ClusterError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Message::Change(Box::new(move |state, draft| {
+            let out = change(state, draft);
+            Box::new(move |written: Result<(), ClusterError>| {
+                let _ = tx.send(written.map(|()| out));
+            })
+        })))
+        .await;
+        rx.await
+            .expect("the coordinator's state owner answers every change")
+    }
+}
+
+/// A journal write in flight: the draft, what to answer, and the blocking write.
+struct Commit {
+    draft: Journal,
+    answers: Vec<Answer>,
+    write: tokio::task::JoinHandle<Result<(), ClusterError>>,
+}
+
+/// The owner's loop: visits at once, changes batched into one write at a time.
+async fn own(mut state: State, mut messages: mpsc::Receiver<Message>, journal_path: PathBuf) {
+    let mut waiting: Vec<Change> = Vec::new();
+    let mut writing: Option<Commit> = None;
+    loop {
+        if writing.is_none() && !waiting.is_empty() {
+            writing = start_commit(&mut state, std::mem::take(&mut waiting), &journal_path);
+        }
+        tokio::select! {
+            message = messages.recv() => match message {
+                Some(Message::Visit(visit)) => visit(&mut state),
+                Some(Message::Change(change)) => waiting.push(change),
+                None => break,
+            },
+            written = async { (&mut writing.as_mut().expect("a write in flight").write).await },
+                if writing.is_some() =>
+            {
+                let commit = writing.take().expect("a write in flight");
+                finish_commit(&mut state, commit, written);
+            }
+        }
+    }
+    if let Some(mut commit) = writing {
+        let written = (&mut commit.write).await;
+        finish_commit(&mut state, commit, written);
+    }
+}
+
+/// Applies `changes` in order to one draft and starts writing it; `None` when none of them
+/// changed the journal (they are answered at once).
+fn start_commit(state: &mut State, changes: Vec<Change>, journal_path: &std::path::Path) -> Option<Commit> {
+    let mut draft = Draft {
+        journal: state.journal.clone(),
+        changed: false,
+    };
+    let answers: Vec<Answer> = changes
+        .into_iter()
+        .map(|change| change(state, &mut draft))
+        .collect();
+    if !draft.changed {
+        for answer in answers {
+            answer(Ok(()));
+        }
+        return None;
+    }
+    let (to_write, path) = (draft.journal.clone(), journal_path.to_path_buf());
+    let write = tokio::task::spawn_blocking(move || to_write.save(&path));
+    Some(Commit {
+        draft: draft.journal,
+        answers,
+        write,
+    })
+}
+
+/// Installs a written draft and answers its changes; a failed write answers each with the
+/// error and keeps the journal that is on disk.
+fn finish_commit(
+    state: &mut State,
+    commit: Commit,
+    written: Result<Result<(), ClusterError>, tokio::task::JoinError>,
+) {
+    let written =
+        written.unwrap_or_else(|e| Err(ClusterError::Internal(format!("the journal write failed: {e}"))));
+    match written {
+        Ok(()) => {
+            state.install(commit.draft);
+            for answer in commit.answers {
+                answer(Ok(()));
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, changes = commit.answers.len(), "the journal write failed: nothing it carried is decided");
+            let wire = WireError::from(&e);
+            let mut first = Some(e);
+            for answer in commit.answers {
+                answer(Err(first
+                    .take()
+                    .unwrap_or_else(|| ClusterError::from_coordinator(wire.clone()))));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use eckpt_coding::config::CodingConfig;
+    use tokio::task::JoinSet;
+
+    fn state(nodes: usize) -> State {
+        let names: Vec<String> = (0..nodes).map(|i| format!("n{i}")).collect();
+        let journal = Journal::new(CodingConfig::default(), &names, &[]);
+        State::new(journal, Deadlines::default(), Vec::new())
+    }
+
+    /// Places `ranks` ranks, each by a change of its own sent at once; the answers.
+    async fn place_concurrently(owner: &Arc<Owner>, ranks: u32) -> Vec<Result<u32, ClusterError>> {
+        let mut set = JoinSet::new();
+        for rank in 0..ranks {
+            let owner = owner.clone();
+            set.spawn(async move {
+                owner
+                    .change(move |_, j| {
+                        j.placement.insert(rank, format!("n{}", rank % 4));
+                        rank
+                    })
+                    .await
+            });
+        }
+        let mut out = set.join_all().await;
+        out.sort_by_key(|r| *r.as_ref().unwrap_or(&u32::MAX));
+        out
+    }
+
+    #[tokio::test]
+    async fn changes_sent_together_are_written_together_and_answered_once_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.json");
+        let owner = Arc::new(Owner::start(state(4), path.clone()));
+        let placed = place_concurrently(&owner, 64).await;
+        assert_eq!(
+            placed.into_iter().map(Result::unwrap).collect::<Vec<_>>(),
+            (0..64).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            Journal::load(&path).unwrap().placement.len(),
+            64,
+            "every change answered is on disk"
+        );
+        assert_eq!(owner.visit(|s| s.journal().placement.len()).await, 64);
+        // One write per change would leave 63 placements in the journal the last write
+        // rotated out: fewer means the last write carried several changes.
+        let before_last = Journal::load(&super::super::journal_file::prev_path(&path)).unwrap();
+        assert!(
+            before_last.placement.len() < 63,
+            "{} placements",
+            before_last.placement.len()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_change_that_writes_nothing_is_answered_without_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.json");
+        let owner = Owner::start(state(2), path.clone());
+        assert_eq!(owner.change(|_, j| j.committed).await.unwrap(), 0);
+        assert!(!path.exists(), "reading the draft wrote no journal");
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_answers_every_change_it_carried_and_keeps_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("no-such-dir").join("journal.json");
+        let owner = Arc::new(Owner::start(state(4), path));
+        let results = place_concurrently(&owner, 3).await;
+        assert!(results.iter().all(Result::is_err), "{results:?}");
+        assert!(
+            owner.visit(|s| s.journal().placement.is_empty()).await,
+            "nothing unwritten is served"
+        );
+    }
+
+    #[tokio::test]
+    async fn task_ids_handed_out_during_a_write_survive_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let owner = Owner::start(state(2), dir.path().join("journal.json"));
+        let first = owner.visit(|s| s.next_task_id()).await;
+        let (written, during) = tokio::join!(
+            owner.change(|_, j| j.committed = 1),
+            owner.visit(|s| s.next_task_id())
+        );
+        written.unwrap();
+        let after = owner.visit(|s| s.next_task_id()).await;
+        assert!(first < during && during < after, "{first} {during} {after}");
+    }
+}
