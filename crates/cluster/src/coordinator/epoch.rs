@@ -232,3 +232,116 @@ impl Coordinator {
         self.finish_epoch(outcome).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::super::test_cluster::{Fault, Kind, TestCluster, LIVENESS};
+    use eckpt_coding::config::CodingConfig;
+
+    /// Six nodes, one group of k=4 m=2: n0–n3 hold data, n4 and n5 parity.
+    async fn cluster() -> TestCluster {
+        TestCluster::start(6, CodingConfig::default()).await
+    }
+
+    #[tokio::test]
+    async fn an_epoch_is_committed_only_after_every_member_encoded_it() {
+        let c = cluster().await;
+        let outcome = c.checkpoint(8).await;
+        assert!(outcome.committed, "{outcome:?}");
+        assert_eq!(outcome.kinds, ["full"]);
+        let journal = c.coord.snapshot().await;
+        assert_eq!((journal.committed, journal.next_epoch), (1, 2));
+        assert_eq!(
+            journal.groups[0].objects.len(),
+            1,
+            "the epoch's parity is recorded"
+        );
+        for data in ["n0", "n1", "n2", "n3"] {
+            assert_eq!(
+                c.agents.asked(data),
+                [Kind::Describe, Kind::Encode, Kind::Commit],
+                "{data}"
+            );
+        }
+        for parity in ["n4", "n5"] {
+            assert_eq!(c.agents.asked(parity), [Kind::Encode, Kind::Commit], "{parity}");
+        }
+        let second = c.checkpoint(8).await;
+        assert!(second.committed && second.epoch == 2, "{second:?}");
+    }
+
+    #[tokio::test]
+    async fn a_member_failing_its_part_aborts_the_epoch_everywhere_and_is_named() {
+        let c = cluster().await;
+        assert!(c.checkpoint(4).await.committed);
+        c.agents.clear();
+        c.agents.fault(
+            "n5",
+            Fault::Fail(
+                Kind::Encode,
+                "/s/n5/coded/p0: No space left on device (os error 28)",
+            ),
+        );
+        let outcome = c.checkpoint(4).await;
+        let reason = outcome.reason.clone().unwrap_or_default();
+        assert!(
+            !outcome.committed && reason.contains("n5") && reason.contains("No space"),
+            "{outcome:?}"
+        );
+        for node in ["n0", "n1", "n2", "n3", "n4", "n5"] {
+            assert_eq!(
+                c.agents.asked(node).last(),
+                Some(&Kind::Abort),
+                "{node} drops what it prepared"
+            );
+            assert!(!c.agents.asked(node).contains(&Kind::Commit), "{node}");
+        }
+        let journal = c.coord.snapshot().await;
+        assert_eq!(journal.committed, 1, "the last committed epoch stays");
+        assert_eq!(journal.next_epoch, 3, "an aborted epoch's number is never reused");
+    }
+
+    #[tokio::test]
+    async fn a_member_stopped_in_the_middle_of_an_encode_is_named_within_its_liveness() {
+        let c = Arc::new(cluster().await);
+        // Every part waits for the others' streams; n2 stops once its part has started.
+        for node in ["n0", "n1", "n2", "n3", "n4", "n5"] {
+            c.agents.fault(node, Fault::AwaitPeers(Kind::Encode));
+        }
+        let epoch = tokio::spawn({
+            let c = c.clone();
+            async move { c.checkpoint(4).await }
+        });
+        while !c.agents.asked("n2").contains(&Kind::Encode) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        c.stop("n2");
+        let started = Instant::now();
+        let outcome = epoch.await.unwrap();
+        let waited = started.elapsed();
+        let reason = outcome.reason.clone().unwrap_or_default();
+        assert!(!outcome.committed && reason.contains("n2"), "{outcome:?}");
+        // Noticed within its liveness period (plus a heartbeat and a watch tick), then its
+        // peers are cancelled and answer at once: nothing waits for the stopped member.
+        assert!(
+            waited < 3 * LIVENESS + Duration::from_secs(1),
+            "the epoch waited {waited:?} for a stopped member"
+        );
+        for node in ["n0", "n1", "n3", "n4", "n5"] {
+            let asked = c.agents.asked(node);
+            assert!(
+                asked.contains(&Kind::CancelTask),
+                "{node} was told to end its part: {asked:?}"
+            );
+            assert_eq!(asked.last(), Some(&Kind::Abort), "{node}");
+        }
+        assert!(
+            !c.agents.asked("n2").contains(&Kind::Abort),
+            "a stopped node is not waited for"
+        );
+        assert_eq!(c.coord.snapshot().await.committed, 0);
+    }
+}

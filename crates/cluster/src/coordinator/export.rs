@@ -26,6 +26,12 @@ impl Coordinator {
         if committed == 0 {
             return Err(ClusterError::Invalid("no epoch is committed yet".into()));
         }
+        // A later epoch may be written but undecided: never served as a checkpoint.
+        if epoch > committed {
+            return Err(ClusterError::Invalid(format!(
+                "epoch {epoch} is not committed (the committed epoch is {committed})"
+            )));
+        }
         let node = journal
             .placement
             .get(&rank)
@@ -113,5 +119,120 @@ impl Coordinator {
             epoch,
             scratch: Some(task),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_cluster::{Fault, Kind, TestCluster};
+    use eckpt_cluster_api::msg::{AgentRequest, CoordResponse, Deliver};
+    use eckpt_cluster_api::ErrorKind;
+    use eckpt_coding::config::CodingConfig;
+
+    /// Six nodes in one group (k=4 m=2), 8 ranks committed at epoch 1.
+    async fn committed() -> TestCluster {
+        let c = TestCluster::start(6, CodingConfig::default()).await;
+        assert!(c.checkpoint(8).await.committed);
+        c.agents.clear();
+        c
+    }
+
+    #[tokio::test]
+    async fn a_rank_on_an_alive_node_is_read_from_it_with_nothing_decoded() {
+        let c = committed().await;
+        let node = c.coord.snapshot().await.placement[&3].clone();
+        let CoordResponse::ExportFrom {
+            node: from,
+            epoch,
+            scratch,
+        } = c.coord.export(3, None).await.unwrap()
+        else {
+            panic!("not an export")
+        };
+        assert_eq!((from.name, epoch, scratch), (node, 1, None));
+        assert!(
+            (0..6).all(|i| c.agents.asked(&format!("n{i}")).is_empty()),
+            "no agent was asked"
+        );
+        let e = c.coord.export(3, Some(2)).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "epoch 2 is not committed (the committed epoch is 1)"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_rank_whose_node_is_down_is_decoded_onto_a_group_member_for_that_export_only() {
+        let c = committed().await;
+        let lost = c.coord.snapshot().await.placement[&1].clone();
+        c.kill(&lost).await;
+        let CoordResponse::ExportFrom {
+            node: helper,
+            scratch,
+            ..
+        } = c.coord.export(1, None).await.unwrap()
+        else {
+            panic!("not an export")
+        };
+        assert_ne!(helper.name, lost);
+        assert!(
+            scratch.is_some(),
+            "the image is decoded into the helper's scratch"
+        );
+        let decoded = c.agents.requests(&helper.name);
+        assert!(
+            decoded.iter().any(|r| matches!(
+                r,
+                AgentRequest::Install {
+                    deliver: Deliver::Export { rank: 1 },
+                    ..
+                }
+            )),
+            "{decoded:?}"
+        );
+        let journal = c.coord.snapshot().await;
+        assert_eq!(journal.placement[&1], lost, "an export moves no rank");
+    }
+
+    #[tokio::test]
+    async fn a_decode_that_fails_is_retried_with_the_damaged_member_as_an_erasure_and_beyond_m_refused() {
+        let c = committed().await;
+        let lost = c.coord.snapshot().await.placement[&1].clone();
+        c.kill(&lost).await;
+        // n5's parity breaks the decode and fails the scrub: a second erasure, within m=2.
+        c.agents.fault(
+            "n5",
+            Fault::Fail(Kind::Decode, "injected: parity chunk fails its checksum"),
+        );
+        c.agents.fault(
+            "n5",
+            Fault::Fail(Kind::Scrub, "injected: parity chunk fails its checksum"),
+        );
+        let exported = c.coord.export(1, None).await.unwrap();
+        assert!(
+            matches!(exported, CoordResponse::ExportFrom { scratch: Some(_), .. }),
+            "{exported:?}"
+        );
+        let n5 = c.agents.asked("n5");
+        assert_eq!(
+            n5.iter().filter(|k| **k == Kind::Decode).count(),
+            1,
+            "the retry leaves the damaged member out: {n5:?}"
+        );
+        assert!(n5.contains(&Kind::Scrub));
+        // Three members unusable (two down, one failing) in a group of m=2: lost, said why.
+        let c = committed().await;
+        let journal = c.coord.snapshot().await;
+        let lost = journal.placement[&1].clone();
+        let other = journal.placement.values().find(|n| **n != lost).unwrap().clone();
+        c.kill(&lost).await;
+        c.kill(&other).await;
+        c.kill("n5").await;
+        let e = c.coord.export(1, None).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unrecoverable, "{e}");
+        assert!(
+            e.to_string().contains(&lost) && e.to_string().contains("more than m=2"),
+            "{e}"
+        );
     }
 }

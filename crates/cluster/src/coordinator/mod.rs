@@ -8,6 +8,7 @@
 //! encode and commit, planned by `encode_plan`; `recovery` executes what `recovery_plan`
 //! decides.
 
+mod agents;
 mod blame;
 mod encode_plan;
 mod epoch;
@@ -25,6 +26,8 @@ mod recovery;
 mod recovery_plan;
 mod sessions;
 mod state;
+#[cfg(test)]
+mod test_cluster;
 
 pub use job::JobRecord;
 pub use state::{form_groups, natural_key, Journal, NodeEntry};
@@ -34,16 +37,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint};
+use eckpt_proto::{listen, Connection, Endpoint};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
+use agents::{Agents, SocketAgents};
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines, FlushConfig};
 use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, CoordRequest, CoordResponse, GroupRecord, GroupStatus, Hello, NodeInfo,
     NodePurge, NodeStatus, StatusReport,
 };
-use eckpt_cluster_api::net::{accept_loop, call, host_identity, next_request, node_error, open_node};
+use eckpt_cluster_api::net::{accept_loop, host_identity, next_request};
 use eckpt_cluster_api::{ClusterError, WireError};
 use owner::{Draft, Owner, State};
 use sessions::session;
@@ -60,8 +64,8 @@ pub struct CoordinatorOptions {
 /// The coordinator: its state's owner, and what never changes while it runs.
 pub struct Coordinator {
     dir: ClusterDir,
-    secret: ClusterSecret,
-    host: String,
+    /// How requests reach the agents.
+    agents: Arc<dyn Agents>,
     /// The journal, liveness, epochs, pace points, flushes and the lease ([`owner`]).
     state: Owner,
     /// Signalled after a change others may wait for (an epoch decided, a rank ready, an
@@ -79,27 +83,27 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    /// A coordinator resuming `journal`: no agent alive yet, its next epoch open; `flushed`
-    /// are the epochs the flush directory holds.
+    /// A coordinator resuming `journal` with the cluster's `deadlines` and flushes: no agent
+    /// alive yet, its next epoch open; `flushed` are the epochs the flush directory holds.
     fn new(
         dir: ClusterDir,
-        secret: ClusterSecret,
         journal: Journal,
-        cluster: &eckpt_cluster_api::dirs::ClusterFile,
+        deadlines: Deadlines,
+        flush_config: Option<FlushConfig>,
         flushed: Vec<u64>,
+        agents: Arc<dyn Agents>,
     ) -> Coordinator {
-        let state = State::new(journal, cluster.deadlines, flushed);
+        let state = State::new(journal, deadlines, flushed);
         Coordinator {
             state: Owner::start(state, dir.journal()),
             dir,
-            secret,
-            host: host_identity(),
+            agents,
             changed: Notify::new(),
             op: tokio::sync::Mutex::new(()),
             next_session: 1.into(),
-            flush_config: cluster.flush.clone(),
+            flush_config,
             flushing: flush::Flushing::new(),
-            deadlines: cluster.deadlines,
+            deadlines,
         }
     }
 
@@ -179,22 +183,9 @@ impl Coordinator {
                 }));
                 continue;
             }
-            let (host, secret) = (self.host.clone(), self.secret.clone());
             let name = node.name.clone();
-            let call = set.spawn(async move {
-                let result = async {
-                    let mut conn = open_node(&node, &host, &secret).await?;
-                    match call(&mut conn, &request)
-                        .await
-                        .map_err(|e| node_error(&node.name, e))?
-                    {
-                        AgentResponse::Error(e) => Err(ClusterError::remote(&node.name, e)),
-                        other => Ok(other),
-                    }
-                }
-                .await;
-                (i, result)
-            });
+            let answer = self.agents.ask(node, request);
+            let call = set.spawn(async move { (i, answer.await) });
             pending.insert(i, (name, call));
         }
         let mut watch = tokio::time::interval(blame::WATCH_EVERY);
@@ -418,7 +409,18 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
             }),
         None => Vec::new(),
     };
-    let coord = Arc::new(Coordinator::new(dir.clone(), secret, journal, &cluster, flushed));
+    let agents = Arc::new(SocketAgents {
+        host: host_identity(),
+        secret,
+    });
+    let coord = Arc::new(Coordinator::new(
+        dir.clone(),
+        journal,
+        cluster.deadlines,
+        cluster.flush.clone(),
+        flushed,
+        agents,
+    ));
     eckpt_cluster_api::dirs::write_pid_file(&dir.coordinator())?;
     let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
     for listener in [unix, tcp] {

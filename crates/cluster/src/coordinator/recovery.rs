@@ -32,14 +32,24 @@ pub(super) struct DecodeCost {
     pub traffic: BTreeMap<String, (u64, u64)>,
 }
 
-async fn progress(conn: &mut Connection, what: &str, done: u64, total: u64) {
-    let _ = conn
-        .send_control(&CoordResponse::Progress {
-            what: what.to_string(),
-            done,
-            total,
-        })
-        .await;
+/// Where a recovery reports its steps as it goes.
+pub(super) trait Progress: Send {
+    /// Step `done` of `total`, named `what`.
+    fn step(&mut self, what: &str, done: u64, total: u64) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// The client's connection: `eckpt recover` draws the steps. A client gone meanwhile does
+/// not stop the recovery.
+impl Progress for Connection {
+    async fn step(&mut self, what: &str, done: u64, total: u64) {
+        let _ = self
+            .send_control(&CoordResponse::Progress {
+                what: what.to_string(),
+                done,
+                total,
+            })
+            .await;
+    }
 }
 
 impl Coordinator {
@@ -189,7 +199,7 @@ impl Coordinator {
     /// the journal only once every step succeeded and the new state protects every rank.
     pub(super) async fn recover(
         self: &Arc<Self>,
-        conn: &mut Connection,
+        progress: &mut impl Progress,
         relocation: Relocation,
     ) -> Result<RecoveryReport, ClusterError> {
         let _op = self.op.lock().await;
@@ -209,7 +219,7 @@ impl Coordinator {
             epoch,
             ..RecoveryReport::default()
         };
-        progress(conn, "verifying survivors", 0, 3).await;
+        progress.step("verifying survivors", 0, 3).await;
         let damaged = if epoch > 0 {
             self.scrub(&journal, &alive).await
         } else {
@@ -231,10 +241,10 @@ impl Coordinator {
             _ => None,
         };
         if let (Some(reason), Some(config)) = (cannot_serve, self.flush_config.clone()) {
-            progress(conn, "restoring from the flush", 1, 3).await;
+            progress.step("restoring from the flush", 1, 3).await;
             let restore = self.restore_from_flush(&config, reason).await?;
             self.clear_damage(damaged_before).await;
-            progress(conn, "done", 3, 3).await;
+            progress.step("done", 3, 3).await;
             report.epoch = restore.epoch;
             report.warnings.extend(restore.skipped.iter().cloned());
             report.from_flush = Some(restore);
@@ -244,7 +254,7 @@ impl Coordinator {
         if plan.is_empty() {
             // The scrub found every committed byte where it belongs.
             self.clear_damage(damaged_before).await;
-            progress(conn, "nothing to recover", 3, 3).await;
+            progress.step("nothing to recover", 3, 3).await;
             return Ok(report);
         }
         tracing::info!(
@@ -262,7 +272,7 @@ impl Coordinator {
             })
         };
 
-        progress(conn, "decoding lost data", 1, 3).await;
+        progress.step("decoding lost data", 1, 3).await;
         let started = Instant::now();
         let mut cost = DecodeCost::default();
         if epoch > 0 {
@@ -309,7 +319,7 @@ impl Coordinator {
         report.decode_traffic = cost.traffic;
         pause_point_async(&self.dir.debug(), crate::debug::Phase::MidRecovery, "coordinator").await;
 
-        progress(conn, "restoring redundancy", 2, 3).await;
+        progress.step("restoring redundancy", 2, 3).await;
         let started = Instant::now();
         let mut next = plan.next;
         let mut commit = Vec::new();
@@ -334,7 +344,7 @@ impl Coordinator {
         self.clear_damage(damaged_before).await;
         report.encode_seconds = started.elapsed().as_secs_f64();
         self.send_commit(epoch, &commit, false).await;
-        progress(conn, "done", 3, 3).await;
+        progress.step("done", 3, 3).await;
         report.rebuilt = plan.rebuilt;
         report.repaired = plan.repaired;
         report.moved = plan.moves.into_iter().map(|m| (m.rank, m.from, m.to)).collect();
@@ -354,5 +364,183 @@ impl Coordinator {
             return Err(ClusterError::Unrecoverable(why.join("; ")));
         }
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::super::test_cluster::{Fault, Kind, Steps, TestCluster, LIVENESS};
+    use eckpt_cluster_api::msg::Relocation;
+    use eckpt_coding::config::CodingConfig;
+    use serde_json::Value;
+
+    /// Six nodes in one group (k=4 m=2), 8 ranks committed at epoch 1; then n1 (a data
+    /// member hosting ranks) dies.
+    async fn one_lost() -> TestCluster {
+        let c = TestCluster::start(6, CodingConfig::default()).await;
+        assert!(c.checkpoint(8).await.committed);
+        assert!(!c.coord.snapshot().await.ranks_on("n1").is_empty());
+        c.kill("n1").await;
+        c.agents.clear();
+        c
+    }
+
+    /// What a recovery decides: placement, groups and their parity, the committed epoch.
+    async fn decisions(c: &TestCluster) -> Value {
+        let j = c.coord.snapshot().await;
+        serde_json::json!({
+            "placement": j.placement,
+            "groups": j.groups,
+            "committed": j.committed,
+            "world": j.world,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_lost_node_is_decoded_and_the_journal_switches_once_the_new_group_is_protected() {
+        let c = one_lost().await;
+        let mut steps = Steps::default();
+        let report = c.coord.recover(&mut steps, Relocation::Process).await.unwrap();
+        assert_eq!(report.rebuilt.len(), 1, "{report:?}");
+        assert_eq!(report.rebuilt[0].0, "n1");
+        assert_eq!(
+            steps.0,
+            [
+                "0/3 verifying survivors",
+                "1/3 decoding lost data",
+                "2/3 restoring redundancy",
+                "3/3 done"
+            ]
+        );
+        let journal = c.coord.snapshot().await;
+        assert_eq!(journal.committed, 1);
+        assert!(journal.ranks_on("n1").is_empty(), "n1's ranks live elsewhere now");
+        assert_eq!(journal.placement.len(), 8);
+        assert!(journal
+            .groups
+            .iter()
+            .all(|g| !g.group.members.contains(&"n1".to_string())));
+        assert!(journal
+            .groups
+            .iter()
+            .all(|g| g.objects.last().is_some_and(|o| o.version == 1)));
+        assert!(c.agents.asked("n1").is_empty(), "a dead node is asked nothing");
+        for survivor in ["n0", "n2", "n3", "n4", "n5"] {
+            let asked = c.agents.asked(survivor);
+            assert_eq!(asked.first(), Some(&Kind::Scrub), "{survivor}: {asked:?}");
+            assert_eq!(asked.last(), Some(&Kind::Commit), "{survivor}: {asked:?}");
+        }
+        // The rebuilt ranks are decoded and installed before the new group is encoded.
+        let order: Vec<Kind> = ["n0", "n2", "n3", "n4", "n5"]
+            .iter()
+            .flat_map(|n| c.agents.asked(n))
+            .collect();
+        assert!(
+            order.contains(&Kind::Decode) && order.contains(&Kind::Install) && order.contains(&Kind::Encode)
+        );
+        assert!(
+            c.checkpoint(8).await.committed,
+            "the job checkpoints on the survivors"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failure_in_any_phase_of_a_recovery_leaves_the_journal_as_it_was_and_names_the_node() {
+        // n1's ranks are decoded onto n0 and n2 (Install); n3 takes part in every task.
+        for (phase, node) in [
+            (Kind::Decode, "n3"),
+            (Kind::Install, "n0"),
+            (Kind::Describe, "n3"),
+            (Kind::Encode, "n3"),
+        ] {
+            let c = one_lost().await;
+            let before = decisions(&c).await;
+            c.agents.fault(node, Fault::Fail(phase, "injected: disk gone"));
+            let e = c
+                .coord
+                .recover(&mut Steps::default(), Relocation::Process)
+                .await
+                .expect_err(&format!("a failure at {phase:?}"));
+            let text = e.to_string();
+            assert!(
+                text.contains(node) && text.contains("disk gone"),
+                "{phase:?}: {text}"
+            );
+            assert!(c.agents.asked(node).contains(&phase), "{phase:?} reached {node}");
+            assert_eq!(decisions(&c).await, before, "{phase:?}: the journal changed");
+            assert!(
+                ["n0", "n2", "n3", "n4", "n5"]
+                    .iter()
+                    .all(|n| !c.agents.asked(n).contains(&Kind::Commit)),
+                "{phase:?}: a commit was sent"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_survivor_whose_data_fails_the_scrub_is_rebuilt_too_while_losses_are_at_most_m() {
+        let c = one_lost().await;
+        c.agents
+            .fault("n3", Fault::Fail(Kind::Scrub, "injected: checksum mismatch"));
+        let report = c
+            .coord
+            .recover(&mut Steps::default(), Relocation::Process)
+            .await
+            .unwrap();
+        assert_eq!(report.repaired, ["n3"], "{report:?}");
+        assert!(
+            report
+                .warnings
+                .iter()
+                .any(|w| w.contains("n3") && w.contains("checksum mismatch")),
+            "{report:?}"
+        );
+        assert!(c.coord.snapshot().await.ranks_on("n1").is_empty());
+        // A third loss in the group of m=2 is beyond the code: refused, journal kept.
+        let c = one_lost().await;
+        let before = decisions(&c).await;
+        c.agents
+            .fault("n3", Fault::Fail(Kind::Scrub, "injected: checksum mismatch"));
+        c.agents
+            .fault("n4", Fault::Fail(Kind::Scrub, "injected: checksum mismatch"));
+        let e = c
+            .coord
+            .recover(&mut Steps::default(), Relocation::Process)
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("n1") || e.to_string().contains("more than"),
+            "{e}"
+        );
+        assert_eq!(decisions(&c).await, before);
+    }
+
+    #[tokio::test]
+    async fn a_member_stopped_in_the_middle_of_a_decode_is_named_within_its_liveness() {
+        let c = Arc::new(one_lost().await);
+        let before = decisions(&c).await;
+        for node in ["n0", "n2", "n3", "n4", "n5"] {
+            c.agents.fault(node, Fault::AwaitPeers(Kind::Decode));
+        }
+        let recovery = tokio::spawn({
+            let c = c.clone();
+            async move { c.coord.recover(&mut Steps::default(), Relocation::Process).await }
+        });
+        while !c.agents.asked("n4").contains(&Kind::Decode) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        c.stop("n4");
+        let started = Instant::now();
+        let e = recovery.await.unwrap().unwrap_err();
+        let waited = started.elapsed();
+        assert!(e.to_string().contains("n4"), "{e}");
+        assert!(
+            waited < 3 * LIVENESS + Duration::from_secs(1),
+            "waited {waited:?}"
+        );
+        assert_eq!(decisions(&c).await, before);
     }
 }

@@ -137,7 +137,7 @@ impl State {
     /// another's (a token that is not the node's, from a store that is not new). Starts
     /// the session (at once, so that a second agent of the name registering meanwhile is
     /// refused; if the journal write fails, the caller ends it); says what the agent keeps.
-    fn register(
+    pub(super) fn register(
         &mut self,
         journal: &mut Draft,
         reg: &Registration,
@@ -201,7 +201,7 @@ impl State {
         })
     }
 
-    fn heard_from(&mut self, node: &str, session: u64) {
+    pub(super) fn heard_from(&mut self, node: &str, session: u64) {
         self.end_silence();
         if let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) {
             l.last_seen = Instant::now();
@@ -232,7 +232,7 @@ impl State {
     }
 
     /// Compares what the agent holds with the journal; from now on it counts as alive.
-    fn check_holdings(&mut self, node: &str, session: u64, held: &Inventory) {
+    pub(super) fn check_holdings(&mut self, node: &str, session: u64, held: &Inventory) {
         let damage = missing(self.journal(), node, held);
         if let Some(what) = &damage {
             tracing::warn!(node = %node, missing = %what, "node holds less than the journal says: damaged");
@@ -279,7 +279,7 @@ impl State {
     /// then a session that ends is the old connection of a partition dying (its FIN or RST
     /// arrives once the link is back, often before the agent's new session), not the agent.
     /// The node is then judged by when it was last heard, as during the silence.
-    fn end_session(&mut self, node: &str, session: u64) {
+    pub(super) fn end_session(&mut self, node: &str, session: u64) {
         let in_silence = self.silence().is_some();
         let Some(l) = self.live.get(node).filter(|l| l.session == session) else {
             return;
@@ -376,8 +376,76 @@ async fn requests(
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_cluster::{TestCluster, LIVENESS};
     use super::*;
     use eckpt_coding::config::CodingConfig;
+
+    fn registration(name: &str, token: &str, pid: u32) -> Registration {
+        let mut info = TestCluster::info(name);
+        info.pid = pid;
+        Registration {
+            info,
+            token: token.into(),
+            fresh: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_second_agent_of_a_live_node_and_a_copy_of_another_nodes_store_are_refused() {
+        let c = TestCluster::start(6, CodingConfig::default()).await;
+        let before = c.coord.snapshot().await;
+        let (second, _) = c.register(registration("n2", "token-n2", 999)).await;
+        let e = second.unwrap_err();
+        assert_eq!(e.kind(), eckpt_cluster_api::ErrorKind::Fenced, "{e}");
+        assert!(e.to_string().contains("already running"), "{e}");
+        // n3's agent is gone; an agent comes back as n3 with n4's store.
+        c.kill("n3").await;
+        let (copy, _) = c.register(registration("n3", "token-n4", 1)).await;
+        let e = copy.unwrap_err();
+        assert!(e.to_string().contains("another store"), "{e}");
+        let after = c.coord.snapshot().await;
+        assert_eq!(
+            serde_json::to_value(&before.nodes).unwrap(),
+            serde_json::to_value(&after.nodes).unwrap(),
+            "a refusal writes nothing"
+        );
+        assert_eq!(c.coord.alive().await.len(), 5);
+        let (back, _) = c.register(registration("n3", "token-n3", 1)).await;
+        assert!(back.is_ok(), "its own store is welcome back");
+    }
+
+    #[tokio::test]
+    async fn a_silent_agent_dies_after_its_liveness_but_everyone_silent_is_the_coordinators_own_silence() {
+        let c = TestCluster::start(6, CodingConfig::default()).await;
+        c.stop("n2");
+        let stopped = std::time::Instant::now();
+        while c.coord.alive().await.contains_key("n2") {
+            assert!(stopped.elapsed() < 10 * LIVENESS, "n2 still alive");
+            tokio::time::sleep(LIVENESS / 10).await;
+        }
+        // Its last heartbeat was at most one heartbeat period (a sixth) before it stopped.
+        assert!(
+            stopped.elapsed() >= LIVENESS * 2 / 3,
+            "declared dead before its liveness period"
+        );
+        assert_eq!(c.coord.alive().await.len(), 5);
+        let why = c.coord.not_alive("n2").await.unwrap();
+        assert!(why.starts_with("stopped responding"), "{why}");
+        for node in ["n0", "n1", "n3", "n4", "n5"] {
+            c.stop(node);
+        }
+        tokio::time::sleep(2 * LIVENESS).await;
+        let alive = c.coord.alive().await;
+        assert_eq!(
+            alive.len(),
+            5,
+            "nobody is declared dead within the partition grace"
+        );
+        assert!(
+            c.coord.read(|s| s.isolation()).await.is_some(),
+            "the coordinator suspects itself"
+        );
+    }
 
     fn names(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("n{i}")).collect()
