@@ -1,5 +1,8 @@
 //! What `eckpt run` asks of the cluster's coordinator: its state, the agents, a recovery
-//! (the same request `eckpt recover` sends), and a stream of decided epochs.
+//! (the same request `eckpt recover` sends), the job's lease, and a stream of decided
+//! epochs. A trait ([`Coordinator`]), so that the supervisor's decisions run the same
+//! against the coordinator over its socket ([`Cluster`]) and against a scripted one in
+//! their unit tests.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +20,39 @@ use eckpt_cluster_api::ClusterError;
 
 use crate::RunError;
 
-/// A connection-per-call client of one cluster's coordinator.
+/// The coordinator as the supervisor asks it. Every call is bounded: it fails when the
+/// coordinator cannot be reached within the cluster's connection wait.
+pub trait Coordinator: Send + Sync {
+    /// `eckpt status`.
+    fn status(&self) -> Result<StatusReport, RunError>;
+    /// The alive agents by name.
+    fn nodes(&self) -> Result<BTreeMap<String, NodeInfo>, RunError>;
+    /// Waits until no flush is running: the flushing then (`None`: the cluster does not
+    /// flush).
+    fn wait_flush(&self) -> Result<Option<FlushStatus>, RunError>;
+    /// `eckpt flush`: copies the newest committed epoch to the flush directory and waits
+    /// for it.
+    fn flush_now(&self) -> Result<FlushReport, RunError>;
+    /// `eckpt recover`: decode what is lost, place its ranks, restore redundancy — or
+    /// restart from the flush when the node level cannot serve.
+    fn recover(&self, relocation: Relocation) -> Result<RecoveryReport, RunError>;
+    /// `eckpt leave`: stops `node`'s agent on purpose (the batch system took the host
+    /// away); the next recovery rebuilds what it held elsewhere.
+    fn leave(&self, node: &str) -> Result<(), RunError>;
+    /// Claims the job's lease (refused while another supervisor holds it).
+    fn claim_job(&self, claim: JobClaim) -> Result<JobGrant, RunError>;
+    /// Renews the lease of `generation`.
+    fn renew_lease(&self, generation: u64) -> Result<(), RunError>;
+    /// The generation of the next attempt.
+    fn next_attempt(&self, generation: u64) -> Result<u64, RunError>;
+    /// Gives the lease up; `finished`: every rank exited 0.
+    fn release_job(&self, generation: u64, finished: bool) -> Result<(), RunError>;
+    /// Epochs as they are decided, from `first` on.
+    fn watch_epochs(&self, first: u64) -> Result<EpochWatch, RunError>;
+}
+
+/// A connection-per-call client of one cluster's coordinator, usable from several threads
+/// at once (the supervisor's and its lease's).
 pub struct Cluster {
     dir: ClusterDir,
     runtime: tokio::runtime::Runtime,
@@ -25,6 +60,16 @@ pub struct Cluster {
 
 fn runtime() -> Result<tokio::runtime::Runtime, RunError> {
     tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RunError::Launch(format!("starting a runtime: {e}")))
+}
+
+/// A runtime several threads may block on at once.
+fn shared_runtime() -> Result<tokio::runtime::Runtime, RunError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("coordinator-client")
         .enable_all()
         .build()
         .map_err(|e| RunError::Launch(format!("starting a runtime: {e}")))
@@ -39,7 +84,7 @@ impl Cluster {
     pub fn new(dir: &ClusterDir) -> Result<Cluster, RunError> {
         Ok(Cluster {
             dir: dir.clone(),
-            runtime: runtime()?,
+            runtime: shared_runtime()?,
         })
     }
 
@@ -53,53 +98,45 @@ impl Cluster {
             .runtime
             .block_on(coordinator_call(&self.dir, request, |_| {}))?)
     }
+}
 
-    /// `eckpt status`.
-    pub fn status(&self) -> Result<StatusReport, RunError> {
+impl Coordinator for Cluster {
+    fn status(&self) -> Result<StatusReport, RunError> {
         match self.call(&CoordRequest::Status)? {
             CoordResponse::Status(s) => Ok(*s),
             other => Err(unexpected(other)),
         }
     }
 
-    /// The alive agents by name.
-    pub fn nodes(&self) -> Result<BTreeMap<String, NodeInfo>, RunError> {
+    fn nodes(&self) -> Result<BTreeMap<String, NodeInfo>, RunError> {
         match self.call(&CoordRequest::Nodes)? {
             CoordResponse::Nodes(nodes) => Ok(nodes.into_iter().map(|n| (n.name.clone(), n)).collect()),
             other => Err(unexpected(other)),
         }
     }
 
-    /// Waits until no flush is running: the flushing then (`None`: the cluster does not
-    /// flush).
-    pub fn wait_flush(&self) -> Result<Option<FlushStatus>, RunError> {
+    fn wait_flush(&self) -> Result<Option<FlushStatus>, RunError> {
         match self.call(&CoordRequest::WaitFlush)? {
             CoordResponse::FlushState(state) => Ok(state),
             other => Err(unexpected(other)),
         }
     }
 
-    /// `eckpt flush`: copies the newest committed epoch to the flush directory and waits
-    /// for it.
-    pub fn flush_now(&self) -> Result<FlushReport, RunError> {
+    fn flush_now(&self) -> Result<FlushReport, RunError> {
         match self.call(&CoordRequest::Flush { epoch: None })? {
             CoordResponse::Flushed(report) => Ok(report),
             other => Err(unexpected(other)),
         }
     }
 
-    /// `eckpt recover`: decode what is lost, place its ranks, restore redundancy — or
-    /// restart from the flush when the node level cannot serve.
-    pub fn recover(&self, relocation: Relocation) -> Result<RecoveryReport, RunError> {
+    fn recover(&self, relocation: Relocation) -> Result<RecoveryReport, RunError> {
         match self.call(&CoordRequest::Recover { relocation })? {
             CoordResponse::Recovered(r) => Ok(r),
             other => Err(unexpected(other)),
         }
     }
 
-    /// `eckpt leave`: stops `node`'s agent on purpose (the batch system took the host
-    /// away); the next recovery rebuilds what it held elsewhere.
-    pub fn leave(&self, node: &str) -> Result<(), RunError> {
+    fn leave(&self, node: &str) -> Result<(), RunError> {
         match self.call(&CoordRequest::Leave {
             node: node.to_string(),
         })? {
@@ -107,39 +144,36 @@ impl Cluster {
             other => Err(unexpected(other)),
         }
     }
-}
-
-impl Cluster {
-    /// Claims the job's lease (refused while another supervisor holds it).
-    pub fn claim_job(&self, claim: JobClaim) -> Result<JobGrant, RunError> {
+    fn claim_job(&self, claim: JobClaim) -> Result<JobGrant, RunError> {
         match self.call(&CoordRequest::ClaimJob(claim))? {
             CoordResponse::JobGranted(grant) => Ok(grant),
             other => Err(unexpected(other)),
         }
     }
 
-    /// Renews the lease of `generation`.
-    pub fn renew_lease(&self, generation: u64) -> Result<(), RunError> {
+    fn renew_lease(&self, generation: u64) -> Result<(), RunError> {
         match self.call(&CoordRequest::RenewLease { generation })? {
             CoordResponse::Ok => Ok(()),
             other => Err(unexpected(other)),
         }
     }
 
-    /// The generation of the next attempt.
-    pub fn next_attempt(&self, generation: u64) -> Result<u64, RunError> {
+    fn next_attempt(&self, generation: u64) -> Result<u64, RunError> {
         match self.call(&CoordRequest::NextAttempt { generation })? {
             CoordResponse::Generation(next) => Ok(next),
             other => Err(unexpected(other)),
         }
     }
 
-    /// Gives the lease up; `finished`: every rank exited 0.
-    pub fn release_job(&self, generation: u64, finished: bool) -> Result<(), RunError> {
+    fn release_job(&self, generation: u64, finished: bool) -> Result<(), RunError> {
         match self.call(&CoordRequest::ReleaseJob { generation, finished })? {
             CoordResponse::Ok => Ok(()),
             other => Err(unexpected(other)),
         }
+    }
+
+    fn watch_epochs(&self, first: u64) -> Result<EpochWatch, RunError> {
+        EpochWatch::start(&self.dir, first)
     }
 }
 
@@ -151,6 +185,14 @@ pub struct EpochWatch {
 }
 
 impl EpochWatch {
+    /// Outcomes the caller sends (a coordinator in a test).
+    pub fn fed_by(outcomes: Receiver<EpochOutcome>) -> EpochWatch {
+        EpochWatch {
+            outcomes,
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
     /// Starts watching the cluster in `dir` from epoch `first`.
     pub fn start(dir: &ClusterDir, first: u64) -> Result<EpochWatch, RunError> {
         let (send, outcomes) = std::sync::mpsc::channel();

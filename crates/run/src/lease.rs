@@ -11,12 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_cluster_api::dirs::Deadlines;
 use eckpt_cluster_api::msg::{JobClaim, JobGrant, LeaseHolder};
 use eckpt_cluster_api::net::host_name;
 use eckpt_cluster_api::ErrorKind;
 
-use crate::cluster::Cluster;
+use crate::cluster::Coordinator;
 use crate::RunError;
 
 /// A held lease; released by [`Lease::release`] (or left to expire when the process dies).
@@ -39,13 +39,13 @@ impl Lease {
     /// expire, at most one lease period, saying so through `note`, and claims it then; a
     /// live holder is refused at once (after the watch, for a holder on another host).
     pub fn claim(
-        cluster: &Cluster,
+        cluster: &Arc<dyn Coordinator>,
         claim: JobClaim,
+        deadlines: &Deadlines,
         note: &mut dyn FnMut(String),
     ) -> Result<(Lease, JobGrant), RunError> {
-        let deadlines = cluster.dir().load()?.deadlines;
         let grant = match cluster.claim_job(claim.clone()) {
-            Err(e) if fenced(&e) => match Self::holder_gone(cluster, deadlines.lease_renewal())? {
+            Err(e) if fenced(&e) => match Self::holder_gone(&**cluster, deadlines.lease_renewal())? {
                 Some((holder, left)) => {
                     note(format!(
                         "the job's supervisor ({holder}) is gone and has not renewed its lease: taking the job over when the lease expires, in {left:.1} s"
@@ -63,13 +63,16 @@ impl Lease {
             stop: Arc::new(AtomicBool::new(false)),
             renewer: None,
         };
-        lease.renewer = Some(lease.start_renewing(cluster.dir(), deadlines.lease_renewal())?);
+        lease.renewer = Some(lease.start_renewing(cluster.clone(), deadlines.lease_renewal())?);
         Ok((lease, grant))
     }
 
     /// The holder of the job's lease and the seconds its lease has left, when it is gone;
     /// `None` when it is alive (or the lease is free now).
-    fn holder_gone(cluster: &Cluster, renewal: Duration) -> Result<Option<(LeaseHolder, f64)>, RunError> {
+    fn holder_gone(
+        cluster: &dyn Coordinator,
+        renewal: Duration,
+    ) -> Result<Option<(LeaseHolder, f64)>, RunError> {
         let watch_until = Instant::now() + 2 * renewal + Duration::from_millis(200);
         loop {
             let Some(job) = cluster.status()?.job else {
@@ -91,8 +94,11 @@ impl Lease {
         }
     }
 
-    fn start_renewing(&self, dir: &ClusterDir, every: Duration) -> Result<JoinHandle<()>, RunError> {
-        let cluster = Cluster::new(dir)?;
+    fn start_renewing(
+        &self,
+        cluster: Arc<dyn Coordinator>,
+        every: Duration,
+    ) -> Result<JoinHandle<()>, RunError> {
         let (generation, lost, stop) = (self.generation.clone(), self.lost.clone(), self.stop.clone());
         std::thread::Builder::new()
             .name("lease".into())
@@ -132,14 +138,14 @@ impl Lease {
     }
 
     /// A new generation for the next attempt: the ranks of older ones are refused.
-    pub fn next_attempt(&self, cluster: &Cluster) -> Result<u64, RunError> {
+    pub fn next_attempt(&self, cluster: &dyn Coordinator) -> Result<u64, RunError> {
         let mut held = self.generation.lock().expect("generation lock");
         *held = cluster.next_attempt(*held)?;
         Ok(*held)
     }
 
     /// Stops renewing and gives the lease up; `finished`: every rank exited 0.
-    pub fn release(mut self, cluster: &Cluster, finished: bool) -> Result<(), RunError> {
+    pub fn release(mut self, cluster: &dyn Coordinator, finished: bool) -> Result<(), RunError> {
         self.stop_renewing();
         if self.lost().is_some() {
             return Ok(());

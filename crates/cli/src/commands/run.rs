@@ -290,7 +290,7 @@ pub struct MpirunAgentArgs {
 pub fn run_mpirun_agent(args: MpirunAgentArgs) -> Result<i32> {
     let dir = ClusterDir::new(&args.dir)?;
     let cluster = eckpt_run::cluster::Cluster::new(&dir)?;
-    let nodes = cluster.nodes().context("finding the cluster's nodes")?;
+    let nodes = eckpt_run::cluster::Coordinator::nodes(&cluster).context("finding the cluster's nodes")?;
     match eckpt_run::launcher::mpirun::rsh_agent(&nodes, &args.host, &args.command)? {}
 }
 

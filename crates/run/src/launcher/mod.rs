@@ -117,6 +117,18 @@ pub trait Attempt {
     fn stop(&mut self);
 }
 
+/// What starts an attempt's ranks: one of the [`Launcher`]s, or a test's script.
+pub trait Launch {
+    /// Starts every rank of `spec`.
+    fn start(&self, spec: &LaunchSpec<'_>) -> Result<Box<dyn Attempt>, RunError>;
+}
+
+impl Launch for Launcher {
+    fn start(&self, spec: &LaunchSpec<'_>) -> Result<Box<dyn Attempt>, RunError> {
+        spec.start(*self)
+    }
+}
+
 impl LaunchSpec<'_> {
     /// Starts the attempt with `launcher`.
     pub fn start(&self, launcher: Launcher) -> Result<Box<dyn Attempt>, RunError> {

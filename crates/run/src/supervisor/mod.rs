@@ -19,18 +19,18 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "fault-injection")]
 use eckpt_cluster::launch;
-use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
+use eckpt_cluster_api::dirs::{ClusterDir, ClusterFile, Deadlines, NetnsConfig};
 #[cfg(feature = "fault-injection")]
 use eckpt_cluster_api::msg::NodeInfo;
 use eckpt_cluster_api::msg::{FlushRestore, JobClaim, LeaseHolder, RecoveryReport, StatusReport};
 use eckpt_cluster_api::ErrorKind;
 
-use crate::cluster::{Cluster, EpochWatch};
+use crate::cluster::{Cluster, Coordinator, EpochWatch};
 #[cfg(feature = "fault-injection")]
 use crate::faults::{choose_victims, GroupView, KillPlan};
 use crate::guard::Guard;
 use crate::host::NodeHost;
-use crate::launcher::{kill_launch, Ending, LaunchSpec};
+use crate::launcher::{kill_launch, Ending, Launch, LaunchSpec};
 use crate::lease::Lease;
 use crate::placement::{self, Host};
 #[cfg(feature = "fault-injection")]
@@ -177,7 +177,23 @@ pub fn run(options: &RunOptions, events: &mut dyn FnMut(Event)) -> Result<(i32, 
     }
     let session = Session::open(&options.cluster, &mut |text| events(Event::Note(text)))?;
     let started = Instant::now();
-    let begun = Supervisor::new(options, &session, interrupted, started)
+    let begun = Cluster::new(&session.dir)
+        .and_then(|coordinator| {
+            let cluster = Handle {
+                dir: session.dir.clone(),
+                file: session.dir.load()?,
+                coordinator: Arc::new(coordinator),
+                launcher: Box::new(options.launcher),
+                allocation: session.allocation.clone(),
+            };
+            Supervisor::new(
+                options,
+                cluster,
+                session.from_flush.as_ref(),
+                interrupted,
+                started,
+            )
+        })
         .and_then(|supervisor| Ok((Guard::start(&options.exe, &supervisor.run_id)?, supervisor)));
     let (guard, mut supervisor) = match begun {
         Ok(begun) => begun,
@@ -193,7 +209,7 @@ pub fn run(options: &RunOptions, events: &mut dyn FnMut(Event)) -> Result<(i32, 
     // (a job whose every rank exited 0 is recorded as finished).
     guard.release();
     if let Some(lease) = supervisor.lease.take() {
-        if let Err(e) = lease.release(&supervisor.cluster, matches!(result, Ok(0))) {
+        if let Err(e) = lease.release(&*supervisor.cluster, matches!(result, Ok(0))) {
             if result.is_ok() {
                 result = Err(e);
             }
@@ -220,9 +236,26 @@ pub fn run(options: &RunOptions, events: &mut dyn FnMut(Event)) -> Result<(i32, 
     result.map(|code| (code, record))
 }
 
+/// What a supervisor works with: its cluster (the directory and `cluster.json`, read once,
+/// and the coordinator) and how ranks start.
+struct Handle {
+    dir: ClusterDir,
+    file: ClusterFile,
+    coordinator: Arc<dyn Coordinator>,
+    launcher: Box<dyn Launch>,
+    /// The Slurm allocation the job runs in (`--launcher srun`): its view of the nodes.
+    allocation: Option<Allocation>,
+}
+
 struct Supervisor<'a> {
     options: &'a RunOptions,
-    cluster: Cluster,
+    cluster: Arc<dyn Coordinator>,
+    /// The cluster directory.
+    dir: ClusterDir,
+    /// The cluster's namespaced network, when its nodes run in namespaces.
+    netns: Option<NetnsConfig>,
+    /// Starts each attempt's ranks.
+    launcher: Box<dyn Launch>,
     record: RunRecord,
     started: Instant,
     #[cfg(feature = "fault-injection")]
@@ -258,15 +291,23 @@ struct Supervisor<'a> {
 }
 
 impl<'a> Supervisor<'a> {
+    /// A supervisor of `options`' job on `cluster`; `from_flush`: the cluster was just
+    /// started from its flush directory.
     fn new(
         options: &'a RunOptions,
-        session: &Session,
+        cluster: Handle,
+        from_flush: Option<&FlushRestore>,
         interrupted: Arc<AtomicBool>,
         started: Instant,
     ) -> Result<Supervisor<'a>, RunError> {
-        let cluster = Cluster::new(&session.dir)?;
-        let status = cluster.status()?;
-        let file = session.dir.load()?;
+        let Handle {
+            dir,
+            file,
+            coordinator,
+            launcher,
+            allocation,
+        } = cluster;
+        let status = coordinator.status()?;
         let now_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
@@ -289,14 +330,17 @@ impl<'a> Supervisor<'a> {
                 .filter(|n| n.spare && !n.removed)
                 .map(|n| n.name.clone())
                 .collect(),
-            link_rate: file.netns.and_then(|n| n.rate),
+            link_rate: file.netns.as_ref().and_then(|n| n.rate.clone()),
             started_unix: now_unix,
             ..RunRecord::default()
         };
-        let watch = EpochWatch::start(&session.dir, status.open_epoch)?;
+        let watch: EpochWatch = coordinator.watch_epochs(status.open_epoch)?;
         let mut supervisor = Supervisor {
             options,
-            cluster,
+            cluster: coordinator,
+            dir,
+            netns: file.netns,
+            launcher,
             record,
             started,
             #[cfg(feature = "fault-injection")]
@@ -316,9 +360,9 @@ impl<'a> Supervisor<'a> {
             job: String::new(),
             deadlines: file.deadlines,
             isolation_said: false,
-            allocation: session.allocation.clone(),
+            allocation,
         };
-        if let Some(restore) = &session.from_flush {
+        if let Some(restore) = from_flush {
             supervisor.record_flush_restore(restore);
         }
         Ok(supervisor)
@@ -381,7 +425,9 @@ impl<'a> Supervisor<'a> {
             holder,
             start: self.options.start,
         };
-        let (lease, grant) = Lease::claim(&self.cluster, claim, &mut |text| events(Event::Note(text)))?;
+        let (lease, grant) = Lease::claim(&self.cluster, claim, &self.deadlines, &mut |text| {
+            events(Event::Note(text))
+        })?;
         if let Some(epoch) = grant.discarded {
             events(Event::Note(format!(
                 "--fresh: discarded job {}'s checkpoint of epoch {epoch}; the job starts over",
@@ -459,7 +505,7 @@ impl<'a> Supervisor<'a> {
             }
             status = self.cluster.status()?;
         }
-        check_world(&status, self.options.ranks, self.cluster.dir())?;
+        check_world(&status, self.options.ranks, &self.dir)?;
         if status.committed_epoch > 0 {
             events(Event::Note(format!(
                 "resuming the checkpointed job from epoch {}",
@@ -471,7 +517,7 @@ impl<'a> Supervisor<'a> {
             self.heal(events)?;
             attempt_no += 1;
             if attempt_no > 1 {
-                self.lease()?.next_attempt(&self.cluster)?;
+                self.lease()?.next_attempt(&*self.cluster)?;
             }
             match self.attempt(attempt_no, events)? {
                 AttemptEnd::Done => return Ok(0),
@@ -652,12 +698,12 @@ impl<'a> Supervisor<'a> {
         count: usize,
         events: &mut dyn FnMut(Event),
     ) -> Result<RecoveryReport, RunError> {
-        let debug = self.cluster.dir().debug();
+        let debug = self.dir.debug();
         std::fs::create_dir_all(&debug).map_err(|e| RunError::io(&debug, e))?;
         let pause = debug.join("pause");
         std::fs::write(&pause, "mid-recovery").map_err(|e| RunError::io(&pause, e))?;
-        let (dir, relocation) = (self.cluster.dir().clone(), self.options.relocation);
-        let recovery = std::thread::spawn(move || Cluster::new(&dir)?.recover(relocation));
+        let (cluster, relocation) = (self.cluster.clone(), self.options.relocation);
+        let recovery = std::thread::spawn(move || cluster.recover(relocation));
         let reached = debug.join("reached-coordinator");
         let deadline = Instant::now() + Duration::from_secs(300);
         while !reached.exists() && !recovery.is_finished() && Instant::now() < deadline {
@@ -717,7 +763,7 @@ impl<'a> Supervisor<'a> {
                 .map(|n| n.ranks.clone())
                 .unwrap_or_default();
             self.kill_processes(victim, &ranks, infos.get(victim))?;
-            launch::kill_node(self.cluster.dir().root(), victim, true)?;
+            launch::kill_node(self.dir.root(), victim, true)?;
         }
         let set: BTreeSet<String> = victims.into_iter().collect();
         self.undeclared.extend(set.iter().cloned());
@@ -756,10 +802,7 @@ impl<'a> Supervisor<'a> {
         let (placement, hosts) = self.place()?;
         let launch_id = format!("{}-{attempt_no}", self.run_id);
         let mut env = vec![
-            (
-                "ECKPT_CLUSTER".to_string(),
-                self.cluster.dir().root().display().to_string(),
-            ),
+            ("ECKPT_CLUSTER".to_string(), self.dir.root().display().to_string()),
             ("ECKPT_WORLD".to_string(), self.options.ranks.to_string()),
             ("ECKPT_JOB".to_string(), self.job.clone()),
             ("ECKPT_GENERATION".to_string(), generation.to_string()),
@@ -772,7 +815,6 @@ impl<'a> Supervisor<'a> {
                 env.push((key.to_string(), value.clone()));
             }
         }
-        let file = self.cluster.dir().load()?;
         let spec = LaunchSpec {
             command: &self.options.command,
             launcher_args: &self.options.launcher_args,
@@ -782,15 +824,15 @@ impl<'a> Supervisor<'a> {
             env: &env,
             launch_id: &launch_id,
             sinks: self.options.sinks,
-            cluster_dir: self.cluster.dir().root().to_path_buf(),
+            cluster_dir: self.dir.root().to_path_buf(),
             exe: self.options.exe.clone(),
-            subnet: file.netns.as_ref().map(|_| {
-                let net = eckpt_cluster::netns::Network::for_dir(self.cluster.dir().root());
+            subnet: self.netns.as_ref().map(|_| {
+                let net = eckpt_cluster::netns::Network::for_dir(self.dir.root());
                 format!("10.{}.{}.0/24", net.subnet.0, net.subnet.1)
             }),
-            scratch: self.cluster.dir().root().join("runs").join(&launch_id),
+            scratch: self.dir.root().join("runs").join(&launch_id),
         };
-        let mut attempt = spec.start(self.options.launcher)?;
+        let mut attempt = self.launcher.start(&spec)?;
         self.launch = Some(launch_id.clone());
         let start_s = self.now();
         if let Some(mut r) = self.recovered.take() {
@@ -1014,3 +1056,6 @@ impl<'a> Supervisor<'a> {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests;
