@@ -13,20 +13,18 @@ use crate::msg::{DATA_FRAME, FILE_ITEM};
 use crate::net::{host_identity, open, open_node};
 use crate::ClusterError;
 
-/// How long opening a connection to the coordinator may take: a coordinator cut off by a
-/// partition would otherwise hold a caller for the kernel's SYN retries (two minutes).
-pub const CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Opens a control connection to the coordinator of the cluster in `dir`.
+/// Opens a control connection to the coordinator of the cluster in `dir`, waiting at most
+/// the cluster's connection wait (`Deadlines::connect`).
 pub async fn coordinator(dir: &ClusterDir) -> Result<Connection, ClusterError> {
     let file = dir.load()?;
     let secret = dir.load_secret()?;
     let endpoint = file.coordinator_from(&host_identity());
-    let opened = tokio::time::timeout(CONNECT_WAIT, open(endpoint, &secret, &Hello::Control)).await;
+    let wait = file.deadlines.connect();
+    let opened = tokio::time::timeout(wait, open(endpoint, &secret, &Hello::Control)).await;
     let why = match opened {
         Ok(Ok(conn)) => return Ok(conn),
         Ok(Err(e)) => e.to_string(),
-        Err(_) => format!("no answer within {} s", CONNECT_WAIT.as_secs()),
+        Err(_) => format!("no answer within {:.1} s", wait.as_secs_f64()),
     };
     let root = dir.root().display();
     Err(ClusterError::Unreachable(format!(

@@ -91,6 +91,20 @@ pub struct Deadlines {
     /// that a rank whose peers never come does not hang without a word.
     #[serde(default = "default_open_wait_ms")]
     pub open_wait_ms: u64,
+    /// How long a process waits for another to start: `up` for the coordinator and the
+    /// agents, an agent for the coordinator to accept it (the coordinator may start after
+    /// the agents when another launcher starts them), `eckpt run` for agents that never
+    /// registered.
+    #[serde(default = "default_start_wait_ms")]
+    pub start_wait_ms: u64,
+    /// How long a command or rank waits to reach the coordinator (a coordinator cut off by
+    /// a partition would otherwise hold it for the kernel's SYN retries, two minutes).
+    #[serde(default = "default_connect_ms")]
+    pub connect_ms: u64,
+    /// How long a daemon gives a peer that connected to prove it holds the cluster's secret
+    /// before it drops the connection.
+    #[serde(default = "default_handshake_ms")]
+    pub handshake_ms: u64,
 }
 
 fn default_peer_wait_ms() -> u64 {
@@ -99,6 +113,18 @@ fn default_peer_wait_ms() -> u64 {
 
 fn default_open_wait_ms() -> u64 {
     600_000
+}
+
+fn default_start_wait_ms() -> u64 {
+    60_000
+}
+
+fn default_connect_ms() -> u64 {
+    5_000
+}
+
+fn default_handshake_ms() -> u64 {
+    eckpt_proto::HANDSHAKE_TIMEOUT.as_millis() as u64
 }
 
 impl Default for Deadlines {
@@ -110,6 +136,9 @@ impl Default for Deadlines {
             idle_ms: 0,
             peer_wait_ms: default_peer_wait_ms(),
             open_wait_ms: default_open_wait_ms(),
+            start_wait_ms: default_start_wait_ms(),
+            connect_ms: default_connect_ms(),
+            handshake_ms: default_handshake_ms(),
         }
     }
 }
@@ -150,6 +179,27 @@ impl Deadlines {
         Duration::from_millis(self.open_wait_ms)
     }
 
+    /// How long a process waits for another to start.
+    pub fn start_wait(&self) -> Duration {
+        Duration::from_millis(self.start_wait_ms)
+    }
+
+    /// How long a command or rank waits to reach the coordinator.
+    pub fn connect(&self) -> Duration {
+        Duration::from_millis(self.connect_ms)
+    }
+
+    /// How long a daemon gives a connected peer to authenticate.
+    pub fn handshake(&self) -> Duration {
+        Duration::from_millis(self.handshake_ms)
+    }
+
+    /// How long the coordinator may take to declare a dead node dead: its liveness period,
+    /// or, while it hears from nobody and suspects its own link, the partition grace too.
+    pub fn declaration(&self) -> Duration {
+        self.partition_grace() + self.liveness()
+    }
+
     /// How long a cluster with no job runs before it stops itself (`None`: for ever).
     pub fn idle(&self) -> Option<Duration> {
         (self.idle_ms > 0).then(|| Duration::from_millis(self.idle_ms))
@@ -159,7 +209,7 @@ impl Deadlines {
     /// the agent and the agent then resolves its store, so it gets at least the time of a
     /// connection.
     pub fn registration(&self) -> Duration {
-        self.liveness().max(crate::commands::CONNECT_WAIT)
+        self.liveness().max(self.connect())
     }
 
     /// The longest an agent can take to open a new session once its link is back: the
@@ -191,6 +241,9 @@ impl Deadlines {
         check("--partition-grace", self.partition_grace_ms, self.liveness_ms)?;
         check("--peer-wait", self.peer_wait_ms, self.liveness_ms)?;
         check("--open-wait", self.open_wait_ms, self.liveness_ms)?;
+        check("--start-wait", self.start_wait_ms, 1_000)?;
+        check("--connect-wait", self.connect_ms, 100)?;
+        check("--handshake-wait", self.handshake_ms, 100)?;
         if self.idle_ms > 0 {
             // Shorter, and a run between two renewals of its lease would look idle.
             check("--idle-lease", self.idle_ms, self.lease_ms)?;

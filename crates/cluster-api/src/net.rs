@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use eckpt_proto::{connect, ClusterSecret, Connection, Endpoint, FrameReader, Listener};
+use eckpt_proto::{connect, listen, ClusterSecret, Connection, Endpoint, FrameReader, Listener};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::Notify;
 
+use crate::dirs::Deadlines;
 use crate::msg::{Hello, NodeInfo};
 use crate::ClusterError;
 
@@ -30,6 +31,18 @@ pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "localhost".into())
+}
+
+/// Listens on `endpoint` for a daemon of the cluster: a peer that connects gets the
+/// cluster's handshake wait to prove it holds `secret`.
+pub async fn listen_for_cluster(
+    endpoint: &Endpoint,
+    secret: &ClusterSecret,
+    deadlines: &Deadlines,
+) -> Result<Listener, ClusterError> {
+    let mut listener = listen(endpoint, secret).await?;
+    listener.set_handshake_timeout(deadlines.handshake());
+    Ok(listener)
 }
 
 /// Opens an authenticated connection to `endpoint` and says what it is for.

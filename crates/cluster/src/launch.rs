@@ -57,9 +57,6 @@ pub struct UpOptions {
     pub deadlines: Deadlines,
 }
 
-/// How long `up` and `join` wait for processes to come up.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-
 fn spawn_detached(mut command: Command, log: &Path) -> Result<Child, ClusterError> {
     let out = fs::OpenOptions::new()
         .create(true)
@@ -159,8 +156,9 @@ fn status_now(dir: &ClusterDir) -> Option<StatusReport> {
     }
 }
 
-fn wait_alive(dir: &ClusterDir, names: &[String]) -> Result<(), ClusterError> {
-    wait_until(START_TIMEOUT, "the agents to register", || {
+/// Waits, at most the cluster's start wait, until every agent of `names` is registered.
+fn wait_alive(dir: &ClusterDir, file: &ClusterFile, names: &[String]) -> Result<(), ClusterError> {
+    wait_until(file.deadlines.start_wait(), "the agents to register", || {
         status_now(dir).is_some_and(|s| {
             names
                 .iter()
@@ -434,7 +432,7 @@ fn start(
     let log = ClusterDir::log_file(&dir.coordinator());
     let mut coordinator = spawn_detached(command, &log)?;
     let mut exited = false;
-    wait_until(START_TIMEOUT, "the coordinator", || {
+    wait_until(file.deadlines.start_wait(), "the coordinator", || {
         exited = matches!(coordinator.try_wait(), Ok(Some(_)));
         exited || (dir.load().is_ok_and(|f| f.coordinator_tcp.is_some()) && status_now(dir).is_some())
     })?;
@@ -458,7 +456,7 @@ fn start(
         }
     }
     let all: Vec<String> = nodes.iter().chain(spares).cloned().collect();
-    wait_alive(dir, &all)
+    wait_alive(dir, &file, &all)
 }
 
 /// `eckpt join`: starts an agent named `name` (a new spare, or a node coming back). Refused
@@ -491,7 +489,7 @@ pub fn join(dir: &Path, name: &str, spare: bool, exe: &Path) -> Result<(), Clust
     }
     let command = agent_command(exe, &file, &dir, name, spare)?;
     let mut agent = spawn_detached(command, &ClusterDir::log_file(&node_dir))?;
-    wait_alive(&dir, &[name.to_string()]).inspect_err(|_| {
+    wait_alive(&dir, &file, &[name.to_string()]).inspect_err(|_| {
         let _ = agent.kill();
         let _ = agent.wait();
     })

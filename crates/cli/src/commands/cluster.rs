@@ -168,6 +168,17 @@ pub struct DeadlineArgs {
     /// decided, every rank at a pace point) before it fails with an error naming them.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     open_wait: Duration,
+    /// How long a process waits for another to start: `up` for the coordinator and the
+    /// agents, an agent for the coordinator to accept it, `eckpt run` for agents that
+    /// other launchers start.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    start_wait: Duration,
+    /// How long a command or a rank waits to reach the coordinator.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    connect_wait: Duration,
+    /// How long a daemon gives a connected peer to prove it holds the cluster's secret.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    handshake_wait: Duration,
 }
 
 impl DeadlineArgs {
@@ -179,6 +190,9 @@ impl DeadlineArgs {
             idle_ms: self.idle_lease.map_or(0, |d| d.as_millis() as u64),
             peer_wait_ms: self.peer_wait.as_millis() as u64,
             open_wait_ms: self.open_wait.as_millis() as u64,
+            start_wait_ms: self.start_wait.as_millis() as u64,
+            connect_ms: self.connect_wait.as_millis() as u64,
+            handshake_ms: self.handshake_wait.as_millis() as u64,
         }
     }
 }

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eckpt_proto::{listen, ClusterSecret, Connection, Endpoint};
+use eckpt_proto::{ClusterSecret, Connection, Endpoint};
 use eckpt_store::{Options, Store};
 
 use crate::parity_store::ParityStore;
@@ -27,12 +27,10 @@ use eckpt_cluster_api::msg::DATA_FRAME;
 use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello, NodeInfo, RankReport, Registration,
 };
-use eckpt_cluster_api::net::{accept_loop, call, host_identity, next_request, open, Inbox};
+use eckpt_cluster_api::net::{
+    accept_loop, call, host_identity, listen_for_cluster, next_request, open, Inbox,
+};
 use eckpt_cluster_api::{ClusterError, WireError};
-
-/// How long a starting agent waits for the coordinator to accept its registration (the
-/// coordinator may start after the agents when another launcher starts them).
-pub const REGISTER_WAIT: Duration = Duration::from_secs(120);
 
 /// How an agent is started.
 #[derive(Debug, Clone)]
@@ -112,15 +110,21 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
     // predecessor that died mid-flush, and that flush is over.
     store.clear_pins()?;
     let coded = ParityStore::open(&ClusterDir::coded_beside(&store_root))?;
-    let tcp = listen(
+    let tcp = listen_for_cluster(
         &Endpoint::Tcp {
             host: options.bind.clone(),
             port: 0,
         },
         &secret,
+        &cluster.deadlines,
     )
     .await?;
-    let unix = listen(&Endpoint::Unix(dir.agent_socket(&options.name)), &secret).await?;
+    let unix = listen_for_cluster(
+        &Endpoint::Unix(dir.agent_socket(&options.name)),
+        &secret,
+        &cluster.deadlines,
+    )
+    .await?;
     let cores = options.cores.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get() as u32)
@@ -173,14 +177,16 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
         .map_err(|e| ClusterError::Internal(format!("starting the session thread: {e}")))?;
     // The pid file names this node's agent only once the coordinator accepted it: an
     // agent refused as a duplicate or an impostor leaves no trace.
-    tokio::task::spawn_blocking(move || first_registration.recv_timeout(REGISTER_WAIT))
+    // The coordinator may start after the agents when another launcher starts them.
+    let start_wait = agent.cluster.deadlines.start_wait();
+    tokio::task::spawn_blocking(move || first_registration.recv_timeout(start_wait))
         .await
         .map_err(|e| ClusterError::Internal(e.to_string()))?
         .map_err(|_| {
             ClusterError::Invalid(format!(
-                "the coordinator of {} did not accept this agent within {} s",
+                "the coordinator of {} did not accept this agent within {:.0} s",
                 agent.dir.root().display(),
-                REGISTER_WAIT.as_secs()
+                start_wait.as_secs_f64()
             ))
         })??;
     eckpt_cluster_api::dirs::write_pid_file(&node_dir)?;

@@ -37,7 +37,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eckpt_proto::{listen, Connection, Endpoint};
+use eckpt_proto::{Connection, Endpoint};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
@@ -47,7 +47,7 @@ use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, CoordRequest, CoordResponse, GroupRecord, GroupStatus, Hello, NodeInfo,
     NodePurge, NodeStatus, StatusReport,
 };
-use eckpt_cluster_api::net::{accept_loop, host_identity, next_request};
+use eckpt_cluster_api::net::{accept_loop, host_identity, listen_for_cluster, next_request};
 use eckpt_cluster_api::{ClusterError, WireError};
 use owner::{Draft, Owner, State};
 use sessions::session;
@@ -385,13 +385,19 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
     // Task ids are never reused, even those handed out after the last journal write.
     journal.next_task += 1000;
     journal.save(&dir.journal())?;
-    let unix = listen(&Endpoint::Unix(dir.coordinator_socket()), &secret).await?;
-    let tcp = listen(
+    let unix = listen_for_cluster(
+        &Endpoint::Unix(dir.coordinator_socket()),
+        &secret,
+        &cluster.deadlines,
+    )
+    .await?;
+    let tcp = listen_for_cluster(
         &Endpoint::Tcp {
             host: options.bind.clone(),
             port: 0,
         },
         &secret,
+        &cluster.deadlines,
     )
     .await?;
     cluster.coordinator_tcp = Some(tcp.local_endpoint().clone());

@@ -43,13 +43,6 @@ use crate::{RunError, RunOptions};
 /// How often the supervisor looks at the ranks and the nodes.
 const TICK: Duration = Duration::from_millis(50);
 
-/// How long a run waits for agents that never registered (started by another launcher).
-const AGENT_WAIT: Duration = Duration::from_secs(60);
-
-/// How long a run waits for the coordinator to declare dead a node the run killed itself
-/// (`--kill-at`); the coordinator's heartbeat timeout is far shorter.
-const DECLARE_WAIT: Duration = Duration::from_secs(60);
-
 /// Recoveries in a row that may fail for another reason than too many losses (a node dying
 /// while it runs) before the run gives up.
 const RECOVERY_TRIES: u32 = 5;
@@ -462,10 +455,11 @@ impl<'a> Supervisor<'a> {
         Ok(())
     }
 
-    /// Waits (at most [`AGENT_WAIT`]) for agents that never registered: a cluster whose
-    /// agents other launchers start on their hosts is up before they are.
+    /// Waits (at most the cluster's start wait) for agents that never registered: a
+    /// cluster whose agents other launchers start on their hosts is up before they are.
     fn await_agents(&self, events: &mut dyn FnMut(Event)) -> Result<(), RunError> {
-        let deadline = Instant::now() + AGENT_WAIT;
+        let wait = self.deadlines.start_wait();
+        let deadline = Instant::now() + wait;
         let mut said = false;
         loop {
             self.check_interrupt()?;
@@ -481,9 +475,9 @@ impl<'a> Supervisor<'a> {
             }
             if !said {
                 events(Event::Note(format!(
-                    "waiting for the agents of {} to register (at most {} s)",
+                    "waiting for the agents of {} to register (at most {:.0} s)",
                     missing.join(" "),
-                    AGENT_WAIT.as_secs()
+                    wait.as_secs_f64()
                 )));
                 said = true;
             }
@@ -585,12 +579,14 @@ impl<'a> Supervisor<'a> {
                 if self.undeclared.is_empty() {
                     return self.check_min_nodes(&status);
                 }
+                // A node this run killed (or Slurm took): the coordinator declares it dead
+                // within its liveness period, or its partition grace while it suspects itself.
                 let since = *undeclared_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > DECLARE_WAIT {
+                if since.elapsed() > self.deadlines.declaration() {
                     return Err(RunError::Launch(format!(
-                        "the coordinator did not declare killed node(s) {} dead within {} s",
+                        "the coordinator did not declare killed node(s) {} dead within {:.0} s",
                         self.undeclared.iter().cloned().collect::<Vec<_>>().join(" "),
-                        DECLARE_WAIT.as_secs()
+                        self.deadlines.declaration().as_secs_f64()
                     )));
                 }
                 std::thread::sleep(TICK);
