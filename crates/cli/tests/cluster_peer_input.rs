@@ -118,7 +118,6 @@ impl Peer {
             object,
             participants: self.members().into_iter().map(Some).collect(),
             decode: None,
-            pause_after_rows: None,
         }
     }
 }

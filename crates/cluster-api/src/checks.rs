@@ -208,7 +208,6 @@ mod tests {
                 unavailable: vec![1],
                 rebuild: vec![(1, 6)],
             }),
-            pause_after_rows: None,
         }
     }
 

@@ -286,8 +286,6 @@ pub struct CodingTask {
     pub participants: Vec<Option<NodeInfo>>,
     /// Decode: what to rebuild, from what (`None`: encode).
     pub decode: Option<DecodeSpec>,
-    /// Fault injection: participants pause after this many rows.
-    pub pause_after_rows: Option<u64>,
 }
 
 /// An `update` epoch: changed blocks' `X·(old ⊕ new)` folded into staged parity.

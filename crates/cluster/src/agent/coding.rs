@@ -141,7 +141,6 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
     );
     let debug = agent.dir.debug();
     let who = agent.info.name.clone();
-    let pause = task.pause_after_rows;
     let phase = match task.decode {
         Some(_) => crate::debug::Phase::MidDecode,
         None => crate::debug::Phase::MidEncode,
@@ -150,8 +149,8 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
     let (result, links, local) = tokio::task::spawn_blocking(move || {
         let mut links = links;
         let mut local = local;
-        let mut progress = |done: u64, _total: u64| {
-            if pause == Some(done) {
+        let mut progress = |done: u64, total: u64| {
+            if crate::debug::pause_row(total) == Some(done) {
                 crate::debug::pause_point(&debug, phase, &who);
             }
         };

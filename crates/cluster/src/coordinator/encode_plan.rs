@@ -340,7 +340,6 @@ impl FullPlan {
             object: self.object.clone(),
             participants: participants.iter().cloned().map(Some).collect(),
             decode: None,
-            pause_after_rows: crate::debug::pause_row(self.geometry.rows()),
         }
     }
 

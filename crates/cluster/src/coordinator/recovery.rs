@@ -19,7 +19,6 @@ use eckpt_cluster_api::msg::{
     RecoveryReport, Relocation,
 };
 use eckpt_cluster_api::{ClusterError, ErrorKind};
-use eckpt_coding::geometry::Geometry;
 
 /// A member to rebuild: its position, the node decoding it, and what that node does with it.
 type Rebuild = (usize, NodeInfo, Deliver);
@@ -153,9 +152,6 @@ impl Coordinator {
                     unavailable: unavailable.to_vec(),
                     rebuild: targets.clone(),
                 }),
-                pause_after_rows: crate::debug::pause_row(
-                    Geometry::new(coding.layout, g.k, g.m, object.data_chunks).rows(),
-                ),
             };
             let requests: Vec<_> = participants
                 .iter()
