@@ -240,6 +240,8 @@ fn move_aside(dir: &Path, relative: &Path, epoch: u64) -> Result<(), Error> {
     if let Some(parent) = to.parent() {
         fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }
+    // Not fsynced: this moves a file of the program's, not checkpoint data; a crash that
+    // loses the move leaves the file where it was, and the restore run again moves it.
     fs::rename(&from, &to).map_err(|e| Error::io(&from, e))
 }
 

@@ -141,6 +141,7 @@ pub fn save(journal: &Journal, path: &Path) -> Result<(), ClusterError> {
         }
         Err(_) if path.exists() => {
             let aside = damaged_path(path);
+            // Made durable by the write below, which fsyncs the directory.
             std::fs::rename(path, &aside).map_err(eckpt_cluster_api::io_at(&aside))?;
         }
         Err(_) => {}
