@@ -423,9 +423,10 @@ mod tests {
             assert!(stopped.elapsed() < 10 * LIVENESS, "n2 still alive");
             tokio::time::sleep(LIVENESS / 10).await;
         }
-        // Its last heartbeat was at most one heartbeat period (a sixth) before it stopped.
+        // Its last heartbeat was one heartbeat period (a sixth) before it stopped, or a few
+        // on a loaded machine: dead only once it was silent for its liveness period.
         assert!(
-            stopped.elapsed() >= LIVENESS * 2 / 3,
+            stopped.elapsed() >= LIVENESS / 2,
             "declared dead before its liveness period"
         );
         assert_eq!(c.coord.alive().await.len(), 5);
