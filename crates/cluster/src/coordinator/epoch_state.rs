@@ -172,16 +172,9 @@ fn place(
     node: Option<String>,
     alive: &BTreeMap<String, NodeInfo>,
 ) -> Result<String, ClusterError> {
-    if let Some(w) = journal.world.filter(|&w| w != world) {
-        return Err(ClusterError::Mismatch(format!(
-            "the job has {w} ranks; this checkpoint says {world}"
-        )));
-    }
-    if rank >= world {
-        return Err(ClusterError::Invalid(format!(
-            "rank {rank} outside a job of {world} ranks"
-        )));
-    }
+    journal.check_rank(rank, world, |w| {
+        format!("the job has {w} ranks; this checkpoint says {world}")
+    })?;
     let candidates: Vec<String> = journal
         .members()
         .into_iter()

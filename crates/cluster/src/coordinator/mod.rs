@@ -261,16 +261,9 @@ impl Coordinator {
         self.read(move |s| {
             s.fence(generation, &format!("rank {rank}"))?;
             let journal = s.journal();
-            if let Some(w) = journal.world.filter(|&w| w != world) {
-                return Err(ClusterError::Mismatch(format!(
-                    "the job was checkpointed with {w} ranks but restarts with {world}"
-                )));
-            }
-            if rank >= world {
-                return Err(ClusterError::Invalid(format!(
-                    "rank {rank} outside a job of {world} ranks"
-                )));
-            }
+            journal.check_rank(rank, world, |w| {
+                format!("the job was checkpointed with {w} ranks but restarts with {world}")
+            })?;
             let Some(name) = journal.placement.get(&rank).filter(|_| journal.committed > 0) else {
                 return Ok(CoordResponse::Located(None));
             };

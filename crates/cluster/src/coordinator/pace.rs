@@ -138,16 +138,12 @@ impl Coordinator {
         generation: Option<u64>,
     ) -> Result<PaceStats, ClusterError> {
         self.fence(generation, format!("rank {rank}")).await?;
-        if let Some(w) = self.read(|s| s.journal().world).await.filter(|&w| w != world) {
-            return Err(ClusterError::Invalid(format!(
-                "the job has {w} ranks; this pace point says {world}"
-            )));
-        }
-        if rank >= world {
-            return Err(ClusterError::Invalid(format!(
-                "rank {rank} outside a job of {world} ranks"
-            )));
-        }
+        self.read(move |s| {
+            s.journal().check_rank(rank, world, |w| {
+                format!("the job has {w} ranks; this pace point says {world}")
+            })
+        })
+        .await?;
         let key = (launch, round);
         let reached = key.clone();
         let answered = self

@@ -369,7 +369,8 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::super::test_cluster::{Fault, Kind, Steps, TestCluster, LIVENESS};
-    use eckpt_cluster_api::msg::Relocation;
+    use eckpt_cluster_api::msg::{RecoveryReport, Relocation};
+    use eckpt_cluster_api::ClusterError;
     use eckpt_coding::config::CodingConfig;
     use serde_json::Value;
 
@@ -382,6 +383,11 @@ mod tests {
         c.kill("n1").await;
         c.agents.clear();
         c
+    }
+
+    /// `eckpt recover` (ranks relocated per process), its steps unheard.
+    async fn recover(c: &TestCluster) -> Result<RecoveryReport, ClusterError> {
+        c.coord.recover(&mut Steps::default(), Relocation::Process).await
     }
 
     /// What a recovery decides: placement, groups and their parity, the committed epoch.
@@ -455,11 +461,7 @@ mod tests {
             let c = one_lost().await;
             let before = decisions(&c).await;
             c.agents.fault(node, Fault::Fail(phase, "injected: disk gone"));
-            let e = c
-                .coord
-                .recover(&mut Steps::default(), Relocation::Process)
-                .await
-                .expect_err(&format!("a failure at {phase:?}"));
+            let e = recover(&c).await.expect_err(&format!("a failure at {phase:?}"));
             let text = e.to_string();
             assert!(
                 text.contains(node) && text.contains("disk gone"),
@@ -481,11 +483,7 @@ mod tests {
         let c = one_lost().await;
         c.agents
             .fault("n3", Fault::Fail(Kind::Scrub, "injected: checksum mismatch"));
-        let report = c
-            .coord
-            .recover(&mut Steps::default(), Relocation::Process)
-            .await
-            .unwrap();
+        let report = recover(&c).await.unwrap();
         assert_eq!(report.repaired, ["n3"], "{report:?}");
         assert!(
             report
@@ -502,11 +500,7 @@ mod tests {
             .fault("n3", Fault::Fail(Kind::Scrub, "injected: checksum mismatch"));
         c.agents
             .fault("n4", Fault::Fail(Kind::Scrub, "injected: checksum mismatch"));
-        let e = c
-            .coord
-            .recover(&mut Steps::default(), Relocation::Process)
-            .await
-            .unwrap_err();
+        let e = recover(&c).await.unwrap_err();
         assert!(
             e.to_string().contains("n1") || e.to_string().contains("more than"),
             "{e}"
@@ -523,7 +517,7 @@ mod tests {
         }
         let recovery = tokio::spawn({
             let c = c.clone();
-            async move { c.coord.recover(&mut Steps::default(), Relocation::Process).await }
+            async move { recover(&c).await }
         });
         while !c.agents.asked("n4").contains(&Kind::Decode) {
             tokio::time::sleep(Duration::from_millis(5)).await;

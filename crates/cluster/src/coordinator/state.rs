@@ -150,6 +150,26 @@ impl Journal {
         super::journal_file::save(self, path)
     }
 
+    /// Refuses `rank` of a job of `world` ranks: when the job has `w` ranks, `mismatch(w)`
+    /// says why (permanent: the user's to resolve, not the cluster's); a rank outside the
+    /// job is bad input.
+    pub fn check_rank(
+        &self,
+        rank: u32,
+        world: u32,
+        mismatch: impl FnOnce(u32) -> String,
+    ) -> Result<(), ClusterError> {
+        if let Some(w) = self.world.filter(|&w| w != world) {
+            return Err(ClusterError::Mismatch(mismatch(w)));
+        }
+        if rank >= world {
+            return Err(ClusterError::Invalid(format!(
+                "rank {rank} outside a job of {world} ranks"
+            )));
+        }
+        Ok(())
+    }
+
     /// Records the pace every rank reported with `epoch` (when all did), keeping the last
     /// few epochs'.
     pub fn record_pace(&mut self, epoch: u64, pace: Option<PaceStats>) {
