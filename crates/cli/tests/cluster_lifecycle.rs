@@ -304,3 +304,118 @@ fn a_cluster_given_an_idle_lease_stops_itself_once_no_job_runs() {
     let refused = run(&too_short.split(' ').collect::<Vec<_>>());
     assert_refused(&refused, "--idle-lease 500 ms is too short");
 }
+
+/// Failure domains: four racks of two nodes, k=3 m=1 (two groups of four). Formed in name
+/// order, a group holds both nodes of rack r0, and losing the rack loses that group's data;
+/// formed across the racks (`--domain`), each group holds one node per rack, and the lost
+/// rack costs each group one member, which its code rebuilds.
+#[test]
+fn a_whole_failure_domain_lost_at_once_is_rebuilt_when_groups_span_the_domains() {
+    let shape = ["--nodes", "8", "--k", "3", "--m", "1", "--block-size", "8KiB"];
+    let racks = [
+        "--domain", "r0=n0,n1", "--domain", "r1=n2,n3", "--domain", "r2=n4,n5", "--domain", "r3=n6,n7",
+    ];
+    let rack_of = |node: &str| node[1..].parse::<usize>().unwrap() / 2;
+    let lose_rack_r0 = |c: &mut Cluster| {
+        epoch_of(c, &data(6, 11));
+        for node in ["n0", "n1"] {
+            c.kill(node, true);
+        }
+        c.wait_down("n0");
+        c.wait_down("n1");
+        c.recover()
+    };
+
+    let mut spread = Cluster::up(&[&shape[..], &racks[..]].concat());
+    let status = spread.status();
+    for group in status["groups"].as_array().unwrap() {
+        let members: Vec<usize> = group["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| rack_of(m.as_str().unwrap()))
+            .collect();
+        let mut racks = members.clone();
+        racks.dedup();
+        assert_eq!(racks.len(), members.len(), "one node per rack: {group}");
+        assert!(group["exposed"].is_null(), "{group}");
+    }
+    let recovered = lose_rack_r0(&mut spread);
+    assert!(
+        recovered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&recovered.stderr)
+    );
+    spread.assert_restorable();
+
+    let mut by_name = Cluster::up(&shape);
+    let lost = lose_rack_r0(&mut by_name);
+    assert!(!lost.status.success(), "two members of one group of m=1 are lost");
+    assert!(
+        String::from_utf8_lossy(&lost.stderr).contains("more than m=1"),
+        "{}",
+        String::from_utf8_lossy(&lost.stderr)
+    );
+}
+
+/// Domains that cannot be spread (one rack holds three of four nodes, m=1) are said at `up`
+/// and in `status`; a domain naming a node the cluster does not have is refused.
+#[test]
+fn domains_that_cannot_be_spread_are_said_and_unknown_nodes_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad");
+    let out = run(&[
+        "up",
+        "--dir",
+        bad.to_str().unwrap(),
+        "--detach",
+        "--nodes",
+        "4",
+        "--k",
+        "3",
+        "--m",
+        "1",
+        "--domain",
+        "r0=n0,n9",
+    ]);
+    assert_refused(&out, "--domain names node n9, which is not a node of the cluster");
+    assert!(!bad.join("cluster.json").exists(), "nothing created");
+    let out = run(&[
+        "up",
+        "--dir",
+        bad.to_str().unwrap(),
+        "--detach",
+        "--nodes",
+        "4",
+        "--domain",
+        "r0",
+    ]);
+    assert_refused(&out, "--domain \"r0\": expected DOMAIN=NODE,NODE,…");
+
+    let dir = tmp.path().join("cluster");
+    let d = dir.to_str().unwrap();
+    let up = ok(&[
+        "up",
+        "--dir",
+        d,
+        "--detach",
+        "--nodes",
+        "4",
+        "--k",
+        "3",
+        "--m",
+        "1",
+        "--domain",
+        "r0=n0,n1,n2",
+    ]);
+    assert!(
+        up.contains("WARNING: group 1 holds 3 members of failure domain r0, more than m=1"),
+        "{up}"
+    );
+    let status = ok(&["status", "--dir", d]);
+    assert!(
+        status.contains("EXPOSED: 3 members in failure domain r0"),
+        "{status}"
+    );
+    ok(&["down", "--dir", d]);
+}

@@ -639,6 +639,9 @@ pub struct NodeStatus {
     /// epochs): `eckpt recover` rebuilds it.
     #[serde(default)]
     pub damaged: Option<String>,
+    /// Its failure domain, if known.
+    #[serde(default)]
+    pub domain: Option<String>,
 }
 
 /// `eckpt status`.
@@ -686,6 +689,9 @@ pub struct GroupStatus {
     pub lost: Vec<String>,
     /// Epoch the group's parity protects (0: none).
     pub protected_epoch: u64,
+    /// A failure domain holding more than `m` of its members, and how many.
+    #[serde(default)]
+    pub exposed: Option<(String, usize)>,
     /// Stripe chain length (1 for image modes).
     pub objects: usize,
 }
@@ -1041,6 +1047,10 @@ pub struct UpSummary {
     pub topology: Topology,
     /// A stopped cluster was brought back rather than a new one created.
     pub restarted: bool,
+    /// Groups that hold more than `m` members of one failure domain (the domains given do
+    /// not allow better): losing that domain loses the group's data.
+    #[serde(default)]
+    pub exposed: Vec<String>,
     /// Flushes to shared storage, when the cluster makes them.
     #[serde(default)]
     pub flush: Option<FlushConfig>,

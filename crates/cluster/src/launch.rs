@@ -2,6 +2,7 @@
 //! processes, optionally each agent in its own network namespace), `down`, `join`, and
 //! `kill-node` for fault injection.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -55,6 +56,8 @@ pub struct UpOptions {
     pub flush: Option<FlushConfig>,
     /// The cluster's time bounds (new clusters; a restarted one keeps its own).
     pub deadlines: Deadlines,
+    /// Failure domains by node (new clusters): groups are formed across them.
+    pub domains: BTreeMap<String, String>,
 }
 
 fn spawn_detached(mut command: Command, log: &Path) -> Result<Child, ClusterError> {
@@ -199,6 +202,17 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         )));
     }
     let (nodes, spares) = node_names(options, node_count)?;
+    if let Some(unknown) = options
+        .domains
+        .keys()
+        .find(|n| !nodes.contains(n) && !spares.contains(n))
+    {
+        return Err(ClusterError::Invalid(format!(
+            "--domain names node {unknown}, which is not a node of the cluster ({} … {})",
+            nodes.first().map_or("", String::as_str),
+            spares.last().or(nodes.last()).map_or("", String::as_str)
+        )));
+    }
     claim_new_dir(&dir)?;
     for sub in [dir.coordinator(), dir.debug(), dir.root().join("nodes")] {
         fs::create_dir_all(&sub).map_err(eckpt_cluster_api::io_at(&sub))?;
@@ -225,7 +239,7 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         deadlines: options.deadlines,
     };
     write_cluster_file(&dir, &file)?;
-    Journal::new(options.coding, &nodes, &spares).save(&dir.journal())?;
+    Journal::in_domains(options.coding, &nodes, &spares, &options.domains).save(&dir.journal())?;
     start(&dir, &file, options, &nodes, &spares)?;
     let mut summary = summary(&dir, &file, nodes, spares, false);
     if options.agents {
@@ -363,7 +377,24 @@ fn summary(
     spares: Vec<String>,
     restarted: bool,
 ) -> UpSummary {
+    // Said at every start: the domains of a cluster are fixed when it is created.
+    let exposed = Journal::load(&dir.journal())
+        .map(|journal| {
+            journal
+                .groups
+                .iter()
+                .filter_map(|g| {
+                    let (domain, count) = journal.overexposed(&g.group)?;
+                    Some(format!(
+                        "group {} holds {count} members of failure domain {domain}, more than m={}: losing {domain} loses the group's data (more nodes or other domains spread it)",
+                        g.group.id, g.group.m
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     UpSummary {
+        exposed,
         dir: dir.root().to_path_buf(),
         coding: file.coding,
         nodes,

@@ -1,5 +1,6 @@
 //! Managing a local cluster: `up`, `down`, `status`, `join`, `leave`, `kill-node`.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -135,6 +136,11 @@ pub struct ShapeArgs {
     /// (default: loopback, or the bridge of --netns).
     #[arg(long)]
     bind: Option<String>,
+    /// A failure domain and its nodes, `DOMAIN=NODE,NODE,…` (a rack, a chassis, a switch,
+    /// a power supply: nodes that fail together); repeat per domain. Groups are formed so
+    /// that none holds more than m nodes of one domain where the nodes allow (new clusters).
+    #[arg(long = "domain", value_name = "DOMAIN=NODES")]
+    domains: Vec<String>,
     #[command(flatten)]
     flush: FlushArgs,
     #[command(flatten)]
@@ -197,6 +203,27 @@ impl DeadlineArgs {
     }
 }
 
+/// `--domain DOMAIN=NODE,NODE,…` options as each node's domain; a node in two domains, or
+/// a domain without a name or nodes, is refused.
+fn domains_by_node(options: &[String]) -> Result<BTreeMap<String, String>> {
+    let mut by_node = BTreeMap::new();
+    for option in options {
+        let (domain, nodes) = option
+            .split_once('=')
+            .filter(|(d, n)| !d.trim().is_empty() && !n.trim().is_empty())
+            .ok_or_else(|| anyhow::anyhow!("--domain {option:?}: expected DOMAIN=NODE,NODE,…"))?;
+        for node in nodes.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            if let Some(other) = by_node.insert(node.to_string(), domain.trim().to_string()) {
+                bail!(
+                    "--domain: node {node} is in two domains ({other} and {})",
+                    domain.trim()
+                );
+            }
+        }
+    }
+    Ok(by_node)
+}
+
 impl ShapeArgs {
     /// Nodes of a cluster created without --nodes: one group of k + m.
     pub fn default_nodes(&self) -> Result<usize> {
@@ -219,6 +246,7 @@ impl ShapeArgs {
             bind: self.bind.clone(),
             flush: self.flush.config(),
             deadlines: self.deadlines.deadlines(),
+            domains: domains_by_node(&self.domains)?,
         })
     }
 }
@@ -278,6 +306,9 @@ pub fn run_up(args: UpArgs) -> Result<i32> {
         }
         if let Some(restore) = &summary.from_flush {
             println!("{restore}");
+        }
+        for exposed in &summary.exposed {
+            println!("WARNING: {exposed}");
         }
     }
     if !args.detach {
@@ -385,6 +416,12 @@ pub fn run_status(args: StatusArgs) -> Result<i32> {
                 format!(", LOST: {}", g.lost.join(" "))
             }
         );
+        if let Some((domain, count)) = &g.exposed {
+            println!(
+                "  EXPOSED: {count} members in failure domain {domain}, more than m={}: losing it loses this group's data",
+                g.m
+            );
+        }
     }
     if let Some(f) = &s.flush {
         println!(

@@ -30,7 +30,7 @@ mod state;
 mod test_cluster;
 
 pub use job::JobRecord;
-pub use state::{form_groups, natural_key, Journal, NodeEntry};
+pub use state::{natural_key, Journal, NodeEntry};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -232,7 +232,7 @@ impl Coordinator {
             let groups = journal
                 .groups
                 .iter()
-                .map(|g| group_status(g, &alive, &damaged))
+                .map(|g| group_status(journal, g, &alive, &damaged))
                 .collect();
             StatusReport {
                 coding: journal.coding,
@@ -340,11 +340,13 @@ fn node_status(
         removed: entry.removed,
         hosts_ranks: journal.holds_data(name),
         damaged: damaged.get(name).cloned(),
+        domain: entry.domain.clone(),
     }
 }
 
 /// One group's line in `eckpt status`: a member is lost when it is down or damaged.
 fn group_status(
+    journal: &Journal,
     g: &GroupRecord,
     alive: &BTreeMap<String, NodeInfo>,
     damaged: &BTreeMap<String, String>,
@@ -362,6 +364,7 @@ fn group_status(
             .cloned()
             .collect(),
         protected_epoch: g.objects.last().map_or(0, |o| o.version),
+        exposed: journal.overexposed(&g.group),
         objects: g.objects.len(),
     }
 }

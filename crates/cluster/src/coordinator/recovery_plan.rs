@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::state::{form_groups, natural_key, Journal};
+use super::state::{natural_key, Journal};
 use eckpt_cluster_api::msg::{Group, GroupRecord, Relocation};
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::geometry::Geometry;
@@ -457,7 +457,7 @@ fn regroup_around_ranks(
         .collect();
     nodes.sort_by_key(|n| natural_key(n));
     let (k, m, layout) = (journal.coding.k, journal.coding.m, journal.coding.layout);
-    let shapes = form_groups(&nodes, k, m);
+    let shapes = journal.form_groups(&nodes);
     if shapes.is_empty() {
         return Err(ClusterError::Unrecoverable(format!(
             "only {} node(s) left, fewer than m+1={}: the ranks cannot be protected; add spares \
@@ -832,6 +832,7 @@ mod tests {
                         spare: true,
                         removed: false,
                         token: None,
+                        domain: None,
                     },
                 );
             }

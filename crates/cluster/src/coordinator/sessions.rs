@@ -175,11 +175,13 @@ impl State {
             .filter(|o| o.info.pid == info.pid && o.info.host == info.host && o.token == reg.token)
             .map(|o| (o.checked, o.damage.clone()))
             .unwrap_or((false, None));
+        // A node the journal does not know joins as a spare, in no failure domain.
         let entry = journal.nodes.entry(name.clone()).or_insert(NodeEntry {
             info: None,
             spare: true,
             removed: false,
             token: None,
+            domain: None,
         });
         entry.info = Some(info.clone());
         entry.token = Some(reg.token.clone());

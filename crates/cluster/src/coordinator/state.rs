@@ -28,6 +28,9 @@ pub struct NodeEntry {
     /// The token its store proves it is this node with (set at its first registration).
     #[serde(default)]
     pub token: Option<String>,
+    /// Its failure domain (a rack, a chassis, a power supply: `up --domain`), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
 }
 
 /// The coordinator's journal: rewritten atomically on every decision, so a restarted
@@ -70,24 +73,20 @@ const PACE_KEPT: usize = 4;
 
 pub use eckpt_coding::policy::natural_key;
 
-/// Splits `nodes`, in natural order, into groups of the sizes
-/// [`eckpt_coding::policy::group_sizes`] gives: `(data members, members)` per group.
-pub fn form_groups(nodes: &[String], k: usize, m: usize) -> Vec<(usize, Vec<String>)> {
-    let mut sorted = nodes.to_vec();
-    sorted.sort_by_key(|n| natural_key(n));
-    let mut at = 0;
-    eckpt_coding::policy::group_sizes(sorted.len(), k, m)
-        .into_iter()
-        .map(|(data, size)| {
-            at += size;
-            (data, sorted[at - size..at].to_vec())
-        })
-        .collect()
-}
-
 impl Journal {
     /// A fresh journal for `nodes` and `spares`, groups formed.
     pub fn new(coding: CodingConfig, nodes: &[String], spares: &[String]) -> Journal {
+        Self::in_domains(coding, nodes, spares, &BTreeMap::new())
+    }
+
+    /// A fresh journal for `nodes` and `spares` in the failure domains `domains` (by node),
+    /// groups formed across them.
+    pub fn in_domains(
+        coding: CodingConfig,
+        nodes: &[String],
+        spares: &[String],
+        domains: &BTreeMap<String, String>,
+    ) -> Journal {
         let mut journal = Journal {
             format: JOURNAL_FORMAT,
             coding,
@@ -111,6 +110,7 @@ impl Journal {
                         spare,
                         removed: false,
                         token: None,
+                        domain: domains.get(name).cloned(),
                     },
                 );
             }
@@ -119,9 +119,25 @@ impl Journal {
         journal
     }
 
+    /// The failure domain of `node`, if known.
+    pub fn domain_of(&self, node: &str) -> Option<String> {
+        self.nodes.get(node)?.domain.clone()
+    }
+
+    /// How `nodes` form groups of this journal's code, across their failure domains
+    /// ([`eckpt_coding::policy::form_groups`]): `(data members, members)` per group.
+    pub fn form_groups(&self, nodes: &[String]) -> Vec<(usize, Vec<String>)> {
+        eckpt_coding::policy::form_groups(nodes, self.coding.k, self.coding.m, |n| self.domain_of(n))
+    }
+
+    /// The failure domain of which group `group` holds more than `m` members, and how many.
+    pub fn overexposed(&self, group: &Group) -> Option<(String, usize)> {
+        eckpt_coding::policy::overexposed(&group.members, group.m, |n| self.domain_of(n))
+    }
+
     /// New groups (with fresh ids, no objects) over `nodes`.
     pub fn regroup(&mut self, nodes: &[String]) -> Vec<GroupRecord> {
-        form_groups(nodes, self.coding.k, self.coding.m)
+        self.form_groups(nodes)
             .into_iter()
             .map(|(k, members)| {
                 let id = self.next_group;
@@ -298,21 +314,6 @@ mod tests {
             let back = Journal::load(&path).unwrap();
             assert_eq!(back.job.finished_unix, j.job.finished_unix);
         }
-    }
-
-    #[test]
-    fn groups_take_the_remainder_as_extra_data_members() {
-        let g = form_groups(&names(6), 4, 2);
-        assert_eq!(g, vec![(4, names(6))]);
-        let g = form_groups(&names(13), 4, 2);
-        assert_eq!(g.len(), 2);
-        assert_eq!((g[0].0, g[0].1.len()), (5, 7));
-        assert_eq!((g[1].0, g[1].1.len()), (4, 6));
-        // Natural order: n10 comes after n9.
-        assert_eq!(g[1].1.last().unwrap(), "n12");
-        // Fewer than k + m but more than m: one smaller group.
-        assert_eq!(form_groups(&names(4), 4, 2), vec![(2, names(4))]);
-        assert!(form_groups(&names(2), 4, 2).is_empty());
     }
 
     #[test]

@@ -86,6 +86,7 @@ impl Coordinator for Scripted {
                 removed: n.removed,
                 hosts_ranks: !n.removed,
                 damaged: None,
+                domain: None,
             })
             .collect();
         let job = w.holder.as_ref().map(|(holder, renewed, lease)| JobStatus {
@@ -300,6 +301,7 @@ fn options(dir: &std::path::Path) -> RunOptions {
                 bind: None,
                 flush: None,
                 deadlines: Deadlines::default(),
+                domains: Default::default(),
             },
             nodes_given: false,
             hosts: None,

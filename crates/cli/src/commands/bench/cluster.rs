@@ -210,6 +210,7 @@ pub fn run(args: Args) -> Result<i32> {
         bind: None,
         flush: None,
         deadlines: Default::default(),
+        domains: Default::default(),
     })?;
     let result = measure(&args, coding, &dir_path, tmp.path(), &mut cgroups);
     let down = launch::down(&dir_path, true);

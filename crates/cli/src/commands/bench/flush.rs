@@ -320,6 +320,7 @@ pub fn run(args: Args) -> Result<i32> {
             keep: 1,
         }),
         deadlines: Default::default(),
+        domains: Default::default(),
     })?;
     let result = measure(&args, coding, &dir_path, &flush_root);
     let down = launch::down(&dir_path, true);
