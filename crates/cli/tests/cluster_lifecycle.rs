@@ -358,56 +358,31 @@ fn a_whole_failure_domain_lost_at_once_is_rebuilt_when_groups_span_the_domains()
     );
 }
 
+/// `up` of four nodes, k=3 m=1, with `--domain domain`.
+fn up_four_in(dir: &std::path::Path, domain: &str) -> std::process::Output {
+    let d = dir.to_str().unwrap();
+    run(&[
+        "up", "--dir", d, "--detach", "--nodes", "4", "--k", "3", "--m", "1", "--domain", domain,
+    ])
+}
+
 /// Domains that cannot be spread (one rack holds three of four nodes, m=1) are said at `up`
 /// and in `status`; a domain naming a node the cluster does not have is refused.
 #[test]
 fn domains_that_cannot_be_spread_are_said_and_unknown_nodes_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let bad = tmp.path().join("bad");
-    let out = run(&[
-        "up",
-        "--dir",
-        bad.to_str().unwrap(),
-        "--detach",
-        "--nodes",
-        "4",
-        "--k",
-        "3",
-        "--m",
-        "1",
-        "--domain",
-        "r0=n0,n9",
-    ]);
+    let out = up_four_in(&bad, "r0=n0,n9");
     assert_refused(&out, "--domain names node n9, which is not a node of the cluster");
     assert!(!bad.join("cluster.json").exists(), "nothing created");
-    let out = run(&[
-        "up",
-        "--dir",
-        bad.to_str().unwrap(),
-        "--detach",
-        "--nodes",
-        "4",
-        "--domain",
-        "r0",
-    ]);
+    let out = up_four_in(&bad, "r0");
     assert_refused(&out, "--domain \"r0\": expected DOMAIN=NODE,NODE,…");
 
     let dir = tmp.path().join("cluster");
     let d = dir.to_str().unwrap();
-    let up = ok(&[
-        "up",
-        "--dir",
-        d,
-        "--detach",
-        "--nodes",
-        "4",
-        "--k",
-        "3",
-        "--m",
-        "1",
-        "--domain",
-        "r0=n0,n1,n2",
-    ]);
+    let up = up_four_in(&dir, "r0=n0,n1,n2");
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let up = String::from_utf8_lossy(&up.stdout);
     assert!(
         up.contains("WARNING: group 1 holds 3 members of failure domain r0, more than m=1"),
         "{up}"
