@@ -4,8 +4,6 @@
 
 mod cluster;
 
-use std::process::Command;
-
 use cluster::{assert_refused, bytes, finish, ok, run, run_bounded, spawn, touch, Cluster};
 
 fn epoch_of(c: &mut Cluster, data: &[Vec<u8>]) {
@@ -107,14 +105,10 @@ fn commit_resumes_after_the_coordinator_and_an_agent_die_at_the_commit_point() {
     c.kill(&victim, false);
     c.kill_coordinator();
     c.resume();
-    // Restart both by hand; they resolve the prepared epoch from the journal.
-    let log = std::fs::File::create(c.dir.join("coordinator/log2")).unwrap();
-    let mut coordinator = Command::new(env!("CARGO_BIN_EXE_eckpt"))
-        .args(["coordinator", "--dir", c.d()])
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Restart both by hand; they resolve the prepared epoch from the journal. (`join`
+    // refuses a cluster whose coordinator does not answer yet.)
+    let mut coordinator = c.start_coordinator();
+    c.wait_coordinator();
     ok(&["join", "--dir", c.d(), "--name", &victim]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while c.status()["nodes"]

@@ -393,6 +393,16 @@ impl Cluster {
             .unwrap()
     }
 
+    /// Waits until the coordinator answers: one just started may take a while to listen on
+    /// a loaded machine.
+    pub fn wait_coordinator(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !run(&["status", "--dir", self.d()]).status.success() {
+            assert!(Instant::now() < deadline, "the coordinator did not come up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Waits until the coordinator answers and every node it knows is alive.
     pub fn wait_all_alive(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
