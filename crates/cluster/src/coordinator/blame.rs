@@ -38,11 +38,13 @@ pub(super) fn root_cause(
 }
 
 impl Coordinator {
-    /// Sends task `task`'s requests and waits for every answer. A participant that is no
-    /// longer alive while the task runs — its agent gone, or silent for the liveness period
-    /// (a hung host never fails by itself) — gets the task cancelled at the others, which
-    /// end their parts at once; their answers are awaited (no participant outlives the
-    /// epoch's decision), the lost one's for two liveness periods at most. If any failed,
+    /// Sends task `task`'s requests and waits for every answer. The parts of a task need
+    /// each other (each streams to or from the others), so the first participant that fails
+    /// its part, or is no longer alive while the task runs — its agent gone, or silent for
+    /// the liveness period (a hung host never fails by itself) — gets the task cancelled at
+    /// the others, which end their parts at once instead of waiting out the peer deadline
+    /// for a stream that will never come. Their answers are awaited (no participant
+    /// outlives the epoch's decision) for two liveness periods at most. If any failed,
     /// fails with the node that broke it: a member that is gone or stopped heartbeating,
     /// else the first failure that is not a link symptom. Answers in request order.
     pub(super) async fn run_task(
@@ -51,7 +53,12 @@ impl Coordinator {
         requests: Vec<(NodeInfo, AgentRequest)>,
     ) -> Result<Vec<AgentResponse>, ClusterError> {
         let nodes: Vec<NodeInfo> = requests.iter().map(|(n, _)| n.clone()).collect();
-        let answers = self.ask_all(requests);
+        let (failed, mut first_failure) = tokio::sync::mpsc::unbounded_channel();
+        let answers = self.ask_each(requests, move |node, answer| {
+            if let Err(e) = answer {
+                let _ = failed.send((node.to_string(), e.to_string()));
+            }
+        });
         tokio::pin!(answers);
         let gone = async {
             loop {
@@ -62,10 +69,18 @@ impl Coordinator {
                 tokio::time::sleep(WATCH_EVERY).await;
             }
         };
-        let results = tokio::select! {
+        let mut first_failed = None;
+        let mut results = tokio::select! {
             results = &mut answers => results,
-            node = gone => {
-                let reason = format!("participant {node} is down");
+            (node, reason) = async {
+                tokio::select! {
+                    node = gone => (node.clone(), format!("participant {node} is down")),
+                    Some((node, error)) = first_failure.recv() => {
+                        first_failed = Some(node.clone());
+                        (node.clone(), format!("participant {node} failed: {error}"))
+                    }
+                }
+            } => {
                 let cancels = nodes
                     .iter()
                     .filter(|n| n.name != node)
@@ -75,7 +90,12 @@ impl Coordinator {
                 match tokio::time::timeout(2 * self.deadlines.liveness(), answers).await {
                     Ok(results) => results,
                     Err(_) => {
-                        let reason = self.not_alive(&node).await.unwrap_or_else(|| "stopped answering".into());
+                        let names = nodes.iter().map(|n| n.name.clone()).collect();
+                        let (node, reason) = self
+                            .absent(names)
+                            .await
+                            .pop_first()
+                            .unwrap_or((node, reason));
                         return Err(ClusterError::Node { node, reason });
                     }
                 }
@@ -90,6 +110,11 @@ impl Coordinator {
                     reason: reason.clone(),
                 });
             }
+        }
+        // The others' failures are the cancellation's echoes: the first failure is the
+        // cause unless another is not a link symptom.
+        if let Some(at) = first_failed.and_then(|node| nodes.iter().position(|n| n.name == node)) {
+            results[..=at].rotate_right(1);
         }
         root_cause(results)
     }

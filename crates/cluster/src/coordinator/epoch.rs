@@ -304,6 +304,42 @@ mod tests {
         assert_eq!(journal.next_epoch, 3, "an aborted epoch's number is never reused");
     }
 
+    /// A part that fails (here: a peer it cannot connect to) ends the others' parts at once:
+    /// they would otherwise wait out the peer deadline for its stream (two minutes).
+    #[tokio::test]
+    async fn a_member_failing_its_part_has_the_others_cancelled_at_once() {
+        let c = cluster().await;
+        for node in ["n0", "n1", "n2", "n4", "n5"] {
+            c.agents.fault(node, Fault::AwaitPeers(Kind::Encode));
+        }
+        c.agents.fault(
+            "n3",
+            Fault::Fail(
+                Kind::Encode,
+                "node n4: connecting to tcp://10.0.0.14:4000: Invalid argument",
+            ),
+        );
+        let started = Instant::now();
+        let outcome = c.checkpoint(4).await;
+        let waited = started.elapsed();
+        let reason = outcome.reason.clone().unwrap_or_default();
+        assert!(
+            !outcome.committed && reason.contains("n3") && reason.contains("connecting"),
+            "{outcome:?}"
+        );
+        assert!(
+            waited < LIVENESS,
+            "the others' parts waited {waited:?} after one had failed"
+        );
+        for node in ["n0", "n1", "n2", "n4", "n5"] {
+            assert!(
+                c.agents.asked(node).contains(&Kind::CancelTask),
+                "{node} was told to end its part"
+            );
+        }
+        assert_eq!(c.coord.snapshot().await.committed, 0);
+    }
+
     #[tokio::test]
     async fn a_member_stopped_in_the_middle_of_an_encode_is_named_within_its_liveness() {
         let c = Arc::new(cluster().await);

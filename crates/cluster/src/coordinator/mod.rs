@@ -169,6 +169,16 @@ impl Coordinator {
         &self,
         requests: Vec<(NodeInfo, AgentRequest)>,
     ) -> Vec<Result<AgentResponse, ClusterError>> {
+        self.ask_each(requests, |_, _| {}).await
+    }
+
+    /// [`Coordinator::ask_all`], telling `answered` each node's result as it comes in (a
+    /// task reacts to its first failure while the others still run).
+    async fn ask_each(
+        &self,
+        requests: Vec<(NodeInfo, AgentRequest)>,
+        mut answered: impl FnMut(&str, &Result<AgentResponse, ClusterError>),
+    ) -> Vec<Result<AgentResponse, ClusterError>> {
         let mut set = JoinSet::new();
         let mut out: Vec<Option<Result<AgentResponse, ClusterError>>> =
             (0..requests.len()).map(|_| None).collect();
@@ -194,7 +204,9 @@ impl Coordinator {
                 joined = set.join_next() => match joined {
                     None => break,
                     Some(Ok((i, r))) => {
-                        pending.remove(&i);
+                        if let Some((name, _)) = pending.remove(&i) {
+                            answered(&name, &r);
+                        }
                         out[i] = Some(r);
                     }
                     Some(Err(e)) if e.is_cancelled() => {}
