@@ -136,12 +136,6 @@ impl Coordinator {
         self.read(|s| s.alive()).await
     }
 
-    /// Why `node` is not alive, or `None` if it is ([`State::not_alive`]).
-    async fn not_alive(&self, node: &str) -> Option<String> {
-        let node = node.to_string();
-        self.read(move |s| s.not_alive(&node)).await
-    }
-
     /// Forgets the damage of `nodes`: a recovery rebuilt what they were missing.
     async fn clear_damage(&self, nodes: std::collections::BTreeSet<String>) {
         self.read(move |s| s.clear_damage(&nodes)).await

@@ -432,7 +432,7 @@ mod tests {
             "declared dead before its liveness period"
         );
         assert_eq!(c.coord.alive().await.len(), 5);
-        let why = c.coord.not_alive("n2").await.unwrap();
+        let why = c.coord.read(|s| s.not_alive("n2")).await.unwrap();
         assert!(why.starts_with("stopped responding"), "{why}");
         for node in ["n0", "n1", "n3", "n4", "n5"] {
             c.stop(node);
