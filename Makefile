@@ -49,9 +49,12 @@ test: setup
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --release -p eckpt --no-default-features -- -D warnings
 
-# Coverage-guided fuzzing of the untrusted-input parsers (needs nightly and cargo-fuzz).
+# Coverage-guided fuzzing of the untrusted-input parsers (needs nightly and cargo-fuzz). Each
+# target grows its corpus in fuzz/corpus/<target>/ (kept in git: `make test` replays it); an
+# input that crashes a target is written to fuzz/artifacts/ — fix the parser, then copy the
+# input into the target's corpus so that it stays a regression test.
 FUZZ_SECONDS ?= 60
 fuzz:
 	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	cd fuzz && for t in $$($(CARGO) +nightly fuzz list); do \
-	  $(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
+	  $(CARGO) +nightly fuzz run -O $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
