@@ -52,23 +52,9 @@ fn route(namespace: &str, action: &str, host: &str) {
 /// committed.
 fn cluster_with_an_epoch() -> Cluster {
     assert!(cluster::is_root(), "partition tests need root (ip netns)");
-    let mut c = Cluster::up(&[
-        "--nodes",
-        "6",
-        "--spares",
-        "1",
-        "--k",
-        "3",
-        "--m",
-        "2",
-        "--netns",
-        "--liveness",
-        "2s",
-        "--partition-grace",
-        "30s",
-        "--block-size",
-        "16KiB",
-    ]);
+    let shape =
+        "--nodes 6 --spares 1 --k 3 --m 2 --netns --liveness 2s --partition-grace 30s --block-size 16KiB";
+    let mut c = Cluster::up(&shape.split(' ').collect::<Vec<_>>());
     let data: Vec<Vec<u8>> = (0..3).map(|r| bytes(200_000 + r * 1000, r as u64 + 5)).collect();
     let report = c.checkpoint(data, true).expect("report");
     assert_eq!(report["outcome"]["committed"], true, "{report}");
