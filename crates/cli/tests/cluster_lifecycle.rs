@@ -361,7 +361,8 @@ fn up_four_in(dir: &std::path::Path, domain: &str) -> std::process::Output {
 }
 
 /// Domains that cannot be spread (one rack holds three of four nodes, m=1) are said at `up`
-/// and in `status`; a domain naming a node the cluster does not have is refused.
+/// and in `status`; a domain naming a node the cluster does not have is refused. A node
+/// whose agent says it is in another domain (`join --domain`) is there from then on.
 #[test]
 fn domains_that_cannot_be_spread_are_said_and_unknown_nodes_refused() {
     let tmp = tempfile::tempdir().unwrap();
@@ -384,6 +385,25 @@ fn domains_that_cannot_be_spread_are_said_and_unknown_nodes_refused() {
     let status = ok(&["status", "--dir", d]);
     assert!(
         status.contains("EXPOSED: 3 members in failure domain r0"),
+        "{status}"
+    );
+    let out = run(&[
+        "join", "--dir", d, "--name", "s0", "--spare", "--domain", "rack 1",
+    ]);
+    assert_refused(&out, "failure domain \"rack 1\": use 1 to 32 letters");
+    ok(&["kill-node", "--dir", d, "n2"]);
+    ok(&["join", "--dir", d, "--name", "n2", "--domain", "r1"]);
+    let status: serde_json::Value = serde_json::from_str(&ok(&["status", "--dir", d, "--json"])).unwrap();
+    let n2 = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "n2")
+        .unwrap();
+    assert_eq!(n2["domain"], "r1", "{status}");
+    assert_eq!(
+        status["groups"][0]["exposed"],
+        serde_json::json!(["r0", 2]),
         "{status}"
     );
     ok(&["down", "--dir", d]);

@@ -476,18 +476,25 @@ pub fn fsync_dir(dir: &Path) -> Result<(), ClusterError> {
 
 /// Validates a node name: it becomes a directory name and appears in logs and JSON.
 pub fn check_node_name(name: &str) -> Result<(), ClusterError> {
-    let ok = !name.is_empty()
-        && name.len() <= 32
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(ClusterError::Invalid(format!(
-            "node name {name:?}: use 1 to 32 letters, digits, '-' or '_'"
-        )))
+    check_name("node name", name, "")
+}
+
+/// A failure domain's name (a rack, a switch, a power feed) as an agent gives it: the
+/// characters of a node name, and '.'.
+pub fn check_domain_name(name: &str) -> Result<(), ClusterError> {
+    check_name("failure domain", name, ".")
+}
+
+/// `name` is 1 to 32 ASCII letters, digits, '-', '_' or one of `also`.
+fn check_name(what: &str, name: &str, also: &str) -> Result<(), ClusterError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_' || also.contains(c);
+    if !name.is_empty() && name.len() <= 32 && name.chars().all(allowed) {
+        return Ok(());
     }
+    let extra: String = also.chars().map(|c| format!(", '{c}'")).collect();
+    Err(ClusterError::Invalid(format!(
+        "{what} {name:?}: use 1 to 32 letters, digits, '-', '_'{extra}"
+    )))
 }
 
 #[cfg(test)]

@@ -72,6 +72,10 @@ pub struct Registration {
     /// The token was made just now: the store was new or wiped, so the node holds nothing
     /// of what the cluster committed.
     pub fresh: bool,
+    /// The failure domain the agent says it runs in (`eckpt agent --domain`): where a node
+    /// is, its host knows best. `None` keeps what the journal says (`up --domain`, or none).
+    #[serde(default)]
+    pub domain: Option<String>,
 }
 
 /// What an agent holds after resolving what was left undecided: the first message of its

@@ -16,8 +16,8 @@ use crate::coordinator::Journal;
 use crate::netns::{parse_rate, Network};
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::{
-    check_node_name, is_created_entry, write_atomic, ClusterDir, ClusterFile, Deadlines, FlushConfig,
-    NetnsConfig, CLUSTER_FORMAT,
+    check_domain_name, check_node_name, is_created_entry, write_atomic, ClusterDir, ClusterFile, Deadlines,
+    FlushConfig, NetnsConfig, CLUSTER_FORMAT,
 };
 use eckpt_cluster_api::msg::{
     CoordRequest, CoordResponse, FlushRestore, Relocation, StatusReport, UpSummary,
@@ -111,6 +111,7 @@ fn agent_command(
     dir: &ClusterDir,
     name: &str,
     spare: bool,
+    domain: Option<&str>,
 ) -> Result<Command, ClusterError> {
     let (mut command, bind) = match &file.netns {
         Some(net) => {
@@ -132,6 +133,9 @@ fn agent_command(
         .args(["--name", name, "--bind", &bind]);
     if spare {
         command.arg("--spare");
+    }
+    if let Some(domain) = domain {
+        command.args(["--domain", domain]);
     }
     Ok(command)
 }
@@ -482,7 +486,7 @@ fn start(
         for name in list.iter().filter(|n| running(&dir.node(n)).is_none()) {
             let node_dir = dir.node(name);
             fs::create_dir_all(&node_dir).map_err(eckpt_cluster_api::io_at(&node_dir))?;
-            let command = agent_command(exe, &file, dir, name, spare)?;
+            let command = agent_command(exe, &file, dir, name, spare, None)?;
             spawn_detached(command, &ClusterDir::log_file(&node_dir))?;
         }
     }
@@ -492,9 +496,16 @@ fn start(
 
 /// `eckpt join`: starts an agent named `name` (a new spare, or a node coming back). Refused
 /// at once when the cluster is stopped; an agent that does not register in time is killed,
-/// so a failed join leaves nothing running.
-pub fn join(dir: &Path, name: &str, spare: bool, exe: &Path) -> Result<(), ClusterError> {
+/// so a failed join leaves nothing running. `domain`: the failure domain it says it is in.
+pub fn join(
+    dir: &Path,
+    name: &str,
+    spare: bool,
+    domain: Option<&str>,
+    exe: &Path,
+) -> Result<(), ClusterError> {
     check_node_name(name)?;
+    domain.map(check_domain_name).transpose()?;
     let dir = ClusterDir::new(dir)?;
     let mut file = dir.load()?;
     if status_now(&dir).is_none() {
@@ -518,7 +529,7 @@ pub fn join(dir: &Path, name: &str, spare: bool, exe: &Path) -> Result<(), Clust
         }
         ensure_namespace(&dir, file.netns.as_ref().expect("netns"), name)?;
     }
-    let command = agent_command(exe, &file, &dir, name, spare)?;
+    let command = agent_command(exe, &file, &dir, name, spare, domain)?;
     let mut agent = spawn_detached(command, &ClusterDir::log_file(&node_dir))?;
     wait_alive(&dir, &file, &[name.to_string()]).inspect_err(|_| {
         let _ = agent.kill();

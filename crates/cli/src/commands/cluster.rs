@@ -477,10 +477,21 @@ pub struct NodeArgs {
     /// Join as a spare: holds nothing until it replaces a lost node.
     #[arg(long)]
     pub spare: bool,
+    /// The failure domain this node is in (a rack, a switch, a power feed: what one fault
+    /// takes down whole); it replaces the one `up --domain` gave. Groups are formed so that
+    /// none holds more than m members of one domain where possible.
+    #[arg(long, value_name = "DOMAIN")]
+    pub domain: Option<String>,
 }
 
 pub fn run_join(args: NodeArgs) -> Result<i32> {
-    launch::join(&args.dir, &args.name, args.spare, &this_exe()?)?;
+    launch::join(
+        &args.dir,
+        &args.name,
+        args.spare,
+        args.domain.as_deref(),
+        &this_exe()?,
+    )?;
     println!("{} joined", args.name);
     Ok(0)
 }

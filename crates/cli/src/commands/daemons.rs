@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use eckpt_cluster::{agent, coordinator};
+use eckpt_cluster_api::dirs::check_domain_name;
 
 use super::cluster::NodeArgs;
 
@@ -44,6 +45,9 @@ pub struct AgentArgs {
 
 pub fn run_agent(args: AgentArgs) -> Result<i32> {
     init_logging();
+    if let Some(domain) = &args.node.domain {
+        check_domain_name(domain)?;
+    }
     let name = args.node.name;
     let for_node = |text: &str| text.replace("%n", &name);
     runtime()?.block_on(agent::run(agent::AgentOptions {
@@ -55,6 +59,7 @@ pub fn run_agent(args: AgentArgs) -> Result<i32> {
         name,
         spare: args.node.spare,
         cores: args.cores,
+        domain: args.node.domain,
     }))?;
     Ok(0)
 }

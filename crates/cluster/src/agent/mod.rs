@@ -48,6 +48,8 @@ pub struct AgentOptions {
     /// Node-local directory for the store and parity (default: the node's directory in
     /// the cluster directory, which on a shared file system is not node-local).
     pub local: Option<PathBuf>,
+    /// The failure domain this node is in (a rack, a switch), sent with each registration.
+    pub domain: Option<String>,
 }
 
 /// A running agent's shared state.
@@ -62,6 +64,8 @@ pub struct Agent {
     cluster: ClusterFile,
     /// The node this agent is, proven by its store (and the store's lock, held).
     identity: identity::Identity,
+    /// The failure domain it says it is in.
+    domain: Option<String>,
 }
 
 impl Agent {
@@ -150,6 +154,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
         inbox: Inbox::new(cluster.deadlines.peer_wait()),
         cluster,
         identity,
+        domain: options.domain,
     });
     let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
     for listener in [tcp, unix] {
@@ -256,6 +261,7 @@ async fn session(agent: &Arc<Agent>, first: &mut Option<Registered>) -> Result<(
         info: agent.info.clone(),
         token: agent.identity.token.clone(),
         fresh: agent.identity.fresh,
+        domain: agent.domain.clone(),
     };
     // A connection gets one liveness period (after a partition a new one gets through at
     // once, while one waiting out SYN retransmissions would not); registering journals the

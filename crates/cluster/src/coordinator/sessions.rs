@@ -175,7 +175,7 @@ impl State {
             .filter(|o| o.info.pid == info.pid && o.info.host == info.host && o.token == reg.token)
             .map(|o| (o.checked, o.damage.clone()))
             .unwrap_or((false, None));
-        // A node the journal does not know joins as a spare, in no failure domain.
+        // A node the journal does not know joins as a spare, in the domain it says.
         let entry = journal.nodes.entry(name.clone()).or_insert(NodeEntry {
             info: None,
             spare: true,
@@ -185,6 +185,14 @@ impl State {
         });
         entry.info = Some(info.clone());
         entry.token = Some(reg.token.clone());
+        if let Some(domain) = reg.domain.as_ref().filter(|d| entry.domain.as_ref() != Some(*d)) {
+            // Groups are formed across domains at the next regrouping (a recovery); until
+            // then `status` says whether this move left a group exposed.
+            if let Some(before) = &entry.domain {
+                tracing::warn!(node = %name, from = %before, to = %domain, "node says it moved to another failure domain");
+            }
+            entry.domain = Some(domain.clone());
+        }
         self.live.insert(
             name.clone(),
             Live {
@@ -389,6 +397,7 @@ mod tests {
             info,
             token: token.into(),
             fresh: false,
+            domain: None,
         }
     }
 
@@ -414,6 +423,32 @@ mod tests {
         assert_eq!(c.coord.alive().await.len(), 5);
         let (back, _) = c.register(registration("n3", "token-n3", 1)).await;
         assert!(back.is_ok(), "its own store is welcome back");
+    }
+
+    /// Where a node is, its agent says (`eckpt agent --domain`): a spare joins in its
+    /// domain, a node moved to another is there from its next registration, and an agent
+    /// that says nothing keeps what the journal holds.
+    #[tokio::test]
+    async fn an_agent_says_which_failure_domain_it_is_in() {
+        let c = TestCluster::start(6, CodingConfig::default()).await;
+        let domain_of = |journal: &Journal, node: &str| journal.nodes[node].domain.clone();
+        let mut spare = registration("s9", "token-s9", 7);
+        spare.domain = Some("r9".into());
+        c.register(spare).await.0.unwrap();
+        let journal = c.coord.snapshot().await;
+        assert_eq!(domain_of(&journal, "s9").as_deref(), Some("r9"));
+        assert!(journal.nodes["s9"].spare);
+        c.kill("n3").await;
+        let mut moved = registration("n3", "token-n3", 1);
+        moved.domain = Some("r1".into());
+        c.register(moved).await.0.unwrap();
+        assert_eq!(domain_of(&c.coord.snapshot().await, "n3").as_deref(), Some("r1"));
+        c.register(registration("n3", "token-n3", 1)).await.0.unwrap();
+        assert_eq!(
+            domain_of(&c.coord.snapshot().await, "n3").as_deref(),
+            Some("r1"),
+            "an agent that says nothing keeps its domain"
+        );
     }
 
     #[tokio::test]

@@ -302,6 +302,7 @@ impl TestCluster {
             info: Self::info(name),
             token: format!("token-{name}"),
             fresh: false,
+            domain: None,
         };
         let (answer, session) = self.register(reg).await;
         assert!(
