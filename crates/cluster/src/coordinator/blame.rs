@@ -39,14 +39,17 @@ pub(super) fn root_cause(
 
 impl Coordinator {
     /// Sends task `task`'s requests and waits for every answer. The parts of a task need
-    /// each other (each streams to or from the others), so the first participant that fails
-    /// its part, or is no longer alive while the task runs — its agent gone, or silent for
-    /// the liveness period (a hung host never fails by itself) — gets the task cancelled at
-    /// the others, which end their parts at once instead of waiting out the peer deadline
-    /// for a stream that will never come. Their answers are awaited (no participant
-    /// outlives the epoch's decision) for two liveness periods at most. If any failed,
-    /// fails with the node that broke it: a member that is gone or stopped heartbeating,
-    /// else the first failure that is not a link symptom. Answers in request order.
+    /// each other (each streams to or from the others, and a flush or an import is
+    /// published whole or not at all), so the first participant that fails its part, or is
+    /// no longer alive while the task runs — its agent gone, or silent for the liveness
+    /// period (a hung host never fails by itself) — gets the task cancelled at the others:
+    /// a coding part then ends at once instead of waiting out the peer deadline for a
+    /// stream that will never come (a flush or an import, which cannot be cancelled, ends
+    /// when its copy does). Their answers are awaited, so that no participant outlives the
+    /// decision; each is bounded by its participant's liveness, and after a loss all of
+    /// them by two liveness periods. If any failed, fails with the node that broke it: a
+    /// member that is gone or stopped heartbeating, else the first failure, unless another
+    /// is not a link symptom. Answers in request order.
     pub(super) async fn run_task(
         &self,
         task: u64,
@@ -69,38 +72,55 @@ impl Coordinator {
                 tokio::time::sleep(WATCH_EVERY).await;
             }
         };
-        let mut first_failed = None;
-        let mut results = tokio::select! {
-            results = &mut answers => results,
-            (node, reason) = async {
-                tokio::select! {
-                    node = gone => (node.clone(), format!("participant {node} is down")),
-                    Some((node, error)) = first_failure.recv() => {
-                        first_failed = Some(node.clone());
-                        (node.clone(), format!("participant {node} failed: {error}"))
-                    }
-                }
-            } => {
-                let cancels = nodes
-                    .iter()
-                    .filter(|n| n.name != node)
-                    .map(|n| (n.clone(), AgentRequest::CancelTask { task, reason: reason.clone() }))
-                    .collect();
-                self.ask_all(cancels).await;
-                match tokio::time::timeout(2 * self.deadlines.liveness(), answers).await {
-                    Ok(results) => results,
-                    Err(_) => {
-                        let names = nodes.iter().map(|n| n.name.clone()).collect();
-                        let (node, reason) = self
-                            .absent(names)
-                            .await
-                            .pop_first()
-                            .unwrap_or((node, reason));
-                        return Err(ClusterError::Node { node, reason });
-                    }
-                }
+        let (stopped_by, reason, lost) = tokio::select! {
+            results = &mut answers => return self.blame(&nodes, results, None).await,
+            node = gone => {
+                let reason = format!("participant {node} is down");
+                (node, reason, true)
+            }
+            Some((node, error)) = first_failure.recv() => {
+                let reason = format!("participant {node} failed: {error}");
+                (node, reason, false)
             }
         };
+        let cancels = nodes
+            .iter()
+            .filter(|n| n.name != stopped_by)
+            .map(|n| {
+                (
+                    n.clone(),
+                    AgentRequest::CancelTask {
+                        task,
+                        reason: reason.clone(),
+                    },
+                )
+            })
+            .collect();
+        self.ask_all(cancels).await;
+        if !lost {
+            let results = answers.await;
+            return self.blame(&nodes, results, Some(&stopped_by)).await;
+        }
+        match tokio::time::timeout(2 * self.deadlines.liveness(), answers).await {
+            Ok(results) => self.blame(&nodes, results, None).await,
+            Err(_) => {
+                let names = nodes.iter().map(|n| n.name.clone()).collect();
+                let absent = self.absent(names).await.pop_first();
+                let (node, reason) = absent.unwrap_or((stopped_by, reason));
+                Err(ClusterError::Node { node, reason })
+            }
+        }
+    }
+
+    /// A task's outcome from its answers: every answer, or the failure of the node that
+    /// broke it — one not alive, else `first_failed`'s (the others' are the echoes of its
+    /// cancellation) unless another is not a link symptom.
+    async fn blame(
+        &self,
+        nodes: &[NodeInfo],
+        mut results: Vec<Result<AgentResponse, ClusterError>>,
+        first_failed: Option<&str>,
+    ) -> Result<Vec<AgentResponse>, ClusterError> {
         if results.iter().any(Result::is_err) {
             let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
             let absent = self.absent(names.clone()).await;
@@ -111,8 +131,6 @@ impl Coordinator {
                 });
             }
         }
-        // The others' failures are the cancellation's echoes: the first failure is the
-        // cause unless another is not a link symptom.
         if let Some(at) = first_failed.and_then(|node| nodes.iter().position(|n| n.name == node)) {
             results[..=at].rotate_right(1);
         }

@@ -340,6 +340,24 @@ mod tests {
         assert_eq!(c.coord.snapshot().await.committed, 0);
     }
 
+    /// A part that cannot be cancelled (a flush's copy) is awaited after another failed:
+    /// the task does not end while a participant still works for it.
+    #[tokio::test]
+    async fn a_part_that_cannot_be_cancelled_is_awaited_after_another_failed() {
+        let c = cluster().await;
+        let takes = 3 * LIVENESS;
+        c.agents.fault("n0", Fault::Slow(Kind::Encode, takes));
+        c.agents.fault("n3", Fault::Fail(Kind::Encode, "disk full"));
+        let started = Instant::now();
+        let outcome = c.checkpoint(4).await;
+        let reason = outcome.reason.clone().unwrap_or_default();
+        assert!(!outcome.committed && reason.contains("n3"), "{outcome:?}");
+        assert!(
+            started.elapsed() >= takes,
+            "the task ended while n0 still worked for it"
+        );
+    }
+
     #[tokio::test]
     async fn a_member_stopped_in_the_middle_of_an_encode_is_named_within_its_liveness() {
         let c = Arc::new(cluster().await);

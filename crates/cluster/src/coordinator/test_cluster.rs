@@ -64,6 +64,9 @@ pub enum Fault {
     /// Its parts of this kind wait for a peer's stream that never comes: each ends only
     /// when its task is cancelled (`CancelTask`), with the link error a real part gives.
     AwaitPeers(Kind),
+    /// Its parts of this kind take this long and cannot be cancelled (a flush's copy), then
+    /// answer as a healthy agent does.
+    Slow(Kind, Duration),
     /// Stopped (SIGSTOP, a hung host): answers nothing any more.
     Stopped,
 }
@@ -134,7 +137,7 @@ impl Agents for MemoryAgents {
         }
         let fault = agent.faults.iter().find(|f| match f {
             Fault::Stopped => true,
-            Fault::AwaitPeers(k) | Fault::Fail(k, _) => *k == kind(&request),
+            Fault::AwaitPeers(k) | Fault::Fail(k, _) | Fault::Slow(k, _) => *k == kind(&request),
         });
         match fault.cloned() {
             Some(Fault::Stopped) => Box::pin(std::future::pending()),
@@ -148,6 +151,13 @@ impl Agents for MemoryAgents {
                         node: name,
                         reason: format!("stream ended early (task cancelled: {reason})"),
                     })
+                })
+            }
+            Some(Fault::Slow(_, takes)) => {
+                let answer = healthy_answer(&node.name, request);
+                Box::pin(async move {
+                    tokio::time::sleep(takes).await;
+                    Ok(answer)
                 })
             }
             Some(Fault::Fail(_, message)) => {
