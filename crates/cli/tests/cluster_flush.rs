@@ -156,6 +156,33 @@ fn a_flush_runs_beside_later_epochs_and_copies_the_epoch_it_pinned() {
     assert_eq!(flushed(&flush), (vec![1, 7], vec![]));
 }
 
+/// The journal records a commit before the agents hear it: a flush asked for in between
+/// waits for them, instead of asking a store for an epoch it has not committed yet (seen
+/// under load, when `eckpt bench flush` flushed as epochs committed).
+#[test]
+fn a_flush_asked_for_before_the_agents_heard_of_the_commit_waits_for_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let flush = tmp.path().join("flush");
+    let mut c = flushing_cluster(&flush, &[]);
+    c.checkpoint(data(1), true);
+    c.pause("after-commit");
+    c.checkpoint(data(2), false);
+    c.wait_paused();
+    assert_eq!(c.committed(), 2, "journaled, not yet told to the agents");
+    let mut flushing = spawn(&["flush", "--dir", c.d(), "--json"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        flushing.try_wait().unwrap().is_none(),
+        "the flush waits for the commit to reach the agents"
+    );
+    c.resume();
+    let out = finish(flushing, "flush");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["epoch"], 2);
+    assert_flushed(&c, &flush, 2);
+}
+
 #[test]
 fn killing_an_agent_or_the_coordinator_mid_flush_never_publishes_a_partial_epoch() {
     let tmp = tempfile::tempdir().unwrap();

@@ -142,6 +142,11 @@ impl Coordinator {
                 tracing::warn!(error = %e, epoch, "commit not delivered");
             }
         }
+        self.delivered.send_if_modified(|delivered| {
+            let newer = epoch > *delivered;
+            *delivered = (*delivered).max(epoch);
+            newer
+        });
     }
 
     /// Runs epoch `epoch` once every rank is ready: encode, then commit or abort.

@@ -169,6 +169,8 @@ impl Coordinator {
                 config.dir.display()
             )));
         }
+        // An epoch just committed: its commit may still be on its way to the agents.
+        let _ = self.delivered.subscribe().wait_for(|&d| d >= epoch).await;
         self.read(move |s| s.flush.running = Some(epoch)).await;
         self.flush(epoch, config, turn).await
     }

@@ -78,6 +78,10 @@ pub struct Coordinator {
     flush_config: Option<FlushConfig>,
     /// The flushes' turn (one at a time) and their end.
     flushing: flush::Flushing,
+    /// The newest committed epoch whose commit every alive agent was told of (the journal
+    /// records a commit before the agents hear it: a flush of that epoch must wait for
+    /// them, or it asks a store for an epoch it has not committed yet).
+    delivered: tokio::sync::watch::Sender<u64>,
     /// The cluster's time bounds (`cluster.json`).
     deadlines: Deadlines,
 }
@@ -93,6 +97,8 @@ impl Coordinator {
         flushed: Vec<u64>,
         agents: Arc<dyn Agents>,
     ) -> Coordinator {
+        // Agents that missed a commit before a restart resolve it as they register.
+        let delivered = tokio::sync::watch::Sender::new(journal.committed);
         let state = State::new(journal, deadlines, flushed);
         Coordinator {
             state: Owner::start(state, dir.journal()),
@@ -103,6 +109,7 @@ impl Coordinator {
             next_session: 1.into(),
             flush_config,
             flushing: flush::Flushing::new(),
+            delivered,
             deadlines,
         }
     }
