@@ -9,133 +9,13 @@
 
 mod cluster;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
+use cluster::hosts::Hosts;
 use cluster::programs::build_c;
 use cluster::{is_root, ok, run_job};
-
-/// Runs a system command that must succeed.
-fn sh(program: &str, args: &[&str]) {
-    let out = Command::new(program).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The emulated hosts: a bridge, a namespace and a tmpfs per node, an agent per node.
-struct Hosts {
-    tag: String,
-    nodes: Vec<String>,
-    locals: Vec<PathBuf>,
-    agents: Vec<Child>,
-}
-
-impl Hosts {
-    fn namespace(&self, i: usize) -> String {
-        format!("eckmh{}-{}", self.tag, self.nodes[i])
-    }
-
-    fn ip(i: usize) -> String {
-        format!("10.203.9.{}", 10 + i)
-    }
-
-    fn new(root: &Path, nodes: &[&str]) -> Hosts {
-        let tag = format!("{:x}", std::process::id() % 0xfff);
-        let mut hosts = Hosts {
-            tag: tag.clone(),
-            nodes: nodes.iter().map(|n| n.to_string()).collect(),
-            locals: Vec::new(),
-            agents: Vec::new(),
-        };
-        let bridge = format!("eckmh{tag}");
-        let _ = Command::new("ip").args(["link", "del", &bridge]).output();
-        sh("ip", &["link", "add", &bridge, "type", "bridge"]);
-        sh("ip", &["link", "set", &bridge, "address", "02:ec:00:00:00:09"]);
-        sh("ip", &["addr", "add", "10.203.9.1/24", "dev", &bridge]);
-        sh("ip", &["link", "set", &bridge, "up"]);
-        for (i, name) in nodes.iter().enumerate() {
-            let ns = hosts.namespace(i);
-            let (outside, inside) = (format!("eckmh{tag}v{i}"), format!("eckmh{tag}p{i}"));
-            let _ = Command::new("ip").args(["netns", "del", &ns]).output();
-            sh("ip", &["netns", "add", &ns]);
-            sh(
-                "ip",
-                &["link", "add", &outside, "type", "veth", "peer", "name", &inside],
-            );
-            sh("ip", &["link", "set", &inside, "netns", &ns]);
-            sh("ip", &["link", "set", &outside, "master", &bridge]);
-            sh("ip", &["link", "set", &outside, "up"]);
-            sh("ip", &["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
-            let address = format!("{}/24", Hosts::ip(i));
-            sh(
-                "ip",
-                &[
-                    "netns", "exec", &ns, "ip", "addr", "add", &address, "dev", &inside,
-                ],
-            );
-            sh("ip", &["netns", "exec", &ns, "ip", "link", "set", &inside, "up"]);
-            let local = root.join(format!("local-{name}"));
-            std::fs::create_dir_all(&local).unwrap();
-            sh(
-                "mount",
-                &["-t", "tmpfs", "-o", "size=256m", "tmpfs", local.to_str().unwrap()],
-            );
-            hosts.locals.push(local);
-        }
-        hosts
-    }
-
-    /// Starts node `i`'s agent in its namespace with its store on its tmpfs.
-    fn start_agent(&mut self, dir: &str, i: usize) {
-        let ns = self.namespace(i);
-        let mut command = Command::new("ip");
-        command
-            .args([
-                "netns",
-                "exec",
-                &ns,
-                env!("CARGO_BIN_EXE_eckpt"),
-                "agent",
-                "--dir",
-                dir,
-            ])
-            .args(["--name", &self.nodes[i], "--bind", &Hosts::ip(i)])
-            .arg("--store")
-            // A directory of its own on the node's storage: the mount point itself is
-            // writable by everyone (tmpfs mounts are 1777), which eckpt refuses to adopt.
-            .arg(self.locals[i].join("eckpt"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if self.nodes[i].starts_with('s') {
-            command.arg("--spare");
-        }
-        self.agents.push(command.spawn().unwrap());
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        for agent in &mut self.agents {
-            let _ = agent.kill();
-            let _ = agent.wait();
-        }
-        for (i, local) in self.locals.iter().enumerate() {
-            let _ = Command::new("umount").arg(local).output();
-            let _ = Command::new("ip")
-                .args(["netns", "del", &self.namespace(i)])
-                .output();
-        }
-        let _ = Command::new("ip")
-            .args(["link", "del", &format!("eckmh{}", self.tag)])
-            .output();
-    }
-}
 
 #[test]
 fn agents_on_their_own_hosts_keep_checkpoints_on_their_own_storage() {
@@ -146,10 +26,13 @@ fn agents_on_their_own_hosts_keep_checkpoints_on_their_own_storage() {
     let tmp = tempfile::tempdir().unwrap();
     let mat = build_c("mat", tmp.path());
     let names = ["n0", "n1", "n2", "n3", "n4", "n5", "s0"];
-    let mut hosts = Hosts::new(tmp.path(), &names);
+    let mut hosts = Hosts::new(tmp.path(), &names, 9);
     let dir = tmp.path().join("shared/cluster");
     let d = dir.to_str().unwrap();
-    let up = format!("up --dir {d} --nodes 6 --spares 1 --k 4 --m 2 --no-agents --bind 10.203.9.1 --detach");
+    let up = format!(
+        "up --dir {d} --nodes 6 --spares 1 --k 4 --m 2 --no-agents --bind {} --detach",
+        hosts.bridge_ip()
+    );
     ok(&up.split(' ').collect::<Vec<_>>());
     for i in 0..names.len() {
         hosts.start_agent(d, i);
@@ -219,7 +102,7 @@ fn agents_on_their_own_hosts_keep_checkpoints_on_their_own_storage() {
         .output()
         .unwrap();
     assert!(
-        String::from_utf8_lossy(&sessions.stdout).contains("10.203.9.1:"),
+        String::from_utf8_lossy(&sessions.stdout).contains(&format!("{}:", hosts.bridge_ip())),
         "n0 talks to the coordinator over TCP: {}",
         String::from_utf8_lossy(&sessions.stdout)
     );

@@ -10,9 +10,9 @@
 //! must not go on computing and appending to its files beside the attempt that replaced it.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use eckpt_cluster_api::commands::coordinator_call;
+use eckpt_cluster_api::commands::coordinator_call_retrying;
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
     CoordRequest, CoordResponse, EpochOutcome, NodeInfo, PaceReport, PaceStats, RankReport,
@@ -65,29 +65,22 @@ impl ClusterLink {
     /// One request for `rank`: retried while the coordinator cannot be reached (within the
     /// retry window), bounded as a whole; a refused generation ends the process.
     fn call(&self, rank: u32, request: CoordRequest) -> Result<CoordResponse, Error> {
-        let deadline = Instant::now() + self.retry;
-        let mut pause = Duration::from_millis(100);
-        loop {
-            let call = coordinator_call(&self.dir, &request, |_| {});
-            let answer = self
-                .runtime
-                .block_on(async { tokio::time::timeout(self.open_wait + self.retry, call).await })
-                .unwrap_or_else(|_| {
-                    Err(ClusterError::Unreachable(format!(
-                        "the coordinator did not answer within {} s",
-                        (self.open_wait + self.retry).as_secs()
-                    )))
-                });
-            match answer {
-                Err(ClusterError::Unreachable(_)) if Instant::now() + pause < deadline => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_secs(2));
-                }
-                Err(e) if e.kind() == ErrorKind::Fenced && self.generation.is_some() => {
-                    end_superseded_rank(rank, &e)
-                }
-                answer => return Ok(answer?),
+        let limit = self.open_wait + 2 * self.retry;
+        let call = coordinator_call_retrying(&self.dir, &request, self.retry);
+        let answer = self
+            .runtime
+            .block_on(async { tokio::time::timeout(limit, call).await })
+            .unwrap_or_else(|_| {
+                Err(ClusterError::Unreachable(format!(
+                    "the coordinator did not answer within {} s",
+                    limit.as_secs()
+                )))
+            });
+        match answer {
+            Err(e) if e.kind() == ErrorKind::Fenced && self.generation.is_some() => {
+                end_superseded_rank(rank, &e)
             }
+            answer => Ok(answer?),
         }
     }
 

@@ -50,6 +50,28 @@ pub async fn coordinator_call(
     }
 }
 
+/// [`coordinator_call`], tried again for up to `retry` while the coordinator cannot be
+/// reached — restarting, being replaced on another host, cut off for a while — with pauses
+/// growing from 0.1 to 2 s. Only a coordinator never reached is tried again: the request
+/// was not sent, so any request may be.
+pub async fn coordinator_call_retrying(
+    dir: &ClusterDir,
+    request: &CoordRequest,
+    retry: std::time::Duration,
+) -> Result<CoordResponse, ClusterError> {
+    let deadline = std::time::Instant::now() + retry;
+    let mut pause = std::time::Duration::from_millis(100);
+    loop {
+        match coordinator_call(dir, request, |_| {}).await {
+            Err(ClusterError::Unreachable(_)) if std::time::Instant::now() + pause < deadline => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(2));
+            }
+            answer => return answer,
+        }
+    }
+}
+
 /// What `eckpt checkpoint` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct CheckpointReport {

@@ -23,6 +23,12 @@ pub const DATA_FRAME: usize = 4 << 20;
 pub enum Hello {
     /// Requests and responses.
     Control,
+    /// Requests and responses from the coordinator of `term` (see `Registered::term`): an
+    /// agent refuses a coordinator older than the newest it has heard of.
+    Coordinator {
+        /// The coordinator's term.
+        term: u64,
+    },
     /// An agent's long-lived session with the coordinator (registration, what it holds,
     /// heartbeats).
     Session(Registration),
@@ -646,6 +652,11 @@ pub struct NodeStatus {
     /// Its failure domain, if known.
     #[serde(default)]
     pub domain: Option<String>,
+    /// Not heard from since the coordinator started, which gives every node an agent's
+    /// longest reconnection to register again (after a restart or a failover): down but
+    /// not lost, unless it stays silent beyond that.
+    #[serde(default)]
+    pub awaited: bool,
 }
 
 /// `eckpt status`.
@@ -676,6 +687,9 @@ pub struct StatusReport {
     /// partition grace).
     #[serde(default)]
     pub isolated_seconds: Option<f64>,
+    /// The coordinator's term (one more at each start on the cluster's journal).
+    #[serde(default)]
+    pub coordinator_term: u64,
 }
 
 /// A group in a status report.
@@ -1013,6 +1027,11 @@ pub enum CoordResponse {
     /// Answer to `Session` registration: what the agent must resolve from before it
     /// restarted.
     Registered {
+        /// The coordinator's term: every coordinator started on a cluster's journal takes
+        /// the next one, so that after a failover the one replaced, if it still runs, is
+        /// refused by the agents that follow its successor.
+        #[serde(default)]
+        term: u64,
         /// Latest committed epoch.
         committed: u64,
         /// Objects this node must keep.

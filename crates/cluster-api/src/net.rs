@@ -62,7 +62,17 @@ pub async fn open_node(
     my_host: &str,
     secret: &ClusterSecret,
 ) -> Result<Connection, ClusterError> {
-    open(node.endpoint_from(my_host), secret, &Hello::Control)
+    open_node_as(node, my_host, secret, &Hello::Control).await
+}
+
+/// [`open_node`], saying `hello` (the coordinator says its term).
+pub async fn open_node_as(
+    node: &NodeInfo,
+    my_host: &str,
+    secret: &ClusterSecret,
+    hello: &Hello,
+) -> Result<Connection, ClusterError> {
+    open(node.endpoint_from(my_host), secret, hello)
         .await
         .map_err(|e| node_error(&node.name, e))
 }

@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
-use eckpt_cluster_api::commands::coordinator_call;
+use eckpt_cluster_api::commands::{coordinator_call, coordinator_call_retrying};
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
     CoordRequest, CoordResponse, EpochOutcome, FlushReport, FlushStatus, JobClaim, JobGrant, NodeInfo,
@@ -21,7 +21,8 @@ use eckpt_cluster_api::ClusterError;
 use crate::RunError;
 
 /// The coordinator as the supervisor asks it. Every call is bounded: it fails when the
-/// coordinator cannot be reached within the cluster's connection wait.
+/// coordinator cannot be reached within the cluster's retry window (`coordinator_retry`:
+/// long enough for a restart, or a replacement started on another host).
 pub trait Coordinator: Send + Sync {
     /// `eckpt status`.
     fn status(&self) -> Result<StatusReport, RunError>;
@@ -56,6 +57,9 @@ pub trait Coordinator: Send + Sync {
 pub struct Cluster {
     dir: ClusterDir,
     runtime: tokio::runtime::Runtime,
+    /// How long a coordinator that cannot be reached is tried again (restarting, replaced
+    /// on another host, cut off for a while): the cluster's `coordinator_retry`.
+    retry: Duration,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, RunError> {
@@ -85,6 +89,7 @@ impl Cluster {
         Ok(Cluster {
             dir: dir.clone(),
             runtime: shared_runtime()?,
+            retry: dir.load()?.deadlines.coordinator_retry(),
         })
     }
 
@@ -96,7 +101,7 @@ impl Cluster {
     fn call(&self, request: &CoordRequest) -> Result<CoordResponse, RunError> {
         Ok(self
             .runtime
-            .block_on(coordinator_call(&self.dir, request, |_| {}))?)
+            .block_on(coordinator_call_retrying(&self.dir, request, self.retry))?)
     }
 }
 

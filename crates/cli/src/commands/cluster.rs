@@ -370,7 +370,7 @@ pub fn run_status(args: StatusArgs) -> Result<i32> {
         return Ok(0);
     }
     println!(
-        "committed epoch {} (open {}, {} of {} ranks in); k={} m={} {} mode, {} layout, {} topology",
+        "committed epoch {} (open {}, {} of {} ranks in); k={} m={} {} mode, {} layout, {} topology; coordinator term {}",
         s.committed_epoch,
         s.open_epoch,
         s.ranks_ready.len(),
@@ -379,7 +379,8 @@ pub fn run_status(args: StatusArgs) -> Result<i32> {
         s.coding.m,
         s.coding.mode,
         s.coding.layout,
-        s.coding.topology
+        s.coding.topology,
+        s.coordinator_term
     );
     if let Some(job) = &s.job {
         println!(
@@ -450,7 +451,11 @@ pub fn run_status(args: StatusArgs) -> Result<i32> {
         println!(
             "  {:<6} {:<5} {:<22} ranks {:?}{}{}{}",
             n.name,
-            if n.alive { "up" } else { "DOWN" },
+            match (n.alive, n.awaited) {
+                (true, _) => "up",
+                (false, true) => "AWAITED",
+                (false, false) => "DOWN",
+            },
             n.addr,
             n.ranks,
             if n.spare { " (spare)" } else { "" },

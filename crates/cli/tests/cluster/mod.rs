@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod hosts;
 pub mod programs;
 
 use std::path::PathBuf;

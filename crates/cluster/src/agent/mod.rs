@@ -66,6 +66,8 @@ pub struct Agent {
     identity: identity::Identity,
     /// The failure domain it says it is in.
     domain: Option<String>,
+    /// The newest coordinator term this agent has heard of (`Registered::term`).
+    coordinator_term: std::sync::atomic::AtomicU64,
 }
 
 impl Agent {
@@ -78,6 +80,22 @@ impl Agent {
     fn coordinator(&self) -> Endpoint {
         let file = self.dir.load().unwrap_or_else(|_| self.cluster.clone());
         file.coordinator_from(&self.host).clone()
+    }
+
+    /// Follows the coordinator of `term` unless a newer one was heard of: then why not.
+    /// After a failover, the coordinator replaced (cut off, not dead) may still send
+    /// decisions; they are refused once this agent has heard of its successor.
+    fn follow_coordinator(&self, term: u64) -> Result<(), String> {
+        let newest = self
+            .coordinator_term
+            .fetch_max(term, std::sync::atomic::Ordering::SeqCst);
+        if term < newest {
+            return Err(format!(
+                "the coordinator of term {term} is refused: {} follows the coordinator of term {newest}",
+                self.info.name
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -155,6 +173,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
         cluster,
         identity,
         domain: options.domain,
+        coordinator_term: 0.into(),
     });
     let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
     for listener in [tcp, unix] {
@@ -279,10 +298,16 @@ async fn session(agent: &Arc<Agent>, first: &mut Option<Registered>) -> Result<(
     .await?;
     match registered {
         CoordResponse::Registered {
+            term,
             committed,
             keep,
             versions,
         } => {
+            // An older coordinator's view of what is committed must not be resolved from:
+            // the session is tried again, with the coordinator `cluster.json` names then.
+            agent
+                .follow_coordinator(term)
+                .map_err(ClusterError::Unreachable)?;
             let a = agent.clone();
             let held = blocking(move || {
                 a.resolve(committed, &keep, &versions)?;
@@ -342,24 +367,42 @@ async fn serve(
             agent.inbox.put(task, phase, from, reader);
             Ok(())
         }
-        Hello::Control => loop {
-            let Some(request) = next_request::<AgentRequest>(&mut conn).await? else {
-                return Ok(());
-            };
-            let shutdown = matches!(request, AgentRequest::Shutdown | AgentRequest::Purge);
-            let response = match handle(&agent, &mut conn, request).await {
-                Ok(r) => r,
-                Err(e) => Some(AgentResponse::Error(WireError::from(&e))),
-            };
-            if let Some(r) = response {
-                conn.send_control(&r).await?;
+        Hello::Coordinator { term } => {
+            if let Err(why) = agent.follow_coordinator(term) {
+                tracing::warn!(term, "{why}");
+                let refusal = WireError::from(&ClusterError::Fenced(why.clone()));
+                conn.send_control(&AgentResponse::Error(refusal)).await?;
+                return Err(ClusterError::Fenced(why));
             }
-            if shutdown {
-                let _ = stop.send(()).await;
-                return Ok(());
-            }
-        },
+            serve_requests(agent, conn, stop).await
+        }
+        Hello::Control => serve_requests(agent, conn, stop).await,
         Hello::Session(_) => Err(ClusterError::Protocol("agents do not take sessions".into())),
+    }
+}
+
+/// Answers the requests of a control connection, one at a time, until it closes.
+async fn serve_requests(
+    agent: Arc<Agent>,
+    mut conn: Connection,
+    stop: tokio::sync::mpsc::Sender<()>,
+) -> Result<(), ClusterError> {
+    loop {
+        let Some(request) = next_request::<AgentRequest>(&mut conn).await? else {
+            return Ok(());
+        };
+        let shutdown = matches!(request, AgentRequest::Shutdown | AgentRequest::Purge);
+        let response = match handle(&agent, &mut conn, request).await {
+            Ok(r) => r,
+            Err(e) => Some(AgentResponse::Error(WireError::from(&e))),
+        };
+        if let Some(r) = response {
+            conn.send_control(&r).await?;
+        }
+        if shutdown {
+            let _ = stop.send(()).await;
+            return Ok(());
+        }
     }
 }
 

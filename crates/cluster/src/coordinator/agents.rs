@@ -5,8 +5,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, NodeInfo};
-use eckpt_cluster_api::net::{call, node_error, open_node};
+use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, Hello, NodeInfo};
+use eckpt_cluster_api::net::{call, node_error, open_node_as};
 use eckpt_cluster_api::ClusterError;
 use eckpt_proto::ClusterSecret;
 
@@ -27,13 +27,16 @@ pub(super) struct SocketAgents {
     /// socket).
     pub host: String,
     pub secret: ClusterSecret,
+    /// This coordinator's term, sent with every connection: an agent that follows a newer
+    /// coordinator refuses it.
+    pub term: u64,
 }
 
 impl Agents for SocketAgents {
     fn ask(&self, node: NodeInfo, request: AgentRequest) -> Answer {
-        let (host, secret) = (self.host.clone(), self.secret.clone());
+        let (host, secret, term) = (self.host.clone(), self.secret.clone(), self.term);
         Box::pin(async move {
-            let mut conn = open_node(&node, &host, &secret).await?;
+            let mut conn = open_node_as(&node, &host, &secret, &Hello::Coordinator { term }).await?;
             match call(&mut conn, &request)
                 .await
                 .map_err(|e| node_error(&node.name, e))?

@@ -13,8 +13,12 @@
 //! serve an epoch whose data is gone or place a rank where its data is not. The rotated
 //! file therefore records whether its successor changed anything but what is refreshed
 //! anyway (agents' addresses, which they send again when they register, and the task
-//! counter, which it also records): only then is it used, and otherwise the coordinator
-//! refuses to start.
+//! counter and the coordinator's term, which it also records): only then is it used, and
+//! otherwise the coordinator refuses to start.
+//!
+//! A save is refused when the journal on disk is of a newer coordinator term than the one
+//! saved: another coordinator has taken the journal over (a failover while this one was cut
+//! off), and what this one decides would overwrite that one's decisions.
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +39,9 @@ struct Successor {
     same_state: bool,
     /// The successor's task counter (task ids are never reused).
     next_task: u64,
+    /// The successor's coordinator term (terms are never reused either).
+    #[serde(default)]
+    term: u64,
 }
 
 /// The previous journal, kept beside `path`.
@@ -76,11 +83,13 @@ fn parse(path: &Path, value: Value) -> Result<Journal, ClusterError> {
     Ok(journal)
 }
 
-/// The journal's decisions: everything but agents' addresses and the task counter.
+/// The journal's decisions: everything but agents' addresses, the task counter and the
+/// coordinator's term.
 fn state(journal: &Journal) -> Value {
     let mut value = to_value(journal);
     let object = value.as_object_mut().expect("the journal is an object");
     object.remove("next_task");
+    object.remove("term");
     if let Some(Value::Object(nodes)) = object.get_mut("nodes") {
         for node in nodes.values_mut().filter_map(Value::as_object_mut) {
             node.remove("info");
@@ -108,6 +117,7 @@ pub fn load(path: &Path) -> Result<Journal, ClusterError> {
     match fallback {
         Ok((mut journal, Some(successor))) if successor.same_state => {
             journal.next_task = journal.next_task.max(successor.next_task);
+            journal.term = journal.term.max(successor.term);
             tracing::warn!(%damage, previous = %prev.display(), "journal damaged: resuming from the previous journal, which holds the same decisions");
             Ok(journal)
         }
@@ -124,13 +134,23 @@ pub fn load(path: &Path) -> Result<Journal, ClusterError> {
 
 /// Saves `journal` at `path` crash-safely, rotating the current one to the previous
 /// journal first; a damaged current journal is moved aside instead (the previous journal
-/// then stays the one it was resumed from).
+/// then stays the one it was resumed from). Refused when the current journal is of a newer
+/// coordinator term (fenced).
 pub fn save(journal: &Journal, path: &Path) -> Result<(), ClusterError> {
     match open(path).and_then(|v| parse(path, v)) {
+        Ok(current) if current.term > journal.term => {
+            return Err(ClusterError::Fenced(format!(
+                "{}: the coordinator of term {} has taken this journal over (this one is of term {}): it decides nothing more",
+                path.display(),
+                current.term,
+                journal.term
+            )))
+        }
         Ok(current) => {
             let successor = Successor {
                 same_state: state(&current) == state(journal),
                 next_task: journal.next_task,
+                term: journal.term,
             };
             let mut value = to_value(&current);
             value
@@ -147,4 +167,65 @@ pub fn save(journal: &Journal, path: &Path) -> Result<(), ClusterError> {
         Err(_) => {}
     }
     write_atomic(path, &seal(to_value(journal)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eckpt_coding::CodingConfig;
+
+    fn journal(term: u64) -> Journal {
+        let nodes: Vec<String> = (0..3).map(|i| format!("n{i}")).collect();
+        let mut j = Journal::new(CodingConfig::default(), &nodes, &[]);
+        j.term = term;
+        j
+    }
+
+    /// After a failover the replaced coordinator may still run (cut off, not dead): its
+    /// next save is refused and leaves the newer coordinator's journal as it was.
+    #[test]
+    fn a_save_of_an_older_term_is_refused_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.json");
+        let mut old = journal(1);
+        old.save(&path).unwrap();
+        let mut new = Journal::load(&path).unwrap();
+        new.term = 2;
+        new.committed = 5;
+        new.save(&path).unwrap();
+        let on_disk = std::fs::read(&path).unwrap();
+
+        old.committed = 4;
+        let e = old.save(&path).unwrap_err();
+        assert_eq!(e.kind(), eckpt_cluster_api::ErrorKind::Fenced, "{e}");
+        assert!(
+            e.to_string().contains("term 2 has taken this journal over"),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            on_disk,
+            "the journal was rewritten"
+        );
+        assert_eq!(Journal::load(&path).unwrap().committed, 5);
+        // The same term saves (a coordinator's own later decisions), a newer one too.
+        new.committed = 6;
+        new.save(&path).unwrap();
+    }
+
+    /// A journal damaged right after a coordinator took its term falls back to the
+    /// previous one (the same decisions) without giving the term back: the next
+    /// coordinator's term is above every term ever handed out.
+    #[test]
+    fn the_fallback_to_the_previous_journal_keeps_the_newest_term() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.json");
+        journal(3).save(&path).unwrap();
+        journal(4).save(&path).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = bytes.len() / 2;
+        bytes[at] ^= 0x01;
+        std::fs::write(&path, bytes).unwrap();
+        assert_eq!(Journal::load(&path).unwrap().term, 4);
+    }
 }

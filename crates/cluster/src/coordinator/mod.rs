@@ -32,7 +32,7 @@ mod test_cluster;
 pub use job::JobRecord;
 pub use state::{natural_key, Journal, NodeEntry};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -237,10 +237,11 @@ impl Coordinator {
             let journal = s.journal();
             let alive = s.alive();
             let damaged = s.damaged();
+            let awaited = s.awaited();
             let nodes = journal
                 .nodes
                 .iter()
-                .map(|(name, entry)| node_status(journal, &alive, &damaged, name, entry))
+                .map(|(name, entry)| node_status(journal, &alive, &damaged, &awaited, name, entry))
                 .collect();
             let groups = journal
                 .groups
@@ -258,6 +259,7 @@ impl Coordinator {
                 flush: s.flush.status(flush_config),
                 job: s.job_status(),
                 isolated_seconds: s.isolation().map(|d| d.as_secs_f64()),
+                coordinator_term: journal.term,
             }
         })
         .await
@@ -331,6 +333,7 @@ fn node_status(
     journal: &Journal,
     alive: &BTreeMap<String, NodeInfo>,
     damaged: &BTreeMap<String, String>,
+    awaited: &BTreeSet<String>,
     name: &str,
     entry: &NodeEntry,
 ) -> NodeStatus {
@@ -354,6 +357,7 @@ fn node_status(
         hosts_ranks: journal.holds_data(name),
         damaged: damaged.get(name).cloned(),
         domain: entry.domain.clone(),
+        awaited: awaited.contains(name),
     }
 }
 
@@ -393,7 +397,12 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
     let mut journal = Journal::load(&dir.journal())?;
     // Task ids are never reused, even those handed out after the last journal write.
     journal.next_task += 1000;
+    // This coordinator's term, above every earlier one: a coordinator of an older term (the
+    // one this one replaces, if it still runs somewhere) is fenced from the journal and
+    // from the agents from here on.
+    journal.term += 1;
     journal.save(&dir.journal())?;
+    let term = journal.term;
     let unix = listen_for_cluster(
         &Endpoint::Unix(dir.coordinator_socket()),
         &secret,
@@ -427,6 +436,7 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
     let agents = Arc::new(SocketAgents {
         host: host_identity(),
         secret,
+        term,
     });
     let coord = Arc::new(Coordinator::new(
         dir.clone(),
@@ -444,13 +454,15 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
             serve(coord.clone(), conn, stop.clone())
         }));
     }
-    tracing::info!(dir = %dir.root().display(), "coordinator started");
+    tracing::info!(dir = %dir.root().display(), term, "coordinator started");
     if let Some(idle) = cluster.deadlines.idle() {
         tokio::spawn(stop_when_idle(coord.clone(), idle, stop_tx.clone()));
     }
     tokio::select! {
         _ = stop_rx.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+        // The agents follow the newer coordinator now: they are left running.
+        why = coord.state.fenced() => return Err(ClusterError::Fenced(why)),
     }
     // Stop the agents, then ourselves.
     let requests = coord
@@ -513,6 +525,9 @@ async fn serve(
         Hello::Peer { .. } => Err(ClusterError::Protocol(
             "the coordinator takes no peer streams".into(),
         )),
+        Hello::Coordinator { term } => Err(ClusterError::Protocol(format!(
+            "a coordinator (term {term}) does not send requests to another one"
+        ))),
     }
 }
 

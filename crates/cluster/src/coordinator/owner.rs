@@ -13,13 +13,17 @@
 //!   go on being answered meanwhile (heartbeats never wait for a disk). A change is
 //!   answered only once its write is durable, and a write that fails answers every change
 //!   it carried with the error and leaves the journal as it was on disk.
+//!
+//! A write refused because another coordinator took the journal over (a newer term on
+//! disk, see `journal_file`) **fences** the owner: it refuses every later change at once,
+//! writes nothing more, and says so to [`Owner::fenced`], on which the daemon stops.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::epoch_state::EpochState;
 use super::flush::FlushState;
@@ -48,6 +52,11 @@ pub(super) struct State {
     pub lease_renewed: Option<Instant>,
     /// The cluster's time bounds (`cluster.json`).
     pub deadlines: Deadlines,
+    /// When this coordinator started, and the nodes of its journal that have not
+    /// registered since: awaited, not lost, for an agent's longest reconnection from then
+    /// ([`State::awaited`]).
+    pub started: Instant,
+    pub unregistered: BTreeSet<String>,
 }
 
 impl State {
@@ -57,6 +66,12 @@ impl State {
         // A holder the journal names gets a whole lease from this start: it renews with the
         // restarted coordinator as soon as it reaches it.
         let lease_renewed = journal.job.holder.as_ref().map(|_| Instant::now());
+        let unregistered = journal
+            .nodes
+            .iter()
+            .filter(|(_, entry)| !entry.removed)
+            .map(|(name, _)| name.clone())
+            .collect();
         State {
             epochs: EpochState::new(journal.next_epoch),
             journal,
@@ -65,6 +80,8 @@ impl State {
             flush: FlushState::new(flushed),
             lease_renewed,
             deadlines,
+            started: Instant::now(),
+            unregistered,
         }
     }
 
@@ -121,6 +138,8 @@ enum Message {
 /// How to reach the owner of a coordinator's state.
 pub(super) struct Owner {
     inbox: mpsc::Sender<Message>,
+    /// Why the owner was fenced, once it is.
+    fenced: watch::Receiver<Option<String>>,
 }
 
 impl Owner {
@@ -128,8 +147,23 @@ impl Owner {
     /// when the last `Owner` is dropped.
     pub fn start(state: State, journal_path: PathBuf) -> Owner {
         let (inbox, messages) = mpsc::channel(INBOX);
-        tokio::spawn(own(state, messages, journal_path));
-        Owner { inbox }
+        let (fence, fenced) = watch::channel(None);
+        tokio::spawn(own(state, messages, journal_path, fence));
+        Owner { inbox, fenced }
+    }
+
+    /// Resolves once a newer coordinator has taken the journal over, with what says so.
+    pub async fn fenced(&self) -> String {
+        let mut fenced = self.fenced.clone();
+        let why = fenced
+            .wait_for(Option::is_some)
+            .await
+            .map(|why| why.clone().unwrap_or_default());
+        match why {
+            Ok(why) => why,
+            // The owner ended (its last `Owner` dropped): nothing can be fenced any more.
+            Err(_) => std::future::pending().await,
+        }
     }
 
     async fn send(&self, message: Message) {
@@ -179,11 +213,26 @@ struct Commit {
     write: tokio::task::JoinHandle<Result<(), ClusterError>>,
 }
 
-/// The owner's loop: visits at once, changes batched into one write at a time.
-async fn own(mut state: State, mut messages: mpsc::Receiver<Message>, journal_path: PathBuf) {
+/// The owner's loop: visits at once, changes batched into one write at a time; once
+/// fenced, changes refused.
+async fn own(
+    mut state: State,
+    mut messages: mpsc::Receiver<Message>,
+    journal_path: PathBuf,
+    fence: watch::Sender<Option<String>>,
+) {
     let mut waiting: Vec<Change> = Vec::new();
     let mut writing: Option<Commit> = None;
     loop {
+        if let Some(why) = fence.borrow().as_ref() {
+            for change in waiting.drain(..) {
+                let mut draft = Draft {
+                    journal: state.journal.clone(),
+                    changed: false,
+                };
+                change(&mut state, &mut draft)(Err(ClusterError::Fenced(why.clone())));
+            }
+        }
         if writing.is_none() && !waiting.is_empty() {
             writing = start_commit(&mut state, std::mem::take(&mut waiting), &journal_path);
         }
@@ -197,13 +246,13 @@ async fn own(mut state: State, mut messages: mpsc::Receiver<Message>, journal_pa
                 if writing.is_some() =>
             {
                 let commit = writing.take().expect("a write in flight");
-                finish_commit(&mut state, commit, written);
+                finish_commit(&mut state, commit, written, &fence);
             }
         }
     }
     if let Some(mut commit) = writing {
         let written = (&mut commit.write).await;
-        finish_commit(&mut state, commit, written);
+        finish_commit(&mut state, commit, written, &fence);
     }
 }
 
@@ -234,11 +283,12 @@ fn start_commit(state: &mut State, changes: Vec<Change>, journal_path: &std::pat
 }
 
 /// Installs a written draft and answers its changes; a failed write answers each with the
-/// error and keeps the journal that is on disk.
+/// error and keeps the journal that is on disk, and a refused one fences the owner.
 fn finish_commit(
     state: &mut State,
     commit: Commit,
     written: Result<Result<(), ClusterError>, tokio::task::JoinError>,
+    fence: &watch::Sender<Option<String>>,
 ) {
     let written =
         written.unwrap_or_else(|e| Err(ClusterError::Internal(format!("the journal write failed: {e}"))));
@@ -251,6 +301,9 @@ fn finish_commit(
         }
         Err(e) => {
             tracing::error!(error = %e, changes = commit.answers.len(), "the journal write failed: nothing it carried is decided");
+            if e.kind() == eckpt_cluster_api::ErrorKind::Fenced {
+                fence.send_replace(Some(e.to_string()));
+            }
             let wire = WireError::from(&e);
             let mut first = Some(e);
             for answer in commit.answers {
@@ -340,6 +393,36 @@ mod tests {
         assert!(
             owner.visit(|s| s.journal().placement.is_empty()).await,
             "nothing unwritten is served"
+        );
+    }
+
+    /// A coordinator whose journal another coordinator took over (a newer term on disk)
+    /// decides nothing more: the change that found out is refused, so is every later one
+    /// without a write, and the daemon is told to stop.
+    #[tokio::test]
+    async fn a_journal_taken_over_by_a_newer_term_fences_the_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.json");
+        let owner = Owner::start(state(2), path.clone());
+        owner.change(|_, j| j.committed = 1).await.unwrap();
+        let mut successor = Journal::load(&path).unwrap();
+        successor.term += 1;
+        successor.save(&path).unwrap();
+        let taken_over = std::fs::read(&path).unwrap();
+
+        let e = owner.change(|_, j| j.committed = 2).await.unwrap_err();
+        assert_eq!(e.kind(), eckpt_cluster_api::ErrorKind::Fenced, "{e}");
+        let why = tokio::time::timeout(std::time::Duration::from_secs(5), owner.fenced())
+            .await
+            .expect("the owner says it is fenced");
+        assert!(why.contains("has taken this journal over"), "{why}");
+        let e = owner.change(|_, j| j.committed = 3).await.unwrap_err();
+        assert_eq!(e.kind(), eckpt_cluster_api::ErrorKind::Fenced, "{e}");
+        assert_eq!(std::fs::read(&path).unwrap(), taken_over, "a fenced owner wrote");
+        assert_eq!(
+            owner.visit(|s| s.journal().committed).await,
+            1,
+            "nothing refused is served"
         );
     }
 

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use eckpt_proto::Connection;
 
@@ -201,6 +201,15 @@ impl Coordinator {
         let _op = self.op.lock().await;
         self.abort_open_epoch("aborted by recovery: re-checkpoint on the ranks' new nodes")
             .await;
+        // A coordinator just restarted or replaced rebuilds no node whose agent may still be
+        // on its way to it: the wait ends when every node registered, or with the
+        // reconnection bound (`State::awaited`).
+        if !self.read(|s| s.awaited().is_empty()).await {
+            progress.step("waiting for the agents to register", 0, 3).await;
+            while !self.read(|s| s.awaited().is_empty()).await {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
         let (journal, alive, damaged_before, flushed_since) = self
             .read(|s| {
                 let flushed_since = s.flush.has_flushed_after(s.journal().job.fresh_from);

@@ -98,6 +98,18 @@ impl State {
             .collect()
     }
 
+    /// Nodes of the journal that have not registered since this coordinator started, while
+    /// it is young: every agent gets its longest reconnection (`Deadlines::reconnection`)
+    /// to find a coordinator that was restarted or replaced on another host, so until then
+    /// one not heard from is down but not lost — nobody rebuilds a node whose agent is on
+    /// its way back.
+    pub(super) fn awaited(&self) -> BTreeSet<String> {
+        if self.started.elapsed() >= self.deadlines.reconnection() {
+            return BTreeSet::new();
+        }
+        self.unregistered.clone()
+    }
+
     /// Alive nodes missing committed data, with what is missing.
     pub(super) fn damaged(&self) -> BTreeMap<String, String> {
         let alive = self.alive();
@@ -205,6 +217,7 @@ impl State {
             },
         );
         Ok(CoordResponse::Registered {
+            term: journal.term,
             committed: journal.committed,
             keep: journal.keep_of(name),
             versions: journal.versions_of(name),
@@ -251,6 +264,7 @@ impl State {
             l.checked = true;
             l.damage = damage;
             l.last_seen = Instant::now();
+            self.unregistered.remove(node);
         }
     }
 

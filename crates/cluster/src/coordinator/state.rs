@@ -66,6 +66,12 @@ pub struct Journal {
     /// The job: its id, lease holder and attempt generation (`job.rs`).
     #[serde(default)]
     pub job: JobRecord,
+    /// The coordinator's term: every coordinator that starts on this journal takes the next
+    /// one. Agents follow the newest term they have heard of and refuse an older one, and a
+    /// coordinator finding a newer term on disk writes nothing more and stops: after a
+    /// failover, the coordinator it replaced (cut off, not dead) decides nothing.
+    #[serde(default)]
+    pub term: u64,
 }
 
 /// How many epochs' pace figures the journal keeps.
@@ -100,6 +106,7 @@ impl Journal {
             next_task: 1,
             pace: BTreeMap::new(),
             job: JobRecord::default(),
+            term: 0,
         };
         for (list, spare) in [(nodes, false), (spares, true)] {
             for name in list {

@@ -279,6 +279,10 @@ struct Supervisor<'a> {
     deadlines: Deadlines,
     /// Whether the coordinator's isolation was said (once per episode).
     isolation_said: bool,
+    /// The coordinator's term when the attempt started: a rank that fails after it
+    /// changed (the coordinator restarted, or failed over to another host) lost its epoch
+    /// with the coordinator, and the attempt restarts from the last committed epoch.
+    attempt_term: u64,
     /// The Slurm allocation the job runs in (`--launcher srun`): its view of the nodes.
     allocation: Option<Allocation>,
 }
@@ -353,6 +357,7 @@ impl<'a> Supervisor<'a> {
             job: String::new(),
             deadlines: file.deadlines,
             isolation_said: false,
+            attempt_term: 0,
             allocation,
         };
         if let Some(restore) = from_flush {
@@ -536,7 +541,10 @@ impl<'a> Supervisor<'a> {
             .nodes
             .iter()
             .filter(|n| {
-                (!n.alive || n.damaged.is_some()) && !n.removed && (n.group.is_some() || !n.ranks.is_empty())
+                (!n.alive || n.damaged.is_some())
+                    && !n.removed
+                    && !n.awaited
+                    && (n.group.is_some() || !n.ranks.is_empty())
             })
             .map(|n| n.name.clone())
             .collect()
@@ -576,6 +584,13 @@ impl<'a> Supervisor<'a> {
                 .retain(|n| status.nodes.iter().any(|s| &s.name == n && s.alive && !s.removed));
             let lost = Self::lost(&status);
             if lost.is_empty() {
+                // A coordinator just restarted or replaced awaits its agents for a bounded
+                // while (`NodeStatus::awaited`): ranks are placed once they are back, or
+                // once they are lost.
+                if status.nodes.iter().any(|n| n.awaited) {
+                    std::thread::sleep(TICK);
+                    continue;
+                }
                 if self.undeclared.is_empty() {
                     return self.check_min_nodes(&status);
                 }
@@ -796,6 +811,7 @@ impl<'a> Supervisor<'a> {
     fn attempt(&mut self, attempt_no: u32, events: &mut dyn FnMut(Event)) -> Result<AttemptEnd, RunError> {
         let generation = self.lease()?.generation();
         let (placement, hosts) = self.place()?;
+        self.attempt_term = self.cluster.status()?.coordinator_term;
         let launch_id = format!("{}-{attempt_no}", self.run_id);
         let mut env = vec![
             ("ECKPT_CLUSTER".to_string(), self.dir.root().display().to_string()),
@@ -978,8 +994,10 @@ impl<'a> Supervisor<'a> {
 
     /// A rank exited with a non-zero status. Its node's loss is the likely cause when one
     /// is declared within the liveness period (an MPI rank aborts when a peer's node dies,
-    /// before the coordinator has missed the node's heartbeats): then it is a failure to
-    /// recover from; otherwise the status is the program's answer.
+    /// before the coordinator has missed the node's heartbeats), and so is a coordinator
+    /// replaced since the attempt started (the epoch the rank was checkpointing was lost
+    /// with it): then it is a failure to recover from; otherwise the status is the
+    /// program's answer.
     fn rank_failed(
         &mut self,
         rank: Option<u32>,
@@ -989,7 +1007,24 @@ impl<'a> Supervisor<'a> {
         let who = rank.map_or("a rank".to_string(), |r| format!("rank {r}"));
         let deadline = Instant::now() + self.deadlines.liveness() + Duration::from_millis(500);
         loop {
-            let lost = Self::lost(&self.cluster.status()?);
+            let status = self.cluster.status()?;
+            if status.coordinator_term != self.attempt_term {
+                let why = format!(
+                    "{who} exited {code} after the coordinator was replaced (term {} to {})",
+                    self.attempt_term, status.coordinator_term
+                );
+                events(Event::Note(format!(
+                    "{why}: restarting from the last committed epoch"
+                )));
+                self.failing_since.get_or_insert_with(Instant::now);
+                self.record.failures.push(FailureRecord {
+                    t_s: self.now(),
+                    nodes: Vec::new(),
+                    cause: "coordinator replaced".into(),
+                });
+                return Ok(AttemptEnd::Failure(why));
+            }
+            let lost = Self::lost(&status);
             if !lost.is_empty() || !self.undeclared.is_empty() {
                 self.note_lost(&lost, "node declared dead", events);
                 return Ok(AttemptEnd::Failure(format!(

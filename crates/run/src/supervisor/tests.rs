@@ -30,6 +30,8 @@ use crate::{RunError, RunOptions};
 #[derive(Debug, Clone)]
 struct Node {
     alive: bool,
+    /// Down, but not heard from since a coordinator restart that is still young.
+    awaited: bool,
     removed: bool,
     ranks: Vec<u32>,
 }
@@ -46,6 +48,8 @@ struct World {
     /// `ClaimJob` is refused until this holder's lease expires (then claimable).
     holder: Option<(LeaseHolder, Instant, f64)>,
     released: Option<bool>,
+    /// The coordinator's term (one more each time it is replaced).
+    term: u64,
 }
 
 /// A coordinator whose answers come from a [`World`].
@@ -87,6 +91,7 @@ impl Coordinator for Scripted {
                 hosts_ranks: !n.removed,
                 damaged: None,
                 domain: None,
+                awaited: n.awaited,
             })
             .collect();
         let job = w.holder.as_ref().map(|(holder, renewed, lease)| JobStatus {
@@ -108,6 +113,7 @@ impl Coordinator for Scripted {
             flush: None,
             job,
             isolated_seconds: None,
+            coordinator_term: w.term,
         })
     }
 
@@ -267,6 +273,19 @@ fn end_at(at: u32, ending: Ending) -> Script {
     Box::new(move |look, _| (look >= at).then(|| ending.clone()))
 }
 
+/// The coordinator is replaced at the attempt's `at`th look: every node is down and
+/// awaited until the `back`th look, when all have registered with the new one; the
+/// attempt ends well at the look after.
+fn coordinator_replaced(at: u32, back: u32) -> Script {
+    Box::new(move |look, world| {
+        for node in world.nodes.values_mut() {
+            node.alive = !(at..back).contains(&look);
+            node.awaited = !node.alive;
+        }
+        (look > back).then_some(Ending::Done)
+    })
+}
+
 /// `node` dies at the attempt's `at`th look; the attempt then ends as `then` says (`None`:
 /// runs on, until the supervisor stops it).
 fn node_dies(node: &'static str, at: u32, then: Option<Ending>) -> Script {
@@ -346,6 +365,7 @@ fn supervise(scripts: Vec<Script>, change: impl FnOnce(&mut World)) -> Run {
     let root = tempfile::tempdir().unwrap();
     let mut world = World {
         committed: 3,
+        term: 1,
         ..World::default()
     };
     for i in 0..6u32 {
@@ -354,6 +374,7 @@ fn supervise(scripts: Vec<Script>, change: impl FnOnce(&mut World)) -> Run {
             format!("n{i}"),
             Node {
                 alive: true,
+                awaited: false,
                 removed: false,
                 ranks,
             },
@@ -461,6 +482,46 @@ fn a_node_lost_under_a_running_attempt_is_recovered_and_every_rank_relaunched_wh
     assert_eq!(run.record.failures[0].nodes, ["n1"]);
     assert_eq!(run.record.recoveries.len(), 1);
     assert_eq!(run.record.attempts[0].end, "node n1 lost");
+}
+
+/// A rank whose checkpoint was lost with the coordinator (replaced on another host while
+/// the epoch was open) exits non-zero with every node alive: a failure to restart from,
+/// not the program's answer.
+#[test]
+fn a_rank_failing_after_the_coordinator_was_replaced_is_relaunched_from_the_last_epoch() {
+    let replaced: Script = Box::new(|look, world| {
+        (look == 1).then(|| {
+            world.term += 1;
+            Ending::Failed {
+                rank: Some(3),
+                code: 1,
+            }
+        })
+    });
+    let run = supervise(vec![replaced, end_at(1, Ending::Done)], |_| {});
+    assert_eq!(run.result.unwrap(), 0);
+    assert_eq!(run.placements.len(), 2, "one relaunch");
+    assert_eq!(run.world.lock().unwrap().recoveries, 0, "nothing to recover");
+    assert_eq!(run.record.failures.len(), 1);
+    assert_eq!(run.record.failures[0].cause, "coordinator replaced");
+    assert!(
+        run.record.attempts[0]
+            .end
+            .contains("after the coordinator was replaced (term 1 to 2)"),
+        "{}",
+        run.record.attempts[0].end
+    );
+}
+
+/// After a coordinator restart or failover every node is down until its agent registers
+/// with the new coordinator: awaited, not lost. The attempt goes on, nothing is recovered.
+#[test]
+fn nodes_awaited_by_a_replaced_coordinator_are_not_lost() {
+    let run = supervise(vec![coordinator_replaced(1, 4)], |_| {});
+    assert_eq!(run.result.unwrap(), 0);
+    assert_eq!(run.world.lock().unwrap().recoveries, 0, "nothing recovered");
+    assert!(run.record.failures.is_empty(), "{:?}", run.record.failures);
+    assert_eq!(run.placements.len(), 1, "no relaunch");
 }
 
 #[test]
