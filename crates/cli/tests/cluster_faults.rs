@@ -150,23 +150,6 @@ fn too_many_losses(layout: &str, mode: &str) {
     assert!(members.len() == 6);
 }
 
-/// Flips one bit in the middle of every committed parity file of `node`.
-fn corrupt_parity(c: &Cluster, node: &str) {
-    let coded = c.dir.join("nodes").join(node).join("coded");
-    let mut flipped = 0;
-    for object in std::fs::read_dir(&coded).unwrap().flatten() {
-        let parity = object.path().join("parity");
-        if object.file_name().to_string_lossy().starts_with("obj-") && parity.is_file() {
-            let mut bytes = std::fs::read(&parity).unwrap();
-            let at = bytes.len() / 2;
-            bytes[at] ^= 0x08;
-            std::fs::write(&parity, bytes).unwrap();
-            flipped += 1;
-        }
-    }
-    assert!(flipped > 0, "{node} holds no parity");
-}
-
 #[test]
 fn a_degraded_restore_treats_corrupt_parity_as_an_erasure() {
     let (c, _) = two_epochs("dedicated", "full");
@@ -185,7 +168,7 @@ fn a_degraded_restore_treats_corrupt_parity_as_an_erasure() {
         .collect();
     assert!(!ranks.is_empty());
     // One member lost and one parity member corrupt: 2 <= m erasures, byte-exact.
-    corrupt_parity(&c, &members[5]);
+    c.corrupt_parity(&members[5]);
     c.kill(&members[0], true);
     c.wait_down(&members[0]);
     for &r in &ranks {
@@ -196,7 +179,7 @@ fn a_degraded_restore_treats_corrupt_parity_as_an_erasure() {
         );
     }
     // A second corrupt parity member makes 3 > m: a clear error, never wrong bytes.
-    corrupt_parity(&c, &members[4]);
+    c.corrupt_parity(&members[4]);
     let err = c.restore(ranks[0]).unwrap_err();
     assert!(
         err.contains("more than m=2") && err.contains(members[5].as_str()),

@@ -437,6 +437,23 @@ fn ensure_namespace(dir: &ClusterDir, net: &NetnsConfig, name: &str) -> Result<(
     Ok(())
 }
 
+/// Where a coordinator of the cluster in `dir` listens when not told: on the bridge of a
+/// cluster in network namespaces (its agents reach nothing else), on the address the last
+/// coordinator used when that one ran on this host (a restart), else on loopback.
+pub fn default_coordinator_bind(dir: &ClusterDir, file: &ClusterFile) -> String {
+    if file.netns.is_some() {
+        return Network::for_dir(dir.root()).bridge_ip();
+    }
+    match (&file.coordinator_tcp, &file.coordinator_host) {
+        (Some(Endpoint::Tcp { host, .. }), Some(last))
+            if *last == eckpt_cluster_api::net::host_identity() =>
+        {
+            host.clone()
+        }
+        _ => "127.0.0.1".into(),
+    }
+}
+
 /// Starts the coordinator and, unless `options.agents` is false, every agent of `nodes` and
 /// `spares` not already running (with their namespaces when the cluster has them); returns
 /// once all are registered.
@@ -448,16 +465,15 @@ fn start(
     spares: &[String],
 ) -> Result<(), ClusterError> {
     let exe = &options.exe;
-    let mut bind = "127.0.0.1".to_string();
     if let Some(net) = &file.netns {
         for name in nodes.iter().chain(spares) {
             ensure_namespace(dir, net, name)?;
         }
-        bind = Network::for_dir(dir.root()).bridge_ip();
     }
-    if let Some(address) = &options.bind {
-        bind.clone_from(address);
-    }
+    let bind = options
+        .bind
+        .clone()
+        .unwrap_or_else(|| default_coordinator_bind(dir, file));
     let mut command = Command::new(exe);
     command
         .arg("coordinator")

@@ -87,6 +87,12 @@ impl Network {
         format!("10.{}.{}.{}", self.subnet.0, self.subnet.1, 10 + index)
     }
 
+    /// The root namespace's end of the link of the node with index `index` (its port on
+    /// the bridge): set down, the node is cut off; shaped, its link is slow.
+    pub fn node_link(&self, index: usize) -> String {
+        format!("eck{}v{index}", self.tag)
+    }
+
     /// The namespace of node `name`.
     pub fn namespace(&self, name: &str) -> String {
         format!("eck{}-{name}", self.tag)
@@ -121,7 +127,7 @@ impl Network {
             return Err(ClusterError::Invalid("at most 240 namespaced nodes".into()));
         }
         let ns = self.namespace(name);
-        let outside = format!("eck{}v{index}", self.tag);
+        let outside = self.node_link(index);
         let inside = format!("eck{}p{index}", self.tag);
         let _ = run("ip", &["netns", "del", &ns]);
         let _ = run("ip", &["link", "del", &outside]);

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use eckpt_cluster::{agent, coordinator};
-use eckpt_cluster_api::dirs::check_domain_name;
+use eckpt_cluster_api::dirs::{check_domain_name, ClusterDir};
 
 use super::cluster::NodeArgs;
 
@@ -69,16 +69,26 @@ pub struct CoordinatorArgs {
     /// Cluster directory.
     #[arg(long, env = "ECKPT_CLUSTER")]
     dir: PathBuf,
-    /// Address for the TCP listener agents in other namespaces or hosts use.
-    #[arg(long, default_value = "127.0.0.1")]
-    bind: String,
+    /// Address for the TCP listener agents in other namespaces or hosts use (default: the
+    /// bridge of a cluster in network namespaces, the last coordinator's address when it
+    /// ran on this host, else 127.0.0.1).
+    #[arg(long)]
+    bind: Option<String>,
 }
 
 pub fn run_coordinator(args: CoordinatorArgs) -> Result<i32> {
     init_logging();
+    let bind = match args.bind {
+        Some(bind) => bind,
+        None => {
+            let dir = ClusterDir::new(&args.dir)?;
+            let file = dir.load()?;
+            eckpt_cluster::launch::default_coordinator_bind(&dir, &file)
+        }
+    };
     runtime()?.block_on(coordinator::run(coordinator::CoordinatorOptions {
         dir: args.dir,
-        bind: args.bind,
+        bind,
     }))?;
     Ok(0)
 }

@@ -285,9 +285,18 @@ impl Cluster {
         }
     }
 
-    /// Flips one bit of byte `byte` of the data file of rank `rank`'s committed epoch on
-    /// the node that hosts it: silent corruption of a stored block.
+    /// Flips one bit of byte `byte` (modulo its length) of the data file of rank `rank`'s
+    /// committed epoch on the node that hosts it: silent corruption of a stored block.
     pub fn corrupt_rank_block(&self, rank: u64, byte: usize) {
+        assert!(
+            self.try_corrupt_rank_block(rank, byte),
+            "rank {rank} has no stored epoch"
+        );
+    }
+
+    /// [`Cluster::corrupt_rank_block`]; `false` when the rank's node holds no epoch of it
+    /// (a recovery is moving it).
+    pub fn try_corrupt_rank_block(&self, rank: u64, byte: usize) -> bool {
         let node = self.status_placement(rank);
         let rank_dir = self
             .dir
@@ -295,16 +304,41 @@ impl Cluster {
             .join(&node)
             .join("store")
             .join(format!("rank.{rank}"));
-        let epoch_dir = std::fs::read_dir(&rank_dir)
-            .unwrap()
-            .flatten()
-            .find(|e| e.file_name().to_string_lossy().starts_with("epoch-"))
-            .unwrap()
-            .path();
-        let data_file = epoch_dir.join("data");
-        let mut on_disk = std::fs::read(&data_file).unwrap();
-        on_disk[byte] ^= 0x40;
+        let Some(epoch_dir) = std::fs::read_dir(&rank_dir).ok().and_then(|entries| {
+            entries
+                .flatten()
+                .find(|e| e.file_name().to_string_lossy().starts_with("epoch-"))
+        }) else {
+            return false;
+        };
+        let data_file = epoch_dir.path().join("data");
+        let Ok(mut on_disk) = std::fs::read(&data_file) else {
+            return false;
+        };
+        if on_disk.is_empty() {
+            return false;
+        }
+        let at = byte % on_disk.len();
+        on_disk[at] ^= 0x40;
         std::fs::write(&data_file, on_disk).unwrap();
+        true
+    }
+
+    /// Flips one bit in the middle of every committed parity file of `node`.
+    pub fn corrupt_parity(&self, node: &str) {
+        let coded = self.dir.join("nodes").join(node).join("coded");
+        let mut flipped = 0;
+        for object in std::fs::read_dir(&coded).unwrap().flatten() {
+            let parity = object.path().join("parity");
+            if object.file_name().to_string_lossy().starts_with("obj-") && parity.is_file() {
+                let mut bytes = std::fs::read(&parity).unwrap();
+                let at = bytes.len() / 2;
+                bytes[at] ^= 0x08;
+                std::fs::write(&parity, bytes).unwrap();
+                flipped += 1;
+            }
+        }
+        assert!(flipped > 0, "{node} holds no parity");
     }
 
     pub fn kill(&self, node: &str, wipe: bool) {

@@ -21,9 +21,15 @@ pub(super) struct EpochState {
     pub reports: BTreeMap<u32, RankReport>,
     /// Whether its encode and commit are running.
     pub running: bool,
-    /// Decided epochs.
+    /// The latest decided epochs (at most [`OUTCOMES_KEPT`]): a week-long job decides
+    /// tens of thousands, and the coordinator's memory must not grow with them.
     pub outcomes: BTreeMap<u64, EpochOutcome>,
 }
+
+/// How many decided epochs' outcomes the coordinator keeps for `WaitEpoch`: far more than a
+/// rank or a supervisor lags behind (they wait for the epoch just written, or the next one
+/// to watch).
+const OUTCOMES_KEPT: usize = 1024;
 
 impl EpochState {
     /// Epoch `open` open, no rank ready yet.
@@ -44,6 +50,9 @@ impl EpochState {
         self.reports.clear();
         self.running = false;
         self.outcomes.insert(outcome.epoch, outcome);
+        while self.outcomes.len() > OUTCOMES_KEPT {
+            self.outcomes.pop_first();
+        }
     }
 
     /// Whether `rank` has written the open epoch (it is ready, or the epoch is being
@@ -392,5 +401,17 @@ mod tests {
             s.opened(0, 4).is_some_and(|r| r.is_err()),
             "a later epoch opened meanwhile"
         );
+    }
+
+    #[test]
+    fn decided_epochs_kept_are_bounded_and_the_latest() {
+        let mut s = EpochState::new(1);
+        for epoch in 1..=3000 {
+            s.finish(outcome(epoch, epoch % 3 != 0, None));
+        }
+        assert_eq!(s.outcomes.len(), OUTCOMES_KEPT);
+        assert_eq!(s.outcomes.keys().next_back(), Some(&3000));
+        assert_eq!(s.outcomes.keys().next(), Some(&(3001 - OUTCOMES_KEPT as u64)));
+        assert_eq!(s.open, 3001);
     }
 }
