@@ -27,7 +27,12 @@
 //! ECKPT_FAULT_SEED=7 ECKPT_FAULTS=1000 ECKPT_FAULT_TABLE=faults.md \
 //!     cargo test --release -p eckpt --test fault_suite -- --nocapture
 //! ECKPT_FAULT_SOAK=3600 …   # rounds until an hour has passed, whatever the count
+//! ECKPT_FAULT_SEED=7 ECKPT_FAULT_ROUND=46 …   # replays round 46 of seed 7 alone
 //! ```
+//!
+//! Each round draws from a generator of its own (the seed and the round number), so that a
+//! failing round is replayed alone; its cluster's logs are then kept in
+//! `/tmp/eckpt-faults-SEED-ROUND/`.
 //!
 //! The table (fault × when × layout × mode: tried, beyond m) is printed at the end and
 //! written to `ECKPT_FAULT_TABLE` if set.
@@ -38,6 +43,7 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use cluster::hosts::sh;
 use cluster::{bytes, touch, Cluster};
 
 /// Faults per round; then a fresh cluster (spares and stores would run out).
@@ -176,17 +182,6 @@ impl Undo {
     }
 }
 
-/// Runs a system command that must succeed.
-fn sh(program: &str, args: &[&str]) {
-    let out = Command::new(program).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 impl Tally {
     fn table(&self, seed: u64, elapsed: Duration) -> String {
         let tried: u64 = self.rows.values().map(|r| r[0]).sum();
@@ -219,6 +214,8 @@ struct Target {
     /// Nodes a fault struck since the cluster was last healed: more than m of them, and a
     /// loss beyond m is possible.
     struck: std::collections::BTreeSet<String>,
+    /// Where the cluster's logs are copied if the round fails.
+    keep_logs_in: Option<std::path::PathBuf>,
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -248,6 +245,7 @@ impl Target {
             spares_joined: 0,
             epoch_seed: 0,
             struck: Default::default(),
+            keep_logs_in: None,
         };
         for _ in 0..2 {
             t.next_epoch();
@@ -371,10 +369,11 @@ impl Target {
             .collect()
     }
 
+    /// Kills the coordinator and starts another; not waited for: it may be held at the pause
+    /// point the fault struck at until the suite resumes the cluster.
     fn restart_coordinator(&mut self) {
         self.c.kill_coordinator();
         self.coordinators.push(self.c.start_coordinator());
-        self.c.wait_coordinator();
     }
 
     /// The veth of `node` in the root namespace (its link to the bridge).
@@ -464,6 +463,17 @@ fn signal(which: &str, pid: &str) {
 
 impl Drop for Target {
     fn drop(&mut self) {
+        if let (true, Some(keep)) = (std::thread::panicking(), &self.keep_logs_in) {
+            let _ = Command::new("cp")
+                .args(["-r", "--no-preserve=mode"])
+                .arg(&self.c.dir)
+                .arg(keep)
+                .status();
+            eprintln!(
+                "the failed round's cluster directory (logs, journal): {}",
+                keep.display()
+            );
+        }
         let _ = cluster::run(&["down", "--dir", self.c.d()]);
         for child in &mut self.coordinators {
             let _ = child.kill();
@@ -554,16 +564,18 @@ fn seeded_faults_lose_no_committed_byte() {
     let faults = env_u64("ECKPT_FAULTS").unwrap_or(8);
     let soak = env_u64("ECKPT_FAULT_SOAK").map(Duration::from_secs);
     let started = Instant::now();
-    let mut rng = Rng::new(seed);
+    let only = env_u64("ECKPT_FAULT_ROUND");
     let mut tally = Tally::default();
     let mut done = 0u64;
-    let mut round = 0;
-    let more = |done: u64| match soak {
-        Some(limit) => started.elapsed() < limit,
-        None => done < faults,
+    let mut round = only.map_or(0, |r| r - 1);
+    let more = |done: u64| match (soak, only) {
+        (Some(limit), _) => started.elapsed() < limit,
+        (None, Some(_)) => done < FAULTS_PER_ROUND as u64,
+        (None, None) => done < faults,
     };
     while more(done) {
         round += 1;
+        let mut rng = Rng::new(seed ^ round.wrapping_mul(0xD1B5_4A32_D192_ED03));
         let (layout, mode) = (rng.pick(&LAYOUTS), rng.pick(&MODES));
         let netns = round % 2 == 0;
         eprintln!(
@@ -571,6 +583,7 @@ fn seeded_faults_lose_no_committed_byte() {
             if netns { " netns" } else { "" }
         );
         let mut t = Target::up(layout, mode, netns);
+        t.keep_logs_in = Some(std::env::temp_dir().join(format!("eckpt-faults-{seed}-{round}")));
         for step in 0..FAULTS_PER_ROUND {
             if !more(done) {
                 break;
@@ -586,10 +599,9 @@ fn seeded_faults_lose_no_committed_byte() {
                 _ => When::Recovery,
             };
             eprintln!(
-                "seed {seed} round {round} step {step}: {} at {} (replay: ECKPT_FAULT_SEED={seed} ECKPT_FAULTS={})",
+                "seed {seed} round {round} step {step}: {} at {} (replay: ECKPT_FAULT_SEED={seed} ECKPT_FAULT_ROUND={round})",
                 fault.name(),
-                when.name(),
-                done + 1
+                when.name()
             );
             let began = Instant::now();
             let went_on = one_fault(&mut t, fault, when, &mut rng);

@@ -432,8 +432,16 @@ impl Cluster {
     /// a loaded machine.
     pub fn wait_coordinator(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !run(&["status", "--dir", self.d()]).status.success() {
-            assert!(Instant::now() < deadline, "the coordinator did not come up");
+        loop {
+            let out = run(&["status", "--dir", self.d()]);
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the coordinator did not come up: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }

@@ -961,15 +961,11 @@ impl<'a> Supervisor<'a> {
                     let lost = Self::lost(&self.cluster.status()?);
                     self.note_lost(&lost, "node declared dead", events);
                     if lost.is_empty() && self.undeclared.is_empty() {
-                        events(Event::Note(format!(
-                            "{who} was killed{how}: restarting from the last committed epoch"
-                        )));
-                        self.failing_since.get_or_insert_with(Instant::now);
-                        self.record.failures.push(FailureRecord {
-                            t_s: self.now(),
-                            nodes: Vec::new(),
-                            cause: format!("{who} killed{how}"),
-                        });
+                        self.restart_without_loss(
+                            &format!("{who} was killed{how}"),
+                            format!("{who} killed{how}"),
+                            events,
+                        );
                     }
                     return Ok(AttemptEnd::Failure(format!("{who} killed{how}")));
                 }
@@ -1013,15 +1009,7 @@ impl<'a> Supervisor<'a> {
                     "{who} exited {code} after the coordinator was replaced (term {} to {})",
                     self.attempt_term, status.coordinator_term
                 );
-                events(Event::Note(format!(
-                    "{why}: restarting from the last committed epoch"
-                )));
-                self.failing_since.get_or_insert_with(Instant::now);
-                self.record.failures.push(FailureRecord {
-                    t_s: self.now(),
-                    nodes: Vec::new(),
-                    cause: "coordinator replaced".into(),
-                });
+                self.restart_without_loss(&why, "coordinator replaced".into(), events);
                 return Ok(AttemptEnd::Failure(why));
             }
             let lost = Self::lost(&status);
@@ -1036,6 +1024,20 @@ impl<'a> Supervisor<'a> {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Records a failure that lost no node (a rank killed, the coordinator replaced) and
+    /// says that the attempt restarts from the last committed epoch.
+    fn restart_without_loss(&mut self, what: &str, cause: String, events: &mut dyn FnMut(Event)) {
+        events(Event::Note(format!(
+            "{what}: restarting from the last committed epoch"
+        )));
+        self.failing_since.get_or_insert_with(Instant::now);
+        self.record.failures.push(FailureRecord {
+            t_s: self.now(),
+            nodes: Vec::new(),
+            cause,
+        });
     }
 
     /// Says once per episode that the coordinator hears from no agent (it suspects its own
