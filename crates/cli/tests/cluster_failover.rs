@@ -100,10 +100,9 @@ impl Coordinator {
     fn kill(&mut self) {
         match self {
             Coordinator::Detached(pid) => {
-                let _ = Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .stderr(Stdio::null())
-                    .status();
+                if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    cluster::kill_and_wait(&pid.to_string());
+                }
             }
             Coordinator::Child(child) => {
                 let _ = child.kill();

@@ -121,6 +121,21 @@ pub fn assert_refused(out: &Output, expected: &str) {
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 }
 
+/// SIGKILLs process `pid` and waits until its descriptors are closed (a lock it held is
+/// then free): gone, or a zombie with none. A zombie is not enough: the group leader of a
+/// killed multi-threaded process turns zombie while its other threads still exit, and they
+/// hold the files until the last one is gone.
+pub fn kill_and_wait(pid: &str) {
+    let status = Command::new("kill").args(["-9", pid]).status().unwrap();
+    assert!(status.success(), "kill -9 {pid}");
+    let fds = PathBuf::from("/proc").join(pid).join("fd");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_dir(&fds).is_ok_and(|mut entries| entries.next().is_some()) {
+        assert!(Instant::now() < deadline, "process {pid} outlived SIGKILL");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Whether the tests run as root (namespaces, mounts); CI does.
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
@@ -400,22 +415,7 @@ impl Cluster {
     /// waits until it has exited: until then it holds the coordinator's lock, and a
     /// coordinator started at once was refused as a second one (on a loaded machine).
     pub fn kill_coordinator(&self) {
-        let pid = self.pid("coordinator");
-        let status = Command::new("kill").args(["-9", &pid]).status().unwrap();
-        assert!(status.success());
-        let stat = PathBuf::from("/proc").join(&pid).join("stat");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        // Gone, or a zombie: an exited process has closed its files (and released its lock).
-        while std::fs::read_to_string(&stat).is_ok_and(|s| {
-            s.rsplit_once(')')
-                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        }) {
-            assert!(
-                Instant::now() < deadline,
-                "the coordinator {pid} outlived SIGKILL"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        kill_and_wait(&self.pid("coordinator"));
     }
 
     /// `eckpt coordinator` started by hand, as after a crash; its stderr in `log2`.
