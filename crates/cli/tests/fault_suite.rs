@@ -521,6 +521,8 @@ fn one_fault(t: &mut Target, fault: Fault, when: When, rng: &mut Rng) -> bool {
     if let Some(undo) = undo {
         undo.run();
     }
+    // A coordinator restarted by the fault may still be starting.
+    t.c.wait_coordinator();
     t.check_never_wrong_bytes();
     if let Err(report) = t.heal() {
         eprintln!("more than m lost, reported: {}", report.trim());
