@@ -579,7 +579,7 @@ fn seeded_faults_lose_no_committed_byte() {
         round += 1;
         let mut rng = Rng::new(seed ^ round.wrapping_mul(0xD1B5_4A32_D192_ED03));
         let (layout, mode) = (rng.pick(&LAYOUTS), rng.pick(&MODES));
-        let netns = round % 2 == 0;
+        let netns = round.is_multiple_of(2);
         eprintln!(
             "seed {seed} round {round}: {layout} {mode}{}",
             if netns { " netns" } else { "" }

@@ -122,15 +122,24 @@ pub fn assert_refused(out: &Output, expected: &str) {
 }
 
 /// SIGKILLs process `pid` and waits until its descriptors are closed (a lock it held is
-/// then free): gone, or a zombie with none. A zombie is not enough: the group leader of a
-/// killed multi-threaded process turns zombie while its other threads still exit, and they
-/// hold the files until the last one is gone.
+/// then free): gone, or a zombie whose every other thread is gone. A zombie alone is not
+/// enough: the group leader of a killed multi-threaded process turns zombie (and its
+/// `/proc/PID/fd` empty) while its other threads still exit, holding the files they share
+/// until the last one is gone.
 pub fn kill_and_wait(pid: &str) {
     let status = Command::new("kill").args(["-9", pid]).status().unwrap();
     assert!(status.success(), "kill -9 {pid}");
-    let fds = PathBuf::from("/proc").join(pid).join("fd");
+    let proc_dir = PathBuf::from("/proc").join(pid);
+    let exited = || {
+        let zombie = std::fs::read_to_string(proc_dir.join("stat")).map_or(true, |s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        });
+        let threads = std::fs::read_dir(proc_dir.join("task")).map_or(0, |t| t.count());
+        zombie && threads <= 1
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::read_dir(&fds).is_ok_and(|mut entries| entries.next().is_some()) {
+    while !exited() {
         assert!(Instant::now() < deadline, "process {pid} outlived SIGKILL");
         std::thread::sleep(Duration::from_millis(10));
     }
