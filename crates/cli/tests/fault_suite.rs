@@ -510,8 +510,28 @@ fn one_fault(t: &mut Target, fault: Fault, when: When, rng: &mut Rng) -> bool {
             t.c.kill(&first, true);
             t.c.wait_down(&first);
             t.c.pause("mid-recovery");
-            let recovery = t.c.recover_in_background();
-            t.c.wait_paused();
+            let mut recovery = t.c.recover_in_background();
+            // A recovery may fail before it reaches the pause point (a peer not reachable
+            // yet after a partition): the fault then strikes after it, and healing recovers.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !cluster::run(&["debug", "wait", "--dir", t.c.d(), "--timeout", "1"])
+                .status
+                .success()
+            {
+                if recovery.try_wait().unwrap().is_some() {
+                    let out = recovery.wait_with_output().unwrap();
+                    eprintln!(
+                        "the recovery ended before its pause point: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    );
+                    recovery = t.c.recover_in_background();
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the recovery neither paused nor ended within 60 s"
+                );
+            }
             let undo = t.strike(fault, rng);
             t.c.resume();
             let _ = cluster::finish(recovery, "recover");
