@@ -132,19 +132,8 @@ fn a_coordinator_lost_with_its_host_is_started_on_another_and_the_job_goes_on() 
     let dir = tmp.path().join("shared/cluster");
     let d = dir.to_str().unwrap();
     let up = eckpt_on(&hosts, 0)
-        .args([
-            "up",
-            "--dir",
-            d,
-            "--nodes",
-            "6",
-            "--k",
-            "4",
-            "--m",
-            "2",
-            "--no-agents",
-        ])
-        .args(["--bind", &hosts.ip(0), "--detach", "--liveness", "2s"])
+        .args(["up", "--dir", d, "--bind", &hosts.ip(0)])
+        .args("--nodes 6 --k 4 --m 2 --no-agents --detach --liveness 2s".split(' '))
         .output()
         .unwrap();
     assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
