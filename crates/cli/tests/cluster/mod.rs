@@ -291,6 +291,12 @@ impl Cluster {
                 String::from_utf8_lossy(&out.stderr)
             );
             last = serde_json::from_slice(&out.stdout).ok();
+            if last.is_none() && wait {
+                eprintln!(
+                    "checkpoint of rank {rank} gave no report: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
         }
         self.history.insert(epoch, data);
         if wait {

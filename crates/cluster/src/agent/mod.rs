@@ -341,6 +341,7 @@ async fn session(agent: &Arc<Agent>, first: &mut Option<Registered>) -> Result<(
         .await?
         {
             CoordResponse::Alive => {}
+            CoordResponse::Error(e) => return Err(ClusterError::from_coordinator(e)),
             other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
         }
     }

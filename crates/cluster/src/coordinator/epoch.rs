@@ -108,26 +108,27 @@ impl Coordinator {
             .collect()
     }
 
-    /// Tells every alive node to commit: the ranks it hosts, the objects it prepared, and
-    /// which objects it keeps. Failures are logged: an agent that missed the decision
-    /// resolves it when it registers again.
+    /// Tells every node with a session to commit: the ranks it hosts, the objects it
+    /// prepared, and which objects it keeps. One that is not told (not alive, or the request
+    /// failed) is marked: it registers again at its next heartbeat and resolves the decision
+    /// then, as an agent without a session does when it comes back.
     pub(super) async fn send_commit(&self, epoch: u64, commit: &[(ObjectId, Option<u64>)], ranks: bool) {
-        let (journal, alive) = self.read(|s| (s.journal().clone(), s.alive())).await;
-        let requests = alive
-            .into_iter()
-            .map(|(name, info)| {
-                let group_objects: Vec<ObjectId> = journal.keep_of(&name);
+        let (journal, sessions) = self.read(|s| (s.journal().clone(), s.with_sessions())).await;
+        let requests = sessions
+            .iter()
+            .map(|(info, _)| {
+                let group_objects: Vec<ObjectId> = journal.keep_of(&info.name);
                 let objects = commit
                     .iter()
                     .filter(|(id, _)| group_objects.contains(id))
                     .copied()
                     .collect();
                 (
-                    info,
+                    info.clone(),
                     AgentRequest::Commit {
                         epoch,
                         ranks: if ranks {
-                            journal.ranks_on(&name)
+                            journal.ranks_on(&info.name)
                         } else {
                             Vec::new()
                         },
@@ -137,11 +138,19 @@ impl Coordinator {
                 )
             })
             .collect();
-        for r in self.ask_all(requests).await {
+        let mut missed = Vec::new();
+        for ((info, session), r) in sessions.into_iter().zip(self.ask_all(requests).await) {
             if let Err(e) = r {
                 tracing::warn!(error = %e, epoch, "commit not delivered");
+                missed.push((info.name, session));
             }
         }
+        self.read(move |s| {
+            for (node, session) in missed {
+                s.missed_decision(&node, session, epoch);
+            }
+        })
+        .await;
         self.delivered.send_if_modified(|delivered| {
             let newer = epoch > *delivered;
             *delivered = (*delivered).max(epoch);

@@ -34,6 +34,8 @@ pub(super) struct Live {
     checked: bool,
     /// Committed data it should hold and does not.
     damage: Option<String>,
+    /// The first decision (an epoch) the agent was not told: it registers again.
+    missed: Option<u64>,
 }
 
 /// What `node` should hold of the journal's committed state and does not, by its
@@ -136,6 +138,11 @@ impl State {
         }
         Some(match self.live.get(node) {
             None => "down: its agent is gone".into(),
+            Some(Live {
+                missed: Some(epoch), ..
+            }) => {
+                format!("missed the decision on epoch {epoch}: registering again")
+            }
             Some(l) if !l.checked => "registering".into(),
             Some(l) => format!(
                 "stopped responding (no heartbeat for {:.1} s)",
@@ -214,6 +221,7 @@ impl State {
                 session,
                 checked,
                 damage,
+                missed: None,
             },
         );
         Ok(CoordResponse::Registered {
@@ -224,11 +232,42 @@ impl State {
         })
     }
 
-    pub(super) fn heard_from(&mut self, node: &str, session: u64) {
+    /// Renews the session — unless the agent missed a decision ([`State::missed_decision`]):
+    /// then the session ends, and the agent registers again and resolves its store against
+    /// the journal, as after any absence. (Its connection may have stayed open throughout,
+    /// as when the agent was stopped past its liveness period: nothing else would make it
+    /// register again, and it would keep what it prepared for a committed epoch undecided.)
+    pub(super) fn heard_from(&mut self, node: &str, session: u64) -> Result<(), ClusterError> {
         self.end_silence();
-        if let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) {
-            l.last_seen = Instant::now();
+        let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) else {
+            return Ok(());
+        };
+        if l.missed.is_some() {
+            let Some(missed) = self.live.remove(node).and_then(|l| l.missed) else {
+                unreachable!("checked just above")
+            };
+            tracing::warn!(node = %node, epoch = missed, "heard again from an agent that missed a decision: it registers again");
+            return Err(ClusterError::Node {
+                node: node.into(),
+                reason: format!("missed the decision on epoch {missed}: register again"),
+            });
         }
+        l.last_seen = Instant::now();
+        Ok(())
+    }
+
+    /// Notes that the agent of `session` was not told the decision on `epoch` (it was not
+    /// alive, or the request failed): it must register again before it counts as alive.
+    pub(super) fn missed_decision(&mut self, node: &str, session: u64, epoch: u64) {
+        if let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) {
+            l.missed.get_or_insert(epoch);
+            l.checked = false;
+        }
+    }
+
+    /// Every agent with a session, alive or not, with its session.
+    pub(super) fn with_sessions(&self) -> Vec<(NodeInfo, u64)> {
+        self.live.values().map(|l| (l.info.clone(), l.session)).collect()
     }
 
     /// Called as the coordinator hears an agent: if it had heard nobody for longer than the
@@ -261,7 +300,8 @@ impl State {
             tracing::warn!(node = %node, missing = %what, "node holds less than the journal says: damaged");
         }
         if let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) {
-            l.checked = true;
+            // One that missed a decision meanwhile resolved against an older journal.
+            l.checked = l.missed.is_none();
             l.damage = damage;
             l.last_seen = Instant::now();
             self.unregistered.remove(node);
@@ -383,7 +423,13 @@ async fn requests(
     loop {
         let node = node.to_string();
         match conn.recv_control::<CoordRequest>().await? {
-            CoordRequest::Heartbeat => coord.read(move |s| s.heard_from(&node, session)).await,
+            CoordRequest::Heartbeat => {
+                if let Err(e) = coord.read(move |s| s.heard_from(&node, session)).await {
+                    conn.send_control(&CoordResponse::Error(WireError::from(&e)))
+                        .await?;
+                    return Err(e);
+                }
+            }
             CoordRequest::Holds(held) => {
                 coord.read(move |s| s.check_holdings(&node, session, &held)).await;
                 coord.changed.notify_waiters();
@@ -497,6 +543,37 @@ mod tests {
             c.coord.read(|s| s.isolation()).await.is_some(),
             "the coordinator suspects itself"
         );
+    }
+
+    /// An agent stopped past its liveness period misses the decisions made meanwhile (its
+    /// connection may stay open throughout): when it is heard again its session ends, so
+    /// that it registers again and resolves them. One that missed none is simply alive again.
+    #[tokio::test]
+    async fn an_agent_that_missed_a_decision_while_counted_dead_must_register_again() {
+        let c = TestCluster::start(6, CodingConfig::default()).await;
+        let (n2, n3) = (c.session_of("n2"), c.session_of("n3"));
+        c.stop("n2");
+        c.stop("n3");
+        let stopped = std::time::Instant::now();
+        while alive_now(&c, "n2").await || alive_now(&c, "n3").await {
+            assert!(stopped.elapsed() < 10 * LIVENESS, "still alive");
+            tokio::time::sleep(LIVENESS / 10).await;
+        }
+        c.coord.read(move |s| s.heard_from("n3", n3)).await.unwrap();
+        assert!(alive_now(&c, "n3").await, "n3 missed nothing: alive again");
+        c.coord.send_commit(7, &[], true).await;
+        let why = c.coord.read(|s| s.not_alive("n2")).await.unwrap();
+        assert!(why.contains("missed the decision on epoch 7"), "{why}");
+        let e = c.coord.read(move |s| s.heard_from("n2", n2)).await.unwrap_err();
+        assert!(e.to_string().contains("register again"), "{e}");
+        let why = c.coord.read(|s| s.not_alive("n2")).await.unwrap();
+        assert_eq!(why, "down: its agent is gone", "its session ended");
+        c.join("n2").await;
+        assert!(alive_now(&c, "n2").await, "registered again, it is welcome back");
+    }
+
+    async fn alive_now(c: &TestCluster, node: &str) -> bool {
+        c.coord.alive().await.contains_key(node)
     }
 
     fn names(n: usize) -> Vec<String> {

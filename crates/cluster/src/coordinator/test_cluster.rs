@@ -334,6 +334,11 @@ impl TestCluster {
         self.sessions.lock().unwrap().insert(name.into(), session);
     }
 
+    /// The session `name`'s agent registered last.
+    pub fn session_of(&self, name: &str) -> u64 {
+        self.sessions.lock().unwrap()[name]
+    }
+
     /// Heartbeats of every agent not stopped, six per liveness period.
     fn beat(&self) {
         let (coord, stopped, sessions) = (self.coord.clone(), self.stopped.clone(), self.sessions.clone());
@@ -343,7 +348,8 @@ impl TestCluster {
                 for (name, &session) in &sessions {
                     if !stopped.lock().unwrap().contains(name) {
                         let name = name.clone();
-                        coord.read(move |s| s.heard_from(&name, session)).await;
+                        // A beat that comes too late ends the session, as for an agent.
+                        let _ = coord.read(move |s| s.heard_from(&name, session)).await;
                     }
                 }
                 tokio::time::sleep(LIVENESS / 6).await;
