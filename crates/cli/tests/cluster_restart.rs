@@ -18,11 +18,15 @@ fn epoch_of(c: &mut Cluster, data: &[Vec<u8>]) {
 }
 
 /// Rewrites the coordinator's journal with `from` replaced by `to` (one digit flipped).
+/// Replaces `from` by `to` in the journal and in its copy (`journal.copy.json`): one of
+/// them intact is enough for the coordinator.
 fn damage_journal(c: &Cluster, from: &str, to: &str) {
-    let path = c.dir.join("coordinator/journal.json");
-    let text = std::fs::read_to_string(&path).unwrap();
-    assert!(text.contains(from), "{from:?} not in the journal: {text}");
-    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    for file in ["journal.json", "journal.copy.json"] {
+        let path = c.dir.join("coordinator").join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(from), "{from:?} not in {file}: {text}");
+        std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    }
 }
 
 fn small_cluster() -> Cluster {
@@ -73,11 +77,13 @@ fn a_coordinator_that_panics_aborts_and_its_restart_serves_the_commit() {
 }
 
 #[test]
-fn a_journal_damaged_after_a_commit_is_refused_not_served() {
+fn a_journal_and_its_copy_damaged_after_a_commit_are_refused_and_one_intact_is_enough() {
     let mut c = small_cluster();
     epoch_of(&mut c, &data(2, 1));
     // The last journal write was epoch 1's commit: the previous journal predates it.
     c.kill_coordinator();
+    let copy = c.dir.join("coordinator/journal.copy.json");
+    let intact = std::fs::read(&copy).unwrap();
     damage_journal(&c, "\"committed\": 1,", "\"committed\": 0,");
     let out = run_bounded(&["coordinator", "--dir", c.d()]);
     assert_refused(&out, "checksum mismatch");
@@ -88,6 +94,14 @@ fn a_journal_damaged_after_a_commit_is_refused_not_served() {
     );
     // `up` refuses it the same way before starting anything.
     assert_refused(&run_bounded(&["up", "--dir", c.d()]), "refusing to start");
+    // With the copy intact (the journal still damaged), the coordinator resumes from it.
+    std::fs::write(&copy, intact).unwrap();
+    let restarted = c.start_coordinator();
+    c.wait_all_alive();
+    assert_eq!(c.committed(), 1);
+    c.assert_restorable();
+    drop(c);
+    finish(restarted, "the coordinator after down");
 }
 
 #[test]

@@ -5,8 +5,12 @@
 //! caught instead of served.
 //!
 //! Each save first rotates the current journal to `journal.prev.json` (atomically, with its
-//! own checksum), then writes the new one (atomically). A damaged `journal.json` is only
-//! replaced by the previous journal when that is safe, and the previous journal is *older*:
+//! own checksum), then writes the new one (atomically) twice: to `journal.copy.json`, then
+//! to `journal.json`. A bit flipped at rest in one of them is thus survived: the copy is
+//! never older than the journal (a crash between the two writes leaves the copy one save
+//! ahead, with a decision nobody was told yet — resuming from it is resuming from a save
+//! that completed an instant later). When both are damaged, the previous journal is used
+//! only when that is safe, and the previous journal is *older*:
 //! if the last save was a decision — an epoch committed or aborted, a rank placed, a
 //! recovery, a node added — the agents may already act on it (they drop the parity and the
 //! images of older epochs once a newer one is committed), so resuming from before it could
@@ -47,6 +51,11 @@ struct Successor {
 /// The previous journal, kept beside `path`.
 pub fn prev_path(path: &Path) -> PathBuf {
     path.with_extension("prev.json")
+}
+
+/// The second copy of the journal, written just before it.
+pub fn copy_path(path: &Path) -> PathBuf {
+    path.with_extension("copy.json")
 }
 
 /// Where a damaged journal is moved when a save replaces it (kept for inspection).
@@ -101,11 +110,20 @@ fn state(journal: &Journal) -> Value {
 /// Loads the journal at `path`; if it is damaged, the previous journal when that is safe
 /// (see the module documentation), else an error saying why the coordinator cannot start.
 pub fn load(path: &Path) -> Result<Journal, ClusterError> {
-    let damage = match open(path).and_then(|v| parse(path, v)) {
+    let mut damage = match open(path).and_then(|v| parse(path, v)) {
         Ok(journal) => return Ok(journal),
         Err(e @ (ClusterError::Io { .. } | ClusterError::Invalid(_))) => return Err(e),
-        Err(e) => e,
+        Err(ClusterError::Corrupt(why)) => why,
+        Err(e) => e.to_string(),
     };
+    let copy = copy_path(path);
+    match open(&copy).and_then(|v| parse(&copy, v)) {
+        Ok(journal) => {
+            tracing::warn!(%damage, copy = %copy.display(), "journal damaged: resuming from its copy");
+            return Ok(journal);
+        }
+        Err(e) => damage = format!("{damage}; its copy: {e}"),
+    }
     let prev = prev_path(path);
     let fallback = open(&prev).and_then(|mut value| {
         let successor = value
@@ -132,12 +150,19 @@ pub fn load(path: &Path) -> Result<Journal, ClusterError> {
     }
 }
 
-/// Saves `journal` at `path` crash-safely, rotating the current one to the previous
-/// journal first; a damaged current journal is moved aside instead (the previous journal
-/// then stays the one it was resumed from). Refused when the current journal is of a newer
+/// Saves `journal` at `path` (and its copy) crash-safely, rotating the current one (or its
+/// copy, if it is damaged: moved aside) to the previous journal first; when both are
+/// damaged the previous journal stays the one the coordinator resumed from. Refused when the current journal is of a newer
 /// coordinator term (fenced).
 pub fn save(journal: &Journal, path: &Path) -> Result<(), ClusterError> {
-    match open(path).and_then(|v| parse(path, v)) {
+    let copy = copy_path(path);
+    let main = open(path).and_then(|v| parse(path, v));
+    if main.is_err() && path.exists() {
+        let aside = damaged_path(path);
+        // Made durable by the writes below, which fsync the directory.
+        std::fs::rename(path, &aside).map_err(eckpt_cluster_api::io_at(&aside))?;
+    }
+    match main.or_else(|_| open(&copy).and_then(|v| parse(&copy, v))) {
         Ok(current) if current.term > journal.term => {
             return Err(ClusterError::Fenced(format!(
                 "{}: the coordinator of term {} has taken this journal over (this one is of term {}): it decides nothing more",
@@ -159,14 +184,12 @@ pub fn save(journal: &Journal, path: &Path) -> Result<(), ClusterError> {
                 .insert(SUCCESSOR.into(), to_value(&successor));
             write_atomic(&prev_path(path), &seal(value))?;
         }
-        Err(_) if path.exists() => {
-            let aside = damaged_path(path);
-            // Made durable by the write below, which fsyncs the directory.
-            std::fs::rename(path, &aside).map_err(eckpt_cluster_api::io_at(&aside))?;
-        }
+        // Both damaged: the previous journal stays the one the coordinator resumed from.
         Err(_) => {}
     }
-    write_atomic(path, &seal(to_value(journal)))
+    let sealed = seal(to_value(journal));
+    write_atomic(&copy, &sealed)?;
+    write_atomic(path, &sealed)
 }
 
 #[cfg(test)]
@@ -213,6 +236,37 @@ mod tests {
         new.save(&path).unwrap();
     }
 
+    fn flip_a_bit(path: &Path) {
+        let mut bytes = std::fs::read(path).unwrap();
+        let at = bytes.len() / 2;
+        bytes[at] ^= 0x01;
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    /// One bit flipped at rest in the journal, after a decision the previous journal does
+    /// not hold: its copy has it, and the coordinator resumes with it.
+    #[test]
+    fn a_damaged_journal_resumes_from_its_copy_and_both_damaged_refuse() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.json");
+        let mut j = journal(1);
+        j.save(&path).unwrap();
+        j.committed = 7;
+        j.save(&path).unwrap();
+        flip_a_bit(&path);
+        assert_eq!(Journal::load(&path).unwrap().committed, 7);
+        // The next save keeps the damaged file aside and rotates the copy.
+        j.committed = 8;
+        j.save(&path).unwrap();
+        assert!(damaged_path(&path).is_file());
+        assert_eq!(Journal::load(&path).unwrap().committed, 8);
+        assert_eq!(Journal::load(&prev_path(&path)).unwrap().committed, 7);
+        flip_a_bit(&path);
+        flip_a_bit(&copy_path(&path));
+        let e = Journal::load(&path).unwrap_err();
+        assert!(e.to_string().contains("predates the last decision"), "{e}");
+    }
+
     /// A journal damaged right after a coordinator took its term falls back to the
     /// previous one (the same decisions) without giving the term back: the next
     /// coordinator's term is above every term ever handed out.
@@ -222,10 +276,8 @@ mod tests {
         let path = dir.path().join("journal.json");
         journal(3).save(&path).unwrap();
         journal(4).save(&path).unwrap();
-        let mut bytes = std::fs::read(&path).unwrap();
-        let at = bytes.len() / 2;
-        bytes[at] ^= 0x01;
-        std::fs::write(&path, bytes).unwrap();
+        flip_a_bit(&path);
+        flip_a_bit(&copy_path(&path));
         assert_eq!(Journal::load(&path).unwrap().term, 4);
     }
 }
