@@ -9,7 +9,8 @@
 //! to `journal.json`. A bit flipped at rest in one of them is thus survived: the copy is
 //! never older than the journal (a crash between the two writes leaves the copy one save
 //! ahead, with a decision nobody was told yet — resuming from it is resuming from a save
-//! that completed an instant later). When both are damaged, the previous journal is used
+//! that completed an instant later; a journal write that fails removes the copy, since the
+//! change it carries is refused). When both are damaged, the previous journal is used
 //! only when that is safe, and the previous journal is *older*:
 //! if the last save was a decision — an epoch committed or aborted, a rank placed, a
 //! recovery, a node added — the agents may already act on it (they drop the parity and the
@@ -189,7 +190,11 @@ pub fn save(journal: &Journal, path: &Path) -> Result<(), ClusterError> {
     }
     let sealed = seal(to_value(journal));
     write_atomic(&copy, &sealed)?;
-    write_atomic(path, &sealed)
+    write_atomic(path, &sealed).inspect_err(|_| {
+        // The change is refused (nothing it carried is decided): a copy holding it must not
+        // be resumed from if the journal is damaged later.
+        let _ = std::fs::remove_file(&copy);
+    })
 }
 
 #[cfg(test)]
