@@ -3,14 +3,21 @@
 //! function of its seed alone, so a failing run is replayed by its seed.
 //!
 //! Each round brings up a cluster of a random layout and mode (six nodes, two spares, k=4
-//! m=2), commits two epochs, then injects faults one at a time — between epochs, at a pause
-//! point of an epoch, or in the middle of a recovery: an agent SIGKILLed (with or without its
-//! store wiped), an agent SIGSTOPped for less or more than the liveness period (2 s), the
-//! coordinator SIGKILLed and started again, a bit flipped in a committed rank block or in
-//! parity; and in rounds whose nodes are network namespaces on a bridge (`--netns`, every
-//! other round): a node's link down for less or more than the liveness period, the bridge
-//! down (everyone cut off from everyone, the coordinator included) for a second, a node's
-//! link slowed to 2 Mbit/s (`tc tbf`) while the epoch or recovery runs. After each fault:
+//! m=2) whose directory and flush directory are small file systems of their own (tmpfs),
+//! commits two epochs and flushes one, then injects faults one at a time — between epochs,
+//! at a pause point of an epoch or of a flush, or in the middle of a recovery: an agent
+//! SIGKILLed (with or without its store wiped), an agent SIGSTOPped for less or more than the
+//! liveness period (2 s), the coordinator SIGKILLed and started again, a bit flipped in a
+//! committed rank block, a rank manifest, parity, a parity header or stripe blob, or the
+//! journal (then the coordinator restarted), the cluster's or the flush directory's file
+//! system filled up; and in rounds whose nodes are network namespaces on a bridge
+//! (`--netns`, every other round): a node's link down for less or more than the liveness
+//! period, the bridge down (everyone cut off from everyone, the coordinator included) for a
+//! second, a node's link slowed to 2 Mbit/s (`tc tbf`) while the epoch or recovery runs.
+//! Every eighth round is a job round instead: the `mat` example under `eckpt run`, a second
+//! `eckpt run` of it (refused), its supervisor SIGKILLed and the job run again (it resumes),
+//! an agent SIGKILLed meanwhile in half of them; the job must end with the result of its
+//! failure-free run. After each fault:
 //! - every rank of the committed epoch restores to exactly the bytes checkpointed, or gets a
 //!   one-line error — never other bytes;
 //! - the cluster is healed (`eckpt recover`; a spare joins for each one used), after which
@@ -18,6 +25,8 @@
 //!   commits — unless more than m members of a group were lost, which recovery must report
 //!   as such (the round then ends), and only after faults struck more than m nodes since the
 //!   last healing;
+//! - every rank of the newest published flush reads back byte-exact from the flush
+//!   directory alone (what a restart from the flush gets), a loss beyond m included;
 //! - the fault's whole handling ended within its bound (no wait beyond the configured
 //!   deadlines).
 //!
@@ -40,14 +49,21 @@
 mod cluster;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use cluster::hosts::sh;
-use cluster::{bytes, touch, Cluster};
+use cluster::programs::{assert_failure_free, build_c, reference};
+use cluster::{bytes, finish_job, run_job, spawn_job, touch, Cluster};
 
 /// Faults per round; then a fresh cluster (spares and stores would run out).
 const FAULTS_PER_ROUND: usize = 6;
+/// Every so many rounds, a job round: faults on a job under `eckpt run`.
+const JOB_ROUND_EVERY: u64 = 8;
+/// The job of job rounds: the `mat` example, four ranks, a few dozen epochs.
+const JOB_RANKS: u32 = 4;
+const MAT_ARGS: [&str; 10] = ["-m", "32", "-s", "400", "-k", "8", "-l", "log%r", "-i", "input%r"];
 const WORLD: usize = 4;
 /// The longest one fault's handling may take: deadlines of the cluster below (liveness 2 s,
 /// recovery of small images) with a wide margin for a loaded machine.
@@ -55,6 +71,7 @@ const FAULT_BOUND: Duration = Duration::from_secs(150);
 const LAYOUTS: [&str; 2] = ["dedicated", "rotated"];
 const MODES: [&str; 3] = ["full", "stripe", "update"];
 const EPOCH_PHASES: [&str; 4] = ["before-encode", "mid-encode", "before-commit", "after-commit"];
+const FLUSH_PHASES: [&str; 2] = ["mid-flush", "before-publish"];
 
 /// xorshift64*: the schedule is a function of the seed alone.
 struct Rng(u64);
@@ -104,6 +121,22 @@ enum Fault {
     FlipRankBlock,
     /// One bit flipped in every parity file of a member.
     FlipParity,
+    /// One bit flipped in the manifest of a committed rank image.
+    FlipManifest,
+    /// One bit flipped in a coded object's metadata (`parity.json`) or stripe blob.
+    FlipCoded,
+    /// One bit flipped in the journal or its copy, then the coordinator SIGKILLed and
+    /// started again (it reads the journal only when it starts).
+    FlipJournal,
+    /// The file system of every store, coded directory and the journal filled up (the
+    /// cluster's directory is a tmpfs) until the epoch, recovery or flush struck is over.
+    DiskFull,
+    /// The flush directory's file system (a tmpfs) filled up likewise.
+    FlushDirFull,
+    /// A second `eckpt run` of the job while it runs.
+    DuplicateRun,
+    /// SIGKILL of `eckpt run` (the job's supervisor), then the job run again.
+    KillSupervisor,
 }
 
 /// The faults of rounds whose nodes are network namespaces.
@@ -114,7 +147,7 @@ const LINK_FAULTS: [Fault; 4] = [
     Fault::SlowLink,
 ];
 
-const FAULTS: [Fault; 7] = [
+const FAULTS: [Fault; 12] = [
     Fault::Kill,
     Fault::KillWipe,
     Fault::StopShort,
@@ -122,6 +155,11 @@ const FAULTS: [Fault; 7] = [
     Fault::KillCoordinator,
     Fault::FlipRankBlock,
     Fault::FlipParity,
+    Fault::FlipManifest,
+    Fault::FlipCoded,
+    Fault::FlipJournal,
+    Fault::DiskFull,
+    Fault::FlushDirFull,
 ];
 
 impl Fault {
@@ -138,6 +176,13 @@ impl Fault {
             Fault::KillCoordinator => "coordinator SIGKILL + restart",
             Fault::FlipRankBlock => "bit flip in a rank block",
             Fault::FlipParity => "bit flip in parity",
+            Fault::FlipManifest => "bit flip in a rank manifest",
+            Fault::FlipCoded => "bit flip in parity.json or a stripe blob",
+            Fault::FlipJournal => "bit flip in the journal + coordinator restart",
+            Fault::DiskFull => "cluster file system full",
+            Fault::FlushDirFull => "flush file system full",
+            Fault::DuplicateRun => "a second eckpt run of the job",
+            Fault::KillSupervisor => "eckpt run SIGKILL + run again",
         }
     }
 }
@@ -150,6 +195,10 @@ enum When {
     Epoch(&'static str),
     /// In the middle of a recovery (of a node killed with its store just before).
     Recovery,
+    /// At a pause point of a flush (`eckpt flush`).
+    Flush(&'static str),
+    /// While a job runs under `eckpt run` (job rounds).
+    Job,
 }
 
 impl When {
@@ -158,6 +207,8 @@ impl When {
             When::Between => "between epochs".into(),
             When::Epoch(phase) => format!("epoch, {phase}"),
             When::Recovery => "recovery, mid-recovery".into(),
+            When::Flush(phase) => format!("flush, {phase}"),
+            When::Job => "job running".into(),
         }
     }
 }
@@ -172,14 +223,50 @@ struct Tally {
 enum Undo {
     /// Remove the shaping of this veth (root namespace).
     Unshape(String),
+    /// Remove the file that filled a file system.
+    Unfill(PathBuf),
 }
 
 impl Undo {
     fn run(self) {
         match self {
             Undo::Unshape(dev) => sh("tc", &["qdisc", "del", "dev", &dev, "root"]),
+            Undo::Unfill(filler) => std::fs::remove_file(&filler).unwrap(),
         }
     }
+}
+
+/// Fills the file system of `dir` with `dir/fault-filler` until no byte is left.
+fn fill(dir: &Path) -> Undo {
+    use std::io::Write;
+    let path = dir.join("fault-filler");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let zeros = vec![0u8; 1 << 16];
+    while file.write_all(&zeros).is_ok() {}
+    // The last partial chunk: byte by byte, so that not even a small write fits.
+    while file.write_all(&[0]).is_ok() {}
+    Undo::Unfill(path)
+}
+
+/// Flips one bit of `path` at a byte drawn from `rng`.
+fn flip_bit(path: &Path, rng: &mut Rng) {
+    let mut bytes = std::fs::read(path).unwrap();
+    if bytes.is_empty() {
+        return;
+    }
+    let at = rng.below(bytes.len());
+    bytes[at] ^= 1 << rng.below(8);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// A tmpfs of `size` mounted at `dir` (created), owner-only.
+fn mount_tmpfs(dir: &Path, size: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    let options = format!("size={size},mode=0700");
+    sh(
+        "mount",
+        &["-t", "tmpfs", "-o", &options, "tmpfs", dir.to_str().unwrap()],
+    );
 }
 
 impl Tally {
@@ -187,7 +274,7 @@ impl Tally {
         let tried: u64 = self.rows.values().map(|r| r[0]).sum();
         let beyond: u64 = self.rows.values().map(|r| r[1]).sum();
         let mut out = format!(
-            "Fault suite, seed {seed}: {tried} faults in {:.0} s, every committed epoch restored byte-exact after each (0 bytes lost); {beyond} left more than m members of a group lost and were reported as such.\n\n| fault | when | layout | mode | tried | beyond m, reported |\n|---|---|---|---|---|---|\n",
+            "Fault suite, seed {seed}: {tried} faults in {:.0} s, every committed epoch restored byte-exact after each (0 bytes lost), the newest flush too, every job ended with its failure-free result; {beyond} left more than m members of a group lost and were reported as such.\n\n| fault | when | layout | mode | tried | beyond m, reported |\n|---|---|---|---|---|---|\n",
             elapsed.as_secs_f64()
         );
         for ((fault, when, layout, mode), [t, b]) in &self.rows {
@@ -215,7 +302,11 @@ struct Target {
     /// loss beyond m is possible.
     struck: std::collections::BTreeSet<String>,
     /// Where the cluster's logs are copied if the round fails.
-    keep_logs_in: Option<std::path::PathBuf>,
+    keep_logs_in: Option<PathBuf>,
+    /// The flush directory (a tmpfs of its own).
+    flush: PathBuf,
+    /// File systems mounted for the round: the cluster's directory and the flush directory.
+    mounts: Vec<PathBuf>,
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -233,7 +324,14 @@ impl Target {
         if netns {
             shape.push_str(" --netns");
         }
-        let c = Cluster::up(&shape.split(' ').collect::<Vec<_>>());
+        // The cluster's directory and the flush directory on small file systems of their
+        // own, which a fault fills up.
+        let tmp = tempfile::tempdir().unwrap();
+        let (dir, flush) = (tmp.path().join("cluster"), tmp.path().join("flush"));
+        mount_tmpfs(&dir, "96m");
+        mount_tmpfs(&flush, "32m");
+        shape.push_str(&format!(" --flush-dir {} --flush-every 0", flush.display()));
+        let c = Cluster::up_in(tmp, &shape.split(' ').collect::<Vec<_>>());
         let data = (0..WORLD)
             .map(|r| bytes(150_000 + r * 23_456, r as u64 + 11))
             .collect();
@@ -246,10 +344,14 @@ impl Target {
             epoch_seed: 0,
             struck: Default::default(),
             keep_logs_in: None,
+            flush,
+            mounts: vec![dir],
         };
+        t.mounts.push(t.flush.clone());
         for _ in 0..2 {
             t.next_epoch();
         }
+        cluster::ok(&["flush", "--dir", t.c.d()]);
         t
     }
 
@@ -391,7 +493,15 @@ impl Target {
         let victim = members[rng.below(members.len())].clone();
         if !matches!(
             fault,
-            Fault::Partition | Fault::KillCoordinator | Fault::FlipRankBlock | Fault::FlipParity
+            Fault::Partition
+                | Fault::KillCoordinator
+                | Fault::FlipRankBlock
+                | Fault::FlipParity
+                | Fault::FlipManifest
+                | Fault::FlipCoded
+                | Fault::FlipJournal
+                | Fault::DiskFull
+                | Fault::FlushDirFull
         ) {
             self.struck.insert(victim.clone());
         }
@@ -443,9 +553,124 @@ impl Target {
                     self.struck.insert(holder.clone());
                 }
             }
+            Fault::FlipManifest => {
+                let rank = rng.below(WORLD) as u64;
+                let node = self.c.status_placement(rank);
+                let manifests = files_under(
+                    &self
+                        .c
+                        .dir
+                        .join("nodes")
+                        .join(&node)
+                        .join("store")
+                        .join(format!("rank.{rank}")),
+                    "manifest",
+                );
+                if !manifests.is_empty() {
+                    flip_bit(&manifests[rng.below(manifests.len())], rng);
+                    self.struck.insert(node);
+                }
+            }
+            Fault::FlipCoded => {
+                let mut coded: Vec<(String, PathBuf)> = Vec::new();
+                for node in &members {
+                    let dir = self.c.dir.join("nodes").join(node).join("coded");
+                    for name in ["parity.json", "blob"] {
+                        coded.extend(files_under(&dir, name).into_iter().map(|f| (node.clone(), f)));
+                    }
+                }
+                if !coded.is_empty() {
+                    let (node, file) = coded.swap_remove(rng.below(coded.len()));
+                    flip_bit(&file, rng);
+                    self.struck.insert(node);
+                }
+            }
+            Fault::FlipJournal => {
+                let name = ["journal.json", "journal.copy.json"][rng.below(2)];
+                flip_bit(&self.c.dir.join("coordinator").join(name), rng);
+                self.restart_coordinator();
+            }
+            Fault::DiskFull => return Some(fill(&self.c.dir)),
+            Fault::FlushDirFull => return Some(fill(&self.flush)),
+            Fault::DuplicateRun | Fault::KillSupervisor => unreachable!("a fault of job rounds"),
         }
         None
     }
+
+    /// Checkpoints the next epoch, each rank's command succeeding or failing in one line (a
+    /// file system is full), without waiting for a decision that may not come.
+    fn try_epoch(&mut self) {
+        self.touch();
+        let epoch = self.c.status()["open_epoch"].as_u64().unwrap();
+        let world = WORLD.to_string();
+        for rank in 0..WORLD {
+            let path = self.c.write_rank(rank, &self.data[rank]);
+            let r = rank.to_string();
+            let args = self.c.checkpoint_args(&world, &r, &[path.to_str().unwrap()]);
+            let out = cluster::run_bounded(&args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() || err.trim().lines().count() == 1,
+                "rank {rank}: not one line: {err}"
+            );
+        }
+        self.c.history.insert(epoch, self.data.clone());
+    }
+
+    /// Every rank of the newest published flush reads back, straight from the flush
+    /// directory (`restore --from-flush`, no cluster needed), exactly as checkpointed: a
+    /// restart from the flush would get these bytes.
+    fn check_newest_flush(&self) {
+        let newest = std::fs::read_dir(&self.flush)
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()?
+                    .strip_prefix("epoch-")?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max()
+            .expect("a published flush");
+        let out = self.flush.with_file_name("from-flush");
+        for (rank, expected) in self.c.history[&newest].iter().enumerate() {
+            let r = rank.to_string();
+            let f = self.flush.to_str().unwrap();
+            let args = [
+                "restore",
+                "--from-flush",
+                f,
+                "--rank",
+                &r,
+                "-o",
+                out.to_str().unwrap(),
+            ];
+            cluster::ok(&args);
+            assert!(
+                std::fs::read(&out).unwrap() == *expected,
+                "rank {rank} of flushed epoch {newest} reads back other bytes"
+            );
+        }
+    }
+}
+
+/// Files named `name` anywhere below `dir`.
+fn files_under(dir: &Path, name: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if entry.file_name() == name {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
 }
 
 fn holds_parity(c: &Cluster, node: &str) -> bool {
@@ -479,6 +704,9 @@ impl Drop for Target {
             let _ = child.kill();
             let _ = child.wait();
         }
+        for mount in self.mounts.iter().rev() {
+            let _ = Command::new("umount").arg("--lazy").arg(mount).status();
+        }
     }
 }
 
@@ -487,7 +715,46 @@ impl Drop for Target {
 fn one_fault(t: &mut Target, fault: Fault, when: When, rng: &mut Rng) -> bool {
     let committed = t.c.committed();
     let undo = match when {
-        When::Between => t.strike(fault, rng),
+        When::Between => {
+            let undo = t.strike(fault, rng);
+            // A full file system strikes what runs while it is full.
+            match fault {
+                Fault::DiskFull => t.try_epoch(),
+                Fault::FlushDirFull => {
+                    let out = cluster::run(&["flush", "--dir", t.c.d()]);
+                    let err = String::from_utf8_lossy(&out.stderr);
+                    assert!(!out.status.success(), "a flush into a full file system succeeded");
+                    assert_eq!(err.trim().lines().count(), 1, "not one line: {err}");
+                }
+                _ => {}
+            }
+            undo
+        }
+        When::Flush(phase) => {
+            // An epoch not flushed yet, for the flush to copy.
+            t.next_epoch();
+            t.c.pause(phase);
+            let flush = cluster::eckpt()
+                .args(["flush", "--dir", t.c.d()])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            match wait_paused_or_ended(&t.c, flush) {
+                Ok(flush) => {
+                    let undo = t.strike(fault, rng);
+                    t.c.resume();
+                    // Published or not: what is checked is that nothing partial was.
+                    let _ = cluster::finish(flush, "flush");
+                    undo
+                }
+                Err(()) => {
+                    t.c.resume();
+                    t.strike(fault, rng)
+                }
+            }
+        }
+        When::Job => unreachable!("job rounds strike their own faults"),
         When::Epoch(phase) => {
             let status = t.c.status();
             let (open, term) = (
@@ -510,28 +777,12 @@ fn one_fault(t: &mut Target, fault: Fault, when: When, rng: &mut Rng) -> bool {
             t.c.kill(&first, true);
             t.c.wait_down(&first);
             t.c.pause("mid-recovery");
-            let mut recovery = t.c.recover_in_background();
             // A recovery may fail before it reaches the pause point (a peer not reachable
             // yet after a partition): the fault then strikes after it, and healing recovers.
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while !cluster::run(&["debug", "wait", "--dir", t.c.d(), "--timeout", "1"])
-                .status
-                .success()
-            {
-                if recovery.try_wait().unwrap().is_some() {
-                    let out = recovery.wait_with_output().unwrap();
-                    eprintln!(
-                        "the recovery ended before its pause point: {}",
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    );
-                    recovery = t.c.recover_in_background();
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "the recovery neither paused nor ended within 60 s"
-                );
-            }
+            let recovery = match wait_paused_or_ended(&t.c, t.c.recover_in_background()) {
+                Ok(recovery) => recovery,
+                Err(()) => t.c.recover_in_background(),
+            };
             let undo = t.strike(fault, rng);
             t.c.resume();
             let _ = cluster::finish(recovery, "recover");
@@ -546,6 +797,8 @@ fn one_fault(t: &mut Target, fault: Fault, when: When, rng: &mut Rng) -> bool {
     t.check_never_wrong_bytes();
     if let Err(report) = t.heal() {
         eprintln!("more than m lost, reported: {}", report.trim());
+        // What a restart from the flush would get.
+        t.check_newest_flush();
         return false;
     }
     let now = t.c.committed();
@@ -556,7 +809,146 @@ fn one_fault(t: &mut Target, fault: Fault, when: When, rng: &mut Rng) -> bool {
     t.c.assert_restorable();
     t.next_epoch();
     t.c.assert_restorable();
+    t.check_newest_flush();
     true
+}
+
+/// The `mat` example built against this build's library, and what a failure-free run of
+/// [`MAT_ARGS`] gives.
+struct MatJob {
+    _dir: tempfile::TempDir,
+    mat: PathBuf,
+    expected: BTreeMap<u32, (String, Vec<u8>)>,
+}
+
+impl MatJob {
+    fn build() -> MatJob {
+        let dir = tempfile::tempdir().unwrap();
+        let mat = build_c("mat", dir.path());
+        let expected = reference(&mat, &dir.path().join("reference"), JOB_RANKS, &MAT_ARGS);
+        MatJob {
+            _dir: dir,
+            mat,
+            expected,
+        }
+    }
+}
+
+/// Brings a job round's cluster down (`--keep` leaves it running) when the round ends.
+struct DownAtEnd(String);
+
+impl Drop for DownAtEnd {
+    fn drop(&mut self) {
+        let _ = cluster::run(&["down", "--dir", &self.0]);
+    }
+}
+
+/// The committed epoch of the cluster in `d`, once it answers.
+fn committed_in(d: &str) -> Option<u64> {
+    let out = cluster::run(&["status", "--dir", d, "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    status["committed_epoch"].as_u64()
+}
+
+/// Waits until the job's cluster in `d` committed an epoch above `epoch`; `false` if `job`
+/// ended first.
+fn wait_committed_above(d: &str, epoch: u64, job: &mut Child) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while committed_in(d).is_none_or(|c| c <= epoch) {
+        if job.try_wait().unwrap().is_some() {
+            return false;
+        }
+        assert!(Instant::now() < deadline, "no epoch above {epoch} within 120 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
+/// A job round: the `mat` job under `eckpt run` on a cluster of `layout` and `mode`. A
+/// second `eckpt run` of it while it runs is refused in one line and the first runs on;
+/// then the first is SIGKILLed (its ranks die with it) and the job is run again, which
+/// waits out the dead supervisor's lease and resumes — with an agent SIGKILLed while it
+/// runs, in half the rounds. The job must end with the failure-free result. The faults
+/// tried, tallied.
+fn job_round(job: &MatJob, layout: &'static str, mode: &'static str, rng: &mut Rng, tally: &mut Tally) {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    for r in 0..JOB_RANKS {
+        std::fs::write(work.join(format!("input{r}")), format!("input of rank {r}")).unwrap();
+    }
+    let dir = tmp.path().join("cluster");
+    let d = dir.to_str().unwrap();
+    let _down = DownAtEnd(d.to_string());
+    // The first run brings the cluster up (and keeps it); later runs run on it.
+    let shape = format!(
+        "--dir {d} --keep --nodes 6 --spares 2 --k 4 --m 2 --layout {layout} --mode {mode} --lease 2s"
+    );
+    let ranks = JOB_RANKS.to_string();
+    let the_job = |options: &str| -> Vec<String> {
+        let mut args: Vec<String> = options.split(' ').map(String::from).collect();
+        args.extend(["-n", &ranks, "--", job.mat.to_str().unwrap()].map(String::from));
+        args.extend(MAT_ARGS.map(String::from));
+        args
+    };
+    let (first_args, later_args) = (the_job(&shape), the_job(&format!("--dir {d}")));
+    let first_args: Vec<&str> = first_args.iter().map(String::as_str).collect();
+    let args: Vec<&str> = later_args.iter().map(String::as_str).collect();
+    let mut tried = |fault: Fault| tally.rows.entry((fault, When::Job, layout, mode)).or_default()[0] += 1;
+
+    let mut first = spawn_job(&work, &first_args);
+    assert!(
+        wait_committed_above(d, 1, &mut first),
+        "the job ended before its second epoch: {}",
+        String::from_utf8_lossy(&finish_job(first, Duration::from_secs(10)).stderr)
+    );
+    // Refused in one line (after the line saying which cluster it found).
+    let second = run_job(&work, &args, Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "a second run of a live job ran");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("eckpt: error")).collect();
+    assert!(
+        errors.len() == 1 && errors[0].contains("a second run of a live job is refused"),
+        "{err}"
+    );
+    tried(Fault::DuplicateRun);
+
+    signal("-KILL", &first.id().to_string());
+    let _ = finish_job(first, Duration::from_secs(30));
+    let killed_at = committed_in(d).expect("the coordinator outlives the supervisor");
+    let mut again = spawn_job(&work, &args);
+    if rng.below(2) == 0 && wait_committed_above(d, killed_at, &mut again) {
+        let node = format!("n{}", rng.below(6));
+        let _ = cluster::run(&["kill-node", "--dir", d, &node]);
+        tried(Fault::Kill);
+    }
+    let out = finish_job(again, Duration::from_secs(300));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the job run again failed: {err}");
+    assert!(err.contains("resuming the checkpointed job"), "{err}");
+    assert_failure_free(&out.stdout, &work, &job.expected, "the job run again");
+    tried(Fault::KillSupervisor);
+}
+
+/// Waits until the cluster is paused at its pause point, or `command` ended before it
+/// reached it (`Err`, with why printed).
+fn wait_paused_or_ended(c: &Cluster, mut command: Child) -> Result<Child, ()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cluster::run(&["debug", "wait", "--dir", c.d(), "--timeout", "1"])
+        .status
+        .success()
+    {
+        if command.try_wait().unwrap().is_some() {
+            let out = command.wait_with_output().unwrap();
+            eprintln!(
+                "the command ended before its pause point: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return Err(());
+        }
+        assert!(Instant::now() < deadline, "neither paused nor ended within 60 s");
+    }
+    Ok(command)
 }
 
 /// Waits until the epoch `open` was decided, or the coordinator that held it (of `term`)
@@ -592,13 +984,27 @@ fn seeded_faults_lose_no_committed_byte() {
     let mut round = only.map_or(0, |r| r - 1);
     let more = |done: u64| match (soak, only) {
         (Some(limit), _) => started.elapsed() < limit,
-        (None, Some(_)) => done < FAULTS_PER_ROUND as u64,
+        (None, Some(_)) => true,
         (None, None) => done < faults,
     };
-    while more(done) {
+    let mut job = None;
+    while more(done) && only.is_none_or(|r| round < r) {
         round += 1;
         let mut rng = Rng::new(seed ^ round.wrapping_mul(0xD1B5_4A32_D192_ED03));
         let (layout, mode) = (rng.pick(&LAYOUTS), rng.pick(&MODES));
+        if round.is_multiple_of(JOB_ROUND_EVERY) {
+            eprintln!("seed {seed} round {round}: a job, {layout} {mode} (replay: ECKPT_FAULT_SEED={seed} ECKPT_FAULT_ROUND={round})");
+            let before: u64 = tally.rows.values().map(|r| r[0]).sum();
+            job_round(
+                job.get_or_insert_with(MatJob::build),
+                layout,
+                mode,
+                &mut rng,
+                &mut tally,
+            );
+            done += tally.rows.values().map(|r| r[0]).sum::<u64>() - before;
+            continue;
+        }
         let netns = round.is_multiple_of(2);
         eprintln!(
             "seed {seed} round {round}: {layout} {mode}{}",
@@ -615,10 +1021,11 @@ fn seeded_faults_lose_no_committed_byte() {
             } else {
                 rng.pick(&FAULTS)
             };
-            let when = match rng.below(3) {
+            let when = match rng.below(4) {
                 0 => When::Between,
                 1 => When::Epoch(rng.pick(&EPOCH_PHASES)),
-                _ => When::Recovery,
+                2 => When::Recovery,
+                _ => When::Flush(rng.pick(&FLUSH_PHASES)),
             };
             eprintln!(
                 "seed {seed} round {round} step {step}: {} at {} (replay: ECKPT_FAULT_SEED={seed} ECKPT_FAULT_ROUND={round})",

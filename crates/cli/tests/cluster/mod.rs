@@ -188,7 +188,12 @@ pub struct Cluster {
 impl Cluster {
     /// `eckpt up --detach` with the given extra arguments.
     pub fn up(extra: &[&str]) -> Cluster {
-        let tmp = tempfile::tempdir().expect("temp dir");
+        Cluster::up_in(tempfile::tempdir().expect("temp dir"), extra)
+    }
+
+    /// [`Cluster::up`] in `tmp/cluster` (which may exist already: a file system mounted
+    /// there).
+    pub fn up_in(tmp: tempfile::TempDir, extra: &[&str]) -> Cluster {
         let dir = tmp.path().join("cluster");
         let d = dir.to_str().unwrap().to_string();
         let mut args = vec!["up", "--dir", &d, "--detach"];
@@ -255,7 +260,9 @@ impl Cluster {
             .collect()
     }
 
-    fn write_rank(&self, rank: usize, data: &[u8]) -> PathBuf {
+    /// Writes rank `rank`'s image beside the cluster directory (not on a file system of
+    /// its own that a test fills up); its path.
+    pub fn write_rank(&self, rank: usize, data: &[u8]) -> PathBuf {
         let path = self.dir.parent().unwrap().join(format!("rank{rank}.img"));
         std::fs::write(&path, data).unwrap();
         path
