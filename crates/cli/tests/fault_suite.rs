@@ -72,6 +72,8 @@ const LAYOUTS: [&str; 2] = ["dedicated", "rotated"];
 const MODES: [&str; 3] = ["full", "stripe", "update"];
 const EPOCH_PHASES: [&str; 4] = ["before-encode", "mid-encode", "before-commit", "after-commit"];
 const FLUSH_PHASES: [&str; 2] = ["mid-flush", "before-publish"];
+/// An agent decoding the lost node's data; the coordinator between decode and re-encode.
+const RECOVERY_PHASES: [&str; 2] = ["mid-decode", "mid-recovery"];
 
 /// xorshift64*: the schedule is a function of the seed alone.
 struct Rng(u64);
@@ -107,6 +109,14 @@ enum Fault {
     Partition,
     /// A node's link shaped to 2 Mbit/s until the epoch or recovery struck is over.
     SlowLink,
+    /// The coordinator cut off from every node (blackhole routes in the nodes' namespaces)
+    /// for one and a half liveness periods; the nodes still reach each other.
+    CoordinatorCut,
+    /// A node cut off from the coordinator, not from its peers, for one and a half
+    /// liveness periods.
+    NodeCutFromCoordinator,
+    /// A node cut off from its peers, not from the coordinator, likewise.
+    NodeCutFromPeers,
     /// SIGKILL of an agent; its store stays.
     Kill,
     /// SIGKILL of an agent and its store deleted (`kill-node --wipe`).
@@ -140,11 +150,14 @@ enum Fault {
 }
 
 /// The faults of rounds whose nodes are network namespaces.
-const LINK_FAULTS: [Fault; 4] = [
+const LINK_FAULTS: [Fault; 7] = [
     Fault::LinkDownShort,
     Fault::LinkDownLong,
     Fault::Partition,
     Fault::SlowLink,
+    Fault::CoordinatorCut,
+    Fault::NodeCutFromCoordinator,
+    Fault::NodeCutFromPeers,
 ];
 
 const FAULTS: [Fault; 12] = [
@@ -169,6 +182,9 @@ impl Fault {
             Fault::LinkDownLong => "node link down > liveness",
             Fault::Partition => "everyone cut off 1 s",
             Fault::SlowLink => "node link at 2 Mbit/s",
+            Fault::CoordinatorCut => "coordinator cut off from all > liveness",
+            Fault::NodeCutFromCoordinator => "node cut off from the coordinator > liveness",
+            Fault::NodeCutFromPeers => "node cut off from its peers > liveness",
             Fault::Kill => "agent SIGKILL",
             Fault::KillWipe => "agent SIGKILL + store wiped",
             Fault::StopShort => "agent SIGSTOP < liveness",
@@ -193,8 +209,8 @@ enum When {
     Between,
     /// At a pause point of an epoch.
     Epoch(&'static str),
-    /// In the middle of a recovery (of a node killed with its store just before).
-    Recovery,
+    /// At a pause point of a recovery (of a node killed with its store just before).
+    Recovery(&'static str),
     /// At a pause point of a flush (`eckpt flush`).
     Flush(&'static str),
     /// While a job runs under `eckpt run` (job rounds).
@@ -206,7 +222,7 @@ impl When {
         match self {
             When::Between => "between epochs".into(),
             When::Epoch(phase) => format!("epoch, {phase}"),
-            When::Recovery => "recovery, mid-recovery".into(),
+            When::Recovery(phase) => format!("recovery, {phase}"),
             When::Flush(phase) => format!("flush, {phase}"),
             When::Job => "job running".into(),
         }
@@ -478,6 +494,15 @@ impl Target {
         self.coordinators.push(self.c.start_coordinator());
     }
 
+    /// The coordinator's address on the bridge (`cluster.json`).
+    fn coordinator_host(&self) -> String {
+        let file: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(self.c.dir.join("cluster.json")).unwrap()).unwrap();
+        let url = file["coordinator_tcp"].as_str().expect("a coordinator over TCP");
+        let address = url.strip_prefix("tcp://").unwrap_or(url);
+        address.rsplit_once(':').map_or(address, |(h, _)| h).to_string()
+    }
+
     /// The veth of `node` in the root namespace (its link to the bridge).
     fn link(&self, node: &str) -> String {
         let file: serde_json::Value =
@@ -494,6 +519,7 @@ impl Target {
         if !matches!(
             fault,
             Fault::Partition
+                | Fault::CoordinatorCut
                 | Fault::KillCoordinator
                 | Fault::FlipRankBlock
                 | Fault::FlipParity
@@ -512,6 +538,55 @@ impl Target {
                 sh("ip", &["link", "set", &link, "down"]);
                 std::thread::sleep(Duration::from_millis(pause));
                 sh("ip", &["link", "set", &link, "up"]);
+            }
+            Fault::CoordinatorCut | Fault::NodeCutFromCoordinator | Fault::NodeCutFromPeers => {
+                let nodes = self.c.status()["nodes"].as_array().unwrap().clone();
+                let name_and_host = |n: &serde_json::Value| {
+                    let addr = n["addr"].as_str().unwrap_or_default();
+                    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+                    (n["name"].as_str().unwrap().to_string(), host.to_string())
+                };
+                let hosts: Vec<(String, String)> = nodes.iter().map(name_and_host).collect();
+                let coordinator = self.coordinator_host();
+                // (from the namespace of this node, to this host)
+                let cuts: Vec<(String, String)> = match fault {
+                    Fault::CoordinatorCut => hosts
+                        .iter()
+                        .map(|(n, _)| (n.clone(), coordinator.clone()))
+                        .collect(),
+                    Fault::NodeCutFromCoordinator => vec![(victim.clone(), coordinator)],
+                    _ => hosts
+                        .iter()
+                        .filter(|(n, _)| *n != victim)
+                        .flat_map(|(n, h)| {
+                            let own = hosts.iter().find(|(v, _)| *v == victim).unwrap().1.clone();
+                            [(victim.clone(), h.clone()), (n.clone(), own)]
+                        })
+                        .collect(),
+                };
+                let network = eckpt_cluster::netns::Network::for_dir(&self.c.dir);
+                let route = |action: &str, node: &str, host: &str| {
+                    let target = format!("{host}/32");
+                    let namespace = network.namespace(node);
+                    let args = [
+                        "netns",
+                        "exec",
+                        &namespace,
+                        "ip",
+                        "route",
+                        action,
+                        "blackhole",
+                        &target,
+                    ];
+                    sh("ip", &args);
+                };
+                for (node, host) in &cuts {
+                    route("add", node, host);
+                }
+                std::thread::sleep(Duration::from_millis(3000));
+                for (node, host) in &cuts {
+                    route("del", node, host);
+                }
             }
             Fault::Partition => {
                 let bridge = eckpt_cluster::netns::Network::for_dir(&self.c.dir).bridge();
@@ -770,13 +845,13 @@ fn one_fault(t: &mut Target, fault: Fault, when: When, rng: &mut Rng) -> bool {
             settle(&t.c, open, &term);
             undo
         }
-        When::Recovery => {
+        When::Recovery(phase) => {
             let members = t.alive_members();
             let first = members[rng.below(members.len())].clone();
             t.struck.insert(first.clone());
             t.c.kill(&first, true);
             t.c.wait_down(&first);
-            t.c.pause("mid-recovery");
+            t.c.pause(phase);
             // A recovery may fail before it reaches the pause point (a peer not reachable
             // yet after a partition): the fault then strikes after it, and healing recovers.
             let recovery = match wait_paused_or_ended(&t.c, t.c.recover_in_background()) {
@@ -1024,7 +1099,7 @@ fn seeded_faults_lose_no_committed_byte() {
             let when = match rng.below(4) {
                 0 => When::Between,
                 1 => When::Epoch(rng.pick(&EPOCH_PHASES)),
-                2 => When::Recovery,
+                2 => When::Recovery(rng.pick(&RECOVERY_PHASES)),
                 _ => When::Flush(rng.pick(&FLUSH_PHASES)),
             };
             eprintln!(
