@@ -133,7 +133,8 @@ enum Fault {
     FlipParity,
     /// One bit flipped in the manifest of a committed rank image.
     FlipManifest,
-    /// One bit flipped in a coded object's metadata (`parity.json`) or stripe blob.
+    /// One bit flipped in a coded object's metadata (`parity.json`), stripe blob or staged
+    /// update.
     FlipCoded,
     /// One bit flipped in the journal or its copy, then the coordinator SIGKILLed and
     /// started again (it reads the journal only when it starts).
@@ -193,7 +194,7 @@ impl Fault {
             Fault::FlipRankBlock => "bit flip in a rank block",
             Fault::FlipParity => "bit flip in parity",
             Fault::FlipManifest => "bit flip in a rank manifest",
-            Fault::FlipCoded => "bit flip in parity.json or a stripe blob",
+            Fault::FlipCoded => "bit flip in parity.json, a stripe blob or a stage",
             Fault::FlipJournal => "bit flip in the journal + coordinator restart",
             Fault::DiskFull => "cluster file system full",
             Fault::FlushDirFull => "flush file system full",
@@ -639,7 +640,7 @@ impl Target {
                         .join(&node)
                         .join("store")
                         .join(format!("rank.{rank}")),
-                    "manifest",
+                    |name| name == "manifest",
                 );
                 if !manifests.is_empty() {
                     flip_bit(&manifests[rng.below(manifests.len())], rng);
@@ -650,9 +651,15 @@ impl Target {
                 let mut coded: Vec<(String, PathBuf)> = Vec::new();
                 for node in &members {
                     let dir = self.c.dir.join("nodes").join(node).join("coded");
-                    for name in ["parity.json", "blob"] {
-                        coded.extend(files_under(&dir, name).into_iter().map(|f| (node.clone(), f)));
-                    }
+                    // Staged updates (`stage-V`) exist in update mode between an epoch's
+                    // prepare and its commit.
+                    let coded_file =
+                        |name: &str| name == "parity.json" || name == "blob" || name.starts_with("stage-");
+                    coded.extend(
+                        files_under(&dir, coded_file)
+                            .into_iter()
+                            .map(|f| (node.clone(), f)),
+                    );
                 }
                 if !coded.is_empty() {
                     let (node, file) = coded.swap_remove(rng.below(coded.len()));
@@ -730,8 +737,8 @@ impl Target {
     }
 }
 
-/// Files named `name` anywhere below `dir`.
-fn files_under(dir: &Path, name: &str) -> Vec<PathBuf> {
+/// Files whose name `wanted` accepts, anywhere below `dir`.
+fn files_under(dir: &Path, wanted: impl Fn(&str) -> bool) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut dirs = vec![dir.to_path_buf()];
     while let Some(d) = dirs.pop() {
@@ -739,7 +746,7 @@ fn files_under(dir: &Path, name: &str) -> Vec<PathBuf> {
             let path = entry.path();
             if path.is_dir() {
                 dirs.push(path);
-            } else if entry.file_name() == name {
+            } else if wanted(&entry.file_name().to_string_lossy()) {
                 found.push(path);
             }
         }
