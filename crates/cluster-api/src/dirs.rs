@@ -294,7 +294,15 @@ pub struct NetnsConfig {
 /// The entries eckpt creates in a cluster directory (see the module documentation):
 /// `down --purge` deletes these and nothing else, so a file someone put in the directory
 /// stays, and so does the directory then.
-pub const CREATED_ENTRIES: [&str; 6] = ["secret", "cluster.json", "coordinator", "nodes", "runs", "debug"];
+pub const CREATED_ENTRIES: [&str; 7] = [
+    "secret",
+    "tls.pem",
+    "cluster.json",
+    "coordinator",
+    "nodes",
+    "runs",
+    "debug",
+];
 
 /// Where rank `rank` records its append files' lengths when first protected, in `dir` (a
 /// standalone store root, or the cluster directory in cluster mode).
@@ -441,9 +449,20 @@ impl ClusterDir {
         Ok(file)
     }
 
-    /// Loads the cluster secret.
+    /// The cluster's TLS identity, in a cluster made with `--tls`.
+    pub fn tls(&self) -> PathBuf {
+        eckpt_proto::tls_path(&self.root)
+    }
+
+    /// Loads the cluster secret, with the cluster's TLS identity if it has one (then every
+    /// TCP connection is inside TLS).
     pub fn load_secret(&self) -> Result<eckpt_proto::ClusterSecret, ClusterError> {
-        Ok(eckpt_proto::ClusterSecret::load(&self.secret())?)
+        let secret = eckpt_proto::ClusterSecret::load(&self.secret())?;
+        let tls = self.tls();
+        Ok(match tls.try_exists().map_err(io_at(&tls))? {
+            true => secret.with_tls(eckpt_proto::ClusterTls::load(&tls)?),
+            false => secret,
+        })
     }
 }
 
@@ -505,6 +524,7 @@ mod tests {
     fn only_what_eckpt_creates_is_its_own() {
         for name in [
             "secret",
+            "tls.pem",
             "cluster.json",
             "nodes",
             ".cluster.json.tmp-42",

@@ -41,6 +41,9 @@ pub struct UpOptions {
     pub coding: CodingConfig,
     /// Run each agent in its own network namespace.
     pub netns: bool,
+    /// TLS around every TCP connection of the cluster (its hosts talk across a network
+    /// others share).
+    pub tls: bool,
     /// Shape each namespace's link to this `tc` rate.
     pub link_rate: Option<String>,
     /// The `eckpt` executable to start processes with.
@@ -222,6 +225,9 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         fs::create_dir_all(&sub).map_err(eckpt_cluster_api::io_at(&sub))?;
     }
     ClusterSecret::create_file(&dir.secret())?;
+    if options.tls {
+        eckpt_proto::ClusterTls::create_file(&dir.tls())?;
+    }
     let netns = options.netns.then(|| NetnsConfig {
         rate: options.link_rate.clone(),
         nodes: nodes

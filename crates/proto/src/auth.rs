@@ -29,6 +29,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
@@ -37,6 +38,7 @@ use sha2::Sha256;
 use crate::error::{io_ctx, ProtoError};
 use crate::frame::FrameKind;
 use crate::io::{FrameReader, FrameWriter};
+use crate::tls::ClusterTls;
 
 /// Length of the cluster secret in bytes (256 bits, HMAC-SHA256's block-size-safe key).
 pub const SECRET_LEN: usize = 32;
@@ -59,7 +61,11 @@ type HmacSha256 = Hmac<Sha256>;
 /// The shared secret every node of a cluster holds; knowing it is what admits a peer.
 /// `Debug` does not print it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct ClusterSecret([u8; SECRET_LEN]);
+pub struct ClusterSecret {
+    key: [u8; SECRET_LEN],
+    /// TLS for connections over TCP, in clusters made with it (`eckpt up --tls`).
+    tls: Option<Arc<ClusterTls>>,
+}
 
 impl fmt::Debug for ClusterSecret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -70,14 +76,30 @@ impl fmt::Debug for ClusterSecret {
 impl ClusterSecret {
     /// Wraps existing key material (e.g. from a configuration system).
     pub fn from_bytes(bytes: [u8; SECRET_LEN]) -> ClusterSecret {
-        ClusterSecret(bytes)
+        ClusterSecret {
+            key: bytes,
+            tls: None,
+        }
+    }
+
+    /// This secret, with `tls` wrapped around its TCP connections.
+    pub fn with_tls(self, tls: ClusterTls) -> ClusterSecret {
+        ClusterSecret {
+            tls: Some(Arc::new(tls)),
+            ..self
+        }
+    }
+
+    /// The cluster's TLS, if it has one.
+    pub fn tls(&self) -> Option<&ClusterTls> {
+        self.tls.as_deref()
     }
 
     /// A fresh secret from the operating system's CSPRNG.
     pub fn generate() -> Result<ClusterSecret, ProtoError> {
         let mut bytes = [0u8; SECRET_LEN];
         random_bytes(&mut bytes)?;
-        Ok(ClusterSecret(bytes))
+        Ok(ClusterSecret::from_bytes(bytes))
     }
 
     /// Creates a new secret file at `path` (mode 0600, 32 random bytes) and returns the
@@ -88,31 +110,7 @@ impl ClusterSecret {
     /// existing secret is never replaced.
     pub fn create_file(path: &Path) -> Result<ClusterSecret, ProtoError> {
         let secret = ClusterSecret::generate()?;
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let name = path.file_name().ok_or_else(|| ProtoError::SecretInvalid {
-            path: path.to_path_buf(),
-            reason: "path has no file name".into(),
-        })?;
-        let mut tag = [0u8; 8];
-        random_bytes(&mut tag)?;
-        let tmp = dir.join(format!(
-            ".{}.tmp-{}-{:016x}",
-            name.to_string_lossy(),
-            std::process::id(),
-            u64::from_le_bytes(tag)
-        ));
-        let result = write_new_file(&tmp, &secret.0).and_then(|()| {
-            fs::hard_link(&tmp, path).map_err(io_ctx(format!("creating cluster secret {}", path.display())))
-        });
-        // The temporary name is removed whether or not the link succeeded.
-        let _ = fs::remove_file(&tmp);
-        result?;
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io_ctx(format!("fsync of directory {}", dir.display())))?;
+        create_private_file(path, &secret.key)?;
         Ok(secret)
     }
 
@@ -120,34 +118,12 @@ impl ClusterSecret {
     /// (a secret others can read admits anyone), one that is not a regular file, or one
     /// that is not exactly [`SECRET_LEN`] bytes.
     pub fn load(path: &Path) -> Result<ClusterSecret, ProtoError> {
-        let mut file =
-            File::open(path).map_err(io_ctx(format!("opening cluster secret {}", path.display())))?;
-        let meta = file
-            .metadata()
-            .map_err(io_ctx(format!("stat of cluster secret {}", path.display())))?;
-        if !meta.is_file() {
-            return Err(ProtoError::SecretInvalid {
-                path: path.to_path_buf(),
-                reason: "not a regular file".into(),
-            });
-        }
-        let mode = meta.permissions().mode() & 0o7777;
-        if mode & 0o077 != 0 {
-            return Err(ProtoError::SecretPermissions {
-                path: path.to_path_buf(),
-                mode,
-            });
-        }
-        if meta.len() != SECRET_LEN as u64 {
-            return Err(ProtoError::SecretInvalid {
-                path: path.to_path_buf(),
-                reason: format!("{} bytes long, expected {SECRET_LEN}", meta.len()),
-            });
-        }
-        let mut bytes = [0u8; SECRET_LEN];
-        file.read_exact(&mut bytes)
-            .map_err(io_ctx(format!("reading cluster secret {}", path.display())))?;
-        Ok(ClusterSecret(bytes))
+        let bytes = read_private_file(path)?;
+        let key = <[u8; SECRET_LEN]>::try_from(bytes.as_slice()).map_err(|_| ProtoError::SecretInvalid {
+            path: path.to_path_buf(),
+            reason: format!("{} bytes long, expected {SECRET_LEN}", bytes.len()),
+        })?;
+        Ok(ClusterSecret::from_bytes(key))
     }
 
     /// Loads `path`, creating it first if it does not exist; what `eckpt up` and every
@@ -174,7 +150,7 @@ impl ClusterSecret {
         client_nonce: &[u8; NONCE_LEN],
         server_nonce: &[u8; NONCE_LEN],
     ) -> HmacSha256 {
-        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC accepts keys of any length");
+        let mut mac = HmacSha256::new_from_slice(&self.key).expect("HMAC accepts keys of any length");
         mac.update(MAC_CONTEXT);
         mac.update(role.label());
         mac.update(client_nonce);
@@ -182,6 +158,77 @@ impl ClusterSecret {
         mac
     }
 }
+
+/// Creates `path` holding `bytes`, readable by its owner only. Crash-safe: the bytes are
+/// written and fsync'd under a temporary name, then hard-linked to `path` and the directory
+/// fsync'd, so `path` either does not exist or is complete. The link (unlike `rename`)
+/// fails if `path` already exists, so two processes racing to create it never end up with
+/// different contents, and an existing file is never replaced.
+pub(crate) fn create_private_file(path: &Path, bytes: &[u8]) -> Result<(), ProtoError> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().ok_or_else(|| ProtoError::SecretInvalid {
+        path: path.to_path_buf(),
+        reason: "path has no file name".into(),
+    })?;
+    let mut tag = [0u8; 8];
+    random_bytes(&mut tag)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}-{:016x}",
+        name.to_string_lossy(),
+        std::process::id(),
+        u64::from_le_bytes(tag)
+    ));
+    let result = write_new_file(&tmp, bytes).and_then(|()| {
+        fs::hard_link(&tmp, path).map_err(io_ctx(format!("creating cluster secret {}", path.display())))
+    });
+    // The temporary name is removed whether or not the link succeeded.
+    let _ = fs::remove_file(&tmp);
+    result?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_ctx(format!("fsync of directory {}", dir.display())))
+}
+
+/// The contents of `path`, refusing a file that group or others could access (a secret
+/// others can read admits anyone) or one that is not a regular file.
+pub(crate) fn read_private_file(path: &Path) -> Result<Vec<u8>, ProtoError> {
+    let mut file = File::open(path).map_err(io_ctx(format!("opening cluster secret {}", path.display())))?;
+    let meta = file
+        .metadata()
+        .map_err(io_ctx(format!("stat of cluster secret {}", path.display())))?;
+    if !meta.is_file() {
+        return Err(ProtoError::SecretInvalid {
+            path: path.to_path_buf(),
+            reason: "not a regular file".into(),
+        });
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(ProtoError::SecretPermissions {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    // A secret is small: a file that is not (a device, a swapped file) is not read whole.
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(MAX_SECRET_FILE)
+        .read_to_end(&mut bytes)
+        .map_err(io_ctx(format!("reading cluster secret {}", path.display())))?;
+    if bytes.len() as u64 >= MAX_SECRET_FILE {
+        return Err(ProtoError::SecretInvalid {
+            path: path.to_path_buf(),
+            reason: format!("larger than {MAX_SECRET_FILE} bytes"),
+        });
+    }
+    Ok(bytes)
+}
+
+/// The largest secret file read (the TLS identity, a certificate and a key in PEM, is ~1 KiB).
+const MAX_SECRET_FILE: u64 = 64 * 1024;
 
 fn write_new_file(path: &Path, bytes: &[u8]) -> Result<(), ProtoError> {
     let ctx = || format!("writing {}", path.display());

@@ -13,7 +13,8 @@
 //!   fail are refused with one log line. The secret file is created 0600, crash-safely, and
 //!   refused if group or others can read it.
 //! - **Transports** ([`connect`], [`listen`]): TCP or Unix sockets behind one
-//!   [`Endpoint`] (`tcp://host:port`, `unix:///path`).
+//!   [`Endpoint`] (`tcp://host:port`, `unix:///path`); TCP optionally inside TLS 1.3
+//!   ([`ClusterTls`], `eckpt up --tls`).
 
 #![warn(missing_docs)]
 
@@ -21,10 +22,12 @@ mod auth;
 mod error;
 pub mod frame;
 mod io;
+mod tls;
 mod transport;
 
 pub use auth::{random_bytes, secret_path, ClusterSecret, HANDSHAKE_TIMEOUT, SECRET_LEN};
 pub use error::ProtoError;
 pub use frame::{decode_frame, encode_frame, Decoded, FrameError, FrameKind, DEFAULT_MAX_PAYLOAD};
 pub use io::{FrameReader, FrameWriter};
+pub use tls::{tls_path, ClusterTls};
 pub use transport::{connect, listen, Connection, Endpoint, Incoming, Listener, TransportKind};

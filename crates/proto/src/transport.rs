@@ -254,8 +254,20 @@ pub async fn connect(endpoint: &Endpoint, secret: &ClusterSecret) -> Result<Conn
             stream
                 .set_nodelay(true)
                 .map_err(io_ctx(format!("setting TCP_NODELAY on {peer}")))?;
-            let (r, w) = stream.into_split();
-            (Box::new(r), Box::new(w))
+            match secret.tls() {
+                Some(tls) => {
+                    let session = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.connect(stream))
+                        .await
+                        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+                        .map_err(io_ctx(format!("TLS with {peer}")))?;
+                    let (r, w) = tokio::io::split(session);
+                    (Box::new(r), Box::new(w))
+                }
+                None => {
+                    let (r, w) = stream.into_split();
+                    (Box::new(r), Box::new(w))
+                }
+            }
         }
         Endpoint::Unix(path) => {
             let stream = UnixStream::connect(path)
@@ -396,7 +408,7 @@ impl Listener {
 
     /// Waits for the next peer. Call [`Incoming::authenticate`] on it before anything else.
     pub async fn accept(&self) -> Result<Incoming, ProtoError> {
-        let (read, write, peer): (BoxRead, BoxWrite, String) = match &self.inner {
+        let (stream, peer): (Accepted, String) = match &self.inner {
             Inner::Tcp(listener) => {
                 let (stream, addr) = listener
                     .accept()
@@ -405,8 +417,12 @@ impl Listener {
                 stream
                     .set_nodelay(true)
                     .map_err(io_ctx(format!("setting TCP_NODELAY for {addr}")))?;
-                let (r, w) = stream.into_split();
-                (Box::new(r), Box::new(w), addr.to_string())
+                if self.secret.tls().is_some() {
+                    (Accepted::Tls(stream), addr.to_string())
+                } else {
+                    let (r, w) = stream.into_split();
+                    (Accepted::Open(Box::new(r), Box::new(w)), addr.to_string())
+                }
             }
             Inner::Unix { listener, .. } => {
                 let (stream, _) = listener
@@ -420,12 +436,11 @@ impl Listener {
                     None => self.local.to_string(),
                 };
                 let (r, w) = stream.into_split();
-                (Box::new(r), Box::new(w), peer)
+                (Accepted::Open(Box::new(r), Box::new(w)), peer)
             }
         };
         Ok(Incoming {
-            read,
-            write,
+            stream,
             peer,
             secret: self.secret.clone(),
             timeout: self.handshake_timeout,
@@ -446,10 +461,16 @@ impl Drop for Listener {
     }
 }
 
+/// An accepted peer's stream, before authentication.
+enum Accepted {
+    Open(BoxRead, BoxWrite),
+    /// A TCP connection of a cluster with TLS: the TLS session comes first.
+    Tls(TcpStream),
+}
+
 /// An accepted but not yet authenticated peer; it exposes no way to read or write frames.
 pub struct Incoming {
-    read: BoxRead,
-    write: BoxWrite,
+    stream: Accepted,
     peer: String,
     secret: ClusterSecret,
     timeout: Duration,
@@ -472,16 +493,34 @@ impl Incoming {
     /// Runs the server side of the handshake. A peer that fails (wrong secret, sends data
     /// first, reflects a challenge, times out, speaks another protocol) is refused with one
     /// `warn` log line naming its address and the reason, and an error is returned.
+    /// In a cluster with TLS, the TLS session is set up first, within the same wait.
     pub async fn authenticate(self) -> Result<Connection, ProtoError> {
-        Connection::establish(
-            self.read,
-            self.write,
-            Role::Server,
-            &self.secret,
-            self.peer,
-            self.timeout,
-        )
-        .await
+        let started = std::time::Instant::now();
+        let (read, write): (BoxRead, BoxWrite) = match self.stream {
+            Accepted::Open(read, write) => (read, write),
+            Accepted::Tls(stream) => {
+                let tls = self.secret.tls().expect("a TLS stream is accepted only with TLS");
+                let session = tokio::time::timeout(self.timeout, tls.accept(stream))
+                    .await
+                    .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
+                match session {
+                    Ok(session) => {
+                        let (r, w) = tokio::io::split(session);
+                        (Box::new(r), Box::new(w))
+                    }
+                    Err(e) => {
+                        let reason = format!("TLS: {e}");
+                        tracing::warn!(peer = %self.peer, %reason, "refused connection: authentication failed");
+                        return Err(ProtoError::Auth {
+                            peer: self.peer,
+                            reason,
+                        });
+                    }
+                }
+            }
+        };
+        let left = self.timeout.saturating_sub(started.elapsed());
+        Connection::establish(read, write, Role::Server, &self.secret, self.peer, left).await
     }
 }
 

@@ -128,6 +128,11 @@ pub struct ShapeArgs {
     /// Shape every namespace's link with tc tbf (e.g. 1gbit, 100mbit).
     #[arg(long)]
     link_rate: Option<String>,
+    /// TLS 1.3 around every TCP connection (agents, peers, coordinator), for hosts that talk
+    /// across a network others share; the cluster's certificate is made with it
+    /// (`D/tls.pem`) and pinned.
+    #[arg(long)]
+    tls: bool,
     /// Start only the coordinator: the agents n0 … (and s0 …) run on their own hosts,
     /// started by another launcher (`eckpt agent --dir D --name n0 --store /local/ssd …`).
     #[arg(long)]
@@ -240,6 +245,7 @@ impl ShapeArgs {
             names: Vec::new(),
             coding: self.coding.coding()?,
             netns: self.netns,
+            tls: self.tls,
             link_rate: self.link_rate.clone(),
             exe: this_exe()?,
             agents: !self.no_agents,

@@ -314,6 +314,7 @@ fn options(dir: &std::path::Path) -> RunOptions {
                 names: Vec::new(),
                 coding: CodingConfig::default(),
                 netns: false,
+                tls: false,
                 link_rate: None,
                 exe: PathBuf::from("eckpt"),
                 agents: true,

@@ -49,6 +49,9 @@ pub struct Args {
     /// Run each agent in its own network namespace.
     #[arg(long)]
     netns: bool,
+    /// TLS around every TCP connection (`eckpt up --tls`): what it costs.
+    #[arg(long)]
+    tls: bool,
     /// Shape the namespaces' links (e.g. 1gbit, 100mbit).
     #[arg(long)]
     link_rate: Option<String>,
@@ -89,6 +92,7 @@ struct Report {
     /// The share of pages changed per epoch, when not the pattern's own.
     dirty_fraction: Option<f64>,
     netns: bool,
+    tls: bool,
     link_rate: Option<String>,
     /// Link bandwidth between two agents measured in this run (Gbit/s).
     link_gbps: f64,
@@ -204,6 +208,7 @@ pub fn run(args: Args) -> Result<i32> {
         names: Vec::new(),
         coding,
         netns: args.netns,
+        tls: args.tls,
         link_rate: args.link_rate.clone(),
         exe: this_exe()?,
         agents: true,
@@ -387,6 +392,7 @@ fn measure(
         pattern: args.pattern,
         dirty_fraction: args.dirty_fraction,
         netns: args.netns,
+        tls: args.tls,
         link_rate: args.link_rate.clone(),
         link_gbps: link,
         shard_bytes: first.shard_bytes,

@@ -309,6 +309,7 @@ pub fn run(args: Args) -> Result<i32> {
         names: Vec::new(),
         coding,
         netns: false,
+        tls: false,
         link_rate: None,
         exe: this_exe()?,
         agents: true,
