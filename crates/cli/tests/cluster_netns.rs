@@ -64,17 +64,7 @@ fn agents_in_namespaces_on_shaped_links() {
         "the encode crossed the shaped links: {sent} bytes"
     );
 
-    let victims = c.nodes_with_ranks();
-    for v in &victims[..2] {
-        c.kill(v, true);
-    }
-    for v in &victims[..2] {
-        c.wait_down(v);
-    }
-    c.assert_restorable();
-    let out = c.recover();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    c.assert_restorable();
+    c.lose_and_recover(2);
     drop(c);
     assert_eq!(mine(), 0, "`eckpt down` removes the namespaces");
 }

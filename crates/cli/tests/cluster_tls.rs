@@ -42,17 +42,7 @@ fn a_cluster_with_tls_recovers_and_refuses_peers_without_it() {
     let data: Vec<Vec<u8>> = (0..5).map(|r| bytes(1 << 20, r as u64 + 3)).collect();
     let report = c.checkpoint(data, true).expect("report");
     assert_eq!(report["outcome"]["committed"], true, "{report}");
-    let victims = c.nodes_with_ranks();
-    for v in &victims[..2] {
-        c.kill(v, true);
-    }
-    for v in &victims[..2] {
-        c.wait_down(v);
-    }
-    c.assert_restorable();
-    let out = c.recover();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    c.assert_restorable();
+    c.lose_and_recover(2);
 
     let dir = ClusterDir::new(&c.dir).unwrap();
     let file = dir.load().unwrap();

@@ -522,6 +522,22 @@ impl Cluster {
         Ok(std::fs::read(&out_path).unwrap())
     }
 
+    /// Kills the agents of the first `count` nodes hosting ranks with their data, checks
+    /// that every rank still restores (decoded), recovers, and checks again.
+    pub fn lose_and_recover(&self, count: usize) {
+        let victims = self.nodes_with_ranks();
+        for v in &victims[..count] {
+            self.kill(v, true);
+        }
+        for v in &victims[..count] {
+            self.wait_down(v);
+        }
+        self.assert_restorable();
+        let out = self.recover();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        self.assert_restorable();
+    }
+
     /// Every rank restores to exactly what it checkpointed at the committed epoch.
     pub fn assert_restorable(&self) {
         let committed = self.committed();
