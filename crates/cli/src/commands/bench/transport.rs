@@ -1,12 +1,13 @@
-//! `eckpt bench transport`: authenticated frames over loopback TCP and over a Unix socket,
-//! back to back in one run, with the framing and checksums the cluster uses — why agents on
-//! one host talk over Unix sockets (local IPC between co-located processes).
+//! `eckpt bench transport`: authenticated frames over loopback TCP, over TCP inside TLS 1.3
+//! (`eckpt up --tls`) and over a Unix socket, back to back in one run, with the framing and
+//! checksums the cluster uses — why agents on one host talk over Unix sockets (local IPC
+//! between co-located processes), and what TLS costs against the same TCP.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use eckpt_proto::{connect, listen, ClusterSecret, Endpoint, TransportKind, DEFAULT_MAX_PAYLOAD};
+use eckpt_proto::{connect, listen, ClusterSecret, ClusterTls, Endpoint, TransportKind, DEFAULT_MAX_PAYLOAD};
 use serde::{Deserialize, Serialize};
 
 use super::stats::median;
@@ -21,7 +22,7 @@ pub struct Args {
     /// Payload bytes per frame.
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
     frame_size: u64,
-    /// Repetitions (TCP then Unix each time); medians are reported.
+    /// Repetitions (TCP, TLS, then Unix each time); medians are reported.
     #[arg(long, default_value_t = 5)]
     reps: usize,
     /// Print JSON.
@@ -34,7 +35,10 @@ struct Report {
     bytes: u64,
     frame_size: u64,
     tcp_gbytes_per_s: f64,
+    tls_gbytes_per_s: f64,
     unix_gbytes_per_s: f64,
+    /// Median of per-repetition TLS / TCP ratios.
+    tls_fraction: f64,
     /// Median of per-repetition Unix / TCP ratios.
     unix_speedup: f64,
 }
@@ -49,15 +53,19 @@ pub fn run(args: Args) -> Result<i32> {
         bytes: args.bytes,
         frame_size: args.frame_size,
         tcp_gbytes_per_s: pick(&|c| c.tcp.gbytes_per_s),
+        tls_gbytes_per_s: pick(&|c| c.tls.gbytes_per_s),
         unix_gbytes_per_s: pick(&|c| c.unix.gbytes_per_s),
+        tls_fraction: pick(&|c| c.tls_fraction),
         unix_speedup: pick(&|c| c.unix_speedup),
     };
     if args.json {
         print_json(&report);
     } else {
         println!(
-            "loopback TCP {:.2} GB/s, Unix socket {:.2} GB/s: Unix {:.2}x ({} B frames, medians of {})",
+            "loopback TCP {:.2} GB/s, TCP in TLS 1.3 {:.2} GB/s ({:.2} of TCP), Unix socket {:.2} GB/s: Unix {:.2}x ({} B frames, medians of {})",
             report.tcp_gbytes_per_s,
+            report.tls_gbytes_per_s,
+            report.tls_fraction,
             report.unix_gbytes_per_s,
             report.unix_speedup,
             report.frame_size,
@@ -76,6 +84,8 @@ const ACCEPT_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct TransportBench {
     /// Transport measured.
     transport: TransportKind,
+    /// Inside TLS 1.3 (TCP only).
+    tls: bool,
     /// Payload bytes streamed.
     bytes: u64,
     /// Payload bytes per data frame (the last frame may be shorter).
@@ -98,6 +108,10 @@ pub struct TransportBench {
 struct TransportComparison {
     /// Loopback TCP.
     tcp: TransportBench,
+    /// Loopback TCP inside TLS 1.3.
+    tls: TransportBench,
+    /// TLS throughput divided by TCP throughput.
+    tls_fraction: f64,
     /// Unix domain socket.
     unix: TransportBench,
     /// Unix throughput divided by TCP throughput.
@@ -116,13 +130,29 @@ struct Received {
 /// single-threaded runtime on its own OS thread, so this may be called from anywhere,
 /// including inside an async runtime (it blocks the calling thread).
 pub fn bench_transport(kind: TransportKind, bytes: u64, frame_size: usize) -> Result<TransportBench> {
+    bench_with(kind, &ClusterSecret::generate()?, bytes, frame_size)
+}
+
+/// [`bench_transport`] over loopback TCP inside TLS 1.3, with an identity made for it.
+fn bench_tls(bytes: u64, frame_size: usize) -> Result<TransportBench> {
+    let dir = tempfile::tempdir()?;
+    let tls = ClusterTls::create_file(&dir.path().join("tls.pem"))?;
+    let secret = ClusterSecret::generate()?.with_tls(tls);
+    bench_with(TransportKind::Tcp, &secret, bytes, frame_size)
+}
+
+fn bench_with(
+    kind: TransportKind,
+    secret: &ClusterSecret,
+    bytes: u64,
+    frame_size: usize,
+) -> Result<TransportBench> {
     if bytes == 0 {
         bail!("bytes to stream must be at least 1");
     }
     if frame_size == 0 || frame_size > DEFAULT_MAX_PAYLOAD as usize {
         bail!("frame size {frame_size} must be between 1 and {DEFAULT_MAX_PAYLOAD} bytes");
     }
-    let secret = ClusterSecret::generate()?;
     let endpoint = match kind {
         TransportKind::Tcp => Endpoint::Tcp {
             host: "127.0.0.1".into(),
@@ -139,12 +169,12 @@ pub fn bench_transport(kind: TransportKind, bytes: u64, frame_size: usize) -> Re
     };
     let (ready_tx, ready_rx) = mpsc::channel::<Endpoint>();
     std::thread::scope(|scope| {
-        let receiver = scope.spawn(|| run_on_own_runtime(receive(&endpoint, &secret, bytes, ready_tx)));
+        let receiver = scope.spawn(|| run_on_own_runtime(receive(&endpoint, secret, bytes, ready_tx)));
         let sender = run_on_own_runtime(async {
             let target = ready_rx
                 .recv()
                 .map_err(|_| anyhow!("benchmark receiver could not listen on {endpoint}"))?;
-            send(&target, &secret, bytes, frame_size).await
+            send(&target, secret, bytes, frame_size).await
         });
         let received = receiver
             .join()
@@ -156,6 +186,7 @@ pub fn bench_transport(kind: TransportKind, bytes: u64, frame_size: usize) -> Re
         let per_s = |x: f64| if seconds > 0.0 { x / seconds } else { 0.0 };
         Ok(TransportBench {
             transport: kind,
+            tls: secret.tls().is_some(),
             bytes,
             frame_size,
             frames,
@@ -167,19 +198,24 @@ pub fn bench_transport(kind: TransportKind, bytes: u64, frame_size: usize) -> Re
     })
 }
 
-/// Runs [`bench_transport`] for TCP, then for Unix, with the same parameters.
+/// Runs [`bench_transport`] for TCP, TCP in TLS, then Unix, with the same parameters.
 fn compare_transports(bytes: u64, frame_size: usize) -> Result<TransportComparison> {
     let tcp = bench_transport(TransportKind::Tcp, bytes, frame_size)?;
+    let tls = bench_tls(bytes, frame_size)?;
     let unix = bench_transport(TransportKind::Unix, bytes, frame_size)?;
-    let unix_speedup = if tcp.gbytes_per_s > 0.0 {
-        unix.gbytes_per_s / tcp.gbytes_per_s
-    } else {
-        0.0
+    let of_tcp = |other: &TransportBench| {
+        if tcp.gbytes_per_s > 0.0 {
+            other.gbytes_per_s / tcp.gbytes_per_s
+        } else {
+            0.0
+        }
     };
     Ok(TransportComparison {
+        tls_fraction: of_tcp(&tls),
+        unix_speedup: of_tcp(&unix),
         tcp,
+        tls,
         unix,
-        unix_speedup,
     })
 }
 
@@ -275,11 +311,14 @@ mod tests {
     }
 
     #[test]
-    fn comparison_runs_both_in_one_call() {
+    fn comparison_runs_all_three_in_one_call() {
         let c = compare_transports(2 << 20, 256 << 10).unwrap();
-        assert_eq!(c.tcp.transport, TransportKind::Tcp);
-        assert_eq!(c.unix.transport, TransportKind::Unix);
+        assert_eq!((c.tcp.transport, c.tcp.tls), (TransportKind::Tcp, false));
+        assert_eq!((c.tls.transport, c.tls.tls), (TransportKind::Tcp, true));
+        assert_eq!((c.unix.transport, c.unix.tls), (TransportKind::Unix, false));
+        assert_eq!(c.tls.frames, 8, "every frame crossed TLS");
         assert!((c.unix_speedup - c.unix.gbytes_per_s / c.tcp.gbytes_per_s).abs() < 1e-9);
+        assert!((c.tls_fraction - c.tls.gbytes_per_s / c.tcp.gbytes_per_s).abs() < 1e-9);
     }
 
     #[test]
