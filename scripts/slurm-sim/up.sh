@@ -103,6 +103,9 @@ rm /etc/hosts.slurm-sim
   echo "SlurmdLogFile=$log/slurmd-%n.log"
   # PMIx makes a directory per step under TmpFS: one per node, as on real nodes.
   echo "TmpFS=$sim/tmp-%n"
+  # Two nodes per leaf switch under one spine (topology.conf below): the failure domains
+  # `eckpt run` reads from Slurm.
+  echo "TopologyPlugin=topology/tree"
   echo "AccountingStorageType=accounting_storage/none"
   echo "JobCompType=jobcomp/none"
   for i in $(seq "$nodes"); do
@@ -110,6 +113,15 @@ rm /etc/hosts.slurm-sim
   done
   echo "PartitionName=sim Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
 } >"$conf"
+{
+  leaves=$(((nodes + 1) / 2))
+  for leaf in $(seq "$leaves"); do
+    first=$((2 * leaf - 1))
+    last=$((2 * leaf > nodes ? nodes : 2 * leaf))
+    echo "SwitchName=leaf$leaf Nodes=node[$first-$last]"
+  done
+  echo "SwitchName=spine Switches=leaf[1-$leaves]"
+} >"$sim/etc/topology.conf"
 # slurmd loads a cgroup plugin whatever the configuration; v1's does nothing until used,
 # and nothing here uses it (`ip netns exec` hides the host's /sys/fs/cgroup).
 echo "CgroupPlugin=cgroup/v1" >"$sim/etc/cgroup.conf"

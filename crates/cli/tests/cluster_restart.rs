@@ -1,6 +1,7 @@
 //! A cluster stopped and started again: `eckpt up` on a stopped cluster brings it back as it
-//! was, `join` against it fails fast; a damaged coordinator journal is refused, or replaced
-//! by the previous one when that holds the same decisions — never served.
+//! was, `join` against it fails fast; a damaged coordinator journal is replaced by its copy,
+//! or by the previous one when that holds the same decisions, or refused — never served; an
+//! agent restarted over a damaged store registers, and recovery rebuilds what it lacks.
 
 mod cluster;
 
@@ -17,8 +18,7 @@ fn epoch_of(c: &mut Cluster, data: &[Vec<u8>]) {
     assert_eq!(report["outcome"]["committed"], true, "{report}");
 }
 
-/// Rewrites the coordinator's journal with `from` replaced by `to` (one digit flipped).
-/// Replaces `from` by `to` in the journal and in its copy (`journal.copy.json`): one of
+/// Replaces `from` by `to` (one digit flipped) in the journal and in its copy (`journal.copy.json`): one of
 /// them intact is enough for the coordinator.
 fn damage_journal(c: &Cluster, from: &str, to: &str) {
     for file in ["journal.json", "journal.copy.json"] {
@@ -194,5 +194,153 @@ fn up_brings_a_stopped_cluster_back_with_its_data_and_join_fails_fast_against_it
     let victim = c.nodes_with_ranks()[0].clone();
     c.kill(&victim, true);
     c.wait_down(&victim);
+    c.assert_restorable();
+}
+
+/// Every manifest below rank `rank`'s directory in `node`'s store, one bit flipped.
+fn damage_manifests(c: &Cluster, node: &str, rank: u64) -> usize {
+    let mut damaged = 0;
+    let mut dirs = vec![c
+        .dir
+        .join("nodes")
+        .join(node)
+        .join("store")
+        .join(format!("rank.{rank}"))];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if entry.file_name() == "manifest" {
+                let mut bytes = std::fs::read(&path).unwrap();
+                let at = bytes.len() / 2;
+                bytes[at] ^= 0x10;
+                std::fs::write(&path, bytes).unwrap();
+                damaged += 1;
+            }
+        }
+    }
+    damaged
+}
+
+/// An agent killed while an epoch it prepared was being decided, whose store is then
+/// damaged (the manifests its prepared epoch builds on), misses the commit: started again,
+/// it cannot resolve that epoch. It registers anyway (it used to retry its registration
+/// forever, out of the cluster), is counted damaged, and a recovery rebuilds the rank.
+#[test]
+fn an_agent_that_cannot_resolve_a_damaged_prepared_epoch_registers_and_is_rebuilt() {
+    let shape = "--nodes 4 --k 2 --m 2 --mode update --block-size 8KiB";
+    let mut c = Cluster::up(&shape.split(' ').collect::<Vec<_>>());
+    let first = data(2, 1);
+    epoch_of(&mut c, &first);
+    let victim = c.status_placement(0);
+    c.pause("before-commit");
+    let mut second = first.clone();
+    for (r, d) in second.iter_mut().enumerate() {
+        touch(d, r as u64 + 40);
+    }
+    c.checkpoint(second, false);
+    c.wait_paused();
+    c.kill(&victim, false);
+    assert!(
+        damage_manifests(&c, &victim, 0) >= 2,
+        "the prepared epoch and its base"
+    );
+    c.resume();
+    c.wait_decided(2);
+    assert_eq!(c.committed(), 2, "the epoch was prepared everywhere: committed");
+    ok(&["join", "--dir", c.d(), "--name", &victim]);
+    let status = c.status();
+    let node = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == victim.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(node["alive"], true, "{node}");
+    assert!(
+        node["damaged"].as_str().is_some_and(|d| d.contains("rank 0")),
+        "{node}"
+    );
+    let out = c.recover();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    c.assert_restorable();
+}
+
+/// A tmpfs mounted at a path, unmounted (lazily) when dropped.
+struct Mount(std::path::PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("--lazy")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// The file system under every store, the journal and the daemons' logs fills up: requests
+/// fail in one line, no daemon dies (a log line that could not be written used to abort
+/// them: tracing reported it with a panicking eprintln!), and once there is room again the
+/// cluster recovers and commits.
+#[test]
+fn a_full_file_system_fails_requests_in_one_line_and_kills_no_daemon() {
+    if !cluster::is_root() {
+        eprintln!("skipped: mounting a small file system needs root");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    std::fs::create_dir(&dir).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=32m,mode=0700", "tmpfs"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount tmpfs");
+    let _mount = Mount(dir.clone());
+    let shape = "--nodes 4 --k 2 --m 2 --block-size 8KiB --start-wait 5s";
+    let mut c = Cluster::up_in(tmp, &shape.split(' ').collect::<Vec<_>>());
+    epoch_of(&mut c, &data(2, 7));
+    let daemons: Vec<String> = ["coordinator", "nodes/n0", "nodes/n2", "nodes/n3"]
+        .iter()
+        .map(|p| c.pid(p))
+        .collect();
+    let filler = c.dir.join("filler");
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&filler).unwrap();
+        while file.write_all(&[0u8; 4096]).is_ok() {}
+        while file.write_all(&[0]).is_ok() {}
+    }
+    // A node coming back must be journaled: refused. An epoch must be written: refused.
+    c.kill("n1", false);
+    c.wait_down("n1");
+    let join = run_bounded(&["join", "--dir", c.d(), "--name", "n1"]);
+    assert!(!join.status.success(), "joined with no room to journal it");
+    let world = "2";
+    for rank in ["0", "1"] {
+        let image = c.write_rank(0, b"an image that does not fit");
+        let out = run_bounded(&c.checkpoint_args(world, rank, &[image.to_str().unwrap()]));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() || err.trim().lines().count() == 1,
+            "rank {rank}: not one line: {err}"
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    for pid in &daemons {
+        assert!(
+            std::path::Path::new("/proc").join(pid).exists(),
+            "daemon {pid} died of a full file system"
+        );
+    }
+    std::fs::remove_file(&filler).unwrap();
+    ok(&["join", "--dir", c.d(), "--name", "n1"]);
+    let out = c.recover();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    c.assert_restorable();
+    epoch_of(&mut c, &data(2, 8));
     c.assert_restorable();
 }

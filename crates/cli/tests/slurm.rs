@@ -6,8 +6,9 @@
 //! srun with Open MPI's PMIx, through Open MPI's mpirun and through MPICH's mpiexec with a
 //! host file; and once losing only a node's slurmd, which eckpt's heartbeats cannot see but
 //! Slurm's view of the job shows. Each job recovers inside its allocation and ends with the
-//! failure-free checksums and byte-identical APPEND logs. Needs root; the emulated Slurm is global to
-//! the machine, so it is started for one test at a time.
+//! failure-free checksums and byte-identical APPEND logs. The emulated network has two nodes
+//! per leaf switch (`topology/tree`): those are the job's failure domains. Needs root; the
+//! emulated Slurm is global to the machine, so it is started for one test at a time.
 
 mod cluster;
 
@@ -292,6 +293,13 @@ fn mpi_jobs_in_a_slurm_allocation_survive_the_loss_of_a_node() {
         end.contains("JobState=COMPLETED") && end.contains("ExitCode=0:0"),
         "{end}\n{out}"
     );
+    // With no --domain, the failure domains are Slurm's leaf switches (two nodes each).
+    let journal: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(reference.join("cluster/coordinator/journal.json")).unwrap())
+            .unwrap();
+    for (node, switch) in [("node1", "leaf1"), ("node2", "leaf1"), ("node3", "leaf2")] {
+        assert_eq!(journal["nodes"][node]["domain"], switch, "{node}: {journal}");
+    }
 
     let work = work_dir(tmp.path(), "srun");
     survives_a_node_loss(&slurm, &work, srun, &stencil, &reference, Failure::Crash);

@@ -244,6 +244,13 @@ fn on_hosts(
             up.spares
         )));
     }
+    if up.domains.is_empty() && allocation.is_some() {
+        // No `--domain` given: the batch system's topology, where it has one.
+        up.domains = crate::slurm::leaf_switches()
+            .into_iter()
+            .filter(|(node, _)| hosts.contains(node))
+            .collect();
+    }
     up.nodes = Some(hosts.len() - up.spares);
     up.names = hosts;
     Ok(())

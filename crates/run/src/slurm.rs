@@ -8,7 +8,7 @@
 //! still answers was taken out of the job (drained, its slurmd gone), where no step can be
 //! started any more. The supervisor uses both views.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -126,6 +126,36 @@ fn step_of(squeue: &str, name: &str) -> Option<String> {
     })
 }
 
+/// Each node's leaf switch, where Slurm knows the network's topology
+/// (`TopologyPlugin=topology/tree`): the nodes behind one switch fail together when it
+/// does, so each leaf switch is a failure domain (groups are formed across them). Empty
+/// when Slurm has no topology (`scontrol show topology` then fails or lists nothing).
+pub fn leaf_switches() -> BTreeMap<String, String> {
+    let Ok(topology) = slurm(&["scontrol", "show", "topology"]) else {
+        return BTreeMap::new();
+    };
+    let mut domains = BTreeMap::new();
+    for (switch, list) in leaves(&topology) {
+        match hostnames(list) {
+            Ok(nodes) => domains.extend(nodes.into_iter().map(|n| (n, switch.to_string()))),
+            Err(e) => tracing::warn!(error = %e, switch, "the nodes of a switch could not be listed"),
+        }
+    }
+    domains
+}
+
+/// The leaf switches (`Level=0`) of `scontrol show topology` output, with their node lists.
+fn leaves(topology: &str) -> Vec<(&str, &str)> {
+    topology
+        .lines()
+        .filter_map(|line| {
+            let field = |key: &str| line.split_whitespace().find_map(|f| f.strip_prefix(key));
+            (field("Level=")? == "0").then_some(())?;
+            Some((field("SwitchName=")?, field("Nodes=")?))
+        })
+        .collect()
+}
+
 /// A Slurm host list (`node[1-2,4]`) expanded by Slurm itself.
 pub fn hostnames(list: &str) -> Result<Vec<String>, RunError> {
     let out = slurm(&["scontrol", "show", "hostnames", list])?;
@@ -185,6 +215,19 @@ mod tests {
         assert_eq!(node_list(line), Some("node[1-2,4]"));
         assert_eq!(node_list("JobId=7 NodeList=(null) ReqNodeList=(null)"), None);
         assert_eq!(node_list("JobId=7 ReqNodeList=node1"), None);
+    }
+
+    #[test]
+    fn leaf_switches_are_read_from_the_topology() {
+        let out = "SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=node[1-2]\n\
+                   SwitchName=leaf2 Level=0 LinkSpeed=1 Nodes=node[3-4]\n\
+                   SwitchName=spine Level=1 LinkSpeed=1 Nodes=node[1-4] Switches=leaf[1-2]\n";
+        assert_eq!(leaves(out), [("leaf1", "node[1-2]"), ("leaf2", "node[3-4]")]);
+        assert!(leaves("No topology information available\n").is_empty());
+        assert!(
+            leaves("SwitchName=s0 Level=0 LinkSpeed=1\n").is_empty(),
+            "a switch without nodes"
+        );
     }
 
     #[test]

@@ -18,6 +18,10 @@ fn init_logging() {
         .with_writer(std::io::stderr)
         // Colour codes only for a terminal: `eckpt up` sends stderr to a log file.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // A log line that cannot be written (its file system full) is lost, not fatal:
+        // tracing would report the failure with eprintln!, which panics when stderr fails,
+        // and a panic aborts a daemon (crash-only).
+        .log_internal_errors(false)
         .try_init();
 }
 

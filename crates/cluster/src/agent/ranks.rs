@@ -137,21 +137,36 @@ impl Agent {
         keep: &[ObjectId],
         versions: &[(ObjectId, u64)],
     ) -> Result<(), ClusterError> {
+        // A prepared epoch or object that cannot be resolved (damaged: a manifest the
+        // prepared epoch builds on) is left as it is and the rest resolved: the node then registers
+        // holding less than the journal says, is counted damaged, and a recovery rebuilds
+        // what it lacks. Refusing to register over it would keep the node out for good.
+        let left = |what: String, e: ClusterError| {
+            tracing::warn!(error = %e, "{what} could not be resolved: left for a recovery");
+        };
         for rank in self.store.ranks()? {
             for epoch in self.store.prepared_epochs(rank)? {
-                let prepared = self.store.resume_prepared(rank, epoch)?;
-                if epoch <= committed {
-                    prepared.commit()?;
-                } else {
-                    prepared.abort()?;
+                let resolved = self.store.resume_prepared(rank, epoch).and_then(|prepared| {
+                    if epoch <= committed {
+                        prepared.commit()
+                    } else {
+                        prepared.abort()
+                    }
+                });
+                if let Err(e) = resolved {
+                    left(format!("rank {rank}'s prepared epoch {epoch}"), e.into());
                 }
             }
         }
         for &id in keep {
-            self.coded.commit(id)?;
+            if let Err(e) = self.coded.commit(id) {
+                left(format!("object {id:?}"), e);
+            }
         }
         for (id, _) in self.coded.objects()? {
             let version = versions.iter().find(|(v, _)| *v == id).map(|(_, v)| *v);
+            // Not left: an object whose update failed would be reported held at a version
+            // it is not at.
             for staged in self.coded.staged_versions(id) {
                 if version.is_some_and(|v| staged <= v) {
                     self.coded.apply_update(id, staged)?;
