@@ -8,10 +8,9 @@
 
 mod cluster;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use cluster::{assert_refused, bytes, finish, ok, run, spawn, Cluster};
+use cluster::{assert_refused, bytes, finish, ok, run, spawn, Cluster, Tmpfs};
 
 /// A cluster of 4 nodes (k=2 m=1) that flushes only when asked, into `flush`.
 fn flushing_cluster(flush: &Path, extra: &[&str]) -> Cluster {
@@ -247,15 +246,6 @@ fn killing_an_agent_or_the_coordinator_mid_flush_never_publishes_a_partial_epoch
     let _ = coordinator.wait();
 }
 
-/// A tmpfs mounted at a path, unmounted when dropped.
-struct Mount(PathBuf);
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_full_flush_file_system_and_a_damaged_flushed_file_fail_in_one_line() {
     if !cluster::is_root() {
@@ -264,21 +254,8 @@ fn a_full_flush_file_system_and_a_damaged_flushed_file_fail_in_one_line() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let flush = tmp.path().join("flush");
-    std::fs::create_dir(&flush).unwrap();
     // Room for one flushed epoch (2.2 MB) but not for a second beside it.
-    let mounted = Command::new("mount")
-        .args([
-            "-t",
-            "tmpfs",
-            "-o",
-            "size=3m,mode=0700",
-            "tmpfs",
-            flush.to_str().unwrap(),
-        ])
-        .status()
-        .unwrap();
-    assert!(mounted.success(), "mount tmpfs");
-    let _mount = Mount(flush.clone());
+    let _mount = Tmpfs::mount(&flush, "3m");
     let mut c = cluster_with_epoch_1_flushed(&flush);
     c.checkpoint(data(2), true);
     let out = run(&["flush", "--dir", c.d()]);

@@ -268,18 +268,6 @@ fn an_agent_that_cannot_resolve_a_damaged_prepared_epoch_registers_and_is_rebuil
     c.assert_restorable();
 }
 
-/// A tmpfs mounted at a path, unmounted (lazily) when dropped.
-struct Mount(std::path::PathBuf);
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("--lazy")
-            .arg(&self.0)
-            .status();
-    }
-}
-
 /// The file system under every store, the journal and the daemons' logs fills up: requests
 /// fail in one line, no daemon dies (a log line that could not be written used to abort
 /// them: tracing reported it with a panicking eprintln!), and once there is room again the
@@ -290,18 +278,8 @@ fn a_full_file_system_fails_requests_in_one_line_and_kills_no_daemon() {
         eprintln!("skipped: mounting a small file system needs root");
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("cluster");
-    std::fs::create_dir(&dir).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=32m,mode=0700", "tmpfs"])
-        .arg(&dir)
-        .status()
-        .unwrap();
-    assert!(mounted.success(), "mount tmpfs");
-    let _mount = Mount(dir.clone());
     let shape = "--nodes 4 --k 2 --m 2 --block-size 8KiB --start-wait 5s";
-    let mut c = Cluster::up_in(tmp, &shape.split(' ').collect::<Vec<_>>());
+    let mut c = Cluster::up_on_tmpfs("32m", &shape.split(' ').collect::<Vec<_>>());
     epoch_of(&mut c, &data(2, 7));
     let daemons: Vec<String> = ["coordinator", "nodes/n0", "nodes/n2", "nodes/n3"]
         .iter()

@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 
 use cluster::hosts::sh;
 use cluster::programs::{assert_failure_free, build_c, reference};
-use cluster::{bytes, finish_job, run_job, spawn_job, touch, Cluster};
+use cluster::{bytes, finish_job, run_job, spawn_job, touch, Cluster, Tmpfs};
 
 /// Faults per round; then a fresh cluster (spares and stores would run out).
 const FAULTS_PER_ROUND: usize = 6;
@@ -276,16 +276,6 @@ fn flip_bit(path: &Path, rng: &mut Rng) {
     std::fs::write(path, bytes).unwrap();
 }
 
-/// A tmpfs of `size` mounted at `dir` (created), owner-only.
-fn mount_tmpfs(dir: &Path, size: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    let options = format!("size={size},mode=0700");
-    sh(
-        "mount",
-        &["-t", "tmpfs", "-o", &options, "tmpfs", dir.to_str().unwrap()],
-    );
-}
-
 impl Tally {
     fn table(&self, seed: u64, elapsed: Duration) -> String {
         let tried: u64 = self.rows.values().map(|r| r[0]).sum();
@@ -320,10 +310,11 @@ struct Target {
     struck: std::collections::BTreeSet<String>,
     /// Where the cluster's logs are copied if the round fails.
     keep_logs_in: Option<PathBuf>,
-    /// The flush directory (a tmpfs of its own).
+    /// The flush directory: a tmpfs of its own (unmounted before its temporary directory
+    /// is removed).
     flush: PathBuf,
-    /// File systems mounted for the round: the cluster's directory and the flush directory.
-    mounts: Vec<PathBuf>,
+    _flush_mount: Tmpfs,
+    _flush_tmp: tempfile::TempDir,
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -343,12 +334,11 @@ impl Target {
         }
         // The cluster's directory and the flush directory on small file systems of their
         // own, which a fault fills up.
-        let tmp = tempfile::tempdir().unwrap();
-        let (dir, flush) = (tmp.path().join("cluster"), tmp.path().join("flush"));
-        mount_tmpfs(&dir, "96m");
-        mount_tmpfs(&flush, "32m");
+        let flush_tmp = tempfile::tempdir().unwrap();
+        let flush = flush_tmp.path().join("flush");
+        let flush_mount = Tmpfs::mount(&flush, "32m");
         shape.push_str(&format!(" --flush-dir {} --flush-every 0", flush.display()));
-        let c = Cluster::up_in(tmp, &shape.split(' ').collect::<Vec<_>>());
+        let c = Cluster::up_on_tmpfs("96m", &shape.split(' ').collect::<Vec<_>>());
         let data = (0..WORLD)
             .map(|r| bytes(150_000 + r * 23_456, r as u64 + 11))
             .collect();
@@ -362,9 +352,9 @@ impl Target {
             struck: Default::default(),
             keep_logs_in: None,
             flush,
-            mounts: vec![dir],
+            _flush_mount: flush_mount,
+            _flush_tmp: flush_tmp,
         };
-        t.mounts.push(t.flush.clone());
         for _ in 0..2 {
             t.next_epoch();
         }
@@ -785,9 +775,6 @@ impl Drop for Target {
         for child in &mut self.coordinators {
             let _ = child.kill();
             let _ = child.wait();
-        }
-        for mount in self.mounts.iter().rev() {
-            let _ = Command::new("umount").arg("--lazy").arg(mount).status();
         }
     }
 }

@@ -6,7 +6,7 @@
 pub mod hosts;
 pub mod programs;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -180,6 +180,9 @@ pub fn touch(data: &mut [u8], seed: u64) {
 
 pub struct Cluster {
     pub dir: PathBuf,
+    /// The file system `dir` is on, when it is one of its own: unmounted after `down`,
+    /// before the temporary directory is removed.
+    _mounted: Option<Tmpfs>,
     _tmp: tempfile::TempDir,
     /// Each rank's data per epoch checkpointed (committed or not).
     pub history: std::collections::BTreeMap<u64, Vec<Vec<u8>>>,
@@ -191,9 +194,17 @@ impl Cluster {
         Cluster::up_in(tempfile::tempdir().expect("temp dir"), extra)
     }
 
-    /// [`Cluster::up`] in `tmp/cluster` (which may exist already: a file system mounted
-    /// there).
-    pub fn up_in(tmp: tempfile::TempDir, extra: &[&str]) -> Cluster {
+    /// [`Cluster::up`] on a tmpfs of `size` of its own (needs root), which a test may fill.
+    pub fn up_on_tmpfs(size: &str, extra: &[&str]) -> Cluster {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let mounted = Tmpfs::mount(&tmp.path().join("cluster"), size);
+        let mut c = Cluster::up_in(tmp, extra);
+        c._mounted = Some(mounted);
+        c
+    }
+
+    /// [`Cluster::up`] in `tmp/cluster`.
+    fn up_in(tmp: tempfile::TempDir, extra: &[&str]) -> Cluster {
         let dir = tmp.path().join("cluster");
         let d = dir.to_str().unwrap().to_string();
         let mut args = vec!["up", "--dir", &d, "--detach"];
@@ -201,6 +212,7 @@ impl Cluster {
         ok(&args);
         Cluster {
             dir,
+            _mounted: None,
             _tmp: tmp,
             history: Default::default(),
         }
@@ -551,6 +563,29 @@ impl Cluster {
                 "rank {rank} restored different bytes at epoch {committed}"
             );
         }
+    }
+}
+
+/// A tmpfs mounted at a directory (created), owner-only; unmounted when dropped.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let options = format!("size={size},mode=0700");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &options, "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount -t tmpfs at {}", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("--lazy").arg(&self.0).status();
     }
 }
 
