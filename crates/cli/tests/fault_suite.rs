@@ -447,6 +447,24 @@ impl Target {
             );
             std::thread::sleep(Duration::from_millis(500));
         }
+        // Beyond m, a cluster with a flush restarts from it: its committed epoch is then a
+        // new one, holding the flushed epoch's bytes — legitimate only after faults struck
+        // more than m nodes (a false loss once threw a committed epoch away this way).
+        let committed = self.c.committed();
+        if !self.c.history.contains_key(&committed) {
+            assert!(
+                self.struck.len() > 2,
+                "recovery restarted epoch {committed} from the flush after faults struck only {:?}",
+                self.struck
+            );
+            let flushed = self.newest_flush();
+            let data = self.c.history[&flushed].clone();
+            self.c.history.insert(committed, data);
+            self.c.assert_restorable();
+            return Err(format!(
+                "more than m lost: restarted from flushed epoch {flushed} as epoch {committed}"
+            ));
+        }
         self.struck.clear();
         // A spare for each one recovery used, so that the next losses have somewhere to go.
         let spares = self.c.status()["nodes"]
@@ -689,11 +707,9 @@ impl Target {
         self.c.history.insert(epoch, self.data.clone());
     }
 
-    /// Every rank of the newest published flush reads back, straight from the flush
-    /// directory (`restore --from-flush`, no cluster needed), exactly as checkpointed: a
-    /// restart from the flush would get these bytes.
-    fn check_newest_flush(&self) {
-        let newest = std::fs::read_dir(&self.flush)
+    /// The newest epoch published in the flush directory.
+    fn newest_flush(&self) -> u64 {
+        std::fs::read_dir(&self.flush)
             .unwrap()
             .flatten()
             .filter_map(|e| {
@@ -704,7 +720,14 @@ impl Target {
                     .ok()
             })
             .max()
-            .expect("a published flush");
+            .expect("a published flush")
+    }
+
+    /// Every rank of the newest published flush reads back, straight from the flush
+    /// directory (`restore --from-flush`, no cluster needed), exactly as checkpointed: a
+    /// restart from the flush would get these bytes.
+    fn check_newest_flush(&self) {
+        let newest = self.newest_flush();
         let out = self.flush.with_file_name("from-flush");
         for (rank, expected) in self.c.history[&newest].iter().enumerate() {
             let r = rank.to_string();

@@ -252,7 +252,11 @@ impl State {
                 reason: format!("missed the decision on epoch {missed}: register again"),
             });
         }
-        l.last_seen = Instant::now();
+        // Never earlier than it is: after a silence of the coordinator's own, a node's last
+        // sighting is set ahead to give it its reconnection time, and a heartbeat that was
+        // held up in its old connection (delivered once the link is back, just before that
+        // connection's end) must not take that back.
+        l.last_seen = l.last_seen.max(Instant::now());
         Ok(())
     }
 
@@ -542,6 +546,47 @@ mod tests {
         assert!(
             c.coord.read(|s| s.isolation()).await.is_some(),
             "the coordinator suspects itself"
+        );
+    }
+
+    /// The coordinator cut off from every agent for longer than the liveness period: when the
+    /// link is back, each agent's old connection may deliver a heartbeat it held up and then
+    /// end (the agent gave it up and opens a new session). That must not cost the node its
+    /// reconnection time: it stays alive, and no recovery declares it lost (found by the
+    /// fault suite: four members declared lost, and a restart from the flush that threw the
+    /// committed epoch away).
+    #[tokio::test]
+    async fn an_old_connection_ending_after_the_coordinators_own_silence_loses_no_node() {
+        let c = TestCluster::start(6, CodingConfig::default()).await;
+        let sessions: Vec<(String, u64)> = (0..6)
+            .map(|i| format!("n{i}"))
+            .map(|n| (n.clone(), c.session_of(&n)))
+            .collect();
+        for (node, _) in &sessions {
+            c.stop(node);
+        }
+        tokio::time::sleep(LIVENESS + LIVENESS / 2).await;
+        assert!(
+            c.coord.read(|s| s.isolation()).await.is_some(),
+            "the coordinator is silent"
+        );
+        let (first, first_session) = sessions[0].clone();
+        c.coord
+            .read(move |s| s.heard_from(&first, first_session))
+            .await
+            .unwrap();
+        for (node, session) in sessions[1..].iter().cloned() {
+            c.coord
+                .read(move |s| {
+                    s.heard_from(&node, session).unwrap();
+                    s.end_session(&node, session);
+                })
+                .await;
+        }
+        assert_eq!(
+            c.coord.alive().await.len(),
+            6,
+            "a node was lost to its old connection's end"
         );
     }
 
