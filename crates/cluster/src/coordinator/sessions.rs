@@ -242,10 +242,8 @@ impl State {
         let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) else {
             return Ok(());
         };
-        if l.missed.is_some() {
-            let Some(missed) = self.live.remove(node).and_then(|l| l.missed) else {
-                unreachable!("checked just above")
-            };
+        if let Some(missed) = l.missed {
+            self.live.remove(node);
             tracing::warn!(node = %node, epoch = missed, "heard again from an agent that missed a decision: it registers again");
             return Err(ClusterError::Node {
                 node: node.into(),
