@@ -31,7 +31,19 @@ pub trait Links<E> {
     fn capacity(&self) -> usize {
         0
     }
+    /// A buffer the links have finished with, for the participant to reuse (its contents
+    /// and length are whatever it last held); `None`: allocate one.
+    fn take_buffer(&mut self) -> Option<Vec<u8>> {
+        None
+    }
+    /// A buffer the participant has finished with, for the links to receive into. Buffers
+    /// passed around instead of freed spare a chunk-sized allocation per message, and with
+    /// it the page faults and zeroing of fresh memory — as much CPU as the transfer itself.
+    fn give_buffer(&mut self, _buffer: Vec<u8>) {}
 }
+
+/// Spare buffers a participant keeps for itself; more go back to the links.
+const KEPT_SPARES: usize = 4;
 
 /// The most rows a participant runs ahead of the outputs delivered to it.
 pub const MAX_LOOKAHEAD: usize = 8;
@@ -189,7 +201,18 @@ impl<E: From<CodingError>> Participant<'_, E> {
         self.spare.extend(st.acc.take());
         self.spare.extend(st.out.take());
         self.spare.extend(st.input.take());
-        self.spare.truncate(4);
+        while self.spare.len() > KEPT_SPARES {
+            let extra = self.spare.pop().expect("more than kept");
+            self.links.give_buffer(extra);
+        }
+    }
+
+    /// A buffer to reuse (any length and contents), or a new empty one.
+    fn spare_buffer(&mut self) -> Vec<u8> {
+        self.spare
+            .pop()
+            .or_else(|| self.links.take_buffer())
+            .unwrap_or_default()
     }
 
     /// Finishes the oldest deferred row.
@@ -203,14 +226,29 @@ impl<E: From<CodingError>> Participant<'_, E> {
 
     /// The row buffer `which`, zero-filled from a spare if it does not exist yet.
     fn buffer<'s>(&mut self, st: &'s mut RowState, which: Buf, all: usize) -> &'s mut Vec<u8> {
+        self.buffer_filled(st, which, all, true)
+    }
+
+    /// The row buffer `which`; one taken from a spare is zero-filled when `zeroed`, else
+    /// left with whatever it held (for a caller that overwrites every byte: zeroing it
+    /// first would be one more pass over memory).
+    fn buffer_filled<'s>(
+        &mut self,
+        st: &'s mut RowState,
+        which: Buf,
+        all: usize,
+        zeroed: bool,
+    ) -> &'s mut Vec<u8> {
         let len = all * self.chunk;
-        let spare = &mut self.spare;
-        st.slot(which).get_or_insert_with(|| {
-            let mut b = spare.pop().unwrap_or_default();
-            b.clear();
+        if st.slot(which).is_none() {
+            let mut b = self.spare_buffer();
+            if zeroed {
+                b.clear();
+            }
             b.resize(len, 0);
-            b
-        })
+            *st.slot(which) = Some(b);
+        }
+        st.slot(which).as_mut().expect("filled above")
     }
 
     /// Reads the local input chunk of `source` once per row.
@@ -218,7 +256,7 @@ impl<E: From<CodingError>> Participant<'_, E> {
         if st.input.is_none() {
             // `Chunks::read` fills every byte: a recycled buffer is cut (or grown) to a chunk
             // without zeroing it first, which cost as much as the read.
-            let mut buf = self.spare.pop().unwrap_or_default();
+            let mut buf = self.spare_buffer();
             buf.resize(self.chunk, 0);
             self.chunks.read(rp.sources[source].input, &mut buf)?;
             self.stats.chunks_read += 1;
@@ -239,17 +277,15 @@ impl<E: From<CodingError>> Participant<'_, E> {
         let all = rp.outputs.len();
         self.read_input(rp, st, source)?;
         let input = st.input.take().expect("read above");
-        let fresh = st.slot(into).is_none();
+        // A fresh buffer is zero: multiplying over it is the same as adding to it, and
+        // when every output is written it need not be zeroed first.
+        let overwrite = st.slot(into).is_none() && outputs.len() == all;
         let chunk = self.chunk;
         let column = rp.column(source, outputs);
-        let buf = self.buffer(st, into, all);
-        // A fresh buffer is zero: multiplying over it is the same as adding to it.
-        let result = self.columns.multiply(
-            column,
-            &input,
-            output_slices(buf, chunk, outputs),
-            fresh && outputs.len() == all,
-        );
+        let buf = self.buffer_filled(st, into, all, !overwrite);
+        let result = self
+            .columns
+            .multiply(column, &input, output_slices(buf, chunk, outputs), overwrite);
         st.input = Some(input);
         Ok(result?)
     }
@@ -281,7 +317,7 @@ impl<E: From<CodingError>> Participant<'_, E> {
                         .unwrap_or_else(|| vec![0u8; all * self.chunk])
                 } else {
                     let chunk = self.chunk;
-                    let mut message = self.spare.pop().unwrap_or_default();
+                    let mut message = self.spare_buffer();
                     message.clear();
                     let buf = self.buffer(st, which, all);
                     for &o in outputs {
@@ -346,15 +382,12 @@ impl<E: From<CodingError>> Participant<'_, E> {
                 self.spare.push(message);
             }
             Payload::Raw(source) => {
-                let fresh = st.out.is_none();
+                let overwrite = st.out.is_none() && outputs.len() == all;
                 let column = rp.column(*source, outputs);
-                let buf = self.buffer(st, Buf::Out, all);
-                let result = self.columns.multiply(
-                    column,
-                    &message,
-                    output_slices(buf, chunk, outputs),
-                    fresh && outputs.len() == all,
-                );
+                let buf = self.buffer_filled(st, Buf::Out, all, !overwrite);
+                let result =
+                    self.columns
+                        .multiply(column, &message, output_slices(buf, chunk, outputs), overwrite);
                 self.spare.push(message);
                 result?;
             }
@@ -479,7 +512,7 @@ pub fn run_participant<E: From<CodingError>>(
                 if later.is_empty() {
                     participant.recycle(st);
                 } else {
-                    st.input = None;
+                    participant.spare.extend(st.input.take());
                     pending.push_back(Deferred {
                         from: senders_to(later, me),
                         steps: later.to_vec(),

@@ -14,6 +14,10 @@ use proptest::prelude::*;
 struct ChannelLinks {
     to: HashMap<usize, SyncSender<Vec<u8>>>,
     from: HashMap<usize, Receiver<Vec<u8>>>,
+    /// Buffers the participant gave back, handed out again dirty (as an agent's links
+    /// reuse them): a participant that counted on a reused buffer being zero would code
+    /// garbage, and the checks against the reference would fail.
+    given: Vec<Vec<u8>>,
 }
 
 impl Links<CodingError> for ChannelLinks {
@@ -29,6 +33,16 @@ impl Links<CodingError> for ChannelLinks {
     }
     fn capacity(&self) -> usize {
         LINK_CAPACITY
+    }
+    fn take_buffer(&mut self) -> Option<Vec<u8>> {
+        self.given.pop()
+    }
+    fn give_buffer(&mut self, mut buffer: Vec<u8>) {
+        buffer.fill(0xA5);
+        // Sometimes a little longer or shorter than it was.
+        let len = buffer.len();
+        buffer.resize(if len % 2 == 0 { len + 3 } else { len / 2 }, 0x5A);
+        self.given.push(buffer);
     }
 }
 
@@ -96,7 +110,11 @@ fn run(
                 let mut plan =
                     CodingPlan::new(geometry.clone(), code.clone(), members.to_vec(), work.clone()).unwrap();
                 scope.spawn(move || {
-                    let mut links = ChannelLinks { to, from };
+                    let mut links = ChannelLinks {
+                        to,
+                        from,
+                        given: Vec::new(),
+                    };
                     run_participant(
                         me,
                         &mut plan,

@@ -1,7 +1,9 @@
 //! `eckpt bench cluster`: a real cluster (agents as processes, optionally in network
-//! namespaces on shaped links) encodes one rank image per data node, first in full, then
-//! after changes of the MAT or LU pattern in the chosen incremental mode. Reported next to
-//! the link bandwidth measured between two agents in the same run.
+//! namespaces on shaped links) encodes one rank per data node — a thread of this process
+//! that checkpoints its memory through the rank library, as an application does — first in
+//! full, then after changes of the MAT or LU pattern in the chosen incremental mode.
+//! Reported next to the link bandwidth measured between two agents in the same run, with
+//! the CPU the agents spent per GB of rank data.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,14 +19,16 @@ use eckpt_coding::CodingConfig;
 use serde::Serialize;
 
 use super::cgroup::{is_tmpfs, MemoryCgroup};
+use super::ranks::{Change, RankJob};
 use super::recover::{confine, recover, Recovery};
 use super::stats::median;
-use super::workload::{apply_pattern, workload_image, Pattern};
+use super::workload::Pattern;
 use crate::commands::calibrate::link_test;
 use crate::commands::cluster::{this_exe, CodingArgs};
 use crate::commands::process_cpu::{agent_pid, cpu_seconds_of_all};
 use crate::output::print_json;
 use crate::size::parse_size;
+use eckpt_capture::page_size;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -106,8 +110,9 @@ struct Report {
     /// The same against the nominal `link_rate`.
     efficiency_nominal: Option<f64>,
     /// CPU seconds all agents spent from the ranks' checkpoint calls to the first (full)
-    /// epoch's commit — storing the images and encoding them — per GB (10⁹ bytes) of rank
-    /// data: what protection takes from the cores a job runs on.
+    /// epoch's commit, per GB (10⁹ bytes) of rank data: the encode and the commit (the
+    /// ranks store their epochs themselves, as an application's do) — what protection takes
+    /// from the cores a job runs on.
     agent_cpu_seconds_per_gb: f64,
     /// The same for the incremental epochs (median), still per GB of rank data (not of
     /// changed data).
@@ -159,28 +164,8 @@ async fn link_gbps(dir: &ClusterDir, from: &NodeInfo, to: &NodeInfo, bytes: u64)
 }
 
 /// Checkpoints every rank's file concurrently and waits for the epoch's decision.
-async fn epoch(dir: &ClusterDir, files: &[(u32, String, PathBuf)]) -> Result<EpochOutcome> {
-    let world = files.len() as u32;
-    let mut set = tokio::task::JoinSet::new();
-    for (rank, node, path) in files.iter().cloned() {
-        let dir = dir.clone();
-        set.spawn(async move {
-            let what = commands::FileCheckpoint {
-                world,
-                rank,
-                epoch: None,
-                node: Some(node),
-                file: &path,
-                wait: false,
-                generation: None,
-            };
-            commands::checkpoint_file(&dir, what, &mut |_, _| {}).await
-        });
-    }
-    let mut epoch = 0;
-    while let Some(r) = set.join_next().await {
-        epoch = r??.epoch;
-    }
+/// The coordinator's outcome of `epoch`, which must have committed.
+async fn outcome(dir: &ClusterDir, epoch: u64) -> Result<EpochOutcome> {
     match coordinator(dir, CoordRequest::WaitEpoch { epoch }).await? {
         CoordResponse::Outcome(o) if o.committed => Ok(o),
         CoordResponse::Outcome(o) => bail!("epoch {epoch} aborted: {}", o.reason.unwrap_or_default()),
@@ -217,7 +202,7 @@ pub fn run(args: Args) -> Result<i32> {
         deadlines: Default::default(),
         domains: Default::default(),
     })?;
-    let result = measure(&args, coding, &dir_path, tmp.path(), &mut cgroups);
+    let result = measure(&args, coding, &dir_path, &mut cgroups);
     let down = launch::down(&dir_path, true);
     drop(cgroups);
     let report = result?;
@@ -251,7 +236,8 @@ pub fn run(args: Args) -> Result<i32> {
         if let Some(r) = &report.recovery {
             println!(
                 "recovery of {} onto {}: detected in {:.3} s, decode {:.3} s ({} B over the busiest link, \
-                 efficiency {:.2}), install {:.3} s, re-encode {:.3} s; redundancy restored {:.3} s after the kill",
+                 efficiency {:.2}), install {:.3} s, re-encode {:.3} s; redundancy restored {:.3} s after the kill \
+                 (agents' CPU {:.3} s/GB lost)",
                 r.lost.join(" "),
                 r.onto,
                 r.detect_seconds,
@@ -260,7 +246,8 @@ pub fn run(args: Args) -> Result<i32> {
                 r.recover_efficiency,
                 r.install_seconds,
                 r.reencode_seconds,
-                r.restored_seconds
+                r.restored_seconds,
+                r.agent_cpu_seconds_per_gb
             );
         }
     }
@@ -271,7 +258,6 @@ fn measure(
     args: &Args,
     coding: CodingConfig,
     dir_path: &Path,
-    tmp: &Path,
     cgroups: &mut Vec<(String, MemoryCgroup, u32)>,
 ) -> Result<Report> {
     let dir = ClusterDir::new(dir_path)?;
@@ -313,29 +299,26 @@ fn measure(
         test_bytes,
     ))?;
 
-    let mut images: Vec<Vec<u8>> = (0..holders.len())
-        .map(|r| workload_image(size, r as u64 + 1))
-        .collect();
-    let files: Vec<(u32, String, PathBuf)> = holders
-        .iter()
-        .enumerate()
-        .map(|(r, n)| (r as u32, n.clone(), tmp.join(format!("rank{r}.img"))))
-        .collect();
-    let write_all = |images: &[Vec<u8>]| -> Result<()> {
-        for ((_, _, path), image) in files.iter().zip(images) {
-            std::fs::write(path, image)?;
-        }
-        Ok(())
+    let change = Change {
+        pattern: args.pattern,
+        fraction: args.dirty_fraction,
     };
-    write_all(&images)?;
+    let ranks = RankJob::start(dir_path, holders.len() as u32, size, Some(&holders), change);
     let agents: Vec<u32> = infos
         .iter()
         .map(|n| agent_pid(&dir, &n.name))
         .collect::<Result<_>>()?;
     let rank_gb = (size * holders.len()) as f64 / 1e9;
-    let before = cpu_seconds_of_all(&agents)?;
-    let first = rt.block_on(epoch(&dir, &files))?;
-    let full_cpu = (cpu_seconds_of_all(&agents)? - before) / rank_gb;
+    // The agents' CPU from the ranks' `checkpoint()` calls to the commit: the ranks store
+    // their epoch themselves, so this is the encode and the two-phase commit.
+    let epoch = |seed: u64| -> Result<(EpochOutcome, f64, u64)> {
+        let before = cpu_seconds_of_all(&agents)?;
+        let step = ranks.checkpoint_all(seed)?;
+        let o = rt.block_on(outcome(&dir, step.epoch))?;
+        let cpu = (cpu_seconds_of_all(&agents)? - before) / rank_gb;
+        Ok((o, cpu, (step.changed_pages * page_size()) as u64))
+    };
+    let (first, full_cpu, _) = epoch(0)?;
     let mut incremental_cpu = Vec::new();
     let mut samples = Vec::new();
     let mut sent = Vec::new();
@@ -344,14 +327,9 @@ fn measure(
     let mut changed = 0;
     let mut last = BTreeMap::new();
     for rep in 0..args.reps.max(1) {
-        for (r, image) in images.iter_mut().enumerate() {
-            let seed = (rep * 1000 + r) as u64;
-            changed = apply_pattern(image, args.pattern, args.dirty_fraction, seed) as u64 * 4096;
-        }
-        write_all(&images)?;
-        let before = cpu_seconds_of_all(&agents)?;
-        let o = rt.block_on(epoch(&dir, &files))?;
-        incremental_cpu.push((cpu_seconds_of_all(&agents)? - before) / rank_gb);
+        let (o, cpu, changed_bytes) = epoch(rep as u64 * 1000 + 1)?;
+        changed = changed_bytes;
+        incremental_cpu.push(cpu);
         samples.push(o.encode_seconds);
         sent.push(
             holders
@@ -382,7 +360,17 @@ fn measure(
                 confine(&rt, dir_path, &lost, limit, cgroups)?;
             }
             let confined = (args.memory_limit, cgroups.as_slice());
-            recover(&rt, dir_path, &lost, args.spares > 0, link, nominal, confined)
+            let lost_bytes = (lost.len() * size) as u64;
+            recover(
+                &rt,
+                dir_path,
+                &lost,
+                lost_bytes,
+                args.spares > 0,
+                link,
+                nominal,
+                confined,
+            )
         })
         .transpose()?;
     Ok(Report {

@@ -11,11 +11,9 @@
 //!    `checkpoint()` call it waits for, and the commit (the encode in its background).
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use eckpt::{Checkpointer, Config};
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster_api::commands::coordinator_call;
 use eckpt_cluster_api::dirs::{ClusterDir, FlushConfig};
@@ -24,8 +22,9 @@ use eckpt_coding::CodingConfig;
 use eckpt_flush::WriteBehind;
 use serde::Serialize;
 
+use super::ranks::{Change, RankJob, Step};
 use super::stats::{median, median_ratio};
-use super::workload::{apply_pattern, workload_image, Pattern};
+use super::workload::Pattern;
 use crate::commands::cluster::{block_on, this_exe, CodingArgs};
 use crate::output::print_json;
 use crate::size::parse_size;
@@ -108,130 +107,6 @@ struct Report {
     /// Commit latency samples (ms), likewise.
     commit_samples_ms: Vec<Vec<f64>>,
     commit_samples_ms_flushing: Vec<Vec<f64>>,
-}
-
-/// Page-aligned memory, as an application's large arrays are: the rank library tracks it
-/// with the kernel's write protection (a `Vec` is hashed instead).
-struct PageAligned {
-    ptr: *mut u8,
-    layout: std::alloc::Layout,
-}
-
-impl PageAligned {
-    /// A page-aligned copy of `bytes` (whole pages).
-    fn new(bytes: &[u8]) -> PageAligned {
-        let layout = std::alloc::Layout::from_size_align(bytes.len().max(1), 4096).expect("a valid layout");
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc(layout) };
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        // SAFETY: `ptr` holds `layout.size() >= bytes.len()` bytes and does not overlap `bytes`.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
-        PageAligned { ptr, layout }
-    }
-
-    fn as_mut(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr` is an allocation of `layout.size()` initialized bytes, owned by `self`.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
-    }
-}
-
-impl Drop for PageAligned {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
-    }
-}
-
-/// One checkpoint of every rank.
-struct Step {
-    /// The slowest rank's `checkpoint()` call (seconds): what the application waits for.
-    checkpoint: f64,
-    /// From the first rank's call to the epoch's commit by the cluster (seconds): the
-    /// encode across the group, in the background of the application.
-    commit: f64,
-    /// When the first rank called `checkpoint()` and when the last call returned.
-    began: Instant,
-    returned: Instant,
-}
-
-/// What a rank thread reports per checkpoint: its call's start, the call's end, the commit.
-type RankStep = (Instant, Instant, Instant);
-
-/// One rank: a thread owning its memory and its `Checkpointer`, checkpointing on command.
-struct Rank {
-    steps: Sender<u64>,
-    done: Receiver<Result<RankStep, String>>,
-}
-
-impl Rank {
-    /// Starts rank `rank` of `world` with `size` bytes: protects them and takes the first
-    /// (full) checkpoint once told to.
-    fn start(dir: &Path, rank: u32, world: u32, size: usize) -> Rank {
-        let (steps, step_rx) = channel::<u64>();
-        let (done_tx, done) = channel();
-        let config = Config {
-            cluster: Some(dir.to_path_buf()),
-            world: Some(world),
-            rank,
-            ..Config::default()
-        };
-        std::thread::spawn(move || {
-            let mut memory = PageAligned::new(&workload_image(size, u64::from(rank) + 1));
-            let mut ck = match Checkpointer::new(config) {
-                Ok(ck) => ck,
-                Err(e) => return drop(done_tx.send(Err(e.to_string()))),
-            };
-            let region = memory.as_mut();
-            // SAFETY: `memory` lives, unmoved, until `ck` is dropped at the end of this thread.
-            if let Err(e) = unsafe { ck.protect("mem/0", region.as_mut_ptr(), region.len()) } {
-                return drop(done_tx.send(Err(e.to_string())));
-            }
-            for seed in step_rx {
-                apply_pattern(memory.as_mut(), Pattern::Mat, None, seed ^ u64::from(rank));
-                let started = Instant::now();
-                let result = ck.checkpoint().and_then(|_| {
-                    let returned = Instant::now();
-                    // Committed before the next step, so that each flush has a new epoch.
-                    ck.wait().map(|_| (started, returned, Instant::now()))
-                });
-                if done_tx.send(result.map_err(|e| e.to_string())).is_err() {
-                    return;
-                }
-            }
-        });
-        Rank { steps, done }
-    }
-}
-
-/// Every rank checkpoints once and the epoch commits.
-fn checkpoint_all(ranks: &[Rank], seed: u64) -> Result<Step> {
-    for r in ranks {
-        r.steps.send(seed).context("a rank thread ended")?;
-    }
-    let mut steps = Vec::with_capacity(ranks.len());
-    for r in ranks {
-        steps.push(
-            r.done
-                .recv()
-                .context("a rank thread ended")?
-                .map_err(anyhow::Error::msg)?,
-        );
-    }
-    let began = steps.iter().map(|s| s.0).min().context("no ranks")?;
-    let returned = steps.iter().map(|s| s.1).max().context("no ranks")?;
-    let committed = steps.iter().map(|s| s.2).max().context("no ranks")?;
-    let checkpoint = steps
-        .iter()
-        .map(|s| (s.1 - s.0).as_secs_f64())
-        .fold(0.0, f64::max);
-    Ok(Step {
-        checkpoint,
-        commit: (committed - began).as_secs_f64(),
-        began,
-        returned,
-    })
 }
 
 fn status(dir: &ClusterDir) -> Result<StatusReport> {
@@ -388,10 +263,12 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, flush_root: &Path
         .sum();
     let world = args.ranks.unwrap_or(data_positions);
     let size = args.size_per_rank as usize;
-    let ranks: Vec<Rank> = (0..world)
-        .map(|r| Rank::start(dir.root(), r, world, size))
-        .collect();
-    checkpoint_all(&ranks, 0)?;
+    let change = Change {
+        pattern: Pattern::Mat,
+        fraction: None,
+    };
+    let ranks = RankJob::start(dir.root(), world, size, None, change);
+    ranks.checkpoint_all(0)?;
     let placed = status(&dir)?;
     let shares: Vec<u64> = placed
         .nodes
@@ -442,7 +319,7 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, flush_root: &Path
         let mut idle = Vec::new();
         for _ in 0..args.checkpoints {
             seed += 1;
-            idle.push(checkpoint_all(&ranks, seed)?);
+            idle.push(ranks.checkpoint_all(seed)?);
         }
         // Flushes of the epoch last committed, one after another, with the ranks
         // checkpointing meanwhile, until `checkpoints` checkpoints were taken within a flush
@@ -463,7 +340,7 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, flush_root: &Path
             let mut steps = Vec::new();
             loop {
                 seed += 1;
-                steps.push(checkpoint_all(&ranks, seed)?);
+                steps.push(ranks.checkpoint_all(seed)?);
                 if flushing.is_finished() {
                     break;
                 }

@@ -8,6 +8,7 @@ mod cluster;
 mod codec;
 mod flush;
 mod klauspost;
+mod ranks;
 mod recover;
 mod restore;
 pub mod stats;

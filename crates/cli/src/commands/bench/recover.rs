@@ -24,6 +24,7 @@ use serde::Serialize;
 
 use super::cgroup::MemoryCgroup;
 use super::cluster::coordinator;
+use crate::commands::process_cpu::{agent_pid, cpu_seconds_of_all};
 
 /// What a recovery cost.
 #[derive(Serialize)]
@@ -52,6 +53,9 @@ pub struct Recovery {
     pub decode_traffic: BTreeMap<String, (u64, u64)>,
     /// Where each lost node's ranks live now.
     pub rebuilt: Vec<(String, BTreeMap<u32, String>)>,
+    /// CPU seconds every agent left alive spent in the recovery (decode, install,
+    /// re-encode), per GB (10⁹ bytes) of the lost nodes' rank data.
+    pub agent_cpu_seconds_per_gb: f64,
     /// With `--memory-limit`: the limit each surviving or spare agent recovered under.
     pub memory_limit: Option<u64>,
     /// The most memory (anonymous and page cache) each such agent was charged while
@@ -93,12 +97,14 @@ pub fn confine(
     Ok(())
 }
 
-/// Kills `lost` (wiping their data), waits for the coordinator to notice, recovers.
-/// `link_gbps` is the measured link rate, `nominal_bits` the shaped one.
+/// Kills `lost` (wiping their data, `lost_bytes` of rank data), waits for the coordinator
+/// to notice, recovers. `link_gbps` is the measured link rate, `nominal_bits` the shaped one.
+#[allow(clippy::too_many_arguments)]
 pub fn recover(
     rt: &tokio::runtime::Runtime,
     dir_path: &Path,
     lost: &[String],
+    lost_bytes: u64,
     onto_spares: bool,
     link_gbps: f64,
     nominal_bits: Option<u64>,
@@ -111,6 +117,16 @@ pub fn recover(
     }
     rt.block_on(wait_gone(&dir, lost))?;
     let detect_seconds = killed.elapsed().as_secs_f64();
+    let CoordResponse::Status(status) = rt.block_on(coordinator(&dir, CoordRequest::Status))? else {
+        bail!("no status");
+    };
+    let agents: Vec<u32> = status
+        .nodes
+        .iter()
+        .filter(|n| n.alive)
+        .map(|n| agent_pid(&dir, &n.name))
+        .collect::<Result<_>>()?;
+    let cpu_before = cpu_seconds_of_all(&agents)?;
     let report = match rt.block_on(coordinator(
         &dir,
         CoordRequest::Recover {
@@ -121,6 +137,7 @@ pub fn recover(
         other => bail!("recover: unexpected answer {other:?}"),
     };
     let restored_seconds = killed.elapsed().as_secs_f64();
+    let cpu = cpu_seconds_of_all(&agents)? - cpu_before;
     let mut recovery = summarize(
         report,
         lost,
@@ -130,6 +147,7 @@ pub fn recover(
         link_gbps,
         nominal_bits,
     );
+    recovery.agent_cpu_seconds_per_gb = cpu / (lost_bytes as f64 / 1e9);
     recovery.memory_limit = confined.0;
     for (node, cgroup, pid) in confined.1 {
         recovery.memory_peaks.insert(node.clone(), cgroup.peak()?);
@@ -168,6 +186,7 @@ fn summarize(
         recover_efficiency_nominal: nominal_bits.map(|bits| efficiency(bits as f64)),
         decode_traffic: report.decode_traffic,
         rebuilt: report.rebuilt,
+        agent_cpu_seconds_per_gb: 0.0,
         memory_limit: None,
         memory_peaks: BTreeMap::new(),
         rss_peaks: BTreeMap::new(),
