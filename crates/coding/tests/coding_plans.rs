@@ -41,7 +41,7 @@ impl Links<CodingError> for ChannelLinks {
         buffer.fill(0xA5);
         // Sometimes a little longer or shorter than it was.
         let len = buffer.len();
-        buffer.resize(if len % 2 == 0 { len + 3 } else { len / 2 }, 0x5A);
+        buffer.resize(if len.is_multiple_of(2) { len + 3 } else { len / 2 }, 0x5A);
         self.given.push(buffer);
     }
 }
