@@ -408,3 +408,65 @@ fn domains_that_cannot_be_spread_are_said_and_unknown_nodes_refused() {
     );
     ok(&["down", "--dir", d]);
 }
+
+/// `--agent-nice` and `--agent-cpus` reach every thread of every agent (the runtime's and
+/// the coding threads alike, started after the agent placed itself), the cluster still
+/// codes and commits, and a CPU the host lacks is refused before anything starts.
+#[test]
+fn agents_run_at_the_nice_value_and_on_the_cpus_the_cluster_sets() {
+    let mut c = Cluster::up(&[
+        "--nodes",
+        "3",
+        "--k",
+        "2",
+        "--m",
+        "1",
+        "--agent-nice",
+        "7",
+        "--agent-cpus",
+        "0",
+    ]);
+    epoch_of(&mut c, &data(2, 3));
+    for node in c.members() {
+        let pid = c.pid(&format!("nodes/{node}"));
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        let mut threads = 0;
+        for task in tasks {
+            let task = task.unwrap().path();
+            let stat = std::fs::read_to_string(task.join("stat")).unwrap();
+            // Field 19 (nice), counted after the command name's closing parenthesis.
+            let nice = stat[stat.rfind(')').unwrap() + 1..]
+                .split_whitespace()
+                .nth(16)
+                .unwrap()
+                .to_string();
+            assert_eq!(nice, "7", "{node} thread {}", task.display());
+            let status = std::fs::read_to_string(task.join("status")).unwrap();
+            let cpus = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .unwrap();
+            assert_eq!(cpus.trim(), "0", "{node} thread {}", task.display());
+            threads += 1;
+        }
+        assert!(threads > 1, "{node}: {threads} threads");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("cluster");
+    let out = run(&[
+        "up",
+        "--dir",
+        d.to_str().unwrap(),
+        "--nodes",
+        "3",
+        "--k",
+        "2",
+        "--m",
+        "1",
+        "--agent-cpus",
+        "1000",
+        "--detach",
+    ]);
+    assert_refused(&out, "CPU 1000 is not one this host lets it use");
+    assert!(!d.join("cluster.json").exists(), "a refused cluster was created");
+}

@@ -58,6 +58,23 @@ pub struct ClusterFile {
     /// How long the cluster's processes wait for one another.
     #[serde(default)]
     pub deadlines: Deadlines,
+    /// Where the agents run on their hosts' cores (`eckpt up --agent-nice/--agent-cpus`).
+    #[serde(default)]
+    pub agent_placement: AgentPlacement,
+}
+
+/// Where every agent of a cluster runs on its host's cores, so that protection takes
+/// little from the ranks beside it (applied by `eckpt_cluster::agent_placement`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentPlacement {
+    /// The agents' nice value (0–19: higher gives the ranks the cores first under
+    /// contention); `None`: as started.
+    #[serde(default)]
+    pub nice: Option<i32>,
+    /// The CPUs the agents may run on, as a list (`0-3,8`): cores set aside for them;
+    /// `None`: any.
+    #[serde(default)]
+    pub cpus: Option<String>,
 }
 
 /// The cluster's time bounds, recorded in `cluster.json` so that every process of the

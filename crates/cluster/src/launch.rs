@@ -16,8 +16,8 @@ use crate::coordinator::Journal;
 use crate::netns::{parse_rate, Network};
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::{
-    check_domain_name, check_node_name, is_created_entry, write_atomic, ClusterDir, ClusterFile, Deadlines,
-    FlushConfig, NetnsConfig, CLUSTER_FORMAT,
+    check_domain_name, check_node_name, is_created_entry, write_atomic, AgentPlacement, ClusterDir,
+    ClusterFile, Deadlines, FlushConfig, NetnsConfig, CLUSTER_FORMAT,
 };
 use eckpt_cluster_api::msg::{
     CoordRequest, CoordResponse, FlushRestore, Relocation, StatusReport, UpSummary,
@@ -61,6 +61,8 @@ pub struct UpOptions {
     pub deadlines: Deadlines,
     /// Failure domains by node (new clusters): groups are formed across them.
     pub domains: BTreeMap<String, String>,
+    /// Where the agents run on their hosts' cores (new clusters).
+    pub agent_placement: AgentPlacement,
 }
 
 fn spawn_detached(mut command: Command, log: &Path) -> Result<Child, ClusterError> {
@@ -247,6 +249,7 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         netns,
         flush,
         deadlines: options.deadlines,
+        agent_placement: options.agent_placement.clone(),
     };
     write_cluster_file(&dir, &file)?;
     Journal::in_domains(options.coding, &nodes, &spares, &options.domains).save(&dir.journal())?;

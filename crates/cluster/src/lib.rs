@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod agent_placement;
 mod chunk_crc;
 pub mod coordinator;
 pub mod crash_only;

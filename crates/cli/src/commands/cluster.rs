@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster_api::commands;
-use eckpt_cluster_api::dirs::{ClusterDir, Deadlines, FlushConfig};
+use eckpt_cluster_api::dirs::{AgentPlacement, ClusterDir, Deadlines, FlushConfig};
 use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, StatusReport};
 use eckpt_codec::CodeKind;
 use eckpt_coding::{CodingConfig, Layout, Mode, Topology};
@@ -150,6 +150,14 @@ pub struct ShapeArgs {
     flush: FlushArgs,
     #[command(flatten)]
     deadlines: DeadlineArgs,
+    /// The agents' nice value (0–19): under contention the ranks get the cores first,
+    /// and the encode waits (new clusters; recorded, every agent applies it).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(0..=19))]
+    agent_nice: Option<i32>,
+    /// The CPUs the agents may run on, as a list (`0-1`, `14,15`): cores set aside for
+    /// them, off the ranks' (new clusters; a CPU an agent's host lacks stops that agent).
+    #[arg(long, value_name = "LIST")]
+    agent_cpus: Option<String>,
 }
 
 /// The cluster's time bounds (shared by `up` and `run`; recorded in `cluster.json`).
@@ -230,6 +238,23 @@ fn domains_by_node(options: &[String]) -> Result<BTreeMap<String, String>> {
 }
 
 impl ShapeArgs {
+    /// `--agent-nice` and `--agent-cpus`, the list checked here (its CPUs on each host).
+    fn agent_placement(&self) -> Result<AgentPlacement> {
+        if let Some(list) = &self.agent_cpus {
+            let checked = if self.no_agents {
+                // The agents start on other hosts: only the list's form can be checked here.
+                eckpt_cluster::agent_placement::parse_cpu_list(list).map(drop)
+            } else {
+                eckpt_cluster::agent_placement::check_cpus_here(list)
+            };
+            checked.map_err(|e| anyhow::anyhow!("--agent-cpus: {e}"))?;
+        }
+        Ok(AgentPlacement {
+            nice: self.agent_nice,
+            cpus: self.agent_cpus.clone(),
+        })
+    }
+
     /// Nodes of a cluster created without --nodes: one group of k + m.
     pub fn default_nodes(&self) -> Result<usize> {
         let coding = self.coding.coding()?;
@@ -253,6 +278,7 @@ impl ShapeArgs {
             flush: self.flush.config(),
             deadlines: self.deadlines.deadlines(),
             domains: domains_by_node(&self.domains)?,
+            agent_placement: self.agent_placement()?,
         })
     }
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use eckpt_cluster::{agent, coordinator};
+use eckpt_cluster::{agent, agent_placement, coordinator};
 use eckpt_cluster_api::dirs::{check_domain_name, ClusterDir};
 
 use super::cluster::NodeArgs;
@@ -51,6 +51,11 @@ pub fn run_agent(args: AgentArgs) -> Result<i32> {
     init_logging();
     if let Some(domain) = &args.node.domain {
         check_domain_name(domain)?;
+    }
+    // Before the runtime starts its threads: they inherit it. A directory that is no
+    // cluster's yet is the agent's to report below.
+    if let Ok(file) = ClusterDir::new(&args.node.dir).and_then(|d| d.load()) {
+        agent_placement::apply(&file.agent_placement)?;
     }
     let name = args.node.name;
     let for_node = |text: &str| text.replace("%n", &name);

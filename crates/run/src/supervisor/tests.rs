@@ -322,6 +322,7 @@ fn options(dir: &std::path::Path) -> RunOptions {
                 flush: None,
                 deadlines: Deadlines::default(),
                 domains: Default::default(),
+                agent_placement: Default::default(),
             },
             nodes_given: false,
             hosts: None,
@@ -398,6 +399,7 @@ fn supervise(scripts: Vec<Script>, change: impl FnOnce(&mut World)) -> Run {
         netns: None,
         flush: None,
         deadlines,
+        agent_placement: Default::default(),
     };
     let handle = Handle {
         dir: ClusterDir::new(root.path()).unwrap(),

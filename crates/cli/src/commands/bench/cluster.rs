@@ -201,6 +201,7 @@ pub fn run(args: Args) -> Result<i32> {
         flush: None,
         deadlines: Default::default(),
         domains: Default::default(),
+        agent_placement: Default::default(),
     })?;
     let result = measure(&args, coding, &dir_path, &mut cgroups);
     let down = launch::down(&dir_path, true);

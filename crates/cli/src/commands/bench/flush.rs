@@ -197,6 +197,7 @@ pub fn run(args: Args) -> Result<i32> {
         }),
         deadlines: Default::default(),
         domains: Default::default(),
+        agent_placement: Default::default(),
     })?;
     let result = measure(&args, coding, &dir_path, &flush_root);
     let down = launch::down(&dir_path, true);
