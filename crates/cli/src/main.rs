@@ -35,7 +35,7 @@ enum Command {
     #[command(subcommand)]
     Bench(commands::bench::Bench),
     /// Start a local cluster: a coordinator and N agents (optionally in network namespaces).
-    Up(commands::cluster::UpArgs),
+    Up(Box<commands::cluster::UpArgs>),
     /// Stop a cluster (its checkpoints stay unless --purge).
     Down(commands::cluster::DownArgs),
     /// Show nodes, groups, ranks and the committed epoch.
@@ -109,7 +109,7 @@ fn main() {
         Command::Delta(args) => commands::delta::run_delta(args),
         Command::Patch(args) => commands::delta::run_patch(args),
         Command::Bench(bench) => commands::bench::run(bench),
-        Command::Up(args) => commands::cluster::run_up(args),
+        Command::Up(args) => commands::cluster::run_up(*args),
         Command::Down(args) => commands::cluster::run_down(args),
         Command::Status(args) => commands::cluster::run_status(args),
         Command::Logs(args) => commands::logs::run_logs(args),
