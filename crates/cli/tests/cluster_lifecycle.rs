@@ -414,18 +414,8 @@ fn domains_that_cannot_be_spread_are_said_and_unknown_nodes_refused() {
 /// codes and commits, and a CPU the host lacks is refused before anything starts.
 #[test]
 fn agents_run_at_the_nice_value_and_on_the_cpus_the_cluster_sets() {
-    let mut c = Cluster::up(&[
-        "--nodes",
-        "3",
-        "--k",
-        "2",
-        "--m",
-        "1",
-        "--agent-nice",
-        "7",
-        "--agent-cpus",
-        "0",
-    ]);
+    let shape = ["--nodes", "3", "--k", "2", "--m", "1"];
+    let mut c = Cluster::up(&[&shape[..], &["--agent-nice", "7", "--agent-cpus", "0"]].concat());
     epoch_of(&mut c, &data(2, 3));
     for node in c.members() {
         let pid = c.pid(&format!("nodes/{node}"));
@@ -452,21 +442,17 @@ fn agents_run_at_the_nice_value_and_on_the_cpus_the_cluster_sets() {
         assert!(threads > 1, "{node}: {threads} threads");
     }
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().join("cluster");
+    let cluster_dir = dir.path().join("cluster");
+    let d = cluster_dir.to_str().unwrap();
     let out = run(&[
-        "up",
-        "--dir",
-        d.to_str().unwrap(),
-        "--nodes",
-        "3",
-        "--k",
-        "2",
-        "--m",
-        "1",
-        "--agent-cpus",
-        "1000",
-        "--detach",
-    ]);
+        &["up", "--dir", d][..],
+        &shape,
+        &["--agent-cpus", "1000", "--detach"],
+    ]
+    .concat());
     assert_refused(&out, "CPU 1000 is not one this host lets it use");
-    assert!(!d.join("cluster.json").exists(), "a refused cluster was created");
+    assert!(
+        !cluster_dir.join("cluster.json").exists(),
+        "a refused cluster was created"
+    );
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::machine::Machine;
 use crate::scenario::{GroupShape, Scenario, BLOCK};
-use crate::time::{cpu_seconds, task_seconds, Estimate};
+use crate::time::{busiest_agent_cpu, cpu_seconds, task_seconds, Estimate};
 use crate::work::{self, NodeWork, TaskWork};
 use crate::ModelError;
 
@@ -60,6 +60,10 @@ pub struct EpochPrediction {
     pub busiest_link_bytes: f64,
     /// Payload bytes the busiest data-holding node sends.
     pub sent_per_data_node: f64,
+    /// CPU seconds the busiest node's agent spends on the epoch (all its threads; `eckpt
+    /// bench cluster` measures the same per GB of rank data): taken from the ranks on its
+    /// cores unless the agent has cores of its own.
+    pub agent_cpu_seconds: f64,
     /// Where the time goes.
     pub estimate: Estimate,
 }
@@ -115,6 +119,21 @@ pub struct Prediction {
     pub recovery: RecoveryPrediction,
     /// Space.
     pub storage: Storage,
+}
+
+impl Prediction {
+    /// What a later epoch costs the job, in seconds of its ranks' time: the local
+    /// checkpoint they stop for, plus the agent's CPU they lose when it runs on `rank_cores`
+    /// cores they keep busy (one CPU second of the agent delays those ranks by 1/`rank_cores`
+    /// of a second, spread evenly; 0: the agent has cores of its own and costs nothing).
+    pub fn job_checkpoint_seconds(&self, rank_cores: f64) -> f64 {
+        let lost = if rank_cores > 0.0 {
+            self.next.agent_cpu_seconds / rank_cores
+        } else {
+            0.0
+        };
+        self.checkpoint_seconds + lost
+    }
 }
 
 /// The transfer unit of a full encode whose longest shard is `longest` bytes: the
@@ -214,6 +233,7 @@ fn epoch(
         chunk,
         busiest_link_bytes: tasks.iter().map(TaskWork::busiest_link).fold(0.0, f64::max),
         sent_per_data_node,
+        agent_cpu_seconds: busiest_agent_cpu(machine, &tasks),
         estimate,
     }
 }
@@ -374,6 +394,25 @@ mod tests {
         let p = predict(&s, &machine).unwrap();
         assert_eq!(p.next.kind, "full", "LU: 60 % of 4 shards exceeds 2 shards");
         assert_eq!(p.next, p.first);
+    }
+
+    #[test]
+    fn the_agents_cpu_is_the_jobs_cost_unless_it_has_cores_of_its_own() {
+        let machine = Machine::reference(1e9);
+        let mut s = scenario(6, 4, Mode::Full);
+        let p = predict(&s, &machine).unwrap();
+        let cpu = p.next.agent_cpu_seconds;
+        assert!(cpu > 0.0, "{p:?}");
+        assert_eq!(p.job_checkpoint_seconds(0.0), p.checkpoint_seconds);
+        assert!((p.job_checkpoint_seconds(4.0) - p.checkpoint_seconds - cpu / 4.0).abs() < 1e-12);
+        // A full encode of four times the data costs the agents about four times the CPU.
+        s.size_per_node *= 4;
+        let ratio = predict(&s, &machine).unwrap().next.agent_cpu_seconds / cpu;
+        assert!(ratio > 3.5 && ratio < 4.1, "{ratio}");
+        // An update of a few pages costs the agents far less than a full encode.
+        s.coding.mode = Mode::Update;
+        let update = predict(&s, &machine).unwrap();
+        assert!(update.next.agent_cpu_seconds * 10.0 < update.first.agent_cpu_seconds);
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct Constraints {
     pub max_overhead: f64,
     /// A node's mean time between failures (seconds).
     pub node_mtbf_s: f64,
+    /// Cores of a node its ranks keep busy and its agent shares (0: the agent has cores of
+    /// its own): see [`crate::predict::Prediction::job_checkpoint_seconds`].
+    pub rank_cores: f64,
 }
 
 /// One candidate configuration and what it is predicted to do.
@@ -83,7 +86,7 @@ pub fn recommend(
                         let p = predict(&scenario, machine)?;
                         let job_mtbf = constraints.node_mtbf_s / base.nodes as f64;
                         let advice = interval(
-                            p.checkpoint_seconds,
+                            p.job_checkpoint_seconds(constraints.rank_cores),
                             p.next.encode_seconds,
                             p.recovery.seconds,
                             job_mtbf,
@@ -145,6 +148,7 @@ mod tests {
             m: 2,
             max_overhead: 0.5,
             node_mtbf_s: 5.0 * YEAR,
+            rank_cores: 16.0,
         };
         let choices = recommend(&base(16, 0.01), &Machine::reference(10e9), &c).unwrap();
         assert!(!choices.is_empty());
@@ -174,6 +178,7 @@ mod tests {
             m: 2,
             max_overhead: 0.05,
             node_mtbf_s: YEAR,
+            rank_cores: 0.0,
         };
         let err = recommend(&base(8, 0.01), &Machine::reference(1e9), &tight).unwrap_err();
         assert!(err.to_string().contains("needs k ≥ 40"), "{err}");

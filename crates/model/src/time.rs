@@ -93,6 +93,25 @@ pub fn cpu_seconds(machine: &Machine, work: &[&NodeWork]) -> f64 {
     }
 }
 
+/// CPU seconds the busiest node's agent spends on `tasks` (one per group), its threads
+/// together: what it takes from the ranks that share its host's cores.
+pub fn busiest_agent_cpu(machine: &Machine, tasks: &[TaskWork]) -> f64 {
+    tasks
+        .iter()
+        .flat_map(|t| {
+            (0..t.during.len()).map(move |p| {
+                [&t.before[p], &t.during[p], &t.after[p]]
+                    .into_iter()
+                    .map(|w| {
+                        let (exec, net) = node_cpu(&machine.cpu, w);
+                        exec + net
+                    })
+                    .sum::<f64>()
+            })
+        })
+        .fold(0.0, f64::max)
+}
+
 /// Seconds of `tasks` (one per group) running at once on `machine`.
 pub fn task_seconds(machine: &Machine, tasks: &[TaskWork]) -> Estimate {
     let stretch = |pick: fn(&TaskWork) -> &Vec<NodeWork>| {

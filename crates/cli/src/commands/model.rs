@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use eckpt_cluster::netns::parse_rate;
 use eckpt_cluster_api::dirs::{ClusterDir, ClusterFile};
 use eckpt_coding::{CodingConfig, Layout, Mode, Topology};
@@ -70,6 +70,11 @@ pub struct Args {
     /// calibrated cluster was: to predict a real cluster from costs measured on an emulated one.
     #[arg(long)]
     own_hosts: bool,
+    /// Cores of each node that its ranks keep busy and its agent shares: the agent's CPU
+    /// seconds per epoch, over these cores, count as the job's checkpoint cost (default:
+    /// this host's cores; 0: the agents run on cores set aside, `eckpt up --agent-cpus`).
+    #[arg(long)]
+    rank_cores: Option<f64>,
     /// Mean time between failures of one node (e.g. 5y, 30d, 12h, 600s).
     #[arg(long, default_value = "5y", value_parser = parse_duration)]
     mtbf: f64,
@@ -129,6 +134,11 @@ struct Report {
     /// The first (full) epoch's encode seconds (`bench cluster`'s `full_encode_seconds`).
     full_encode_seconds: f64,
     prediction: Prediction,
+    /// Cores the ranks keep busy beside each agent (`--rank-cores`).
+    rank_cores: f64,
+    /// What a later epoch costs the job: the local checkpoint plus the agent's CPU taken
+    /// from the ranks (the interval's checkpoint cost).
+    job_checkpoint_seconds: f64,
     /// Interval advice for a node MTBF of `--mtbf`.
     interval: Interval,
     /// With --recommend: the best configurations, best first.
@@ -164,8 +174,14 @@ pub fn run(args: Args) -> Result<i32> {
     let (machine, source) = machine(&args, file.as_ref().map(|(f, _)| f), calibration.as_ref())?;
     let prediction = predict(&scenario, &machine)?;
     let job_mtbf = args.mtbf / scenario.nodes as f64;
+    let rank_cores = match args.rank_cores {
+        Some(cores) if cores >= 0.0 && cores.is_finite() => cores,
+        Some(cores) => bail!("--rank-cores {cores}: a number of cores (0 or more)"),
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()) as f64,
+    };
+    let job_checkpoint_seconds = prediction.job_checkpoint_seconds(rank_cores);
     let advice = interval(
-        prediction.checkpoint_seconds,
+        job_checkpoint_seconds,
         prediction.next.encode_seconds,
         prediction.recovery.seconds,
         job_mtbf,
@@ -175,6 +191,7 @@ pub fn run(args: Args) -> Result<i32> {
             m: scenario.coding.m,
             max_overhead: args.max_overhead,
             node_mtbf_s: args.mtbf,
+            rank_cores,
         };
         let mut all = recommend(&scenario, &machine, &constraints)?;
         all.truncate(5);
@@ -189,6 +206,8 @@ pub fn run(args: Args) -> Result<i32> {
         machine,
         source,
         prediction,
+        rank_cores,
+        job_checkpoint_seconds,
         interval: advice,
         recommendations,
     };
@@ -355,9 +374,14 @@ fn print_text(r: &Report) {
         );
     }
     println!(
-        "local checkpoint (ranks stopped): first {}, later {}",
+        "local checkpoint (ranks stopped): first {}, later {}; the agent's CPU per later epoch {} \
+         ({} of the ranks' time on {} cores): {} per checkpoint for the job",
         seconds(p.first_checkpoint_seconds),
-        seconds(p.checkpoint_seconds)
+        seconds(p.checkpoint_seconds),
+        seconds(p.next.agent_cpu_seconds),
+        seconds(r.job_checkpoint_seconds - p.checkpoint_seconds),
+        r.rank_cores,
+        seconds(r.job_checkpoint_seconds)
     );
     let rec = &p.recovery;
     println!(
