@@ -51,6 +51,19 @@ fn predicts_a_configuration_this_machine_cannot_run() {
     assert!(interval["interval_s"].as_f64().unwrap() > 0.0);
     assert!(interval["efficiency"].as_f64().unwrap() < 1.0);
     assert_eq!(v["source"]["kind"], "reference");
+    // The agents' CPU is the job's cost on the cores it shares with them, not on its own.
+    let shape = [
+        "model", "--nodes", "64", "--k", "6", "--m", "2", "--mode", "full", "--json",
+    ];
+    let cost = |cores: &str| {
+        let v = json(&[&shape[..], &["--rank-cores", cores]].concat());
+        let stopped = v["prediction"]["checkpoint_seconds"].as_f64().unwrap();
+        let agent = v["prediction"]["next"]["agent_cpu_seconds"].as_f64().unwrap();
+        (v["job_checkpoint_seconds"].as_f64().unwrap() - stopped, agent)
+    };
+    assert_eq!(cost("0").0, 0.0);
+    let (lost, agent) = cost("8");
+    assert!(agent > 0.0 && (lost - agent / 8.0).abs() < 1e-9, "{lost} {agent}");
 }
 
 #[test]
@@ -93,6 +106,10 @@ fn bad_input_is_refused_in_one_line() {
             "reading /nonexistent/model.json",
         ),
         (&["model", "--recommend", "--max-overhead", "0.01"], "needs k ≥"),
+        (
+            &["model", "--rank-cores", "-1"],
+            "--rank-cores -1: a number of cores",
+        ),
         (&["report"], "nothing to report"),
         (&["report", "/nonexistent/r.json"], "reading /nonexistent/r.json"),
     ];
