@@ -107,7 +107,7 @@ fn bad_input_is_refused_in_one_line() {
         ),
         (&["model", "--recommend", "--max-overhead", "0.01"], "needs k ≥"),
         (
-            &["model", "--rank-cores", "-1"],
+            &["model", "--rank-cores=-1"],
             "--rank-cores -1: a number of cores",
         ),
         (&["report"], "nothing to report"),
