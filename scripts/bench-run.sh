@@ -28,7 +28,8 @@
 #              node's ranks together on one survivor) — Sawada's (2017) comparison.
 #
 # Usage: scripts/bench-run.sh [overhead|recovery|ipc|halo|all] (root for recovery, ipc and halo).
-# Environment: REPS (3), STEPS (3000), ECKPT (target/release/eckpt).
+# Environment: REPS (3), STEPS (3000), ECKPT (target/release/eckpt), RUN_ARGS (more options of
+# `eckpt run` in the overhead runs, e.g. "--agent-nice 19" or "--agent-cpus 1").
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 eckpt=${ECKPT:-$repo/target/release/eckpt}
@@ -60,8 +61,9 @@ if [ "$what" = overhead ] || [ "$what" = all ]; then
     ECKPT_DIR=$work/store mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np 8 \
       ./stencil -m 16 -s "$steps" -k "$steps" -l log.%r > direct.out 2>&1
     rm -f log.*
+    # shellcheck disable=SC2086 # RUN_ARGS is a list of options.
     "$eckpt" run --nodes 8 --spares 1 --k 6 --m 2 --mode update --launcher mpirun --interval 30s \
-      --record run.json -n 8 -- ./stencil -m 16 -s "$steps" -a -l log.%r > run.out 2> run.err
+      ${RUN_ARGS:-} --record run.json -n 8 -- ./stencil -m 16 -s "$steps" -a -l log.%r > run.out 2> run.err
     d=$(elapsed direct.out); r=$(elapsed run.out); c=$(in_calls run.out)
     epochs=$(python3 -c "import json; print(sum(e['committed'] for e in json.load(open('run.json'))['epochs']))")
     echo "$d" >> direct.txt; echo "$r" >> run.txt
