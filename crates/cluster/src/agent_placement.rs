@@ -39,10 +39,10 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, ClusterError> {
     Ok(cpus)
 }
 
-/// Checks that every CPU of `list` is one this process may run on (on this host): the
+/// The CPUs of `list`, each checked to be one this process may run on (on this host): the
 /// kernel would take a set with some CPUs missing without a word and run the agent on the
 /// others.
-pub fn check_cpus_here(list: &str) -> Result<(), ClusterError> {
+pub fn usable_cpus(list: &str) -> Result<Vec<usize>, ClusterError> {
     let cpus = parse_cpu_list(list)?;
     // SAFETY: sched_getaffinity fills the zeroed set we own; CPU_ISSET reads it at indices
     // below CPU_SETSIZE (checked by the parser).
@@ -63,7 +63,7 @@ pub fn check_cpus_here(list: &str) -> Result<(), ClusterError> {
             "agent CPUs {list:?}: CPU {missing} is not one this host lets it use ({})",
             describe(&allowed)
         ))),
-        None => Ok(()),
+        None => Ok(cpus),
     }
 }
 
@@ -87,8 +87,7 @@ fn describe(cpus: &[usize]) -> String {
 /// take, is an error: an agent that silently ran on the ranks' cores would be worse.
 pub fn apply(placement: &AgentPlacement) -> Result<(), ClusterError> {
     if let Some(list) = &placement.cpus {
-        check_cpus_here(list)?;
-        let cpus = parse_cpu_list(list)?;
+        let cpus = usable_cpus(list)?;
         // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET is given indices below
         // CPU_SETSIZE (checked by the parser); sched_setaffinity reads the set we pass.
         let result = unsafe {
@@ -135,8 +134,8 @@ mod tests {
 
     #[test]
     fn a_cpu_this_process_may_not_use_is_named() {
-        let e = check_cpus_here("1000").unwrap_err().to_string();
+        let e = usable_cpus("1000").unwrap_err().to_string();
         assert!(e.contains("CPU 1000 is not one this host lets it use"), "{e}");
-        check_cpus_here("0").unwrap();
+        assert_eq!(usable_cpus("0").unwrap(), vec![0]);
     }
 }

@@ -243,9 +243,9 @@ impl ShapeArgs {
         if let Some(list) = &self.agent_cpus {
             let checked = if self.no_agents {
                 // The agents start on other hosts: only the list's form can be checked here.
-                eckpt_cluster::agent_placement::parse_cpu_list(list).map(drop)
+                eckpt_cluster::agent_placement::parse_cpu_list(list)
             } else {
-                eckpt_cluster::agent_placement::check_cpus_here(list)
+                eckpt_cluster::agent_placement::usable_cpus(list)
             };
             checked.map_err(|e| anyhow::anyhow!("--agent-cpus: {e}"))?;
         }
