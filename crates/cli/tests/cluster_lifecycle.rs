@@ -409,6 +409,63 @@ fn domains_that_cannot_be_spread_are_said_and_unknown_nodes_refused() {
     ok(&["down", "--dir", d]);
 }
 
+/// The threads of `pid` that belong to the codec's pool (`eckpt-codec-N`).
+fn codec_threads(pid: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter(|task| {
+            let comm = std::fs::read_to_string(task.as_ref().unwrap().path().join("comm")).unwrap();
+            comm.starts_with("eckpt-codec-")
+        })
+        .count()
+}
+
+/// `--agent-threads 1` codes every chunk on the agent's coding thread alone (no pool is
+/// started); by default an agent shares each chunk with a pool of one thread per further
+/// core — and either way the parity is right: a member lost after the epoch is rebuilt
+/// byte-exact. A thread count of 0 is refused (by the argument parser).
+#[test]
+fn agents_code_each_chunk_on_the_threads_the_cluster_sets() {
+    let shape = ["--nodes", "3", "--k", "2", "--m", "1"];
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for (threads, pool) in [(Some("1"), 0), (None, cores - 1)] {
+        let args: Vec<&str> = match threads {
+            Some(t) => [&shape[..], &["--agent-threads", t]].concat(),
+            None => shape.to_vec(),
+        };
+        let mut c = Cluster::up(&args);
+        epoch_of(&mut c, &data(2, 3));
+        for node in c.members() {
+            let pid = c.pid(&format!("nodes/{node}"));
+            assert_eq!(
+                codec_threads(&pid),
+                pool,
+                "{node} with --agent-threads {threads:?}"
+            );
+        }
+        c.lose_and_recover(1);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("cluster");
+    let out = run(&[
+        &["up", "--dir", d.to_str().unwrap()][..],
+        &shape,
+        &["--agent-threads", "0", "--detach"],
+    ]
+    .concat());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr
+                .lines()
+                .next()
+                .unwrap_or("")
+                .contains("'--agent-threads <N>'"),
+        "{stderr}"
+    );
+    assert!(!d.join("cluster.json").exists(), "a refused cluster was created");
+}
+
 /// `--agent-nice` and `--agent-cpus` reach every thread of every agent (the runtime's and
 /// the coding threads alike, started after the agent placed itself), the cluster still
 /// codes and commits, and a CPU the host lacks is refused before anything starts.

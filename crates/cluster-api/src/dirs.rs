@@ -63,8 +63,9 @@ pub struct ClusterFile {
     pub agent_placement: AgentPlacement,
 }
 
-/// Where every agent of a cluster runs on its host's cores, so that protection takes
-/// little from the ranks beside it (applied by `eckpt_cluster::agent_placement`).
+/// Where and on how many threads every agent of a cluster runs on its host's cores, so
+/// that protection takes little from the ranks beside it and keeps up with fast links
+/// (applied by `eckpt_cluster::agent_placement`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentPlacement {
     /// The agents' nice value (0–19: higher gives the ranks the cores first under
@@ -75,6 +76,10 @@ pub struct AgentPlacement {
     /// `None`: any.
     #[serde(default)]
     pub cpus: Option<String>,
+    /// Threads each chunk of an encode or decode is read, multiplied and written on, per
+    /// agent; `None`: as many as the cores the agent may run on.
+    #[serde(default)]
+    pub threads: Option<usize>,
 }
 
 /// The cluster's time bounds, recorded in `cluster.json` so that every process of the

@@ -3,7 +3,8 @@
 //! get the cores first) and a set of cores (`--agent-cpus`: cores set aside for the agent,
 //! or kept off the ranks' cores). Recorded in `cluster.json` ([`AgentPlacement`]), so every
 //! agent of the cluster — started by `eckpt up`, `eckpt run`, srun or by hand — applies the
-//! same, before its runtime starts the threads that inherit it.
+//! same, before its runtime starts the threads that inherit it — and how many threads an
+//! agent codes each chunk on (`--agent-threads`, [`coding_threads`]).
 
 use eckpt_cluster_api::dirs::AgentPlacement;
 use eckpt_cluster_api::ClusterError;
@@ -80,6 +81,15 @@ fn describe(cpus: &[usize]) -> String {
         .map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// The threads an agent codes each chunk on: `placement`'s, else one per core this process
+/// may run on (after [`apply`], the cores set aside for it).
+pub fn coding_threads(placement: &AgentPlacement) -> usize {
+    placement
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
 }
 
 /// Applies `placement` to the calling thread — call it before any other thread starts, so

@@ -16,6 +16,7 @@
 pub mod agent;
 pub mod agent_placement;
 mod chunk_crc;
+mod chunk_io;
 pub mod coordinator;
 pub mod crash_only;
 pub mod debug;

@@ -24,6 +24,7 @@ pub use code::{Code, Decoder, DecoderCache, MAX_SHARDS};
 pub use isa::{cpu_isa, kernel, supported_kernels, Kernel, ISA_VARIABLE};
 pub use linear::LinearMap;
 pub use matrix::CodeKind;
+pub use pool::{map_parts_mut, map_ranges};
 
 /// Why a codec operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -8,12 +8,6 @@ use crate::kernel::{self, Tables};
 use crate::pool;
 use crate::{CodecError, Kernel};
 
-/// Smallest byte range worth a part of its own (a thread's turn on the pool).
-const MIN_BYTES_PER_PART: usize = 64 * 1024;
-
-/// Parts per thread of a threaded call, at most (see `for_each_range`).
-const PARTS_PER_THREAD: usize = 4;
-
 /// `rows × cols` coefficients plus the kernel that multiplies by them and its tables.
 #[derive(Clone)]
 pub struct LinearMap {
@@ -189,31 +183,23 @@ impl LinearMap {
     }
 }
 
-/// Splits `[0, len)` into 64-byte-aligned ranges and runs `work(start, end,
-/// outputs_restricted_to_range)` on each, on `threads` threads of the codec's worker pool.
-///
-/// There are up to [`PARTS_PER_THREAD`] ranges per thread: a thread woken late (the calling
-/// thread starts at once, a worker some microseconds later) then takes fewer of them, where
-/// with one range each the call waited for the latest thread's whole share.
+/// Runs `work(start, end, outputs_restricted_to_range)` on the ranges [`pool::ranges`] cuts
+/// `[0, len)` into, on `threads` threads of the codec's worker pool.
 fn for_each_range<F>(len: usize, threads: usize, outputs: &mut [&mut [u8]], work: F)
 where
     F: Fn(usize, usize, &mut [&mut [u8]]) + Sync,
 {
-    let most = len.div_ceil(MIN_BYTES_PER_PART).max(1);
-    let threads = threads.max(1).min(most);
-    if threads == 1 {
+    let ranges = pool::ranges(len, threads);
+    if ranges.len() <= 1 {
         work(0, len, outputs);
         return;
     }
-    let count = (threads * PARTS_PER_THREAD).min(most);
-    let per = len.div_ceil(count).div_ceil(64) * 64;
     // Transpose: for each part, its slice of every output.
-    let mut parts: Vec<Vec<&mut [u8]>> = (0..count).map(|_| Vec::with_capacity(outputs.len())).collect();
+    let mut parts: Vec<Vec<&mut [u8]>> = ranges.iter().map(|_| Vec::with_capacity(outputs.len())).collect();
     for out in outputs.iter_mut() {
         let mut rest: &mut [u8] = out;
-        for part in parts.iter_mut() {
-            let take = per.min(rest.len());
-            let (head, tail) = rest.split_at_mut(take);
+        for (part, range) in parts.iter_mut().zip(&ranges) {
+            let (head, tail) = rest.split_at_mut(range.len());
             part.push(head);
             rest = tail;
         }
@@ -221,11 +207,9 @@ where
     // Each part is taken once, by whichever thread of the pool runs it.
     let parts: Vec<Mutex<Option<Vec<&mut [u8]>>>> = parts.into_iter().map(|p| Mutex::new(Some(p))).collect();
     pool::run_parts(parts.len(), threads, &|t| {
-        let start = (t * per).min(len);
-        let end = ((t + 1) * per).min(len);
         let part = parts[t].lock().unwrap_or_else(PoisonError::into_inner).take();
-        if let Some(mut part) = part.filter(|_| start < end) {
-            work(start, end, &mut part);
+        if let Some(mut part) = part {
+            work(ranges[t].start, ranges[t].end, &mut part);
         }
     });
 }

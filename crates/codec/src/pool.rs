@@ -4,7 +4,12 @@
 //! thread per part cost as much as the part itself, so that two threads ran slower than one
 //! and sixteen at a third of one's speed. The pool's threads wait between calls; a call wakes
 //! as many as it may use beside the calling thread, and returns once every part is done.
+//!
+//! Its byte-range forms ([`map_ranges`], [`map_parts_mut`]) serve work beside the codec's own calls — the
+//! reads, checksums and writes of a coding task's chunks — so that an agent's threads share
+//! one pool.
 
+use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
@@ -16,10 +21,88 @@ use std::time::{Duration, Instant};
 /// once all parts have ended. When another call holds the pool, the calling thread runs
 /// every part itself.
 pub(crate) fn run_parts(parts: usize, threads: usize, work: &(dyn Fn(usize) + Sync)) {
+    // One thread asked for: the pool is not even started (a process that never shares work
+    // has no idle workers).
+    if parts <= 1 || threads <= 1 {
+        (0..parts).for_each(work);
+        return;
+    }
     static POOL: OnceLock<&'static Pool> = OnceLock::new();
     let pool =
         POOL.get_or_init(|| Pool::start(std::thread::available_parallelism().map_or(1, |n| n.get()) - 1));
     pool.run(parts, threads, work);
+}
+
+/// Smallest byte range worth a part of its own (a thread's turn on the pool).
+const MIN_BYTES_PER_PART: usize = 64 * 1024;
+
+/// Parts per thread of a call, at most: a thread woken late (the calling thread starts at
+/// once, a worker some microseconds later) then takes fewer of them, where with one range
+/// each the call waited for the latest thread's whole share.
+const PARTS_PER_THREAD: usize = 4;
+
+/// `[0, len)` cut into consecutive, non-empty, 64-byte-aligned ranges for `threads` threads:
+/// one range when one thread is asked for or `len` is too short to share (an empty `len`
+/// gives one empty range), else up to [`PARTS_PER_THREAD`] per thread and no more than
+/// `len` holds [`MIN_BYTES_PER_PART`]s (so each is over half of it).
+pub(crate) fn ranges(len: usize, threads: usize) -> Vec<Range<usize>> {
+    let most = len.div_ceil(MIN_BYTES_PER_PART).max(1);
+    let threads = threads.max(1).min(most);
+    if threads == 1 {
+        return std::iter::once(0..len).collect();
+    }
+    let count = (threads * PARTS_PER_THREAD).min(most);
+    let per = len.div_ceil(count).div_ceil(64) * 64;
+    (0..len.div_ceil(per))
+        .map(|i| i * per..((i + 1) * per).min(len))
+        .collect()
+}
+
+/// `work(range)` for every range [`ranges`] cuts `[0, len)` into, run on up to `threads`
+/// threads of the pool; the results in the ranges' order. A range that panics makes this
+/// call panic once all have ended.
+pub fn map_ranges<R: Send>(len: usize, threads: usize, work: &(dyn Fn(Range<usize>) -> R + Sync)) -> Vec<R> {
+    let ranges = ranges(len, threads);
+    map_indexed(ranges.len(), threads, &|i| work(ranges[i].clone()))
+}
+
+/// `work(offset, part)` for every part of `buf` cut as [`map_ranges`] cuts its length
+/// (`offset`: where the part starts in `buf`), each part written by one thread only; the
+/// results in order.
+pub fn map_parts_mut<R: Send>(
+    buf: &mut [u8],
+    threads: usize,
+    work: &(dyn Fn(usize, &mut [u8]) -> R + Sync),
+) -> Vec<R> {
+    let ranges = ranges(buf.len(), threads);
+    let mut parts = Vec::with_capacity(ranges.len());
+    let mut rest = buf;
+    for range in &ranges {
+        let (head, tail) = rest.split_at_mut(range.len());
+        parts.push(Mutex::new(Some(head)));
+        rest = tail;
+    }
+    map_indexed(ranges.len(), threads, &|i| {
+        let part = lock(&parts[i]).take().expect("each part is taken once");
+        work(ranges[i].start, part)
+    })
+}
+
+/// `work(i)` for `i` in `0..parts`, on up to `threads` threads; the results in order.
+fn map_indexed<R: Send>(parts: usize, threads: usize, work: &(dyn Fn(usize) -> R + Sync)) -> Vec<R> {
+    let results: Vec<Mutex<Option<R>>> = (0..parts).map(|_| Mutex::new(None)).collect();
+    run_parts(parts, threads, &|i| {
+        let result = work(i);
+        *lock(&results[i]) = Some(result);
+    });
+    results
+        .into_iter()
+        .map(|r| {
+            r.into_inner()
+                .unwrap_or_else(PoisonError::into_inner)
+                .expect("every part ran")
+        })
+        .collect()
 }
 
 struct Pool {
@@ -217,6 +300,55 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranges_cover_the_length_in_order_aligned_and_within_the_bounds() {
+        for len in [
+            0,
+            1,
+            63,
+            64 * 1024,
+            64 * 1024 + 1,
+            1 << 20,
+            (1 << 20) + 17,
+            3 << 22,
+        ] {
+            for threads in [0, 1, 2, 3, 4, 16] {
+                let got = ranges(len, threads);
+                assert_eq!(got.first().map(|r| r.start), Some(0), "{len} {threads}");
+                assert_eq!(got.last().map(|r| r.end), Some(len), "{len} {threads}");
+                assert!(got.windows(2).all(|w| w[0].end == w[1].start));
+                assert!(got.iter().all(|r| r.start % 64 == 0));
+                assert!(got.len() == 1 || got.iter().all(|r| !r.is_empty()));
+                assert!(got.len() <= threads.max(1) * PARTS_PER_THREAD);
+                // Every range but the last is a full share, at least half the minimum.
+                let shares = &got[..got.len() - 1];
+                assert!(shares.iter().all(|r| r.len() > MIN_BYTES_PER_PART / 2));
+                if threads <= 1 {
+                    assert!(got.len() == 1 && got[0] == (0..len));
+                }
+            }
+        }
+        assert_eq!(ranges(1 << 20, 4).len(), 16);
+    }
+
+    #[test]
+    fn parts_are_handed_out_once_each_and_results_come_back_in_order() {
+        for threads in [1, 2, 5] {
+            let mut buf = vec![0u8; (1 << 20) + 100];
+            let offsets = map_parts_mut(&mut buf, threads, &|offset, part| {
+                for (i, b) in part.iter_mut().enumerate() {
+                    *b = b.wrapping_add((offset + i) as u8 ^ 0x5A);
+                }
+                offset
+            });
+            assert!(buf.iter().enumerate().all(|(i, &b)| b == (i as u8 ^ 0x5A)));
+            let starts: Vec<usize> = ranges(buf.len(), threads).iter().map(|r| r.start).collect();
+            assert_eq!(offsets, starts);
+            let lens = map_ranges(buf.len(), threads, &|r| r.len());
+            assert_eq!(lens.iter().sum::<usize>(), buf.len());
+        }
+    }
 
     #[test]
     fn every_part_runs_exactly_once_from_many_callers_at_once() {

@@ -89,19 +89,21 @@ impl Columns {
         })
     }
 
-    /// `outs[i] (^)= column[i] · input`: overwritten when `overwrite`, else added.
+    /// `outs[i] (^)= column[i] · input`: overwritten when `overwrite`, else added; the
+    /// byte range cut over `threads` threads.
     fn multiply(
         &mut self,
         column: Vec<u8>,
         input: &[u8],
         mut outs: Vec<&mut [u8]>,
         overwrite: bool,
+        threads: usize,
     ) -> Result<(), CodingError> {
         let map = self.map(column)?;
         if overwrite {
-            map.apply(&[input], &mut outs)?;
+            map.apply_threaded(&[input], &mut outs, threads)?;
         } else {
-            map.accumulate(0, input, &mut outs)?;
+            map.accumulate_threaded(0, input, &mut outs, threads)?;
         }
         Ok(())
     }
@@ -153,11 +155,23 @@ fn is_whole(outputs: &[usize], all: usize) -> bool {
     outputs.len() == all && outputs.iter().enumerate().all(|(i, &o)| i == o)
 }
 
+/// How a participant works through its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecOptions {
+    /// Bytes per chunk.
+    pub chunk: usize,
+    /// Threads of the codec's pool that each multiplication of a chunk may use (1: the
+    /// calling thread alone). Rows stay in order: a row's chunk is cut into byte ranges, so
+    /// the memory in flight is the same whatever the count.
+    pub threads: usize,
+}
+
 /// Participant `me` working through a task: its links and chunks, the multiplication tables
 /// built so far, spare buffers for reuse, and what it has done.
 struct Participant<'a, E> {
     me: usize,
     chunk: usize,
+    threads: usize,
     links: &'a mut dyn Links<E>,
     chunks: &'a mut dyn Chunks<E>,
     columns: Columns,
@@ -283,9 +297,13 @@ impl<E: From<CodingError>> Participant<'_, E> {
         let chunk = self.chunk;
         let column = rp.column(source, outputs);
         let buf = self.buffer_filled(st, into, all, !overwrite);
-        let result = self
-            .columns
-            .multiply(column, &input, output_slices(buf, chunk, outputs), overwrite);
+        let result = self.columns.multiply(
+            column,
+            &input,
+            output_slices(buf, chunk, outputs),
+            overwrite,
+            self.threads,
+        );
         st.input = Some(input);
         Ok(result?)
     }
@@ -384,10 +402,15 @@ impl<E: From<CodingError>> Participant<'_, E> {
             Payload::Raw(source) => {
                 let overwrite = st.out.is_none() && outputs.len() == all;
                 let column = rp.column(*source, outputs);
+                let threads = self.threads;
                 let buf = self.buffer_filled(st, Buf::Out, all, !overwrite);
-                let result =
-                    self.columns
-                        .multiply(column, &message, output_slices(buf, chunk, outputs), overwrite);
+                let result = self.columns.multiply(
+                    column,
+                    &message,
+                    output_slices(buf, chunk, outputs),
+                    overwrite,
+                    threads,
+                );
                 self.spare.push(message);
                 result?;
             }
@@ -471,18 +494,19 @@ pub fn run_participant<E: From<CodingError>>(
     me: usize,
     plan: &mut CodingPlan,
     topology: Topology,
-    chunk: usize,
+    options: ExecOptions,
     links: &mut dyn Links<E>,
     chunks: &mut dyn Chunks<E>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ExecStats, E> {
-    if chunk == 0 {
+    if options.chunk == 0 {
         return Err(CodingError::Invalid("a coding task with 0-byte chunks".into()).into());
     }
     let rows = plan.geometry().rows();
     let mut participant = Participant {
         me,
-        chunk,
+        chunk: options.chunk,
+        threads: options.threads.max(1),
         links,
         chunks,
         columns: Columns::default(),
@@ -747,7 +771,10 @@ mod tests {
                         me,
                         &mut p,
                         Topology::Pipeline,
-                        64,
+                        ExecOptions {
+                            chunk: 64,
+                            threads: 1,
+                        },
                         &mut links,
                         &mut Zeros,
                         &mut |_, _| {},

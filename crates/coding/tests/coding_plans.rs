@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use eckpt_codec::{Code, CodeKind};
-use eckpt_coding::exec::{run_participant, Chunks, Links};
+use eckpt_coding::exec::{run_participant, Chunks, ExecOptions, Links};
 use eckpt_coding::geometry::Geometry;
 use eckpt_coding::plan::{CodingPlan, Input, Output, Work};
 use eckpt_coding::{CodingError, Layout, Topology};
@@ -81,13 +81,13 @@ impl Chunks<CodingError> for Memory {
     }
 }
 
-/// Runs one task with `participants` threads; returns each participant's memory.
+/// Runs one task with `participants` threads, each multiplying on `threads` threads of the
+/// codec's pool; returns each participant's memory.
 fn run(
     geometry: &Geometry,
     code: &Code,
     members: &[Option<usize>],
-    work: Work,
-    topology: Topology,
+    (work, topology, threads): (Work, Topology, usize),
     memories: Vec<Memory>,
 ) -> Vec<Memory> {
     let n = memories.len();
@@ -119,7 +119,7 @@ fn run(
                         me,
                         &mut plan,
                         topology,
-                        chunk,
+                        ExecOptions { chunk, threads },
                         &mut links,
                         &mut memory,
                         &mut |_, _| {},
@@ -145,16 +145,28 @@ fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Small chunks on one thread: many rows, every shape.
+const SMALL: Cut = Cut {
+    chunk: 192,
+    threads: 1,
+};
+
+/// Chunks and threads of a check.
+#[derive(Clone, Copy)]
+struct Cut {
+    chunk: usize,
+    threads: usize,
+}
+
 fn check(
     layout: Layout,
-    topology: Topology,
+    (topology, Cut { chunk, threads }): (Topology, Cut),
     k: usize,
     m: usize,
     chunks: u64,
     lost: Vec<usize>,
     targets: Vec<usize>,
 ) {
-    let chunk = 192;
     let n = k + m;
     let geometry = Geometry::new(layout, k, m, chunks);
     let code = Code::new(CodeKind::Cauchy, k, m).unwrap();
@@ -172,7 +184,13 @@ fn check(
         })
         .collect();
 
-    let encoded = run(&geometry, &code, &members, Work::Encode, topology, memories);
+    let encoded = run(
+        &geometry,
+        &code,
+        &members,
+        (Work::Encode, topology, threads),
+        memories,
+    );
     // Reference: the codec over each row's data chunks.
     for row in 0..geometry.rows() {
         let data: Vec<&[u8]> = (0..k)
@@ -234,7 +252,7 @@ fn check(
         unavailable: lost.clone(),
         rebuild: rebuild.clone(),
     };
-    let decoded = run(&geometry, &code, &members, work, topology, with_parity);
+    let decoded = run(&geometry, &code, &members, (work, topology, threads), with_parity);
     for (member, target) in rebuild {
         for q in 0..geometry.data_chunks(member) {
             let got = &decoded[target].outputs[&(member, q)];
@@ -253,8 +271,23 @@ fn each_topology_and_layout_encodes_and_decodes() {
     for layout in [Layout::Dedicated, Layout::Rotated] {
         for topology in Topology::ALL {
             // Rebuild at a spare and at a survivor that is itself a source.
-            check(layout, *topology, 4, 2, 9, vec![1, 3], vec![6, 0]);
-            check(layout, *topology, 3, 1, 4, vec![2], vec![2 + 1]);
+            check(layout, (*topology, SMALL), 4, 2, 9, vec![1, 3], vec![6, 0]);
+            check(layout, (*topology, SMALL), 3, 1, 4, vec![2], vec![2 + 1]);
+        }
+    }
+}
+
+/// Chunks long enough to be cut into byte ranges over three threads (and not a multiple of
+/// the ranges' alignment): every topology still codes what the reference does.
+#[test]
+fn chunks_multiplied_on_several_threads_code_the_same() {
+    let cut = Cut {
+        chunk: 3 * 64 * 1024 + 40,
+        threads: 3,
+    };
+    for layout in [Layout::Dedicated, Layout::Rotated] {
+        for topology in Topology::ALL {
+            check(layout, (*topology, cut), 4, 2, 3, vec![0, 5], vec![6, 2]);
         }
     }
 }
@@ -288,6 +321,6 @@ proptest! {
             .enumerate()
             .map(|(i, _)| if (seed >> (16 + i)) & 1 == 1 { n + i % 2 } else { survivors[i % survivors.len()] })
             .collect();
-        check(layout, Topology::ALL[topology], k, m, chunks, lost, targets);
+        check(layout, (Topology::ALL[topology], SMALL), k, m, chunks, lost, targets);
     }
 }

@@ -79,7 +79,7 @@ pub fn parity_stage(data: &[u8]) {
     let coded = ParityStore::open(&dir).expect("a parity store in the scratch directory");
     let mut writer = coded.parity_writer(ID, 4, CHUNK as u32, 1).expect("parity");
     for i in 0..4u8 {
-        writer.write(u64::from(i), &[i; CHUNK]).expect("a chunk");
+        writer.write(u64::from(i), &[i; CHUNK], 1).expect("a chunk");
     }
     writer.finish().expect("parity written");
     coded.commit(ID).expect("committed");

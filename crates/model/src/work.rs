@@ -349,7 +349,7 @@ pub fn update(layout: Layout, shape: GroupShape, shard_bytes: u64, chunk: u64, d
 mod tests {
     use super::*;
     use eckpt_codec::{Code, CodeKind};
-    use eckpt_coding::exec::run_participant;
+    use eckpt_coding::exec::{run_participant, ExecOptions};
     use eckpt_coding::plan::{CodingPlan, Work};
 
     const MIB: u64 = 1 << 20;
@@ -413,9 +413,17 @@ mod tests {
                     let mut links = links;
                     let members = (0..n).map(Some).collect();
                     let mut plan = CodingPlan::new(g, code, members, Work::Encode).unwrap();
-                    run_participant(me, &mut plan, topology, c, &mut links, &mut C, &mut |_, _| {})
-                        .unwrap()
-                        .bytes_sent
+                    run_participant(
+                        me,
+                        &mut plan,
+                        topology,
+                        ExecOptions { chunk: c, threads: 1 },
+                        &mut links,
+                        &mut C,
+                        &mut |_, _| {},
+                    )
+                    .unwrap()
+                    .bytes_sent
                 })
             })
             .collect();

@@ -158,6 +158,10 @@ pub struct ShapeArgs {
     /// them, off the ranks' (new clusters; a CPU an agent's host lacks stops that agent).
     #[arg(long, value_name = "LIST")]
     agent_cpus: Option<String>,
+    /// Threads each agent reads, multiplies and writes every chunk of an encode or decode
+    /// on (default: one per core the agent may run on; new clusters).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    agent_threads: Option<u16>,
 }
 
 /// The cluster's time bounds (shared by `up` and `run`; recorded in `cluster.json`).
@@ -238,7 +242,8 @@ fn domains_by_node(options: &[String]) -> Result<BTreeMap<String, String>> {
 }
 
 impl ShapeArgs {
-    /// `--agent-nice` and `--agent-cpus`, the list checked here (its CPUs on each host).
+    /// `--agent-nice`, `--agent-cpus` and `--agent-threads`, the list checked here (its
+    /// CPUs on each host).
     fn agent_placement(&self) -> Result<AgentPlacement> {
         if let Some(list) = &self.agent_cpus {
             let checked = if self.no_agents {
@@ -252,6 +257,7 @@ impl ShapeArgs {
         Ok(AgentPlacement {
             nice: self.agent_nice,
             cpus: self.agent_cpus.clone(),
+            threads: self.agent_threads.map(usize::from),
         })
     }
 

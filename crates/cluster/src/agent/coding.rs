@@ -13,13 +13,14 @@ use eckpt_codec::Code;
 
 use super::links::{LinkPlan, TaskLinks};
 use super::{blocking, Agent};
+use crate::chunk_io::read_checksummed;
 use crate::parity_store::{ParityReader, ParityStore, ParityWriter};
 use crate::shard::ImageShard;
 use crate::stripe_blob::{BlobShard, BlobTee};
 use eckpt_cluster_api::io_at;
 use eckpt_cluster_api::msg::{CodingTask, ObjectKind, TaskReport};
 use eckpt_cluster_api::ClusterError;
-use eckpt_coding::exec::{needs, run_participant, Chunks, Needs};
+use eckpt_coding::exec::{needs, run_participant, Chunks, ExecOptions, Needs};
 use eckpt_coding::geometry::Geometry;
 use eckpt_coding::plan::{CodingPlan, Input, Output, Work};
 
@@ -32,9 +33,23 @@ enum DataSource {
     Tee(BlobTee),
 }
 
+impl DataSource {
+    /// Fills `buf` with shard bytes from `offset` (each source may be read from several
+    /// threads at once: positional reads only).
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ClusterError> {
+        match self {
+            DataSource::Image(s) => s.read(offset, buf),
+            DataSource::Blob(s) => s.read(offset, buf),
+            DataSource::Tee(s) => s.read(offset, buf),
+        }
+    }
+}
+
 /// One participant's local side of a coding task.
 struct LocalChunks {
     chunk: usize,
+    /// Threads each chunk's read or write is shared by.
+    threads: usize,
     data: Option<DataSource>,
     parity: Option<ParityReader>,
     parity_out: Option<ParityWriter>,
@@ -48,14 +63,15 @@ impl Chunks<ClusterError> for LocalChunks {
     fn read(&mut self, input: Input, buf: &mut [u8]) -> Result<(), ClusterError> {
         match input {
             Input::Data(q) => {
-                let offset = q * self.chunk as u64;
-                match &self.data {
-                    Some(DataSource::Image(s)) => s.read(offset, buf)?,
-                    Some(DataSource::Blob(s)) => s.read(offset, buf)?,
-                    Some(DataSource::Tee(s)) => s.read(offset, buf)?,
-                    None => return Err(ClusterError::Invalid("no data shard here".into())),
-                }
-                self.crcs.push((q, crc32c::crc32c(buf)));
+                let at = q * self.chunk as u64;
+                let source = self
+                    .data
+                    .as_ref()
+                    .ok_or_else(|| ClusterError::Invalid("no data shard here".into()))?;
+                let crc = read_checksummed(buf, self.threads, |offset, part| {
+                    source.read(at + offset as u64, part)
+                })?;
+                self.crcs.push((q, crc));
                 Ok(())
             }
             Input::Parity(q) => self
@@ -77,7 +93,7 @@ impl Chunks<ClusterError> for LocalChunks {
             .ok_or_else(|| {
                 ClusterError::Invalid(format!("output stream {} is not kept here", output.stream))
             })?
-            .write(output.chunk, data)
+            .write(output.chunk, data, self.threads)
     }
 }
 
@@ -146,6 +162,10 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
         None => crate::debug::Phase::MidEncode,
     };
     let topology = task.coding.topology;
+    let options = ExecOptions {
+        chunk,
+        threads: agent.coding_threads,
+    };
     let (result, links, local) = tokio::task::spawn_blocking(move || {
         let mut links = links;
         let mut local = local;
@@ -158,7 +178,7 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
             me,
             &mut plan,
             topology,
-            chunk,
+            options,
             &mut links,
             &mut local,
             &mut progress,
@@ -254,6 +274,7 @@ fn open_local(
     }
     Ok(LocalChunks {
         chunk,
+        threads: agent.coding_threads,
         data,
         parity,
         parity_out,

@@ -68,6 +68,9 @@ pub struct Agent {
     domain: Option<String>,
     /// The newest coordinator term this agent has heard of (`Registered::term`).
     coordinator_term: std::sync::atomic::AtomicU64,
+    /// Threads each chunk of a coding task is read, multiplied and written on
+    /// (`eckpt up --agent-threads`).
+    coding_threads: usize,
 }
 
 impl Agent {
@@ -162,6 +165,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
         store: store.root().to_path_buf(),
         pid: std::process::id(),
     };
+    let coding_threads = crate::agent_placement::coding_threads(&cluster.agent_placement);
     let agent = Arc::new(Agent {
         host: info.host.clone(),
         dir,
@@ -174,6 +178,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
         identity,
         domain: options.domain,
         coordinator_term: 0.into(),
+        coding_threads,
     });
     let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
     for listener in [tcp, unix] {

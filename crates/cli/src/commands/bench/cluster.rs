@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster::netns::parse_rate;
 use eckpt_cluster_api::commands;
-use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_cluster_api::dirs::{AgentPlacement, ClusterDir};
 use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, EpochOutcome, NodeInfo};
 use eckpt_coding::geometry::Geometry;
 use eckpt_coding::CodingConfig;
@@ -50,6 +50,10 @@ pub struct Args {
     /// Incremental epochs after the first (full) one; the median is reported.
     #[arg(long, default_value_t = 3)]
     reps: usize,
+    /// Threads each agent codes every chunk on (`eckpt up --agent-threads`; default: one
+    /// per core).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    agent_threads: Option<u16>,
     /// Run each agent in its own network namespace.
     #[arg(long)]
     netns: bool,
@@ -79,6 +83,16 @@ pub struct Args {
     json: bool,
 }
 
+impl Args {
+    /// The agents' threads (`--agent-threads`); the benchmark sets no nice value or CPUs.
+    fn agent_placement(&self) -> AgentPlacement {
+        AgentPlacement {
+            threads: self.agent_threads.map(usize::from),
+            ..AgentPlacement::default()
+        }
+    }
+}
+
 /// A fraction between 0 and 1.
 fn parse_fraction(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
@@ -95,6 +109,8 @@ struct Report {
     pattern: Pattern,
     /// The share of pages changed per epoch, when not the pattern's own.
     dirty_fraction: Option<f64>,
+    /// Threads each agent coded every chunk on.
+    agent_threads: usize,
     netns: bool,
     tls: bool,
     link_rate: Option<String>,
@@ -201,7 +217,7 @@ pub fn run(args: Args) -> Result<i32> {
         flush: None,
         deadlines: Default::default(),
         domains: Default::default(),
-        agent_placement: Default::default(),
+        agent_placement: args.agent_placement(),
     })?;
     let result = measure(&args, coding, &dir_path, &mut cgroups);
     let down = launch::down(&dir_path, true);
@@ -213,7 +229,7 @@ pub fn run(args: Args) -> Result<i32> {
     } else {
         println!(
             "{} nodes k={} m={} {} {} {}, {} MiB/node, {}: link {:.3} Gbit/s; full encode {:.3} s \
-             (efficiency {:.2}, agents' CPU {:.3} s/GB); {} epochs {:.3} s ({:.3} s/GB), {} B sent/node \
+             (efficiency {:.2}, agents' CPU {:.3} s/GB, {} threads each); {} epochs {:.3} s ({:.3} s/GB), {} B sent/node \
              for {} B changed ({:.2}x)",
             report.nodes,
             coding.k,
@@ -227,6 +243,7 @@ pub fn run(args: Args) -> Result<i32> {
             report.full_encode_seconds,
             report.efficiency,
             report.agent_cpu_seconds_per_gb,
+            report.agent_threads,
             report.kinds.first().map(String::as_str).unwrap_or("-"),
             report.encode_seconds,
             report.agent_cpu_seconds_per_gb_incremental,
@@ -377,6 +394,7 @@ fn measure(
     Ok(Report {
         nodes: args.nodes,
         coding,
+        agent_threads: eckpt_cluster::agent_placement::coding_threads(&args.agent_placement()),
         size_per_node: args.size_per_node,
         pattern: args.pattern,
         dirty_fraction: args.dirty_fraction,
