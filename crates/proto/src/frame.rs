@@ -211,7 +211,12 @@ pub fn parse_header(bytes: &[u8; HEADER_LEN], max_payload: u32) -> Result<FrameH
 
 /// Checks a received payload against its header's checksum.
 pub fn verify_payload(header: &FrameHeader, payload: &[u8]) -> Result<(), FrameError> {
-    let computed = crc32c::crc32c(payload);
+    check_payload_crc(header, crc32c::crc32c(payload))
+}
+
+/// Checks the CRC-32C `computed` over a received payload (as it arrived, piece by piece)
+/// against its header's.
+pub fn check_payload_crc(header: &FrameHeader, computed: u32) -> Result<(), FrameError> {
     if computed != header.payload_crc {
         return Err(FrameError::PayloadChecksum {
             stored: header.payload_crc,

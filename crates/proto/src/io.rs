@@ -11,7 +11,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
 use crate::error::ProtoError;
 use crate::frame::{
-    check_prefix, encode_header, parse_header, verify_payload, FrameError, FrameKind, HEADER_LEN, PREFIX_LEN,
+    check_payload_crc, check_prefix, encode_header, parse_header, FrameError, FrameKind, HEADER_LEN,
+    PREFIX_LEN,
 };
 
 /// Read half of a transport, boxed so TCP and Unix connections share one type.
@@ -65,11 +66,25 @@ impl FrameReader {
 
     /// Reads until `buf` is full or EOF; returns how many bytes arrived.
     async fn read_full(&mut self, buf: &mut [u8]) -> Result<usize, ProtoError> {
+        self.read_full_seen(buf, |_| {}).await
+    }
+
+    /// [`Self::read_full`], handing each read's bytes to `seen` as they land — while they
+    /// are still in the cache the kernel copied them through, so that a checksum over them
+    /// costs no second pass over memory.
+    async fn read_full_seen(
+        &mut self,
+        buf: &mut [u8],
+        mut seen: impl FnMut(&[u8]),
+    ) -> Result<usize, ProtoError> {
         let mut filled = 0;
         while filled < buf.len() {
             match self.inner.read(&mut buf[filled..]).await {
                 Ok(0) => break,
-                Ok(n) => filled += n,
+                Ok(n) => {
+                    seen(&buf[filled..filled + n]);
+                    filled += n;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(read_error(e)),
             }
@@ -108,14 +123,17 @@ impl FrameReader {
         } else {
             buf.truncate(len);
         }
-        let got = self.read_full(buf).await?;
+        let mut crc = 0;
+        let got = self
+            .read_full_seen(buf, |piece| crc = crc32c::crc32c_append(crc, piece))
+            .await?;
         if got < len {
             return Err(ProtoError::Truncated {
                 got: (HEADER_LEN + got) as u64,
                 expected: (HEADER_LEN + len) as u64,
             });
         }
-        verify_payload(&parsed, buf)?;
+        check_payload_crc(&parsed, crc)?;
         Ok(parsed.kind)
     }
 

@@ -410,6 +410,31 @@ fn after_authentication_bad_frames_are_errors_and_the_limit_holds() {
             "{err:?}"
         );
 
+        // A large frame arrives in many reads, each checksummed as it lands: a flip in its
+        // last piece is still found, and the next frame is received whole.
+        let payload: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
+        let mut frame = eckpt_proto::encode_frame(FrameKind::Data, &payload).unwrap();
+        let last = frame.len() - 7;
+        frame[last] ^= 0x01;
+        let good = eckpt_proto::encode_frame(FrameKind::Data, &payload).unwrap();
+        for (frame, intact) in [(frame, false), (good, true)] {
+            let sent = async {
+                for piece in frame.chunks(100_000) {
+                    with_raw!(&mut raw, |s| s.write_all(piece).await.unwrap());
+                }
+            };
+            let (_, got) = tokio::join!(sent, server.recv_data(&mut buf));
+            if intact {
+                got.unwrap();
+                assert!(buf == payload, "the frame after a damaged one differs");
+            } else {
+                assert!(
+                    matches!(got, Err(ProtoError::Frame(FrameError::PayloadChecksum { .. }))),
+                    "{got:?}"
+                );
+            }
+        }
+
         // The limit is configurable and enforced on the header.
         server.set_max_payload(1000);
         let frame = eckpt_proto::encode_frame(FrameKind::Data, &[9; 1001]).unwrap();
