@@ -2,8 +2,6 @@
 //! (parity = X·D), decoding (lost = Y·survivors), pipeline steps and parity updates are all
 //! instances of it, so they share one kernel path.
 
-use std::sync::{Mutex, PoisonError};
-
 use crate::kernel::{self, Tables};
 use crate::pool;
 use crate::{CodecError, Kernel};
@@ -204,12 +202,7 @@ where
             rest = tail;
         }
     }
-    // Each part is taken once, by whichever thread of the pool runs it.
-    let parts: Vec<Mutex<Option<Vec<&mut [u8]>>>> = parts.into_iter().map(|p| Mutex::new(Some(p))).collect();
-    pool::run_parts(parts.len(), threads, &|t| {
-        let part = parts[t].lock().unwrap_or_else(PoisonError::into_inner).take();
-        if let Some(mut part) = part {
-            work(ranges[t].start, ranges[t].end, &mut part);
-        }
+    pool::map_owned(parts, threads, &|t, mut part| {
+        work(ranges[t].start, ranges[t].end, &mut part)
     });
 }

@@ -79,12 +79,25 @@ pub fn map_parts_mut<R: Send>(
     let mut rest = buf;
     for range in &ranges {
         let (head, tail) = rest.split_at_mut(range.len());
-        parts.push(Mutex::new(Some(head)));
+        parts.push(head);
         rest = tail;
     }
-    map_indexed(ranges.len(), threads, &|i| {
+    map_owned(parts, threads, &|i, part| work(ranges[i].start, part))
+}
+
+/// `work(i, parts[i])` for every part, each part moved to the one thread that runs it, on
+/// up to `threads` threads; the results in order. For parts that are disjoint mutable
+/// pieces of one buffer (or of several).
+pub(crate) fn map_owned<P: Send, R: Send>(
+    parts: Vec<P>,
+    threads: usize,
+    work: &(dyn Fn(usize, P) -> R + Sync),
+) -> Vec<R> {
+    let count = parts.len();
+    let parts: Vec<Mutex<Option<P>>> = parts.into_iter().map(|p| Mutex::new(Some(p))).collect();
+    map_indexed(count, threads, &|i| {
         let part = lock(&parts[i]).take().expect("each part is taken once");
-        work(ranges[i].start, part)
+        work(i, part)
     })
 }
 

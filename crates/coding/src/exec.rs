@@ -72,10 +72,10 @@ pub struct ExecStats {
 }
 
 /// Multiplication by a column of coefficients, with the tables of each distinct column
-/// built once per task.
-#[derive(Default)]
+/// built once per task, each chunk's byte range cut over `threads` threads.
 struct Columns {
     maps: HashMap<Vec<u8>, LinearMap>,
+    threads: usize,
 }
 
 impl Columns {
@@ -89,16 +89,15 @@ impl Columns {
         })
     }
 
-    /// `outs[i] (^)= column[i] · input`: overwritten when `overwrite`, else added; the
-    /// byte range cut over `threads` threads.
+    /// `outs[i] (^)= column[i] · input`: overwritten when `overwrite`, else added.
     fn multiply(
         &mut self,
         column: Vec<u8>,
         input: &[u8],
         mut outs: Vec<&mut [u8]>,
         overwrite: bool,
-        threads: usize,
     ) -> Result<(), CodingError> {
+        let threads = self.threads;
         let map = self.map(column)?;
         if overwrite {
             map.apply_threaded(&[input], &mut outs, threads)?;
@@ -171,7 +170,6 @@ pub struct ExecOptions {
 struct Participant<'a, E> {
     me: usize,
     chunk: usize,
-    threads: usize,
     links: &'a mut dyn Links<E>,
     chunks: &'a mut dyn Chunks<E>,
     columns: Columns,
@@ -297,13 +295,9 @@ impl<E: From<CodingError>> Participant<'_, E> {
         let chunk = self.chunk;
         let column = rp.column(source, outputs);
         let buf = self.buffer_filled(st, into, all, !overwrite);
-        let result = self.columns.multiply(
-            column,
-            &input,
-            output_slices(buf, chunk, outputs),
-            overwrite,
-            self.threads,
-        );
+        let result = self
+            .columns
+            .multiply(column, &input, output_slices(buf, chunk, outputs), overwrite);
         st.input = Some(input);
         Ok(result?)
     }
@@ -402,15 +396,10 @@ impl<E: From<CodingError>> Participant<'_, E> {
             Payload::Raw(source) => {
                 let overwrite = st.out.is_none() && outputs.len() == all;
                 let column = rp.column(*source, outputs);
-                let threads = self.threads;
                 let buf = self.buffer_filled(st, Buf::Out, all, !overwrite);
-                let result = self.columns.multiply(
-                    column,
-                    &message,
-                    output_slices(buf, chunk, outputs),
-                    overwrite,
-                    threads,
-                );
+                let result =
+                    self.columns
+                        .multiply(column, &message, output_slices(buf, chunk, outputs), overwrite);
                 self.spare.push(message);
                 result?;
             }
@@ -506,10 +495,12 @@ pub fn run_participant<E: From<CodingError>>(
     let mut participant = Participant {
         me,
         chunk: options.chunk,
-        threads: options.threads.max(1),
         links,
         chunks,
-        columns: Columns::default(),
+        columns: Columns {
+            maps: HashMap::new(),
+            threads: options.threads,
+        },
         spare: Vec::new(),
         stats: ExecStats::default(),
     };
