@@ -243,7 +243,11 @@ impl State {
             return Ok(());
         };
         if let Some(missed) = l.missed {
-            self.live.remove(node);
+            // One counted dead is gone until it registers; one that missed the decision
+            // during the coordinator's own silence stays alive through its new registration.
+            if !l.checked {
+                self.live.remove(node);
+            }
             tracing::warn!(node = %node, epoch = missed, "heard again from an agent that missed a decision: it registers again");
             return Err(ClusterError::Node {
                 node: node.into(),
@@ -261,9 +265,13 @@ impl State {
     /// Notes that the agent of `session` was not told the decision on `epoch` (it was not
     /// alive, or the request failed): it must register again before it counts as alive.
     pub(super) fn missed_decision(&mut self, node: &str, session: u64, epoch: u64) {
+        // While the coordinator hears nobody (its own link cut) every agent misses the
+        // decision and nobody is declared dead: it stays alive, and registers again once
+        // heard.
+        let silent = self.silence().is_some();
         if let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) {
             l.missed.get_or_insert(epoch);
-            l.checked = false;
+            l.checked &= silent;
         }
     }
 
@@ -613,6 +621,37 @@ mod tests {
         assert_eq!(why, "down: its agent is gone", "its session ended");
         c.join("n2").await;
         assert!(alive_now(&c, "n2").await, "registered again, it is welcome back");
+    }
+
+    /// A decision that no agent is told because the coordinator's own link is cut (it hears
+    /// nobody) declares nobody dead: each agent stays alive, is told to register again when
+    /// heard, and its new registration finds it alive still.
+    #[tokio::test]
+    async fn agents_that_missed_a_decision_during_the_coordinators_silence_stay_alive() {
+        let c = TestCluster::start(6, CodingConfig::default()).await;
+        let n2 = c.session_of("n2");
+        for i in 0..6 {
+            c.stop(&format!("n{i}"));
+        }
+        tokio::time::sleep(2 * LIVENESS).await;
+        assert!(
+            c.coord.read(|s| s.isolation()).await.is_some(),
+            "the coordinator hears nobody"
+        );
+        // As `send_commit` marks each agent whose request failed (here at once: a request
+        // to a stopped agent waits out its deadline, longer than this test's grace).
+        for i in 0..6 {
+            let (node, session) = (format!("n{i}"), c.session_of(&format!("n{i}")));
+            c.coord.read(move |s| s.missed_decision(&node, session, 7)).await;
+        }
+        for i in 0..6 {
+            assert!(alive_now(&c, &format!("n{i}")).await, "n{i} was declared dead");
+        }
+        let e = c.coord.read(move |s| s.heard_from("n2", n2)).await.unwrap_err();
+        assert!(e.to_string().contains("register again"), "{e}");
+        assert!(alive_now(&c, "n2").await, "alive until it registers again");
+        c.join("n2").await;
+        assert!(alive_now(&c, "n2").await, "registered again");
     }
 
     async fn alive_now(c: &TestCluster, node: &str) -> bool {
