@@ -5,6 +5,7 @@
 //!   (userfaultfd async write-protect + `PAGEMAP_SCAN`) or by xxh3 block hashing.
 //! - [`delta`]: a strict, checksummed block-delta format (encode, decode, apply); [`decode`]
 //!   takes `&[u8]` and is the fuzzing entry point.
+//! - [`MemoryMap`]: this process's mappings, to refuse memory a restart could not write back.
 //! - [`delta_files`] / [`patch_file`]: streaming file deltas for images written by external
 //!   checkpointers, the fast replacement for diffing consecutive dumps with xdelta.
 
@@ -13,6 +14,7 @@ pub mod delta;
 mod error;
 mod filedelta;
 mod mapped;
+mod maps;
 mod tracker;
 mod uffd;
 
@@ -20,4 +22,5 @@ pub use align::{page_size, AlignedBuf};
 pub use delta::{decode, encode, encode_blocks, Delta, DeltaError, DeltaHeader, DeltaWriter};
 pub use error::CaptureError;
 pub use filedelta::{delta_files, patch_file, DeltaStats, PatchStats};
+pub use maps::MemoryMap;
 pub use tracker::{uffd_available, Backend, DirtyRegion, TrackMode, Tracker};

@@ -21,6 +21,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::align::page_size;
 use crate::error::CaptureError;
+use crate::maps::MemoryMap;
 use crate::uffd::{self, Uffd};
 
 /// Which backend(s) a tracker may use.
@@ -100,6 +101,11 @@ pub struct Tracker {
     hash_block: usize,
     uffd: Option<Uffd>,
     regions: BTreeMap<u32, Region>,
+    /// Region ids by start address: the index that lets [`Tracker::add_region`] check a new
+    /// region for overlap against one neighbour instead of every region (a rank may protect
+    /// 100,000 small regions; a scan of all of them per region made protecting them
+    /// quadratic).
+    by_start: BTreeMap<usize, u32>,
 }
 
 /// Whether kernel write tracking works on this system (probed once per process). `Err` says
@@ -136,6 +142,7 @@ impl Tracker {
             hash_block: hash_block_size,
             uffd,
             regions: BTreeMap::new(),
+            by_start: BTreeMap::new(),
         })
     }
 
@@ -172,12 +179,12 @@ impl Tracker {
         let end = start
             .checked_add(len)
             .ok_or_else(|| bad("address range overflows".into()))?;
-        if let Some((other, _)) = self
-            .regions
-            .iter()
-            .find(|(_, r)| start < r.start + r.len && r.start < end)
-        {
-            return Err(bad(format!("overlaps region {other}")));
+        if let Some((other, r)) = self.overlapping(start, end) {
+            return Err(bad(format!(
+                "{start:#x}..{end:#x} overlaps region {other} at {:#x}..{:#x}",
+                r.start,
+                r.start + r.len
+            )));
         }
         let page = page_size();
         let aligned = start.is_multiple_of(page) && len.is_multiple_of(page);
@@ -189,7 +196,7 @@ impl Tracker {
                         "uffd tracking needs page-aligned start and length (page {page}, start {start:#x}, len {len})"
                     ))
                 } else {
-                    match uffd::is_private_anonymous(start, end) {
+                    match MemoryMap::read().map(|map| map.private_anonymous(start, len)) {
                         Ok(true) => u
                             .register(start, len)
                             .err()
@@ -214,6 +221,7 @@ impl Tracker {
             Kind::Uffd => Backend::Uffd,
             Kind::Hash(_) => Backend::Hash,
         };
+        self.by_start.insert(start, id);
         self.regions.insert(
             id,
             Region {
@@ -229,11 +237,22 @@ impl Tracker {
     /// Stops tracking region `id` (its memory may be freed afterwards).
     pub fn remove_region(&mut self, id: u32) -> Result<(), CaptureError> {
         let r = self.regions.remove(&id).ok_or(CaptureError::UnknownRegion(id))?;
+        self.by_start.remove(&r.start);
         if let (Kind::Uffd, Some(u)) = (&r.kind, &self.uffd) {
             u.unregister(r.start, r.len)
                 .map_err(|e| CaptureError::io(format!("unregister region {id}"), e))?;
         }
         Ok(())
+    }
+
+    /// The registered region that overlaps `[start, end)`, if any, with its id. Registered
+    /// regions never overlap one another, so ordered by start they are ordered by end too:
+    /// of those starting before `end`, the last one reaches furthest, and if it ends at or
+    /// before `start` none of them overlaps. One lookup, O(log regions).
+    fn overlapping(&self, start: usize, end: usize) -> Option<(u32, &Region)> {
+        let (_, &id) = self.by_start.range(..end).next_back()?;
+        let r = &self.regions[&id];
+        (r.start + r.len > start).then_some((id, r))
     }
 
     /// Returns, per region (ascending id), the blocks changed since the previous call, and

@@ -253,42 +253,6 @@ impl Uffd {
     }
 }
 
-/// Whether `[start, end)` lies entirely in private anonymous mappings (per /proc/self/maps).
-///
-/// Async write-protect is accepted by the kernel on any mapping, but it only sees writes made
-/// through this process's page tables. For shared or file-backed memory, writes by another
-/// mapping, process, or `write(2)` would be missed, so only private anonymous memory may use
-/// it.
-pub(crate) fn is_private_anonymous(start: usize, end: usize) -> io::Result<bool> {
-    let maps = std::fs::read_to_string("/proc/self/maps")?;
-    let mut covered = start;
-    for line in maps.lines() {
-        let mut f = line.split_ascii_whitespace();
-        let (Some(range), Some(perms), Some(_off), Some(_dev), Some(inode)) =
-            (f.next(), f.next(), f.next(), f.next(), f.next())
-        else {
-            continue;
-        };
-        let Some((lo, hi)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) else {
-            continue;
-        };
-        if hi <= covered || lo > covered {
-            continue;
-        }
-        if !perms.ends_with('p') || inode != "0" {
-            return Ok(false);
-        }
-        covered = hi;
-        if covered >= end {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
 /// Whether async write-protect tracking works here: probed once per process by a full cycle
 /// (register, protect, write one page of two, scan) so that "available" means "gives the right
 /// answer", not just "the syscall exists". `Err` carries the reason for the caller's message.

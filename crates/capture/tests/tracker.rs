@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -217,10 +218,105 @@ fn bad_regions_are_refused_with_a_reason() {
     let dup = unsafe { t.add_region(1, buf.as_ptr().add(8 * ps), 8 * ps) };
     assert!(dup.unwrap_err().to_string().contains("already registered"));
     let overlap = unsafe { t.add_region(2, buf.as_ptr().add(4 * ps), 8 * ps) };
-    assert!(overlap.unwrap_err().to_string().contains("overlaps region 1"));
+    let base = buf.as_ptr() as usize;
+    assert_eq!(
+        overlap.unwrap_err().to_string(),
+        format!(
+            "invalid region 2: {:#x}..{:#x} overlaps region 1 at {base:#x}..{:#x}",
+            base + 4 * ps,
+            base + 12 * ps,
+            base + 8 * ps
+        ),
+        "the message says which ranges collide"
+    );
     let empty = unsafe { t.add_region(3, buf.as_ptr().add(8 * ps), 0) };
     assert!(empty.unwrap_err().to_string().contains("zero length"));
     assert!(Tracker::new(TrackMode::Hash, 0).is_err());
+}
+
+/// What the tracker is asked in [`overlap_is_refused_exactly_and_adjacent_regions_accepted`]:
+/// add `[offset, offset + len)` of a buffer, or remove the region added by the `k`-th
+/// add (modulo those live).
+#[derive(Debug, Clone)]
+enum Op {
+    Add { offset: usize, len: usize },
+    Remove(prop::sample::Index),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0usize..120, 1usize..24).prop_map(|(offset, len)| Op::Add { offset, len }),
+        1 => any::<prop::sample::Index>().prop_map(Op::Remove),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Against a model that checks every live region: a new region is refused exactly when
+    /// it shares a byte with one (touching ends are not shared), and accepted otherwise,
+    /// through any sequence of adds and removes. Small ranges in a small buffer, so that
+    /// overlaps at either end, containment both ways and exact adjacency all come up.
+    #[test]
+    fn overlap_is_refused_exactly_and_adjacent_regions_accepted(ops in prop::collection::vec(op(), 1..60)) {
+        let buf = [0u8; 144];
+        let mut t = Tracker::new(TrackMode::Hash, 64).unwrap();
+        let mut live: Vec<(u32, usize, usize)> = Vec::new();
+        for (id, op) in (0u32..).zip(ops) {
+            match op {
+                Op::Add { offset, len } => {
+                    let end = offset + len;
+                    let collides = live.iter().find(|&&(_, s, e)| offset < e && s < end);
+                    // SAFETY: the range lies in `buf`, which outlives the tracker.
+                    let added = unsafe { t.add_region(id, buf.as_ptr().add(offset), len) };
+                    match (collides, added) {
+                        (None, Ok(_)) => live.push((id, offset, end)),
+                        (Some(&(other, ..)), Err(e)) => {
+                            let text = e.to_string();
+                            prop_assert!(text.contains("overlaps region"), "{text}");
+                            // The region named is one the new one really overlaps.
+                            let named = live.iter().find(|r| text.contains(&format!("overlaps region {} ", r.0)));
+                            prop_assert!(
+                                named.is_some_and(|&(_, s, e)| offset < e && s < end),
+                                "{text} (first colliding: {other})"
+                            );
+                        }
+                        (collides, added) => prop_assert!(
+                            false,
+                            "{offset}..{end} with {live:?}: collides with {collides:?}, tracker said {added:?}"
+                        ),
+                    }
+                }
+                Op::Remove(k) if !live.is_empty() => {
+                    let (id, ..) = live.remove(k.index(live.len()));
+                    t.remove_region(id).unwrap();
+                }
+                Op::Remove(_) => {}
+            }
+        }
+        let mut ids: Vec<u32> = t.collect_dirty().unwrap().iter().map(|d| d.id).collect();
+        ids.sort_unstable();
+        let mut want: Vec<u32> = live.iter().map(|r| r.0).collect();
+        want.sort_unstable();
+        prop_assert_eq!(ids, want);
+    }
+}
+
+#[test]
+fn adjacent_regions_are_accepted_and_a_byte_shared_at_either_end_is_not() {
+    let buf = [0u8; 300];
+    let mut t = Tracker::new(TrackMode::Hash, 64).unwrap();
+    // SAFETY (every add below): the ranges lie in `buf`, which outlives the tracker.
+    unsafe { t.add_region(0, buf.as_ptr().add(100), 100) }.unwrap();
+    unsafe { t.add_region(1, buf.as_ptr().add(200), 100) }.expect("adjacent after");
+    unsafe { t.add_region(2, buf.as_ptr(), 100) }.expect("adjacent before");
+    for (offset, len) in [(99, 2), (199, 2), (150, 1), (0, 300), (50, 100)] {
+        let refused = unsafe { t.add_region(9, buf.as_ptr().add(offset), len) };
+        assert!(refused.is_err(), "{offset}+{len} overlaps");
+    }
+    // A removed region's bytes may be protected again.
+    t.remove_region(0).unwrap();
+    unsafe { t.add_region(3, buf.as_ptr().add(100), 100) }.unwrap();
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! What the cluster layer needs from a rank's store: parity-update input, padded deltas
 //! for stripe coding, and rebuilding an epoch from a decoded delta.
 
+use std::collections::HashSet;
 use std::io::{IoSlice, Write};
 use std::path::Path;
 
@@ -112,7 +113,7 @@ impl Store {
         let old = Chain::open(&dir, rank, parent, false)?;
         let om = &old.target().manifest;
         for item in &m.items {
-            let old_len = om.item_index(&item.name).map_or(0, |i| om.items[i].len);
+            let old_len = old.target().item(&item.name).map_or(0, |i| i.len);
             let bs = u64::from(item.block_size);
             let span = item.len.max(old_len);
             let span_blocks = span.div_ceil(bs);
@@ -146,7 +147,7 @@ impl Store {
                 )?;
             }
         }
-        for item in om.items.iter().filter(|i| m.item_index(&i.name).is_none()) {
+        for item in om.items.iter().filter(|i| new.target().item(&i.name).is_none()) {
             let candidates = 0..item.block_count();
             xor_blocks(
                 &old,
@@ -340,8 +341,10 @@ impl Store {
         for item in &delta.items {
             writer.put_dirty(&item.name, item.block_size, item.len, &item.blocks)?;
         }
+        // Looked up in a set: a rank's image may hold 100,000 items.
+        let in_delta: HashSet<&str> = delta.items.iter().map(|i| i.name.as_str()).collect();
         for name in carried {
-            if !delta.items.iter().any(|i| i.name == name) {
+            if !in_delta.contains(name.as_str()) {
                 writer.remove(&name)?;
             }
         }

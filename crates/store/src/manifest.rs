@@ -145,11 +145,6 @@ impl Manifest {
         self.items.iter().map(|i| i.len).fold(0u64, u64::saturating_add)
     }
 
-    /// Position of the item named `name`.
-    pub fn item_index(&self, name: &str) -> Option<usize> {
-        self.items.iter().position(|i| i.name == name)
-    }
-
     /// Checks every structural rule; a manifest that passes can be used to address the
     /// data file without any further bounds checks going wrong.
     pub fn validate(&self) -> Result<()> {

@@ -1,13 +1,15 @@
 //! Reading epochs: loading manifests, following delta chains, checking every block.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::error::{io_at, Result, StoreError};
 use crate::layout::{epoch_dir_name, scan_rank, RankScan, DATA_FILE, MANIFEST_FILE};
-use crate::manifest::{parse_manifest, Manifest};
+use crate::manifest::{parse_manifest, ItemManifest, Manifest};
 
 /// One stored epoch generation, its manifest checked and its data file open.
 ///
@@ -18,6 +20,11 @@ pub(crate) struct EpochData {
     pub manifest: Manifest,
     /// Data-file offset of each item's first stored block.
     offsets: Vec<u64>,
+    /// Item positions by name, built at the first [`EpochData::item_index`]: reads look items
+    /// up by name once per piece, and a restart of a rank with 100,000 regions reads 100,000
+    /// pieces, so a scan of the items per lookup made it quadratic. Built lazily because most
+    /// loads (retention, [`crate::Store::manifest`]) never look an item up.
+    by_name: OnceLock<HashMap<String, usize>>,
     file: File,
     data_path: PathBuf,
 }
@@ -59,9 +66,24 @@ impl EpochData {
         Ok(EpochData {
             manifest,
             offsets,
+            by_name: OnceLock::new(),
             file,
             data_path,
         })
+    }
+
+    /// Position of the item named `name` in the manifest: one hash lookup.
+    pub(crate) fn item_index(&self, name: &str) -> Option<usize> {
+        let by_name = self.by_name.get_or_init(|| {
+            let names = self.manifest.items.iter().map(|i| i.name.clone());
+            names.zip(0..).collect()
+        });
+        by_name.get(name).copied()
+    }
+
+    /// The item named `name`: one hash lookup.
+    pub(crate) fn item(&self, name: &str) -> Option<&ItemManifest> {
+        self.item_index(name).map(|i| &self.manifest.items[i])
     }
 
     /// Reads the `k`-th stored block of item `item` into `buf` and checks its CRC.
@@ -176,12 +198,13 @@ impl Chain {
 
     /// Length of item `name` in the target epoch, or [`StoreError::NoItem`].
     pub(crate) fn item_len(&self, name: &str) -> Result<u64> {
-        let m = &self.target().manifest;
-        m.item_index(name)
-            .map(|i| m.items[i].len)
+        let target = self.target();
+        target
+            .item(name)
+            .map(|i| i.len)
             .ok_or_else(|| StoreError::NoItem {
-                rank: m.rank,
-                epoch: m.epoch,
+                rank: target.manifest.rank,
+                epoch: target.manifest.epoch,
                 item: name.to_string(),
             })
     }
@@ -201,10 +224,9 @@ impl Chain {
         // a restart's time when it reads gigabytes.
         let covered = self.links.first().is_some_and(|first| {
             first.manifest.full
-                && first.manifest.item_index(name).is_some_and(|i| {
-                    let item = &first.manifest.items[i];
-                    item.len >= b && item.blocks.len() as u64 == item.block_count()
-                })
+                && first
+                    .item(name)
+                    .is_some_and(|item| item.len >= b && item.blocks.len() as u64 == item.block_count())
         });
         if !covered {
             buf.fill(0);
@@ -215,7 +237,7 @@ impl Chain {
         let mut scratch = Vec::new();
         let target = self.epoch();
         for link in &self.links {
-            let index = link.manifest.item_index(name);
+            let index = link.item_index(name);
             let len = index.map_or(0, |i| link.manifest.items[i].len);
             if len < nonzero_end {
                 let from = len.max(a);

@@ -10,6 +10,7 @@ mod flush;
 mod klauspost;
 mod ranks;
 mod recover;
+mod regions;
 mod restore;
 pub mod stats;
 pub mod transport;
@@ -34,6 +35,9 @@ pub enum Bench {
     /// A restart's read of its images out of the node store (full epoch + deltas, verified,
     /// by a pool of threads) vs pread of the data file and memcpy with as many threads.
     Restore(restore::Args),
+    /// The rank library's bookkeeping with many small regions: protect, checkpoint, an
+    /// incremental checkpoint, protect again and restart (verified), vs memcpy of the bytes.
+    Regions(regions::Args),
 }
 
 pub fn run(bench: Bench) -> Result<i32> {
@@ -44,5 +48,6 @@ pub fn run(bench: Bench) -> Result<i32> {
         Bench::Transport(args) => transport::run(args),
         Bench::Flush(args) => flush::run(args),
         Bench::Restore(args) => restore::run(args),
+        Bench::Regions(args) => regions::run(args),
     }
 }

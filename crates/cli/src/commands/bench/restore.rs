@@ -9,13 +9,12 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
 use eckpt_store::{Store, StoreError, DEFAULT_MAX_READ_THREADS};
 use serde::Serialize;
 
-use super::stats::median;
+use super::stats::{cpu_model, median, timed};
 use super::workload::{changed_pages, fill, Pattern};
 use crate::output::{byte_progress, print_json};
 use crate::size::parse_size;
@@ -300,23 +299,4 @@ fn in_pool<P: Send, R: Send>(pieces: Vec<P>, threads: usize, work: impl Fn(P) ->
             .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect()
     })
-}
-
-fn timed(op: impl FnOnce() -> Result<()>) -> Result<f64> {
-    let start = Instant::now();
-    op()?;
-    Ok(start.elapsed().as_secs_f64())
-}
-
-/// The CPU's model name, from /proc/cpuinfo.
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
 }

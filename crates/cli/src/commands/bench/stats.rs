@@ -1,4 +1,5 @@
-//! Timing helpers the benchmarks share: interleaved sampling and medians over repetitions.
+//! Timing helpers the benchmarks share: interleaved sampling and medians over repetitions,
+//! one timed call, and the CPU's name for their reports.
 
 /// Seconds per call of each operation, sampled round-robin: every repetition times each
 /// operation once in turn (enough calls to last `min_seconds`), so a noisy neighbour slows
@@ -33,4 +34,24 @@ pub fn median(values: &[f64]) -> f64 {
 pub fn median_ratio(slow: &[f64], fast: &[f64]) -> f64 {
     let ratios: Vec<f64> = slow.iter().zip(fast).map(|(s, f)| s / f).collect();
     median(&ratios)
+}
+
+/// Seconds `op` took.
+pub fn timed(op: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+    let start = std::time::Instant::now();
+    op()?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// The CPU's model name, from /proc/cpuinfo.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
 }
