@@ -75,6 +75,15 @@ pub enum StoreError {
         /// Rank that is busy.
         rank: u32,
     },
+    /// Another live process holds the rank ([`crate::RankClaim`]): two processes must not
+    /// checkpoint one rank.
+    #[error("rank {rank} of this store is in use by {holder}: two processes must not checkpoint the same rank (is ECKPT_RANK set for each process?)")]
+    Claimed {
+        /// The rank claimed.
+        rank: u32,
+        /// Who holds it, as it wrote itself down ("process 4242 on node7").
+        holder: String,
+    },
     /// The caller asked for something the store's rules forbid.
     #[error("invalid request: {0}")]
     Invalid(String),

@@ -19,6 +19,8 @@ pub(crate) const MANIFEST_FILE: &str = "manifest";
 /// Block data file inside an epoch directory.
 pub(crate) const DATA_FILE: &str = "data";
 const LOCK_FILE: &str = "lock";
+/// The file a rank's live process holds ([`RankClaim`]).
+const OWNER_FILE: &str = "owner";
 const RANK_PREFIX: &str = "rank.";
 const COMMITTED_PREFIX: &str = "epoch-";
 const PREPARED_PREFIX: &str = "prepared-";
@@ -242,6 +244,67 @@ impl RankLock {
                 other => return other,
             }
         }
+    }
+}
+
+/// A process's claim on a rank for as long as it lives: an exclusive `flock` on the rank's
+/// `owner` file, which names the holder. Per-operation [`RankLock`]s serialise writers of
+/// one epoch at a time; they cannot stop two live processes that both believe they are rank
+/// R (a forgotten `ECKPT_RANK`, a duplicated instance) from taking turns, so that each epoch
+/// is a delta on the other's memory and a restore mixes both. A rank's process holds its
+/// claim from start to end; the kernel drops it when the process dies, however it dies.
+#[derive(Debug)]
+pub struct RankClaim {
+    _file: File,
+}
+
+impl RankClaim {
+    /// Claims `rank`, or fails with [`StoreError::Claimed`] naming the process that holds it.
+    pub(crate) fn acquire(root: &Path, rank: u32) -> Result<RankClaim> {
+        use std::io::{Read, Seek, Write};
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = rank_dir(root, rank);
+        if !dir.is_dir() {
+            create_private_dir(&dir, true)?;
+            fsync_dir(root)?;
+        }
+        let path = dir.join(OWNER_FILE);
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(io_at(&path))?;
+        // SAFETY: flock on a descriptor we own; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(io_at(&path)(err));
+            }
+            let mut holder = String::new();
+            // The holder wrote its name right after locking: an empty read is a holder that
+            // has not written it yet.
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            return Err(StoreError::Claimed {
+                rank,
+                holder: if holder.is_empty() {
+                    "another process".into()
+                } else {
+                    holder.to_string()
+                },
+            });
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let name = format!("process {} on {}", std::process::id(), host.trim());
+        file.set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| file.write_all(name.as_bytes()))
+            .map_err(io_at(&path))?;
+        Ok(RankClaim { _file: file })
     }
 }
 

@@ -78,7 +78,7 @@ pub use read::ItemReader;
 pub use write::{EpochSizes, EpochWriter, PreparedEpoch};
 
 use error::io_at;
-pub use layout::Pin;
+pub use layout::{Pin, RankClaim};
 
 use layout::{parse_rank_dir, rank_dir, scan_rank, RankLock};
 use read::{locate, Chain};
@@ -302,6 +302,13 @@ impl Store {
             }
         }
         Ok(store)
+    }
+
+    /// Claims `rank` for this process while the returned [`RankClaim`] lives: another process
+    /// claiming it meanwhile gets [`StoreError::Claimed`] naming this one. The rank library
+    /// holds it from init to finalize, so that two live processes never write one rank.
+    pub fn claim_rank(&self, rank: u32) -> Result<RankClaim> {
+        RankClaim::acquire(&self.root, rank)
     }
 
     /// The store, with operations waiting up to `wait` for a rank's lock held by someone
