@@ -1,11 +1,13 @@
 ! eckpt for Fortran: bind(C) interfaces to libeckpt (include/eckpt.h) and its constants.
 !
 !   use eckpt
-!   real(c_double), allocatable, target :: grid(:)
+!   real(c_double), allocatable, target :: grid(:, :)
+!   integer(c_int64_t), target :: step
 !   rc = eckpt_init()                                  ! ECKPT_DIR, ECKPT_RANK from the environment
-!   rc = eckpt_protect(0, c_loc(grid), int(8 * size(grid), c_size_t))
+!   rc = eckpt_protect(0, grid)                        ! a whole array (or scalar) of any rank
+!   rc = eckpt_protect(1, step)
 !   rc = eckpt_protect_file("out.log" // c_null_char, ECKPT_FILE_APPEND)
-!   if (eckpt_restart() > 0) ...                       ! grid filled in place
+!   if (eckpt_restart() > 0) ...                       ! grid and step filled in place
 !   rc = eckpt_checkpoint()
 !   if (rc < 0) print *, eckpt_error_message(rc)
 !   rc = eckpt_finalize()
@@ -15,8 +17,25 @@
 ! while protected (no reallocation until eckpt_finalize). Page-aligned memory is tracked by
 ! the kernel; an ordinary allocatable array usually is not page aligned and is tracked by
 ! hashing its blocks instead, which is correct but reads the whole array at each checkpoint.
+!
+! eckpt_protect(id, x) protects a whole array or scalar of any rank, of kind real(c_float),
+! real(c_double), integer(c_int), integer(c_int64_t), complex(c_float_complex),
+! complex(c_double_complex) or logical(c_bool); the module computes its length. It refuses,
+! with ECKPT_EINVAL and the reason in eckpt_error_message, what restart could not fill in
+! place: an array that is not contiguous (a section such as a(1::2) or m(1,:), given directly
+! or through an assumed-shape dummy) and an assumed-size dummy b(*) (its size is unknown).
+! Protect the whole array where it is declared. One case it cannot see: a section given to an
+! explicit-shape dummy b(n) (or a `contiguous` one) is copied into a temporary that is freed on
+! return, and the dummy looks like an ordinary array: protect such a dummy only if no caller
+! gives it a section (gfortran -Warray-temporaries reports where the copies are made).
+!
+! eckpt_protect(id, ptr, len), the C form, is for anything else (other kinds, derived types):
+! ptr (c_loc) must point at contiguous storage that outlives the protect, never at an
+! explicit-shape dummy given a section, and len is in bytes (8 * size(x) for real(c_double)).
 module eckpt
-  use, intrinsic :: iso_c_binding, only: c_int, c_char, c_ptr, c_size_t, c_null_char, c_associated, c_f_pointer
+  use, intrinsic :: iso_c_binding, only: c_int, c_char, c_ptr, c_size_t, c_null_char, c_null_ptr, c_associated, &
+                                         c_f_pointer, c_loc, c_float, c_double, c_int64_t, c_float_complex, &
+                                         c_double_complex, c_bool
   implicit none
   private
 
@@ -41,6 +60,20 @@ module eckpt
   public :: eckpt_init, eckpt_protect, eckpt_protect_device, eckpt_protect_file, eckpt_protect_dir, eckpt_checkpoint, &
             eckpt_snapshot, eckpt_restart, eckpt_wait, eckpt_finalize, eckpt_strerror, eckpt_last_error, eckpt_error_message
 
+  ! eckpt_protect(id, x) for a whole array or scalar x, eckpt_protect(id, ptr, len) for len bytes
+  ! at ptr (see the top of this file).
+  interface eckpt_protect
+    function eckpt_protect_bytes(id, ptr, len) bind(C, name="eckpt_protect") result(rc)
+      import :: c_int, c_ptr, c_size_t
+      integer(c_int), value :: id
+      type(c_ptr), value :: ptr
+      integer(c_size_t), value :: len
+      integer(c_int) :: rc
+    end function eckpt_protect_bytes
+    module procedure protect_c_float, protect_c_double, protect_c_int, protect_c_int64_t, protect_c_float_complex, &
+                     protect_c_double_complex, protect_c_bool
+  end interface eckpt_protect
+
   interface
     ! `config` is optional: absent passes NULL (configuration from the environment), else a
     ! null-terminated "key=value;..." string.
@@ -50,13 +83,16 @@ module eckpt
       integer(c_int) :: rc
     end function eckpt_init
 
-    function eckpt_protect(id, ptr, len) bind(C, name="eckpt_protect") result(rc)
+    ! What the typed eckpt_protect calls: elem_size * count bytes at ptr, or ECKPT_EINVAL with a
+    ! message for an array that is not contiguous.
+    function eckpt_protect_array(id, ptr, elem_size, count, contiguous) bind(C, name="eckpt_protect_array") result(rc)
       import :: c_int, c_ptr, c_size_t
       integer(c_int), value :: id
       type(c_ptr), value :: ptr
-      integer(c_size_t), value :: len
+      integer(c_size_t), value :: elem_size, count
+      integer(c_int), value :: contiguous
       integer(c_int) :: rc
-    end function eckpt_protect
+    end function eckpt_protect_array
 
     ! GPU memory: `devptr` is a CUDA device pointer (c_devloc of a CUDA Fortran `device` array,
     ! or what cudaMalloc returned).
@@ -122,6 +158,76 @@ module eckpt
   end interface
 
 contains
+
+  ! The typed eckpt_protect, one per kind: each passes its element size to protect_whole. `x`
+  ! is assumed-rank without the `contiguous` attribute, so that it is the caller's array itself
+  ! (a section stays a strided view, never a copy), `target` so that c_loc of it is that
+  ! array's, and intent(inout) so that a constant or an expression (a temporary) does not
+  ! compile: restart writes into it.
+  function protect_c_float(id, x) result(rc)
+    integer(c_int), intent(in) :: id
+    real(c_float), dimension(..), intent(inout), target :: x
+    integer(c_int) :: rc
+    rc = protect_whole(id, x, storage_size(x, c_size_t))
+  end function protect_c_float
+
+  function protect_c_double(id, x) result(rc)
+    integer(c_int), intent(in) :: id
+    real(c_double), dimension(..), intent(inout), target :: x
+    integer(c_int) :: rc
+    rc = protect_whole(id, x, storage_size(x, c_size_t))
+  end function protect_c_double
+
+  function protect_c_int(id, x) result(rc)
+    integer(c_int), intent(in) :: id
+    integer(c_int), dimension(..), intent(inout), target :: x
+    integer(c_int) :: rc
+    rc = protect_whole(id, x, storage_size(x, c_size_t))
+  end function protect_c_int
+
+  function protect_c_int64_t(id, x) result(rc)
+    integer(c_int), intent(in) :: id
+    integer(c_int64_t), dimension(..), intent(inout), target :: x
+    integer(c_int) :: rc
+    rc = protect_whole(id, x, storage_size(x, c_size_t))
+  end function protect_c_int64_t
+
+  function protect_c_float_complex(id, x) result(rc)
+    integer(c_int), intent(in) :: id
+    complex(c_float_complex), dimension(..), intent(inout), target :: x
+    integer(c_int) :: rc
+    rc = protect_whole(id, x, storage_size(x, c_size_t))
+  end function protect_c_float_complex
+
+  function protect_c_double_complex(id, x) result(rc)
+    integer(c_int), intent(in) :: id
+    complex(c_double_complex), dimension(..), intent(inout), target :: x
+    integer(c_int) :: rc
+    rc = protect_whole(id, x, storage_size(x, c_size_t))
+  end function protect_c_double_complex
+
+  function protect_c_bool(id, x) result(rc)
+    integer(c_int), intent(in) :: id
+    logical(c_bool), dimension(..), intent(inout), target :: x
+    integer(c_int) :: rc
+    rc = protect_whole(id, x, storage_size(x, c_size_t))
+  end function protect_c_bool
+
+  ! Describes x (elements of `bits` bits) to the library, which protects its bytes or refuses
+  ! it with the reason: not contiguous (a section), or of unknown size (an assumed-size array,
+  ! whose size gfortran gives as -1).
+  function protect_whole(id, x, bits) result(rc)
+    integer(c_int), intent(in) :: id
+    type(*), dimension(..), intent(inout), target :: x
+    integer(c_size_t), intent(in) :: bits
+    integer(c_int) :: rc
+    type(c_ptr) :: ptr
+    ! c_loc is defined only for a contiguous array of nonzero size; the library refuses the
+    ! others before it looks at the pointer.
+    ptr = c_null_ptr
+    if (is_contiguous(x) .and. size(x) > 0) ptr = c_loc(x)
+    rc = eckpt_protect_array(id, ptr, bits / 8, size(x, kind=c_size_t), merge(1_c_int, 0_c_int, is_contiguous(x)))
+  end function protect_whole
 
   ! "<what the code means>: <the library's full message of the last failure>", as a Fortran
   ! string, for error reports.

@@ -112,6 +112,11 @@ extern "C" {
  job id there is no safe default and this fails with `ECKPT_EINVAL`. The store creates its
  directories owner-only (0700).
 
+ The process holds its rank from here to `eckpt_finalize` (or its exit): a second live
+ process initialising the same rank of the same store fails with `ECKPT_ESTATE`, naming
+ the first. A child made by `fork()` must not use its parent's eckpt: every call there
+ fails with `ECKPT_ESTATE`; the child may call `eckpt_init` for a rank of its own.
+
  # Safety
  `config` must be NULL or a NUL-terminated string.
  */
@@ -125,6 +130,22 @@ int eckpt_init(const char *config);
  The memory must stay valid until `eckpt_finalize`.
  */
 int eckpt_protect(int id, void *ptr, size_t len);
+
+/*
+ Protects an array of `count` elements of `elem_size` bytes at `ptr` as region `id`, as
+ `eckpt_protect(id, ptr, elem_size * count)` would, for language bindings that hold arrays
+ by descriptor and can tell whether one is contiguous (the Fortran module's typed
+ `eckpt_protect(id, x)`). Fails with `ECKPT_EINVAL` and protects nothing when:
+ - `contiguous` is 0: a strided section such as Fortran's `a(1::2)` or `m(1,:)`, whose
+   elements are not the bytes at `ptr` (and a contiguous copy of it would be restored into
+   the copy, not into the array);
+ - `elem_size * count` exceeds `PTRDIFF_MAX`, as when a binding reports an unknown size
+   (Fortran's `size` of an assumed-size array `b(*)` is -1, which arrives as `SIZE_MAX`).
+
+ # Safety
+ When `contiguous` is not 0, as `eckpt_protect` for `elem_size * count` bytes at `ptr`.
+ */
+int eckpt_protect_array(int id, void *ptr, size_t elem_size, size_t count, int contiguous);
 
 /*
  Protects `len` bytes of GPU memory at `devptr` (a CUDA device pointer, as `cudaMalloc`
@@ -156,7 +177,13 @@ int eckpt_protect_dir(const char *path);
 
 /*
  Checkpoints every protected region and file. Returns the new epoch (≥ 1) or a negative
- error; on error the previous epoch stays intact.
+ error; on error the previous epoch stays intact, and the next checkpoint compares every
+ block instead of trusting the changes tracked since.
+
+ Not async-signal-safe, like every eckpt function: from a signal handler (SIGTERM before
+ a job's time runs out), set a flag and checkpoint from the program's loop. A call made
+ from a handler that interrupted another eckpt call on the same thread returns
+ `ECKPT_ESTATE` at once instead of deadlocking.
  */
 int eckpt_checkpoint(void);
 
@@ -170,10 +197,13 @@ int eckpt_snapshot(void);
 
 /*
  Restores the latest checkpoint into the protected regions and files. Returns the epoch
- restored, 0 when there is nothing to restore, or a negative error. A checkpoint that does
- not fit (`ECKPT_EMISMATCH`) is refused before anything is changed; stored data failing its
- checksum (`ECKPT_ECORRUPT`) is never copied, but regions read before it was found are
- already restored.
+ restored, 0 when there is nothing to restore, or a negative error. Everything that can be
+ checked first is, before any memory or file is changed: a checkpoint that does not fit
+ (`ECKPT_EMISMATCH`: other regions, sizes or layouts than protected now, an input file
+ changed, an append file shorter, gone, or replaced by a link, a protected directory gone)
+ or memory no longer mapped writable (`ECKPT_ESTATE`). Stored data failing its checksum
+ (`ECKPT_ECORRUPT`) is never copied, but regions read before it was found are already
+ restored.
  */
 int eckpt_restart(void);
 

@@ -10,7 +10,7 @@
 !   gfortran -O2 include/eckpt.f90 examples/fortran/heat.f90 -Ltarget/release -leckpt -o heat
 !   ECKPT_DIR=/tmp/ck ./heat 100000 50 10 25; ECKPT_DIR=/tmp/ck ./heat 100000 50 10
 program heat
-  use, intrinsic :: iso_c_binding, only: c_int, c_int64_t, c_double, c_size_t, c_loc
+  use, intrinsic :: iso_c_binding, only: c_int, c_int64_t, c_double
   use eckpt
   implicit none
 
@@ -32,8 +32,8 @@ program heat
   allocate(grid(n), old(n))
 
   call check(eckpt_init(), 'eckpt_init')
-  call check(eckpt_protect(0_c_int, c_loc(grid), int(8, c_size_t) * int(n, c_size_t)), 'eckpt_protect(grid)')
-  call check(eckpt_protect(1_c_int, c_loc(step), int(8, c_size_t)), 'eckpt_protect(step)')
+  call check(eckpt_protect(0, grid), 'eckpt_protect(grid)')
+  call check(eckpt_protect(1, step), 'eckpt_protect(step)')
 
   rc = eckpt_restart()
   call check(rc, 'eckpt_restart')

@@ -11,12 +11,13 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::files::{self, FileMode, Protected};
+use crate::stored_path::StoredPath;
 use crate::Error;
 
 /// What the record file holds: append file key → its length when first protected.
 #[derive(Default, Serialize, Deserialize)]
 struct Lengths {
-    append: BTreeMap<PathBuf, u64>,
+    append: BTreeMap<StoredPath, u64>,
 }
 
 /// One rank's record, `append-baseline.<R>.json` in a directory that outlives the rank's
@@ -45,21 +46,19 @@ impl Baseline {
     /// recorded one: the first protect is the rollback point until a checkpoint commits.
     pub(crate) fn record(&self, file: &Protected) -> Result<(), Error> {
         let mut lengths = self.load()?;
-        if lengths.append.contains_key(&file.key) {
+        let key = StoredPath(file.key.clone());
+        if lengths.append.contains_key(&key) {
             return Ok(());
         }
-        let len = match fs::metadata(&file.path) {
-            Ok(m) => m.len(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(Error::io(&file.path, e)),
-        };
-        lengths.append.insert(file.key.clone(), len);
+        let len = files::regular_file_len(&file.path)?.unwrap_or(0);
+        lengths.append.insert(key, len);
         self.save(&lengths)
     }
 
     /// Writes the record crash-safely ([`eckpt_durable::write_atomic`]).
     fn save(&self, lengths: &Lengths) -> Result<(), Error> {
-        let bytes = serde_json::to_vec(lengths).expect("lengths always serialise");
+        let bytes = serde_json::to_vec(lengths)
+            .map_err(|e| Error::Internal(format!("append lengths do not serialise: {e}")))?;
         eckpt_durable::write_atomic(&self.path, &bytes).map_err(|e| Error::io(&self.path, e))
     }
 
@@ -69,13 +68,11 @@ impl Baseline {
         let lengths = self.load()?;
         let mut cuts = Vec::new();
         for (file, _) in files.iter().filter(|(_, m)| *m == FileMode::Append) {
-            let Some(&recorded) = lengths.append.get(&file.key) else {
+            let Some(&recorded) = lengths.append.get(&StoredPath(file.key.clone())) else {
                 continue;
             };
-            let len = match fs::metadata(&file.path) {
-                Ok(m) => m.len(),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(Error::io(&file.path, e)),
+            let Some(len) = files::regular_file_len(&file.path)? else {
+                continue;
             };
             if len < recorded {
                 return Err(Error::Mismatch(format!(

@@ -3,9 +3,10 @@
 //! a negative `ECKPT_E*` code on failure; `eckpt_strerror` names the code and
 //! `eckpt_last_error` gives the full message of this thread's last failure.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{compiler_fence, Ordering};
 use std::sync::Mutex;
 
 use crate::{Checkpointer, Config, Error, FileMode};
@@ -48,6 +49,44 @@ static CHECKPOINTER: Mutex<Option<Checkpointer>> = Mutex::new(None);
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    /// Whether this thread is inside an eckpt call: a second call on the same thread can only
+    /// come from a signal handler that interrupted the first, and waiting for the lock the
+    /// first holds would never end. Const-initialised, so reading it allocates nothing.
+    static IN_CALL: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread's last failed call was refused for being made inside another: its
+    /// message is [`REENTRANT_CALL`], which needs no allocation (a handler that interrupted
+    /// `malloc` must not call it again).
+    static LAST_WAS_REENTRANT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The message of a call refused for being made inside another on the same thread.
+const REENTRANT_CALL: &CStr = c"an eckpt call was made while this thread was inside another (from a signal handler?): eckpt functions are not async-signal-safe; set a flag in the handler and call eckpt from the program's own loop";
+
+/// Marks this thread inside an eckpt call for as long as it lives (unwinding included).
+struct InCall;
+
+impl InCall {
+    /// `None` when this thread is already inside a call.
+    fn enter() -> Option<InCall> {
+        let entered = !IN_CALL.replace(true);
+        // The compiler sees no reader of the flag between this store and the one at the
+        // call's end, and would drop this one; a signal handler is that reader.
+        compiler_fence(Ordering::SeqCst);
+        // Not `then_some(InCall)`: that would build the guard either way, and dropping an
+        // unused one would clear the flag of the call this one is inside.
+        if entered {
+            Some(InCall)
+        } else {
+            None
+        }
+    }
+}
+
+impl Drop for InCall {
+    fn drop(&mut self) {
+        compiler_fence(Ordering::SeqCst);
+        IN_CALL.set(false);
+    }
 }
 
 /// Runs `f` on the process's checkpointer, turning errors and panics into codes.
@@ -63,15 +102,26 @@ fn with_checkpointer(f: impl FnOnce(&mut Checkpointer) -> Result<c_int, Error>) 
     })
 }
 
-/// Runs `f`, recording the message of an error or panic for `eckpt_last_error`.
+/// Runs `f`, recording the message of an error or panic for `eckpt_last_error`. No panic
+/// crosses the C boundary: it becomes `ECKPT_EINTERNAL` with its message, and the
+/// checkpointer stays usable (its next checkpoint compares everything). A call made while
+/// this thread is inside another (from a signal handler) is refused at once, never waited on.
 fn guarded(f: impl FnOnce() -> Result<c_int, Error>) -> c_int {
-    let (code, message) = match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(code)) => return code,
-        Ok(Err(e)) => (e.code(), e.to_string()),
-        Err(_) => (ECKPT_EINTERNAL, "internal error (panic)".to_string()),
+    let Some(in_call) = InCall::enter() else {
+        // Nothing that allocates or locks: this may run in a handler that interrupted either.
+        LAST_WAS_REENTRANT.set(true);
+        return ECKPT_ESTATE;
     };
-    LAST_ERROR.with(|last| *last.borrow_mut() = CString::new(message.replace('\0', " ")).unwrap_or_default());
-    code
+    let error = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(code)) => return code,
+        Ok(Err(e)) => e,
+        Err(panic) => Error::from_panic(panic.as_ref()),
+    };
+    let message = CString::new(error.to_string().replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|last| *last.borrow_mut() = message);
+    LAST_WAS_REENTRANT.set(false);
+    drop(in_call);
+    error.code()
 }
 
 /// A C string argument as UTF-8.
@@ -99,6 +149,11 @@ unsafe fn text<'a>(s: *const c_char, what: &str) -> Result<&'a str, Error> {
 /// job id there is no safe default and this fails with `ECKPT_EINVAL`. The store creates its
 /// directories owner-only (0700).
 ///
+/// The process holds its rank from here to `eckpt_finalize` (or its exit): a second live
+/// process initialising the same rank of the same store fails with `ECKPT_ESTATE`, naming
+/// the first. A child made by `fork()` must not use its parent's eckpt: every call there
+/// fails with `ECKPT_ESTATE`; the child may call `eckpt_init` for a rank of its own.
+///
 /// # Safety
 /// `config` must be NULL or a NUL-terminated string.
 #[no_mangle]
@@ -113,6 +168,10 @@ pub unsafe extern "C" fn eckpt_init(config: *const c_char) -> c_int {
         let mut guard = CHECKPOINTER
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // A forked child's inherited checkpointer is its parent's: the child starts its own.
+        if guard.as_ref().is_some_and(Checkpointer::forked) {
+            *guard = None;
+        }
         if guard.is_some() {
             return Err(Error::State(
                 "eckpt_init called twice without eckpt_finalize".into(),
@@ -132,6 +191,48 @@ pub unsafe extern "C" fn eckpt_init(config: *const c_char) -> c_int {
 pub unsafe extern "C" fn eckpt_protect(id: c_int, ptr: *mut c_void, len: usize) -> c_int {
     // SAFETY: forwarded from this function's contract.
     with_checkpointer(|ck| unsafe { ck.protect(&id.to_string(), ptr.cast(), len) }.map(|_| ECKPT_OK))
+}
+
+/// Protects an array of `count` elements of `elem_size` bytes at `ptr` as region `id`, as
+/// `eckpt_protect(id, ptr, elem_size * count)` would, for language bindings that hold arrays
+/// by descriptor and can tell whether one is contiguous (the Fortran module's typed
+/// `eckpt_protect(id, x)`). Fails with `ECKPT_EINVAL` and protects nothing when:
+/// - `contiguous` is 0: a strided section such as Fortran's `a(1::2)` or `m(1,:)`, whose
+///   elements are not the bytes at `ptr` (and a contiguous copy of it would be restored into
+///   the copy, not into the array);
+/// - `elem_size * count` exceeds `PTRDIFF_MAX`, as when a binding reports an unknown size
+///   (Fortran's `size` of an assumed-size array `b(*)` is -1, which arrives as `SIZE_MAX`).
+///
+/// # Safety
+/// When `contiguous` is not 0, as `eckpt_protect` for `elem_size * count` bytes at `ptr`.
+#[no_mangle]
+pub unsafe extern "C" fn eckpt_protect_array(
+    id: c_int,
+    ptr: *mut c_void,
+    elem_size: usize,
+    count: usize,
+    contiguous: c_int,
+) -> c_int {
+    with_checkpointer(|ck| {
+        let name = id.to_string();
+        if contiguous == 0 {
+            return Err(Error::Invalid(format!(
+                "region {name:?}: the array is not contiguous (an array section such as a(1::2) or \
+                 m(1,:)?): protect the whole array"
+            )));
+        }
+        let len = elem_size
+            .checked_mul(count)
+            .filter(|&len| isize::try_from(len).is_ok())
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "region {name:?}: {count} elements of {elem_size} bytes are more than memory holds \
+                     (an assumed-size array such as b(*), whose size is unknown?)"
+                ))
+            })?;
+        // SAFETY: forwarded from this function's contract (the array is contiguous).
+        unsafe { ck.protect(&name, ptr.cast(), len) }.map(|_| ECKPT_OK)
+    })
 }
 
 /// Protects `len` bytes of GPU memory at `devptr` (a CUDA device pointer, as `cudaMalloc`
@@ -180,7 +281,13 @@ pub unsafe extern "C" fn eckpt_protect_dir(path: *const c_char) -> c_int {
 }
 
 /// Checkpoints every protected region and file. Returns the new epoch (≥ 1) or a negative
-/// error; on error the previous epoch stays intact.
+/// error; on error the previous epoch stays intact, and the next checkpoint compares every
+/// block instead of trusting the changes tracked since.
+///
+/// Not async-signal-safe, like every eckpt function: from a signal handler (SIGTERM before
+/// a job's time runs out), set a flag and checkpoint from the program's loop. A call made
+/// from a handler that interrupted another eckpt call on the same thread returns
+/// `ECKPT_ESTATE` at once instead of deadlocking.
 #[no_mangle]
 pub extern "C" fn eckpt_checkpoint() -> c_int {
     with_checkpointer(|ck| {
@@ -202,10 +309,13 @@ pub extern "C" fn eckpt_snapshot() -> c_int {
 }
 
 /// Restores the latest checkpoint into the protected regions and files. Returns the epoch
-/// restored, 0 when there is nothing to restore, or a negative error. A checkpoint that does
-/// not fit (`ECKPT_EMISMATCH`) is refused before anything is changed; stored data failing its
-/// checksum (`ECKPT_ECORRUPT`) is never copied, but regions read before it was found are
-/// already restored.
+/// restored, 0 when there is nothing to restore, or a negative error. Everything that can be
+/// checked first is, before any memory or file is changed: a checkpoint that does not fit
+/// (`ECKPT_EMISMATCH`: other regions, sizes or layouts than protected now, an input file
+/// changed, an append file shorter, gone, or replaced by a link, a protected directory gone)
+/// or memory no longer mapped writable (`ECKPT_ESTATE`). Stored data failing its checksum
+/// (`ECKPT_ECORRUPT`) is never copied, but regions read before it was found are already
+/// restored.
 #[no_mangle]
 pub extern "C" fn eckpt_restart() -> c_int {
     with_checkpointer(|ck| match ck.restart()? {
@@ -265,7 +375,11 @@ pub extern "C" fn eckpt_strerror(code: c_int) -> *const c_char {
 /// failing call on this thread.
 #[no_mangle]
 pub extern "C" fn eckpt_last_error() -> *const c_char {
-    LAST_ERROR.with(|last| last.borrow().as_ptr())
+    if LAST_WAS_REENTRANT.get() {
+        return REENTRANT_CALL.as_ptr();
+    }
+    // Borrowed only while a call records its error, which a signal handler may interrupt.
+    LAST_ERROR.with(|last| last.try_borrow().map_or(c"".as_ptr(), |last| last.as_ptr()))
 }
 
 #[cfg(test)]
@@ -288,11 +402,28 @@ mod tests {
         assert_eq!(last_error(), "cluster: corrupt: chunk 9 fails its crc32c");
     }
 
+    /// A call from a signal handler that interrupted another call on the same thread is
+    /// refused at once: the outer call holds the lock it would wait for.
+    #[test]
+    fn a_call_inside_a_call_on_one_thread_is_refused_not_waited_on() {
+        let inner = std::cell::Cell::new(0);
+        let outer = guarded(|| {
+            inner.set(guarded(|| Ok(7)));
+            Ok(1)
+        });
+        assert_eq!((outer, inner.get()), (1, ECKPT_ESTATE));
+        assert!(last_error().contains("signal handler"), "{}", last_error());
+        assert_eq!(guarded(|| Ok(2)), 2, "the thread is no longer inside a call");
+    }
+
     /// A crashed thread is a bug in eckpt, not a bad argument: the caller gets
     /// `ECKPT_EINTERNAL`, and the process goes on.
     #[test]
     fn a_panic_is_an_internal_error() {
         assert_eq!(guarded(|| panic!("worker thread crashed")), ECKPT_EINTERNAL);
-        assert_eq!(last_error(), "internal error (panic)");
+        assert_eq!(
+            last_error(),
+            "internal error in eckpt (please report it): panic: worker thread crashed"
+        );
     }
 }

@@ -11,10 +11,10 @@ use crate::baseline::Baseline;
 use crate::cluster_mode::ClusterLink;
 use crate::pacing::{Decision, Pacer, Policy};
 
-use eckpt_capture::Tracker;
+use eckpt_capture::{MemoryMap, Tracker};
 use eckpt_cluster_api::msg::{PaceReport, PaceStats, RankReport};
 use eckpt_gpu::{stage_changes, Changes, Cuda, Device, DeviceRegion, Staged};
-use eckpt_store::{EpochWriter, Options, Store};
+use eckpt_store::{EpochWriter, Options, RankClaim, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::files::{self, DirRecord, FileMode, FileRecord, Protected};
@@ -40,6 +40,9 @@ struct Region {
     id: u32,
     ptr: *mut u8,
     len: usize,
+    /// What the bytes are, as the binding that protected them describes it (a numpy dtype and
+    /// shape, `<f4[16]`): a restart into another layout of the same length is refused.
+    layout: Option<String>,
 }
 
 /// What an epoch records besides the contents: enough to check at restart that the rank
@@ -51,6 +54,9 @@ struct Meta {
     /// Device region name → length (absent in epochs of versions without device memory).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     device_regions: BTreeMap<String, u64>,
+    /// Region name → layout, for regions protected with one ([`Checkpointer::protect_typed`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    layouts: BTreeMap<String, String>,
     files: Vec<FileRecord>,
     dirs: Vec<DirRecord>,
 }
@@ -134,6 +140,12 @@ struct Completed {
 /// every rank is in and the parity is durable.
 pub struct Checkpointer {
     config: Config,
+    /// The process that made this checkpointer. A forked child inherits it — the tracker's
+    /// userfaultfd and pagemap descriptors, which still act on the parent's memory, and the
+    /// parent's store claim — and must not use it: every call checks.
+    pid: u32,
+    /// Standalone: this process's claim on its rank in the store, held until drop.
+    _claim: Option<RankClaim>,
     /// The store in use (standalone: `config.store_root()`; cluster mode: the rank's node's, opened
     /// when first needed and re-opened when the rank moves).
     store: Option<Store>,
@@ -143,6 +155,14 @@ pub struct Checkpointer {
     last_epoch: Option<u64>,
     tracker: Tracker,
     regions: BTreeMap<String, Region>,
+    /// Host regions by start address → name: finds an overlap in O(log n) and names it.
+    by_address: BTreeMap<usize, String>,
+    /// The process's mappings as last read: a new region inside a writable mapping seen
+    /// before is accepted without reading `/proc/self/maps` again (a rank may protect 100,000
+    /// regions); one outside it reads them anew. Checkpoints and restarts read them afresh.
+    memory_map: Option<MemoryMap>,
+    /// The tracker id the next protected region gets (ids are never reused).
+    next_region_id: u32,
     /// Protected device memory, by name: fingerprints on the device, staging on the host.
     devices: BTreeMap<String, Box<dyn DeviceRegion>>,
     files: Vec<(Protected, FileMode)>,
@@ -184,14 +204,20 @@ impl Checkpointer {
                 )
             }
         };
+        let claim = store.as_ref().map(|s| s.claim_rank(config.rank)).transpose()?;
         let tracker = Tracker::new(config.track, config.hash_block_size)?;
         Ok(Checkpointer {
             config,
+            pid: std::process::id(),
+            _claim: claim,
             store,
             cluster,
             last_epoch: None,
             tracker,
             regions: BTreeMap::new(),
+            by_address: BTreeMap::new(),
+            memory_map: None,
+            next_region_id: 0,
             devices: BTreeMap::new(),
             files: Vec::new(),
             dirs: Vec::new(),
@@ -247,16 +273,59 @@ impl Checkpointer {
     /// The memory must stay valid, readable and writable, and not be moved or freed until the
     /// checkpointer is dropped.
     pub unsafe fn protect(&mut self, name: &str, ptr: *mut u8, len: usize) -> Result<(), Error> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.protect_region(name, ptr, len, None) }
+    }
+
+    /// [`Checkpointer::protect`] with a description of what the bytes are (`layout`, any
+    /// string: a numpy dtype and shape such as `<f4[4,4]`): it is recorded with every epoch,
+    /// and a restart whose region has another layout is refused as a mismatch before anything
+    /// is changed, even when the lengths agree (float32[16] is not float64[8]).
+    ///
+    /// # Safety
+    /// As [`Checkpointer::protect`].
+    pub unsafe fn protect_typed(
+        &mut self,
+        name: &str,
+        ptr: *mut u8,
+        len: usize,
+        layout: &str,
+    ) -> Result<(), Error> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.protect_region(name, ptr, len, Some(layout.to_string())) }
+    }
+
+    /// # Safety
+    /// As [`Checkpointer::protect`].
+    unsafe fn protect_region(
+        &mut self,
+        name: &str,
+        ptr: *mut u8,
+        len: usize,
+        layout: Option<String>,
+    ) -> Result<(), Error> {
         self.check_unused(name)?;
         if ptr.is_null() || len == 0 {
             return Err(Error::Invalid(format!(
                 "region {name:?}: null pointer or zero length"
             )));
         }
-        let id = self.regions.values().map(|r| r.id + 1).max().unwrap_or(0);
+        let start = ptr as usize;
+        if let Some(other) = self.overlapping(start, len) {
+            return Err(Error::Invalid(format!(
+                "region {name:?} overlaps region {other:?}: protect each byte once"
+            )));
+        }
+        self.check_writable(name, start, len)?;
+        let id = self.next_region_id;
+        self.next_region_id = id
+            .checked_add(1)
+            .ok_or_else(|| Error::Invalid("more than 2^32 regions protected".into()))?;
         // SAFETY: forwarded from this function's contract.
         unsafe { self.tracker.add_region(id, ptr, len)? };
-        self.regions.insert(name.to_string(), Region { id, ptr, len });
+        self.regions
+            .insert(name.to_string(), Region { id, ptr, len, layout });
+        self.by_address.insert(start, name.to_string());
         Ok(())
     }
 
@@ -303,6 +372,71 @@ impl Checkpointer {
         Ok(())
     }
 
+    /// The name of a protected host region that shares a byte with `[start, start + len)`:
+    /// only the regions starting just before and at or after `start` can.
+    fn overlapping(&self, start: usize, len: usize) -> Option<&str> {
+        let end = start.saturating_add(len);
+        let before = self.by_address.range(..=start).next_back();
+        let after = self.by_address.range(start..).next();
+        [before, after].into_iter().flatten().find_map(|(&other, name)| {
+            let other_end = other.saturating_add(self.regions[name].len);
+            (other < end && start < other_end).then_some(name.as_str())
+        })
+    }
+
+    /// Refuses memory a restart could not write back: unmapped (a bogus pointer, a length
+    /// running past the allocation) or read-only (a `const` global, `PROT_READ`). The
+    /// mappings read last serve while they vouch for the range; else they are read anew.
+    fn check_writable(&mut self, name: &str, start: usize, len: usize) -> Result<(), Error> {
+        if self
+            .memory_map
+            .as_ref()
+            .is_some_and(|map| map.unwritable(start, len).is_none())
+        {
+            return Ok(());
+        }
+        let map = MemoryMap::read().map_err(|e| Error::io(Path::new("/proc/self/maps"), e))?;
+        let refusal = map.unwritable(start, len);
+        self.memory_map = Some(map);
+        match refusal {
+            None => Ok(()),
+            Some(why) => Err(Error::Invalid(format!("region {name:?}: {why}"))),
+        }
+    }
+
+    /// Checks, against the mappings read now, that every protected region is still mapped
+    /// writable: memory freed or unmapped since `protect` is refused before a checkpoint reads
+    /// it (a crash) or a restart writes it (a write into someone else's memory).
+    fn check_regions_mapped(&mut self) -> Result<(), Error> {
+        let map = MemoryMap::read().map_err(|e| Error::io(Path::new("/proc/self/maps"), e))?;
+        for (name, region) in &self.regions {
+            if let Some(why) = map.unwritable(region.ptr as usize, region.len) {
+                return Err(Error::State(format!(
+                    "region {name:?}: {why} (freed or unmapped since it was protected?)"
+                )));
+            }
+        }
+        self.memory_map = Some(map);
+        Ok(())
+    }
+
+    /// Refuses any use of this checkpointer by a process other than the one that made it: a
+    /// forked child would act on its parent's dirty tracking and store.
+    fn same_process(&self) -> Result<(), Error> {
+        if std::process::id() == self.pid {
+            return Ok(());
+        }
+        Err(Error::State(format!(
+            "this process was forked from process {}, whose checkpointer it must not use: initialise one of its own (eckpt_init; in Python a new Checkpointer), for another rank",
+            self.pid
+        )))
+    }
+
+    /// Whether this is a forked child's copy of its parent's checkpointer.
+    pub(crate) fn forked(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
     /// Refuses a region name already in use (host or device); first waits for a background
     /// completion, which holds the device regions.
     fn check_unused(&mut self, name: &str) -> Result<(), Error> {
@@ -319,7 +453,9 @@ impl Checkpointer {
     /// durably (once per rank): a fresh start cuts it back to that, so a run killed before
     /// its first checkpoint leaves no lines behind.
     pub fn protect_file(&mut self, path: impl AsRef<Path>, mode: FileMode) -> Result<(), Error> {
+        self.same_process()?;
         let file = Protected::new(path.as_ref())?;
+        files::check_protectable(&file, mode)?;
         if self
             .files
             .iter()
@@ -341,6 +477,7 @@ impl Checkpointer {
     /// `.eckpt-rollback/`) when restarting from that checkpoint.
     /// Relative paths are treated as in [`Checkpointer::protect_file`].
     pub fn protect_dir(&mut self, path: impl AsRef<Path>) -> Result<(), Error> {
+        self.same_process()?;
         let dir = Protected::new(path.as_ref())?;
         if !dir.path.is_dir() {
             return Err(Error::Invalid(format!(
@@ -371,6 +508,7 @@ impl Checkpointer {
     /// `pacing`) — so call it the same number of times on every rank, and do not mix it
     /// with [`Checkpointer::checkpoint`].
     pub fn snapshot(&mut self) -> Result<Option<u64>, Error> {
+        self.same_process()?;
         if self.pacer.is_none() {
             self.pacer = Some(Pacer::new(Policy::new(self.config.interval, self.config.mtbf)?));
         }
@@ -436,17 +574,11 @@ impl Checkpointer {
                 self.resync = true;
             }
         }
-        let completion = match self.capture_epoch(epoch) {
-            Ok(capture) => Completion {
-                rank,
-                epoch,
-                capture,
-                ready: node.map(|n| (n.name, pace)),
-            },
-            Err(e) => {
-                self.resync = true;
-                return Err(e);
-            }
+        let completion = Completion {
+            rank,
+            epoch,
+            capture: self.capture_epoch(epoch)?,
+            ready: node.map(|n| (n.name, pace)),
         };
         if self.config.background && !self.devices.is_empty() {
             let mut devices = std::mem::take(&mut self.devices);
@@ -493,8 +625,10 @@ impl Checkpointer {
     }
 
     /// Waits for the epoch being completed in the background, if any, and takes back its
-    /// device regions; its failure is returned.
+    /// device regions; its failure is returned. Every call that touches the tracker or the
+    /// store passes through here first, so this is also where a forked child is refused.
     fn join_background(&mut self) -> Result<(), Error> {
+        self.same_process()?;
         let Some(thread) = self.background.take() else {
             return Ok(());
         };
@@ -531,20 +665,31 @@ impl Checkpointer {
     /// regions into their staging buffers. What remains is a [`Completion`].
     fn capture_epoch(&mut self, epoch: u64) -> Result<Capture, Error> {
         let rank = self.config.rank;
-        let dirty = self.tracker.collect_dirty()?;
+        self.check_regions_mapped()?;
+        // From here on the tracker's dirty information is being consumed: until an epoch holding
+        // it commits, the next checkpoint must compare every block — whether this one fails,
+        // returns an error, or panics half way ([`Checkpointer::completed`] clears it).
+        let resync = std::mem::replace(&mut self.resync, true);
+        // The tracker reports regions by ascending id; looked up by id for each region below.
+        let dirty: BTreeMap<u32, _> = self
+            .tracker
+            .collect_dirty()?
+            .into_iter()
+            .map(|d| (d.id, d))
+            .collect();
         let mut writer = self.store()?.writer(rank, epoch)?;
-        let compare_everything = writer.is_full() || self.resync;
+        let compare_everything = writer.is_full() || resync;
         let mut meta = Meta {
             regions: BTreeMap::new(),
             device_regions: BTreeMap::new(),
+            layouts: BTreeMap::new(),
             files: Vec::new(),
             dirs: Vec::new(),
         };
         for (name, region) in &self.regions {
             let changes = dirty
-                .iter()
-                .find(|d| d.id == region.id)
-                .expect("every region is tracked");
+                .get(&region.id)
+                .ok_or_else(|| Error::Internal(format!("region {name:?} is not tracked")))?;
             // SAFETY: `protect`'s contract keeps the region valid; the rank is inside this call.
             let memory = unsafe { std::slice::from_raw_parts(region.ptr, region.len) };
             let item = region_item(name);
@@ -563,6 +708,9 @@ impl Checkpointer {
                 writer.put_dirty(&item, block as u32, region.len as u64, &blocks)?;
             }
             meta.regions.insert(name.clone(), region.len as u64);
+            if let Some(layout) = &region.layout {
+                meta.layouts.insert(name.clone(), layout.clone());
+            }
         }
         let mut staged = Vec::with_capacity(self.devices.len());
         for (name, region) in &mut self.devices {
@@ -573,7 +721,8 @@ impl Checkpointer {
         Ok(Capture {
             writer,
             staged,
-            meta: serde_json::to_vec(&meta).expect("metadata always serialises"),
+            meta: serde_json::to_vec(&meta)
+                .map_err(|e| Error::Internal(format!("epoch {epoch}'s metadata does not serialise: {e}")))?,
         })
     }
 
@@ -629,6 +778,50 @@ impl Checkpointer {
         }
     }
 
+    /// Refuses, changing nothing, an epoch whose regions are not exactly the ones protected
+    /// now: one missing from either side (a region left out would be lost at the next
+    /// checkpoint), another length, or another layout.
+    fn check_regions_fit(&self, epoch: u64, meta: &Meta) -> Result<(), Error> {
+        let host = self.regions.iter().map(|(name, r)| (name, r.len as u64));
+        let device = self.devices.iter().map(|(name, r)| (name, r.size()));
+        for (kind, now, saved) in [
+            ("region", host.collect::<BTreeMap<_, _>>(), &meta.regions),
+            ("device region", device.collect(), &meta.device_regions),
+        ] {
+            for (name, len) in &now {
+                match saved.get(*name) {
+                    Some(saved) if saved == len => {}
+                    Some(saved) => {
+                        return Err(Error::Mismatch(format!(
+                            "{kind} {name:?} is {len} bytes but epoch {epoch} saved {saved}"
+                        )))
+                    }
+                    None => {
+                        return Err(Error::Mismatch(format!(
+                            "{kind} {name:?} is not in epoch {epoch}"
+                        )))
+                    }
+                }
+            }
+            if let Some(name) = saved.keys().find(|name| !now.contains_key(name)) {
+                return Err(Error::Mismatch(format!(
+                    "epoch {epoch} saved {kind} {name:?}, which is not protected now: protect every region the checkpoint holds before restart"
+                )));
+            }
+        }
+        for (name, region) in &self.regions {
+            let saved = meta.layouts.get(name);
+            if let (Some(now), Some(saved)) = (&region.layout, saved) {
+                if now != saved {
+                    return Err(Error::Mismatch(format!(
+                        "region {name:?} is {now} but epoch {epoch} saved {saved}"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Fills the regions and puts files and directories back from committed `epoch` of
     /// the store in use.
     fn restore_epoch(&mut self, epoch: u64) -> Result<u64, Error> {
@@ -646,30 +839,12 @@ impl Checkpointer {
         let meta: Meta = serde_json::from_slice(&meta)
             .map_err(|e| Error::Mismatch(format!("epoch {epoch}: unreadable metadata: {e}")))?;
 
-        let host = self
-            .regions
-            .iter()
-            .map(|(name, r)| (name, r.len as u64, &meta.regions));
-        let device = self
-            .devices
-            .iter()
-            .map(|(name, r)| (name, r.size(), &meta.device_regions));
-        for (name, len, saved) in host.chain(device) {
-            match saved.get(name) {
-                Some(&saved) if saved == len => {}
-                Some(&saved) => {
-                    return Err(Error::Mismatch(format!(
-                        "region {name:?} is {len} bytes but epoch {epoch} saved {saved}"
-                    )))
-                }
-                None => {
-                    return Err(Error::Mismatch(format!(
-                        "region {name:?} is not in epoch {epoch}"
-                    )))
-                }
-            }
-        }
-        files::check_restorable(&self.files, &meta.files)?;
+        // Everything restart can foresee is checked before memory or a file is changed.
+        self.check_regions_fit(epoch, &meta)?;
+        self.check_regions_mapped()?;
+        files::check_restorable(&self.files, &meta.files, &self.dirs, &meta.dirs)?;
+        // A restore that fails half way leaves memory the tracker has not seen as written.
+        self.resync = true;
 
         // One read of every region's image, by a pool of threads: host regions in place, each
         // device region's into its staging buffer, every piece of which starts its copy to the
@@ -730,6 +905,15 @@ impl Drop for Checkpointer {
     /// Completes the epoch being written in the background: a job that ends right after its
     /// last `checkpoint()` still gets that epoch.
     fn drop(&mut self) {
+        if self.forked() {
+            // A forked child's copy: the background thread is its parent's (there is none to
+            // join here), and device regions would free the parent's CUDA allocations. Their
+            // memory is leaked in the child; descriptors are closed, which leaves the parent's
+            // open and its claim and tracking intact.
+            std::mem::forget(self.background.take());
+            std::mem::forget(std::mem::take(&mut self.devices));
+            return;
+        }
         if let Err(e) = self.join_background() {
             eprintln!("eckpt: rank {}: the last epoch failed: {e}", self.config.rank);
         }

@@ -41,6 +41,10 @@ pub enum Error {
     /// Device (GPU) memory could not be protected, scanned, copied or restored.
     #[error(transparent)]
     Device(#[from] eckpt_gpu::GpuError),
+    /// A bug in eckpt (a panic caught at the API, a state that should not occur): the call
+    /// failed and the next checkpoint compares everything, but please report it.
+    #[error("internal error in eckpt (please report it): {0}")]
+    Internal(String),
     /// A file operation on a protected file failed.
     #[error("{path}: {source}")]
     Io {
@@ -59,13 +63,33 @@ impl Error {
             Error::Invalid(_) => capi::ECKPT_EINVAL,
             Error::State(_) => capi::ECKPT_ESTATE,
             Error::Mismatch(_) => capi::ECKPT_EMISMATCH,
+            // A region or setting the tracker refuses is the caller's argument, not a failure
+            // of tracking.
+            Error::Capture(
+                eckpt_capture::CaptureError::InvalidRegion { .. }
+                | eckpt_capture::CaptureError::InvalidConfig(_),
+            ) => capi::ECKPT_EINVAL,
             Error::Capture(_) => capi::ECKPT_ECAPTURE,
             Error::Device(_) => capi::ECKPT_EDEVICE,
             Error::Store(e) => store_code(e),
             Error::Io { .. } => capi::ECKPT_EIO,
             Error::Cluster(_) => capi::ECKPT_ECLUSTER,
             Error::ClusterCall(e) => cluster_code(e),
+            Error::Internal(_) => capi::ECKPT_EINTERNAL,
         }
+    }
+
+    /// The error a caught panic of eckpt's becomes at an API boundary (C, Python): an
+    /// internal error carrying what the panic said, when it said it as text.
+    pub fn from_panic(payload: &(dyn std::any::Any + Send)) -> Error {
+        let said = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
+        Error::Internal(match said {
+            Some(text) => format!("panic: {text}"),
+            None => "panic".into(),
+        })
     }
 
     pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> Error {
@@ -87,6 +111,8 @@ fn store_code(e: &StoreError) -> i32 {
         | StoreError::Delta(_) => capi::ECKPT_ECORRUPT,
         // A request against the rules, or a directory that is not this user's alone.
         StoreError::Invalid(_) | StoreError::Untrusted(_) => capi::ECKPT_EINVAL,
+        // A second live process on one rank: a call this process must not make.
+        StoreError::Claimed { .. } => capi::ECKPT_ESTATE,
         // The store could not do the work: a file operation failed, what should be there is
         // not, another writer holds the rank, or a delta does not fit its slot.
         StoreError::Io { .. }
@@ -202,6 +228,13 @@ mod tests {
             ),
             (StoreError::Busy { rank: 3 }, ECKPT_EIO),
             (
+                StoreError::Claimed {
+                    rank: 3,
+                    holder: "process 4242 on n7".into(),
+                },
+                ECKPT_ESTATE,
+            ),
+            (
                 StoreError::DeltaTooLarge {
                     rank: 3,
                     epoch: 7,
@@ -236,6 +269,16 @@ mod tests {
                 ECKPT_EIO,
             ),
             (Error::Cluster("epoch 4 aborted".into()), ECKPT_ECLUSTER),
+            (
+                Error::Capture(eckpt_capture::CaptureError::InvalidConfig(
+                    "hash block size must be in 1..=1GiB, got 2147483648".into(),
+                )),
+                ECKPT_EINVAL,
+            ),
+            (
+                Error::Internal("panic: index out of bounds".into()),
+                ECKPT_EINTERNAL,
+            ),
         ];
         for (error, code) in cases {
             assert_eq!(error.code(), code, "{error}");

@@ -14,12 +14,14 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use eckpt_store::{EpochWriter, Store};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
+use crate::stored_path::StoredPath;
 use crate::Error;
 
 /// Where files moved aside at restart go, inside each protected directory.
@@ -48,6 +50,9 @@ pub(crate) struct Protected {
 impl Protected {
     /// Keys `path` and resolves it against the current working directory.
     pub(crate) fn new(path: &Path) -> Result<Protected, Error> {
+        if path.as_os_str().is_empty() {
+            return Err(Error::Invalid("an empty path names no file".into()));
+        }
         let key = path.components().filter(|c| *c != Component::CurDir).collect();
         let path = std::path::absolute(path).map_err(|e| Error::io(path, e))?;
         Ok(Protected { key, path })
@@ -58,7 +63,7 @@ impl Protected {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct FileRecord {
     /// The file's key (see [`Protected`]).
-    path: PathBuf,
+    path: StoredPath,
     mode: FileMode,
     len: u64,
     /// xxh3 of an `Input` file's content.
@@ -69,17 +74,46 @@ pub(crate) struct FileRecord {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct DirRecord {
     /// The directory's key (see [`Protected`]).
-    path: PathBuf,
-    entries: BTreeSet<PathBuf>,
+    path: StoredPath,
+    entries: BTreeSet<StoredPath>,
 }
 
 /// The store item holding a snapshot file's content: `file/abs/path` for an absolute key,
 /// `file:rel/path` for a relative one (the two never collide).
 fn item_name(key: &Path) -> String {
+    let text = StoredPath::text(key);
     if key.is_absolute() {
-        format!("file{}", key.display())
+        format!("file{text}")
     } else {
-        format!("file:{}", key.display())
+        format!("file:{text}")
+    }
+}
+
+/// Refuses to protect what restart could not put back as a file of that mode: a directory
+/// or another non-file; a symbolic link as an append or snapshot file (restart would write
+/// through it into whatever it points to then: protect the target instead). An input file may
+/// be a link (it is only read); append and snapshot files may not exist yet.
+pub(crate) fn check_protectable(file: &Protected, mode: FileMode) -> Result<(), Error> {
+    let path = &file.path;
+    match mode {
+        FileMode::Input => match fs::metadata(path) {
+            Ok(meta) if meta.is_file() => Ok(()),
+            Ok(_) => Err(Error::Invalid(format!(
+                "{} is not a regular file (protect_dir protects a directory)",
+                path.display()
+            ))),
+            Err(e) => Err(Error::io(path, e)),
+        },
+        FileMode::Append | FileMode::Snapshot => {
+            regular_file_len(path).map_err(|e| match e {
+                Error::Mismatch(why) => Error::Invalid(match fs::read_link(path) {
+                    Ok(target) => format!("{why}: protect the file it points to ({})", target.display()),
+                    Err(_) => why,
+                }),
+                other => other,
+            })?;
+            Ok(())
+        }
     }
 }
 
@@ -96,16 +130,17 @@ pub(crate) fn checkpoint(
                 let content = fs::read(path).map_err(|e| Error::io(path, e))?;
                 writer.put_full(&item_name(key), &content)?;
                 FileRecord {
-                    path: key.clone(),
+                    path: StoredPath(key.clone()),
                     mode: *mode,
                     len: content.len() as u64,
                     xxh3: None,
                 }
             }
             FileMode::Append => {
-                let len = fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
+                let len = regular_file_len(path)?
+                    .ok_or_else(|| Error::io(path, std::io::ErrorKind::NotFound.into()))?;
                 FileRecord {
-                    path: key.clone(),
+                    path: StoredPath(key.clone()),
                     mode: *mode,
                     len,
                     xxh3: None,
@@ -114,7 +149,7 @@ pub(crate) fn checkpoint(
             FileMode::Input => {
                 let (len, hash) = hash_file(path)?;
                 FileRecord {
-                    path: key.clone(),
+                    path: StoredPath(key.clone()),
                     mode: *mode,
                     len,
                     xxh3: Some(hash),
@@ -127,7 +162,7 @@ pub(crate) fn checkpoint(
         .iter()
         .map(|d| {
             Ok(DirRecord {
-                path: d.key.clone(),
+                path: StoredPath(d.key.clone()),
                 entries: list_files(&d.path)?,
             })
         })
@@ -137,12 +172,19 @@ pub(crate) fn checkpoint(
 
 /// Fails, changing nothing, if a file protected now disagrees with the checkpoint in a way
 /// restart cannot mend: an input file that changed, an append file now shorter than
-/// checkpointed, or a file the checkpoint does not know.
-pub(crate) fn check_restorable(files: &[(Protected, FileMode)], records: &[FileRecord]) -> Result<(), Error> {
+/// checkpointed, missing, or no longer a regular file, a snapshot file that became a link or
+/// a directory (restart writes no file through a link), a protected directory that is gone,
+/// or a file the checkpoint does not know.
+pub(crate) fn check_restorable(
+    files: &[(Protected, FileMode)],
+    records: &[FileRecord],
+    protected_dirs: &[Protected],
+    dirs: &[DirRecord],
+) -> Result<(), Error> {
     for (Protected { key, path }, mode) in files {
         let record = records
             .iter()
-            .find(|r| &r.path == key && r.mode == *mode)
+            .find(|r| &r.path.0 == key && r.mode == *mode)
             .ok_or_else(|| {
                 Error::Mismatch(format!("{} ({mode:?}) is not in the checkpoint", key.display()))
             })?;
@@ -157,7 +199,13 @@ pub(crate) fn check_restorable(files: &[(Protected, FileMode)], records: &[FileR
                 }
             }
             FileMode::Append => {
-                let len = fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
+                let len = regular_file_len(path)?.ok_or_else(|| {
+                    Error::Mismatch(format!(
+                        "append file {} is gone; the checkpoint had {} bytes of it",
+                        path.display(),
+                        record.len
+                    ))
+                })?;
                 if len < record.len {
                     return Err(Error::Mismatch(format!(
                         "append file {} has {len} bytes, fewer than the {} checkpointed",
@@ -166,10 +214,64 @@ pub(crate) fn check_restorable(files: &[(Protected, FileMode)], records: &[FileR
                     )));
                 }
             }
-            FileMode::Snapshot => {}
+            FileMode::Snapshot => {
+                regular_file_len(path)?;
+                let parent = path.parent().unwrap_or(Path::new("/"));
+                if !parent.is_dir() {
+                    return Err(Error::Mismatch(format!(
+                        "snapshot file {} cannot be restored: {} is not a directory",
+                        path.display(),
+                        parent.display()
+                    )));
+                }
+            }
+        }
+    }
+    for record in dirs {
+        let dir = dir_path(protected_dirs, record)?;
+        if !dir.is_dir() {
+            return Err(Error::Mismatch(format!(
+                "protected directory {} is gone or no longer a directory",
+                dir.display()
+            )));
         }
     }
     Ok(())
+}
+
+/// The length of the regular file at `path`, `None` if there is none. A symbolic link, a
+/// directory or any other kind of file is a mismatch: what restart writes (an append file cut
+/// back, a snapshot restored) must be the file the checkpoint saw, never a link's target.
+pub(crate) fn regular_file_len(path: &Path) -> Result<Option<u64>, Error> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let kind = meta.file_type();
+    if kind.is_file() {
+        return Ok(Some(meta.len()));
+    }
+    let what = if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    };
+    Err(Error::Mismatch(format!(
+        "{} is {what}; eckpt only writes back the regular file it protected",
+        path.display()
+    )))
+}
+
+/// Where a directory the checkpoint recorded is now: the protected one with its key, else its
+/// key resolved against the current working directory.
+fn dir_path(protected_dirs: &[Protected], record: &DirRecord) -> Result<PathBuf, Error> {
+    match protected_dirs.iter().find(|d| d.key == record.path.0) {
+        Some(d) => Ok(d.path.clone()),
+        None => Ok(Protected::new(&record.path.0)?.path),
+    }
 }
 
 /// Puts files back as `epoch` saw them: snapshot contents restored, append files truncated,
@@ -187,13 +289,13 @@ pub(crate) fn restore(
     for (Protected { path, .. }, record) in files.iter().filter_map(|(p, m)| {
         records
             .iter()
-            .find(|r| r.path == p.key && r.mode == *m)
+            .find(|r| r.path.0 == p.key && r.mode == *m)
             .map(|r| (p, r))
     }) {
         match record.mode {
             FileMode::Snapshot => {
                 let mut content = vec![0u8; record.len as usize];
-                store.read_item_into(rank, epoch, &item_name(&record.path), &mut content)?;
+                store.read_item_into(rank, epoch, &item_name(&record.path.0), &mut content)?;
                 eckpt_durable::write_atomic(path, &content).map_err(|e| Error::io(path, e))?;
             }
             FileMode::Append => cut(path, record.len)?,
@@ -201,22 +303,21 @@ pub(crate) fn restore(
         }
     }
     for record in dirs {
-        let dir = match protected_dirs.iter().find(|d| d.key == record.path) {
-            Some(d) => d.path.clone(),
-            None => Protected::new(&record.path)?.path,
-        };
+        let dir = dir_path(protected_dirs, record)?;
         let now = list_files(&dir)?;
         for extra in now.difference(&record.entries) {
-            move_aside(&dir, extra, epoch)?;
+            move_aside(&dir, &extra.0, epoch)?;
         }
     }
     Ok(())
 }
 
-/// Cuts an append file back to `len` bytes, durably.
+/// Cuts an append file back to `len` bytes, durably. A symbolic link at `path` is refused
+/// (`O_NOFOLLOW`), not followed: a file swapped for a link to another must not be cut.
 pub(crate) fn cut(path: &Path, len: u64) -> Result<(), Error> {
     let file = fs::OpenOptions::new()
         .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .map_err(|e| Error::io(path, e))?;
     file.set_len(len)
@@ -246,7 +347,7 @@ fn move_aside(dir: &Path, relative: &Path, epoch: u64) -> Result<(), Error> {
 }
 
 /// Relative paths of every non-directory entry under `dir`, skipping the rollback folder.
-fn list_files(dir: &Path) -> Result<BTreeSet<PathBuf>, Error> {
+fn list_files(dir: &Path) -> Result<BTreeSet<StoredPath>, Error> {
     let mut out = BTreeSet::new();
     let mut pending = vec![PathBuf::new()];
     while let Some(relative) = pending.pop() {
@@ -261,7 +362,7 @@ fn list_files(dir: &Path) -> Result<BTreeSet<PathBuf>, Error> {
             if kind.is_dir() {
                 pending.push(name);
             } else {
-                out.insert(name);
+                out.insert(StoredPath(name));
             }
         }
     }

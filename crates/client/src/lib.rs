@@ -28,6 +28,7 @@ mod config;
 mod error;
 mod files;
 mod pacing;
+mod stored_path;
 
 pub use checkpointer::Checkpointer;
 pub use config::Config;

@@ -3,87 +3,43 @@
 //! - SIGKILLed at random instants (some aimed into `eckpt_checkpoint`) and restarted until they
 //!   finish, they end with the checksum of an uninterrupted run and an append log holding each
 //!   step's line exactly once; every restart restores the last committed epoch;
-//! - the Fortran module reaches the whole C API and restores real data;
+//! - the Fortran module reaches the whole C API and restores real data; its typed
+//!   `eckpt_protect(id, x)` refuses array sections with a message and restores whole arrays of
+//!   every kind it takes byte for byte;
 //! - a changed input file makes restart fail with a clear message and a non-zero exit.
 //!
 //! `ECKPT_TEST_SEED=N` replays the random kill schedule of an earlier run (it is printed).
+
+mod native;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// The repository root.
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use native::{compile, lib_dir, repo};
 
-/// The directory holding libeckpt.so of this build: the directory of this test binary,
-/// `target/<profile>/deps/`. Cargo builds the library target with all its crate types (rlib,
-/// cdylib, staticlib) in one rustc run before it links any integration test of the package,
-/// so the cdylib there is the one built from the sources under test. (`cargo test` does not
-/// copy it up to `target/<profile>/`; only `cargo build` does.)
-fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .expect("test binary is in target/<profile>/deps")
-        .to_path_buf();
-    assert!(
-        dir.join("libeckpt.so").is_file(),
-        "libeckpt.so is not in {}",
-        dir.display()
-    );
-    dir
-}
-
-/// Runs a compiler, failing the test with its diagnostics.
-fn compile(mut command: Command) {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
-    assert!(
-        output.status.success(),
-        "{command:?} failed:\n{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// Compiles `examples/c/<name>.c` into `out/<name>`, warnings as errors, linked to libeckpt.so
-/// by rpath.
+/// Compiles `examples/c/<name>.c` into `out/<name>` (see [`native::build_c`]).
 fn build_c(name: &str, out: &Path) -> PathBuf {
+    native::build_c(&repo().join("examples/c").join(format!("{name}.c")), out)
+}
+
+/// Compiles the Fortran module and `examples/fortran/<name>.f90` into `out/<name>`, warnings
+/// as errors, linked to libeckpt.so as [`native::build_c`] links C programs.
+fn build_fortran(name: &str, out: &Path) -> PathBuf {
     let lib = lib_dir();
     let exe = out.join(name);
-    let mut cc = Command::new("cc");
-    cc.args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(repo().join("include"))
-        .arg(repo().join("examples/c").join(format!("{name}.c")))
-        .arg("-o")
-        .arg(&exe)
-        .arg("-L")
-        .arg(&lib)
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .args(["-leckpt", "-lm"]);
-    compile(cc);
-    exe
-}
-
-/// Compiles the Fortran module and `examples/fortran/heat.f90` into `out/heat`.
-fn build_fortran(out: &Path) -> PathBuf {
-    let lib = lib_dir();
-    let exe = out.join("heat");
     let mut gfortran = Command::new("gfortran");
     gfortran
         .args(["-std=f2018", "-O2", "-Wall", "-Werror", "-fno-backtrace", "-J"])
         .arg(out)
         .arg(repo().join("include/eckpt.f90"))
-        .arg(repo().join("examples/fortran/heat.f90"))
+        .arg(repo().join("examples/fortran").join(format!("{name}.f90")))
         .arg("-o")
         .arg(&exe)
         .arg("-L")
         .arg(&lib)
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg(format!("-Wl,--disable-new-dtags,-rpath,{}", lib.display()))
         .arg("-leckpt");
     compile(gfortran);
     exe
@@ -554,7 +510,7 @@ fn field<'a>(stdout: &'a str, prefix: &str) -> &'a str {
 #[test]
 fn fortran_example_restores_its_array() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build_fortran(dir.path());
+    let exe = build_fortran("heat", dir.path());
     let store = dir.path().join("store");
     let heat = |store: &Path, args: &[&str]| {
         let mut command = example_command(&exe, store);
@@ -595,6 +551,59 @@ fn fortran_example_restores_its_array() {
     );
 }
 
+/// The Fortran module's typed `eckpt_protect(id, x)` (`examples/fortran/arrays.f90`). A
+/// section is not the bytes at its address: protecting one used to succeed and a restart then
+/// wrote into the wrong memory (or a freed copy). Sections given directly or through an
+/// assumed-shape dummy, and an assumed-size dummy, must be refused with `ECKPT_EINVAL` and the
+/// reason, protecting nothing (the whole arrays take their ids afterwards); whole arrays of
+/// every kind, ranks 0 to 3, must come back byte for byte in a second run.
+#[test]
+fn fortran_typed_protect_refuses_sections_and_restores_whole_arrays() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_fortran("arrays", dir.path());
+    let store = dir.path().join("store");
+    let fresh = text(&run_ok(&mut example_command(&exe, &store)).stdout);
+    let rerun = text(&run_ok(&mut example_command(&exe, &store)).stdout);
+
+    let not_contiguous = "the array is not contiguous (an array section such as a(1::2) or m(1,:)?): \
+                          protect the whole array";
+    let code = eckpt::capi::ECKPT_EINVAL;
+    for stdout in [&fresh, &rerun] {
+        for (what, id, reason) in [
+            ("a(1::2)", 1, not_contiguous),
+            ("m(1,:)", 2, not_contiguous),
+            ("b(:) given a(2::3)", 3, not_contiguous),
+            (
+                "b(*) given a",
+                4,
+                "elements of 8 bytes are more than memory holds (an assumed-size array",
+            ),
+        ] {
+            let result = field(stdout, &format!("protect {what}:"));
+            assert!(
+                result.starts_with(&format!("{code} invalid argument: "))
+                    && result.contains(&format!("region \"{id}\": "))
+                    && result.contains(reason),
+                "protect {what}: {result}"
+            );
+        }
+    }
+
+    assert!(fresh.contains("fresh start, checkpoint epoch 1"), "{fresh}");
+    assert!(rerun.contains("restarted epoch 1"), "{rerun}");
+    // The arrays are zeroed before the restart: the rerun prints only what was restored.
+    assert_eq!(field(&rerun, "a(999) ="), "999.0");
+    let bytes = |stdout: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("bytes "))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(bytes(&fresh).len(), 8, "{fresh}");
+    assert_eq!(bytes(&rerun), bytes(&fresh));
+}
+
 /// `eckpt.h` must compile on its own, in C and in C++, as the first and only include: users
 /// include it before anything else. Calls every function with the types a user has at hand.
 #[test]
@@ -607,7 +616,8 @@ fn header_compiles_alone_in_c_and_cpp() {
 int main(void) {
     static char buffer[4096];
     size_t len = sizeof buffer;
-    int rc = eckpt_init(NULL) + eckpt_protect(0, buffer, len) + eckpt_protect_file("f", ECKPT_FILE_APPEND)
+    int rc = eckpt_init(NULL) + eckpt_protect(0, buffer, len) + eckpt_protect_array(2, buffer, sizeof buffer[0], len, 1)
+             + eckpt_protect_file("f", ECKPT_FILE_APPEND)
              + eckpt_protect_device(1, buffer, len) + eckpt_protect_dir(".") + eckpt_checkpoint() + eckpt_restart() + eckpt_finalize();
     const char *text = rc < 0 ? eckpt_strerror(rc) : eckpt_last_error();
     return text[0];
