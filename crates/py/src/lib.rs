@@ -3,22 +3,32 @@
 //! numpy arrays are protected in place: the checkpointer records their data pointer, and
 //! `restart()` writes the checkpointed bytes straight into them. That is only sound while the
 //! memory stays where it is, so the Python object keeps a reference to every protected array
-//! (numpy then also refuses `ndarray.resize`, which would move it) and refuses arrays whose
+//! (numpy then refuses `ndarray.resize`, which would move it, unless called with
+//! `refcheck=False`: checkpoint(), snapshot() and restart() check that every array still has
+//! the pointer and length it had at protect, and refuse otherwise) and refuses arrays whose
 //! bytes cannot be restored into: non-contiguous (the region would not be one range),
 //! read-only, and object arrays (their bytes are pointers, meaningless in another process).
+//! Each array's dtype and shape are recorded with every epoch (its layout, `<f4[4,4]`), so a
+//! restart into an array of another dtype or shape is refused rather than reinterpreting bytes.
 //!
 //! GPU arrays are protected in place too: a torch tensor on a CUDA device, or any object with
 //! `__cuda_array_interface__` (cupy, numba, …), is protected by its device pointer
 //! ([`Checkpointer::protect_device`]); the same rules hold (contiguous, writeable, kept
 //! referenced).
 //!
+//! Every method is safe to call from several Python threads (the calls take turns) and never
+//! lets a Rust panic through: a bug in eckpt raises `eckpt.Error`, which `except Exception`
+//! catches, where PyO3 would raise `PanicException`, which it does not.
+//!
 //! The pure-Python package `eckpt` (crates/py/python/eckpt) re-exports this module.
 
 mod gpu;
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use eckpt::{Checkpointer, Config, FileMode, TrackMode};
 use numpy::npyffi::{self, NPY_ARRAY_WRITEABLE};
@@ -26,7 +36,7 @@ use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
+use pyo3::sync::{MutexExt, PyOnceLock};
 use pyo3::types::{IntoPyDict, PyTuple, PyType};
 
 create_exception!(
@@ -90,12 +100,39 @@ fn to_py(py: Python<'_>, e: eckpt::Error) -> PyErr {
     with_code(Error::new_err(e.to_string()), py, code)
 }
 
+/// Runs a method's `body`, turning a panic into `eckpt.Error` with the `ECKPT_EINTERNAL` code.
+///
+/// PyO3 would raise `pyo3_runtime.PanicException`, which derives from `BaseException`: the
+/// `except Exception` of a program that handles checkpoint errors would not catch it, and a bug
+/// in eckpt would end the job. Every method's whole body runs in here, `py.detach` closures
+/// included (`detach` takes the GIL back as the panic unwinds out of it). The state the panic
+/// interrupted stays usable: [`PyCheckpointer::state`] ignores the lock's poison.
+fn guarded<T>(py: Python<'_>, body: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    // Unwind safety: what a panic can leave half-updated is the state behind the mutex, which
+    // later calls use as they would after a checkpoint that returned an error.
+    catch_unwind(AssertUnwindSafe(body))
+        .unwrap_or_else(|payload| Err(to_py(py, eckpt::Error::from_panic(payload.as_ref()))))
+}
+
 /// The modes a protected file can have, as the strings Python code passes.
 const MODES: [(&str, FileMode); 3] = [
     ("append", FileMode::Append),
     ("snapshot", FileMode::Snapshot),
     ("input", FileMode::Input),
 ];
+
+/// The file mode named by `text` (case-insensitive).
+fn file_mode(text: &str) -> Result<FileMode, eckpt::Error> {
+    MODES
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(text))
+        .map(|&(_, mode)| mode)
+        .ok_or_else(|| {
+            eckpt::Error::Invalid(format!(
+                "file mode {text:?} (expected eckpt.APPEND, eckpt.SNAPSHOT or eckpt.INPUT)"
+            ))
+        })
+}
 
 /// One rank's protected arrays, files and directories, and its checkpoints.
 ///
@@ -115,21 +152,38 @@ const MODES: [(&str, FileMode); 3] = [
 ///
 /// checkpoint() and restart() release the GIL: other threads run meanwhile, but must not
 /// write protected arrays during checkpoint() (the copy could tear) nor use them during
-/// restart(); calling this object from another thread meanwhile raises RuntimeError.
-#[pyclass(module = "eckpt", name = "Checkpointer")]
+/// restart(). Calls from several threads on this object take turns: a call waits, with the
+/// GIL released, until the one in progress returns.
+// Frozen: PyO3 keeps no borrow flag, whose exclusive `&mut self` borrows made a second thread's
+// call fail with "Already borrowed" while the first had released the GIL; the mutable state
+// is behind `state`'s lock instead.
+#[pyclass(module = "eckpt", name = "Checkpointer", frozen)]
 struct PyCheckpointer {
-    /// Declared before `arrays` so it is dropped first: it stops tracking the memory before
-    /// the arrays may be freed. A pyclass must be `Sync` and the checkpointer (raw region
-    /// pointers) is only `Send`; the mutex is never locked: every use goes through `&mut self`
-    /// (PyO3's borrow flag makes that exclusive) and [`Mutex::get_mut`].
-    inner: Mutex<Checkpointer>,
-    /// The standalone store root (`None` in cluster mode) and rank, for the getters (which
-    /// only borrow `&self`).
+    /// Locked with [`PyCheckpointer::state`]. A pyclass must be `Sync`, and the checkpointer
+    /// (raw region pointers) is only `Send`: the mutex makes it both.
+    state: Mutex<State>,
+    /// The standalone store root (`None` in cluster mode) and rank, for the getters.
     dir: Option<PathBuf>,
     rank: u32,
-    /// Name → protected array or tensor, kept alive (and unmovable) as long as the
-    /// checkpointer.
-    arrays: BTreeMap<String, Py<PyAny>>,
+}
+
+/// What a Python Checkpointer changes, under one lock.
+struct State {
+    /// Declared before `arrays` so it is dropped first: it stops tracking the memory before
+    /// the arrays may be freed.
+    checkpointer: Checkpointer,
+    /// Name → protected array or tensor, kept alive as long as the checkpointer.
+    arrays: BTreeMap<String, Protected>,
+}
+
+/// A protected array or tensor, and for a numpy array where its bytes were when protected.
+struct Protected {
+    /// The reference that keeps the memory allocated.
+    object: Py<PyAny>,
+    /// A numpy array's data pointer and length in bytes at protect, which the checkpointer
+    /// reads and writes: checked before each use (see [`State::check_arrays`]). `None` for GPU
+    /// memory, which is not checked.
+    host: Option<(usize, usize)>,
 }
 
 #[pymethods]
@@ -151,85 +205,89 @@ impl PyCheckpointer {
         mtbf: Option<&str>,
         background: Option<bool>,
     ) -> PyResult<Self> {
-        // Keyword settings go through the same parser as `eckpt_init`'s string.
-        let mut text = String::new();
-        for (key, value) in [("interval", interval), ("mtbf", mtbf)] {
-            if let Some(value) = value {
-                text.push_str(&format!("{key}={value};"));
-            }
-        }
-        let mut config = Config::from_env_and(&text).map_err(|e| to_py(py, e))?;
-        if let Some(dir) = dir {
-            config.dir = Some(dir);
-        }
-        if let Some(background) = background {
-            config.background = background;
-        }
-        if let Some(cluster) = cluster {
-            config.cluster = Some(cluster);
-        }
-        if let Some(world) = world {
-            config.world = Some(
-                u32::try_from(world)
-                    .ok()
-                    .filter(|&w| w > 0)
-                    .ok_or_else(|| invalid(py, format!("world {world} is not in 1..2**32")))?,
-            );
-        }
-        if let Some(rank) = rank {
-            config.rank =
-                u32::try_from(rank).map_err(|_| invalid(py, format!("rank {rank} is not in 0..2**32")))?;
-        }
-        if let Some(track) = track {
-            config.track = match track {
-                "auto" => TrackMode::Auto,
-                "uffd" => TrackMode::Uffd,
-                "hash" => TrackMode::Hash,
-                _ => {
-                    return Err(invalid(
-                        py,
-                        format!("track {track:?} (expected 'auto', 'uffd' or 'hash')"),
-                    ))
+        guarded(py, || {
+            // Keyword settings go through the same parser as `eckpt_init`'s string.
+            let mut text = String::new();
+            for (key, value) in [("interval", interval), ("mtbf", mtbf)] {
+                if let Some(value) = value {
+                    text.push_str(&format!("{key}={value};"));
                 }
+            }
+            let mut config = Config::from_env_and(&text).map_err(|e| to_py(py, e))?;
+            if let Some(dir) = dir {
+                config.dir = Some(dir);
+            }
+            if let Some(background) = background {
+                config.background = background;
+            }
+            if let Some(cluster) = cluster {
+                config.cluster = Some(cluster);
+            }
+            if let Some(world) = world {
+                config.world = Some(
+                    u32::try_from(world)
+                        .ok()
+                        .filter(|&w| w > 0)
+                        .ok_or_else(|| invalid(py, format!("world {world} is not in 1..2**32")))?,
+                );
+            }
+            if let Some(rank) = rank {
+                config.rank = u32::try_from(rank)
+                    .map_err(|_| invalid(py, format!("rank {rank} is not in 0..2**32")))?;
+            }
+            if let Some(track) = track {
+                config.track = match track {
+                    "auto" => TrackMode::Auto,
+                    "uffd" => TrackMode::Uffd,
+                    "hash" => TrackMode::Hash,
+                    _ => {
+                        return Err(invalid(
+                            py,
+                            format!("track {track:?} (expected 'auto', 'uffd' or 'hash')"),
+                        ))
+                    }
+                };
+            }
+            if let Some(size) = block_size {
+                config.hash_block_size = usize::try_from(size)
+                    .ok()
+                    .filter(|&s| s > 0)
+                    .ok_or_else(|| invalid(py, format!("block_size {size} is not positive")))?;
+            }
+            let dir = match config.cluster {
+                Some(_) => None,
+                None => Some(config.store_root().map_err(|e| to_py(py, e))?),
             };
-        }
-        if let Some(size) = block_size {
-            config.hash_block_size = usize::try_from(size)
-                .ok()
-                .filter(|&s| s > 0)
-                .ok_or_else(|| invalid(py, format!("block_size {size} is not positive")))?;
-        }
-        let dir = match config.cluster {
-            Some(_) => None,
-            None => Some(config.store_root().map_err(|e| to_py(py, e))?),
-        };
-        let rank = config.rank;
-        let inner = Checkpointer::new(config).map_err(|e| to_py(py, e))?;
-        Ok(PyCheckpointer {
-            inner: Mutex::new(inner),
-            dir,
-            rank,
-            arrays: BTreeMap::new(),
+            let rank = config.rank;
+            let state = State {
+                checkpointer: Checkpointer::new(config).map_err(|e| to_py(py, e))?,
+                arrays: BTreeMap::new(),
+            };
+            Ok(PyCheckpointer {
+                state: Mutex::new(state),
+                dir,
+                rank,
+            })
         })
     }
 
     /// The store root this checkpointer writes to (a pathlib.Path); None in cluster mode,
     /// where each rank writes to its node's store.
     #[getter]
-    fn dir(&self) -> Option<PathBuf> {
-        self.dir.clone()
+    fn dir(&self, py: Python<'_>) -> PyResult<Option<PathBuf>> {
+        guarded(py, || Ok(self.dir.clone()))
     }
 
     /// This process's rank.
     #[getter]
-    fn rank(&self) -> u32 {
-        self.rank
+    fn rank(&self, py: Python<'_>) -> PyResult<u32> {
+        guarded(py, || Ok(self.rank))
     }
 
     /// Names of the protected arrays, sorted.
     #[getter]
-    fn protected(&self) -> Vec<String> {
-        self.arrays.keys().cloned().collect()
+    fn protected(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        guarded(py, || Ok(self.state(py).arrays.keys().cloned().collect()))
     }
 
     /// protect(name, array): checkpoints save ``array``'s bytes under ``name``; restart()
@@ -237,143 +295,247 @@ impl PyCheckpointer {
     /// tensor on a CUDA device, or a GPU array with ``__cuda_array_interface__`` (cupy); GPU
     /// arrays are fingerprinted on the GPU and only changed blocks are copied to the host. Any
     /// dtype but object; the array must be C-contiguous, writeable and non-empty, and stays
-    /// referenced by this checkpointer.
-    fn protect(&mut self, py: Python<'_>, name: &str, array: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.arrays.contains_key(name) {
-            return Err(invalid(
-                py,
-                format!("an array named {name:?} is already protected"),
-            ));
-        }
-        if let Some((ptr, len)) = gpu::device_range(py, name, array)? {
-            // SAFETY: `device_range` checked that the object's `len` bytes at `ptr` are one
-            // contiguous, writeable range of device memory; the reference stored in
-            // `self.arrays` keeps them allocated until `self.inner` is dropped, which happens
-            // first.
-            unsafe { self.checkpointer().protect_device(name, ptr, len) }.map_err(|e| to_py(py, e))?;
-            self.arrays.insert(name.to_string(), array.clone().unbind());
-            return Ok(());
-        }
-        let array = array.cast::<PyUntypedArray>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "protect({name:?}): expected a numpy.ndarray, a CUDA torch.Tensor or an object with \
-                 __cuda_array_interface__, got {}",
-                array.get_type()
-            ))
-        })?;
-        let dtype = array.dtype();
-        if dtype.has_object() {
-            return Err(PyTypeError::new_err(format!(
-                "protect({name:?}): dtype {dtype} holds Python objects, whose bytes are pointers \
-                 that a restarted process cannot use"
-            )));
-        }
-        if !array.is_c_contiguous() {
-            return Err(invalid(
-                py,
-                format!(
-                    "protect({name:?}): the array is not C-contiguous; protect a contiguous array \
-                     (numpy.ascontiguousarray makes a copy, which is then the one to keep using)"
-                ),
-            ));
-        }
-        // SAFETY: `array` is a live ndarray and the GIL is held.
-        let fields = unsafe { &*npyffi::_PyArray_GET_ITEM_DATA(array.as_array_ptr()) };
-        if fields.flags & NPY_ARRAY_WRITEABLE == 0 {
-            return Err(invalid(
-                py,
-                format!("protect({name:?}): the array is read-only; restart() could not fill it"),
-            ));
-        }
-        let len = array.len() * dtype.itemsize();
-        // SAFETY: a C-contiguous array's `len` bytes start at `data`; the reference stored in
-        // `self.arrays` keeps them allocated and in place (numpy will not resize an array with
-        // other references) until `self.inner` is dropped, which happens first.
-        unsafe { self.checkpointer().protect(name, fields.data.cast(), len) }.map_err(|e| to_py(py, e))?;
-        self.arrays
-            .insert(name.to_string(), array.clone().into_any().unbind());
-        Ok(())
+    /// referenced by this checkpointer. A numpy array's dtype and shape are saved with it:
+    /// restart() refuses an array of another dtype or shape under the same name.
+    fn protect(&self, py: Python<'_>, name: &str, array: &Bound<'_, PyAny>) -> PyResult<()> {
+        guarded(py, || {
+            // The object is inspected before the lock is taken: its attributes may run Python
+            // code, which could call this checkpointer again.
+            if let Some((ptr, len)) = gpu::device_range(py, name, array)? {
+                let mut state = self.state(py);
+                state.check_unused(py, name)?;
+                // SAFETY: `device_range` checked that the object's `len` bytes at `ptr` are one
+                // contiguous, writeable range of device memory; the reference stored in
+                // `arrays` keeps them allocated until the checkpointer is dropped, which
+                // happens first.
+                unsafe { state.checkpointer.protect_device(name, ptr, len) }.map_err(|e| to_py(py, e))?;
+                state.arrays.insert(
+                    name.to_string(),
+                    Protected {
+                        object: array.clone().unbind(),
+                        host: None,
+                    },
+                );
+                return Ok(());
+            }
+            let array = array.cast::<PyUntypedArray>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "protect({name:?}): expected a numpy.ndarray, a CUDA torch.Tensor or an object \
+                     with __cuda_array_interface__, got {}",
+                    array.get_type()
+                ))
+            })?;
+            let dtype = array.dtype();
+            if dtype.has_object() {
+                return Err(PyTypeError::new_err(format!(
+                    "protect({name:?}): dtype {dtype} holds Python objects, whose bytes are \
+                     pointers that a restarted process cannot use"
+                )));
+            }
+            let (data, len) = host_range(array).map_err(|unfit| {
+                let advice = match unfit {
+                    Unfit::NotContiguous => {
+                        "protect a contiguous array (numpy.ascontiguousarray makes a copy, which is \
+                         then the one to keep using)"
+                    }
+                    Unfit::ReadOnly => "restart() could not fill it",
+                };
+                invalid(py, format!("protect({name:?}): the array {unfit}; {advice}"))
+            })?;
+            let layout = layout(array)?;
+            let mut state = self.state(py);
+            state.check_unused(py, name)?;
+            // SAFETY: a C-contiguous array's `len` bytes start at `data`; the reference stored
+            // in `arrays` keeps them allocated until the checkpointer is dropped, which happens
+            // first, and `check_arrays` makes sure before each use that they are still there.
+            unsafe {
+                state
+                    .checkpointer
+                    .protect_typed(name, data as *mut u8, len, &layout)
+            }
+            .map_err(|e| to_py(py, e))?;
+            state.arrays.insert(
+                name.to_string(),
+                Protected {
+                    object: array.clone().into_any().unbind(),
+                    host: Some((data, len)),
+                },
+            );
+            Ok(())
+        })
     }
 
     /// protect_file(path, mode): ``eckpt.APPEND`` (restart cuts the file back to its
     /// checkpointed length), ``eckpt.SNAPSHOT`` (its content is saved and restored) or
     /// ``eckpt.INPUT`` (restart refuses if it changed); the strings "append", "snapshot",
     /// "input" are the same constants.
-    fn protect_file(&mut self, py: Python<'_>, path: PathBuf, mode: &str) -> PyResult<()> {
-        let mode = MODES
-            .iter()
-            .find(|(text, _)| text.eq_ignore_ascii_case(mode))
-            .map(|&(_, m)| m)
-            .ok_or_else(|| {
-                invalid(
-                    py,
-                    format!("file mode {mode:?} (expected eckpt.APPEND, eckpt.SNAPSHOT or eckpt.INPUT)"),
-                )
-            })?;
-        self.checkpointer()
-            .protect_file(path, mode)
-            .map_err(|e| to_py(py, e))
+    fn protect_file(&self, py: Python<'_>, path: PathBuf, mode: &str) -> PyResult<()> {
+        self.call(py, None, |ck| ck.protect_file(path, file_mode(mode)?))
     }
 
     /// protect_dir(path): at restart, files created in ``path`` after the checkpoint are moved
     /// aside into ``path/.eckpt-rollback/`` (never deleted).
-    fn protect_dir(&mut self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        self.checkpointer().protect_dir(path).map_err(|e| to_py(py, e))
+    fn protect_dir(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        self.call(py, None, |ck| ck.protect_dir(path))
     }
 
     /// checkpoint() -> int: saves a new epoch (what changed since the previous one) and returns
-    /// its number. The GIL is released while it copies.
-    fn checkpoint(&mut self, py: Python<'_>) -> PyResult<u64> {
-        let inner = self.checkpointer();
-        py.detach(|| inner.checkpoint()).map_err(|e| to_py(py, e))
+    /// its number. The GIL is released while it copies. Raises eckpt.InvalidArgument, saving
+    /// nothing, when a protected numpy array was moved (``resize(..., refcheck=False)``) or
+    /// made read-only since protect().
+    fn checkpoint(&self, py: Python<'_>) -> PyResult<u64> {
+        self.call(py, Some("checkpoint()"), Checkpointer::checkpoint)
     }
 
     /// snapshot() -> int | None: call once per step; checkpoints when the interval
     /// (``interval=``, ``ECKPT_INTERVAL``: "30s", or "auto" with ``mtbf``) has elapsed and
     /// returns the epoch, else None. Every rank of a cluster job decides the same at the same
-    /// call. The GIL is released while it checkpoints.
-    fn snapshot(&mut self, py: Python<'_>) -> PyResult<Option<u64>> {
-        let inner = self.checkpointer();
-        py.detach(|| inner.snapshot()).map_err(|e| to_py(py, e))
+    /// call. The GIL is released while it checkpoints. Refuses moved arrays as checkpoint().
+    fn snapshot(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        self.call(py, Some("snapshot()"), Checkpointer::snapshot)
     }
 
     /// restart() -> int | None: restores the latest epoch into the protected arrays (in place)
     /// and files, and returns its number; None when there is no checkpoint (a fresh start).
-    /// When the checkpoint does not fit what is protected now (an array's size, a changed input
-    /// file), raises eckpt.Error before changing anything. The GIL is released meanwhile.
-    fn restart(&mut self, py: Python<'_>) -> PyResult<Option<u64>> {
-        let inner = self.checkpointer();
-        py.detach(|| inner.restart()).map_err(|e| to_py(py, e))
+    /// When the checkpoint does not fit what is protected now (an array's size, dtype or
+    /// shape, a changed input file, an array moved since protect()), raises eckpt.Error before
+    /// changing anything. The GIL is released meanwhile.
+    fn restart(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        self.call(py, Some("restart()"), Checkpointer::restart)
     }
 
     /// wait() -> int | None: waits until the last checkpoint is decided and returns its
     /// epoch (None if none was taken). In cluster mode an epoch commits once every rank is in
     /// and the parity is durable; an aborted epoch raises eckpt.Error.
-    fn wait(&mut self, py: Python<'_>) -> PyResult<Option<u64>> {
-        let ck = self.checkpointer();
-        py.detach(move || ck.wait()).map_err(|e| to_py(py, e))
+    fn wait(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        self.call(py, None, Checkpointer::wait)
     }
 
     /// latest_epoch() -> int | None: the newest committed epoch of this rank.
-    fn latest_epoch(&mut self, py: Python<'_>) -> PyResult<Option<u64>> {
-        self.checkpointer().latest_epoch().map_err(|e| to_py(py, e))
+    fn latest_epoch(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        self.call(py, None, Checkpointer::latest_epoch)
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "eckpt.Checkpointer(dir={}, rank={}, arrays={:?})",
-            self.dir.as_ref().map_or("None".to_string(), |d| format!("{d:?}")),
-            self.rank,
-            self.protected()
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        guarded(py, || {
+            Ok(format!(
+                "eckpt.Checkpointer(dir={}, rank={}, arrays={:?})",
+                self.dir.as_ref().map_or("None".to_string(), |d| format!("{d:?}")),
+                self.rank,
+                self.protected(py)?
+            ))
+        })
     }
 }
 
 impl PyCheckpointer {
-    /// The checkpointer, through the exclusive borrow (no locking; see `inner`).
-    fn checkpointer(&mut self) -> &mut Checkpointer {
-        self.inner.get_mut().unwrap_or_else(PoisonError::into_inner)
+    /// The state, locked. Waiting for another thread's call to return happens with the GIL
+    /// released (`lock_py_attached`), or that call could never take the GIL back to return.
+    /// A panic in an earlier call poisons the lock; the state is used anyway (see [`guarded`])
+    /// rather than failing every later call.
+    fn state(&self, py: Python<'_>) -> MutexGuard<'_, State> {
+        self.state
+            .lock_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Runs `call` on the checkpointer, locked, with the GIL released, and its error as a
+    /// Python exception. With `arrays_used_by` (the Python call, for the message), `call` reads
+    /// or writes the protected arrays, which are first checked to still be where they were.
+    fn call<T: Send>(
+        &self,
+        py: Python<'_>,
+        arrays_used_by: Option<&str>,
+        call: impl FnOnce(&mut Checkpointer) -> Result<T, eckpt::Error> + Send,
+    ) -> PyResult<T> {
+        guarded(py, || {
+            let mut state = self.state(py);
+            if let Some(operation) = arrays_used_by {
+                state.check_arrays(py, operation)?;
+            }
+            let checkpointer = &mut state.checkpointer;
+            py.detach(|| call(checkpointer)).map_err(|e| to_py(py, e))
+        })
+    }
+}
+
+impl State {
+    /// Refuses a name already given to an array (the client would too, less clearly).
+    fn check_unused(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        if self.arrays.contains_key(name) {
+            return Err(invalid(
+                py,
+                format!("an array named {name:?} is already protected"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses, before `operation` touches any memory, a numpy array whose bytes are no longer
+    /// the ones protected: `ndarray.resize(..., refcheck=False)` frees them (the checkpoint
+    /// would save, the restart overwrite, freed memory), `setflags(write=False)` forbids
+    /// writing them.
+    fn check_arrays(&self, py: Python<'_>, operation: &str) -> PyResult<()> {
+        for (name, protected) in &self.arrays {
+            let Some((data, len)) = protected.host else {
+                continue;
+            };
+            let array = protected.object.bind(py).cast::<PyUntypedArray>()?;
+            let change = match host_range(array) {
+                Ok(now) if now == (data, len) => continue,
+                Ok((now_data, now_len)) => format!(
+                    "was moved or resized since protect() ({len} bytes at {data:#x} then, \
+                     {now_len} bytes at {now_data:#x} now: ndarray.resize(refcheck=False)?)"
+                ),
+                Err(unfit) => format!("{unfit} now, unlike at protect()"),
+            };
+            return Err(invalid(
+                py,
+                format!("{operation}: the array {name:?} {change}; nothing was saved or restored"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why restart() could not fill a numpy array in place; displayed as what the array is.
+#[derive(Clone, Copy)]
+enum Unfit {
+    /// Its bytes are not one range.
+    NotContiguous,
+    /// numpy forbids writing its bytes.
+    ReadOnly,
+}
+
+impl fmt::Display for Unfit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Unfit::NotContiguous => "is not C-contiguous",
+            Unfit::ReadOnly => "is read-only",
+        })
+    }
+}
+
+/// A numpy array's bytes, `(data pointer, length)`, when restart() can fill them in place.
+fn host_range(array: &Bound<'_, PyUntypedArray>) -> Result<(usize, usize), Unfit> {
+    if !array.is_c_contiguous() {
+        return Err(Unfit::NotContiguous);
+    }
+    // SAFETY: `array` is a live ndarray and the GIL is held.
+    let fields = unsafe { &*npyffi::_PyArray_GET_ITEM_DATA(array.as_array_ptr()) };
+    if fields.flags & NPY_ARRAY_WRITEABLE == 0 {
+        return Err(Unfit::ReadOnly);
+    }
+    Ok((fields.data as usize, array.len() * array.dtype().itemsize()))
+}
+
+/// What a numpy array's bytes are, for [`Checkpointer::protect_typed`]: the dtype's `str` and
+/// the shape, `<f4[4,4]` (`<f8[]` for a 0-d array). Byte order is part of it: `>f4` bytes read
+/// as `<f4` are other numbers.
+fn layout(array: &Bound<'_, PyUntypedArray>) -> PyResult<String> {
+    let dtype: String = array.dtype().getattr("str")?.extract()?;
+    let shape: Vec<String> = array.shape().iter().map(usize::to_string).collect();
+    Ok(format!("{dtype}[{}]", shape.join(",")))
 }
 
 #[pymodule]

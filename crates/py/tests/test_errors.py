@@ -93,6 +93,7 @@ def test_size_mismatch_at_restart_is_refused_and_changes_nothing(store):
 
     bigger = np.full(101, 5, dtype=np.int32)
     b = np.zeros(10)
+    del ck  # one checkpointer per rank at a time: it holds the rank until it is gone
     again = eckpt.Checkpointer(dir=store)
     again.protect("a", bigger)
     again.protect("b", b)
@@ -101,10 +102,99 @@ def test_size_mismatch_at_restart_is_refused_and_changes_nothing(store):
     assert failure.value.code < 0
     assert (bigger == 5).all() and (b == 0).all()
 
+    del again
     unknown = eckpt.Checkpointer(dir=store)
     unknown.protect("c", np.zeros(10))
     with pytest.raises(eckpt.Error, match='region "c" is not in epoch 1'):
         unknown.restart()
+
+
+def resize_smaller(a):
+    a.resize(10, refcheck=False)
+
+
+def resize_larger(a):
+    a.resize(100_000, refcheck=False)
+
+
+def make_read_only(a):
+    a.setflags(write=False)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (resize_smaller, r"was moved or resized since protect\(\) \(8000 bytes at .* then, 80 bytes"),
+        (resize_larger, r"was moved or resized since protect\(\) \(8000 bytes at .* then, 800000 bytes"),
+        (make_read_only, r"is read-only now"),
+    ],
+    ids=["smaller", "larger", "read-only"],
+)
+def test_an_array_changed_in_place_after_protect_is_refused(store, change, message):
+    """resize(refcheck=False) frees the bytes the checkpointer was given: checkpointing them
+    would save freed memory, restarting into them would overwrite it. Every call that uses the
+    arrays refuses, naming the array, and the epoch before stays the latest and intact."""
+    a = np.arange(1000.0)
+    ck = eckpt.Checkpointer(dir=store)
+    ck.protect("other", np.ones(10))
+    ck.protect("a", a)
+    assert ck.checkpoint() == 1
+    change(a)
+    for call in ("checkpoint", "snapshot", "restart"):
+        refused = rf'{call}\(\): the array "a" {message}'
+        with pytest.raises(eckpt.InvalidArgument, match=refused) as failure:
+            getattr(ck, call)()
+        assert failure.value.code == -1
+    assert ck.latest_epoch() == 1
+    del ck  # a store's rank is one process's at a time
+
+    fresh = np.zeros(1000)
+    again = eckpt.Checkpointer(dir=store)
+    again.protect("other", np.zeros(10))
+    again.protect("a", fresh)
+    assert again.restart() == 1
+    assert np.array_equal(fresh, np.arange(1000.0))
+
+
+@pytest.mark.parametrize(
+    "make, layout",
+    [
+        (lambda: np.zeros(8), r"<f8\[8\]"),
+        (lambda: np.zeros((4, 4), dtype=np.float32), r"<f4\[4,4\]"),
+        (lambda: np.zeros(16, dtype=">f4"), r">f4\[16\]"),
+    ],
+    ids=["dtype", "shape", "byte-order"],
+)
+def test_another_dtype_or_shape_at_restart_is_refused_and_changes_nothing(store, make, layout):
+    """float32[16] and float64[8] are both 64 bytes: restoring one into the other would hand
+    the program other numbers without an error."""
+    ck = eckpt.Checkpointer(dir=store)
+    ck.protect("a", np.arange(16, dtype=np.float32))
+    ck.checkpoint()
+    del ck  # a store's rank is one process's at a time
+
+    other = make()
+    other[...] = 7
+    again = eckpt.Checkpointer(dir=store)
+    again.protect("a", other)
+    with pytest.raises(eckpt.Error, match=rf'"a" is {layout} but epoch 1 saved <f4\[16\]') as failure:
+        again.restart()
+    assert failure.value.code == -5
+    assert (other == 7).all()
+    del again
+
+    # The same dtype and shape, 0-d arrays included, restore as before.
+    ck = eckpt.Checkpointer(dir=store)
+    ck.protect("a", np.arange(16, dtype=np.float32))
+    ck.protect("scalar", np.full((), 2.5))
+    assert ck.checkpoint() == 2
+    del ck
+    same, zero = np.zeros(16, dtype=np.float32), np.zeros(())
+    again = eckpt.Checkpointer(dir=store)
+    again.protect("a", same)
+    again.protect("scalar", zero)
+    assert again.restart() == 2
+    assert np.array_equal(same, np.arange(16)) and zero == 2.5
 
 
 def test_the_default_store_is_per_user_and_per_job(monkeypatch):

@@ -1,4 +1,5 @@
-"""checkpoint() and restart() release the GIL: other Python threads keep running meanwhile."""
+"""checkpoint() and restart() release the GIL: other Python threads keep running meanwhile, and
+calls from several threads on one Checkpointer take turns."""
 
 import threading
 import time
@@ -59,3 +60,30 @@ def test_the_measure_sees_a_call_that_holds_the_gil():
     """The check above is meaningful: a call holding the GIL shows up as blocked time."""
     duration, blocked = blocked_during(lambda: sum(range(20_000_000)))
     assert blocked > duration / 2
+
+
+def test_calls_from_several_threads_take_turns(store):
+    """While one thread's checkpoint() runs without the GIL, another thread's call waits for
+    it (without the GIL either) instead of failing with "Already borrowed"."""
+    a = np.zeros(1 << 16)
+    ck = eckpt.Checkpointer(dir=store, track="hash")
+    ck.protect("a", a)
+    start = threading.Barrier(2)
+    epochs, errors = [], []
+
+    def checkpoint_repeatedly():
+        start.wait()
+        try:
+            for _ in range(20):
+                epochs.append(ck.checkpoint())
+                assert ck.protected == ["a"] and ck.latest_epoch() >= 1
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=checkpoint_repeatedly) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(epochs) == list(range(1, 41))

@@ -15,7 +15,9 @@ A rank protects its state, calls ``restart()`` once at start (a no-op on a fresh
         ck.checkpoint()     # saves only the blocks written since the previous epoch
 
 Arrays are protected in place: any dtype except object, C-contiguous and writeable. The
-checkpointer keeps a reference to each, so they live (and stay put) as long as it does.
+checkpointer keeps a reference to each, so they live as long as it does; ``checkpoint()`` and
+``restart()`` refuse an array moved since ``protect`` (``resize(refcheck=False)``), and
+``restart()`` one whose dtype or shape is not the checkpoint's.
 
 Files: ``APPEND`` files are cut back to their checkpointed length at restart (no duplicated
 lines), ``SNAPSHOT`` files are saved and restored, ``INPUT`` files must be unchanged (restart
@@ -24,7 +26,9 @@ raises ``eckpt.Error`` and changes nothing otherwise). In a directory given to
 
 Errors from the checkpointer raise ``eckpt.Error`` (a ``RuntimeError``; ``code`` is the C
 API's ``ECKPT_E*`` code); bad arguments raise ``eckpt.InvalidArgument``, which is both an
-``eckpt.Error`` and a ``ValueError``, or ``TypeError`` for a wrong type.
+``eckpt.Error`` and a ``ValueError``, or ``TypeError`` for a wrong type. A bug inside eckpt
+raises ``eckpt.Error`` too (code ``ECKPT_EINTERNAL``). Several threads may share a
+``Checkpointer``: their calls take turns.
 """
 
 from eckpt._eckpt import APPEND, INPUT, SNAPSHOT, Checkpointer, Error, InvalidArgument
