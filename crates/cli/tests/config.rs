@@ -289,6 +289,16 @@ fn mistakes_are_one_line_naming_the_file_and_key() {
         ),
         ("[rnu]\nranks = 2\n", "[rnu]: no such command"),
         ("[run\nranks = 2\n", "line 1, column 5"),
+        // A mistyped key or table gets the suggestion clap gives a mistyped flag.
+        (
+            "[up]\nk-value = 6\n",
+            "[up] k-value: unknown key: `eckpt up` has no option --k-value; did you mean `k`?",
+        ),
+        (
+            "[run]\nlauncher-args = 1\nlaunchr = \"srun\"\n",
+            "did you mean `launcher`?",
+        ),
+        ("[rnu]\nranks = 2\n", "did you mean [run]?"),
     ];
     for (text, expected) in cases {
         write(&user, text);

@@ -93,6 +93,155 @@ fn recommends_within_the_constraints() {
     assert!(text.contains("recommended (best first):"), "{text}");
 }
 
+/// 4,096 nodes of 16 GiB on 100 Gbit/s links whose nodes fail once a year: groups of 256
+/// (k=254) stay exposed for the 1.5 minutes of a recovery, and two more of their members
+/// fail within it about 3 times in a million days — above the default bound of 10⁻⁶ per
+/// job-day, so k=254 is no longer recommended; without the bound it ranks second.
+#[test]
+fn recommendations_bound_the_risk_of_losing_more_than_m_nodes_of_a_group() {
+    let shape = [
+        "model",
+        "--nodes",
+        "4096",
+        "--m",
+        "2",
+        "--mtbf",
+        "1y",
+        "--link-rate",
+        "100gbit",
+        "--size-per-node",
+        "16GiB",
+        "--dirty-fraction",
+        "0.01",
+        "--recommend",
+        "--json",
+    ];
+    let out = run(&shape);
+    assert!(out.status.success());
+    assert!(
+        out.stderr.is_empty(),
+        "--json: no progress bar, nothing on stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let risk = &v["loss_risk"];
+    assert_eq!(risk["period_s"], 86_400.0, "per job-day by default");
+    assert_eq!(
+        risk["window_s"], v["prediction"]["recovery"]["seconds"],
+        "exposed for the model's own recovery time"
+    );
+    for c in v["recommendations"].as_array().unwrap() {
+        assert!(c["coding"]["k"].as_u64().unwrap() < 254, "{c}");
+        let p = c["loss_risk"]["probability"].as_f64().unwrap();
+        assert!(p > 0.0 && p <= 1e-6, "{c}");
+    }
+    let unbounded = json(&[&shape[..], &["--max-loss-risk", "1"]].concat());
+    let ks: Vec<u64> = unbounded["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["coding"]["k"].as_u64().unwrap())
+        .collect();
+    assert!(ks.contains(&254), "the bound is what removes k=254: {ks:?}");
+    // A job of 30 days carries 30 times the risk of one day.
+    let month = json(&[&shape[..], &["--job-length", "30d"]].concat());
+    let ratio = month["loss_risk"]["probability"].as_f64().unwrap() / risk["probability"].as_f64().unwrap();
+    assert!((ratio - 30.0).abs() < 1e-6, "{ratio}");
+    // Nodes failing every day: nothing with m=2 is safe enough, and the refusal says why.
+    assert_refused(
+        &run(&["model", "--nodes", "4096", "--mtbf", "1d", "--recommend"]),
+        "raise --m, or accept more risk with --max-loss-risk",
+    );
+    let text = ok(&["model", "--nodes", "64", "--mtbf", "1y"]);
+    assert!(
+        text.contains("risk of a group losing more than m=2 nodes within the") && text.contains("per day"),
+        "{text}"
+    );
+}
+
+/// The encode line says what bounds the time and shows terms that add up to it:
+/// `encode T (B-bound) = overlapped link and CPU + fill (hops × per hop) + serial + task`.
+#[test]
+fn encode_times_are_shown_as_terms_that_add_up() {
+    let text = ok(&[
+        "model",
+        "--nodes",
+        "256",
+        "--k",
+        "254",
+        "--m",
+        "2",
+        "--layout",
+        "dedicated",
+        "--topology",
+        "pipeline",
+        "--mode",
+        "full",
+        "--size-per-node",
+        "64MiB",
+        "--link-rate",
+        "100gbit",
+    ]);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("first epoch (full): encode "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("-bound) = "), "{line}");
+    assert!(line.contains("pipeline fill (254 hops × "), "{line}");
+    assert!(line.contains("link and CPU overlapped (link "), "{line}");
+    let v = json(&[
+        "model",
+        "--nodes",
+        "256",
+        "--k",
+        "254",
+        "--m",
+        "2",
+        "--layout",
+        "dedicated",
+        "--topology",
+        "pipeline",
+        "--mode",
+        "full",
+        "--size-per-node",
+        "64MiB",
+        "--link-rate",
+        "100gbit",
+        "--json",
+    ]);
+    let e = &v["prediction"]["first"]["estimate"];
+    let term = |k: &str| e[k].as_f64().unwrap();
+    let sum = term("fixed_s") + term("serial_s") + term("overlap_s") + term("fill_s");
+    assert!((sum - term("seconds")).abs() <= 1e-9 * term("seconds"), "{e}");
+    assert!(
+        (term("fill_s") - e["hops"].as_f64().unwrap() * term("hop_s")).abs() < 1e-9,
+        "{e}"
+    );
+}
+
+/// `--rank-cores` of a machine that is not this host's cluster is a documented constant,
+/// not this host's core count.
+#[test]
+fn a_modelled_machine_does_not_take_this_hosts_cores() {
+    let v = json(&["model", "--nodes", "1024", "--json"]);
+    assert_eq!(v["rank_cores"], 32.0);
+    assert_eq!(v["rank_cores_from"], "default");
+    let v = json(&["model", "--nodes", "1024", "--rank-cores", "64", "--json"]);
+    assert_eq!(
+        (v["rank_cores"].as_f64(), v["rank_cores_from"].as_str()),
+        (Some(64.0), Some("option"))
+    );
+    let help = ok(&["model", "--help"]);
+    for said in [
+        "never this host's cores",
+        "32",
+        "--max-loss-risk",
+        "1e-6, per job-day",
+    ] {
+        assert!(help.contains(said), "{said}: {help}");
+    }
+}
+
 #[test]
 fn bad_input_is_refused_in_one_line() {
     let cases: &[(&[&str], &str)] = &[
@@ -109,6 +258,10 @@ fn bad_input_is_refused_in_one_line() {
         (
             &["model", "--rank-cores=-1"],
             "--rank-cores -1: a number of cores",
+        ),
+        (
+            &["model", "--recommend", "--max-loss-risk", "0"],
+            "--max-loss-risk 0: a probability above 0",
         ),
         (&["report"], "nothing to report"),
         (&["report", "/nonexistent/r.json"], "reading /nonexistent/r.json"),
@@ -151,6 +304,14 @@ fn calibration_of_a_running_cluster_prices_its_predictions() {
         again["source"]["kind"], "calibration",
         "the saved calibration is used"
     );
+    // The cluster itself: its nodes' cores as they registered (cores of this host).
+    assert_eq!(again["rank_cores_from"], "cluster");
+    let cores = std::thread::available_parallelism().unwrap().get() as f64;
+    let registered = again["rank_cores"].as_f64().unwrap();
+    assert!(
+        registered >= 1.0 && registered <= cores,
+        "{registered} of {cores}"
+    );
     assert_close(&again["machine"]["cpu"], &v["machine"]["cpu"]);
     let faster = json(&["model", "--dir", c.d(), "--link-rate", "100gbit", "--json"]);
     assert!(faster["machine"]["link_bps"].as_f64().unwrap() > 1e10);
@@ -164,5 +325,9 @@ fn calibration_of_a_running_cluster_prices_its_predictions() {
         "--json",
     ]);
     assert_eq!(real["machine"]["hosts"]["kind"], "pernode");
+    assert_eq!(
+        real["rank_cores_from"], "default",
+        "4,096 nodes are not this cluster"
+    );
     assert_close(&real["machine"]["cpu"], &v["machine"]["cpu"]);
 }

@@ -14,6 +14,8 @@
 //! - [`time`]: seconds of that work on a machine.
 //! - [`predict`]: a scenario's epochs, checkpoints, recovery and storage.
 //! - [`interval`]: Young's and Daly's checkpoint interval and the job's efficiency.
+//! - [`risk`]: the risk of a group losing more than `m` members before it is protected
+//!   again.
 //! - [`recommend`]: the best configuration under constraints.
 
 #![warn(missing_docs)]
@@ -22,6 +24,7 @@ pub mod interval;
 pub mod machine;
 pub mod predict;
 pub mod recommend;
+pub mod risk;
 pub mod scenario;
 pub mod time;
 pub mod work;

@@ -165,7 +165,7 @@ pub fn predict(scenario: &Scenario, machine: &Machine) -> Result<Prediction, Mod
         Mode::Full => first.clone(),
         Mode::Stripe => stripe(scenario, machine, &groups, changed / BLOCK, "stripe"),
         Mode::Update => {
-            let cheaper = groups.iter().all(|g| {
+            let cheaper = distinct(&groups).iter().all(|g| {
                 let group_changed = data_members(scenario.coding.layout, *g) as u64 * changed;
                 eckpt_coding::policy::update_is_cheaper(group_changed, g.m, d)
             });
@@ -205,26 +205,57 @@ fn data_members(layout: Layout, g: GroupShape) -> usize {
     (0..g.members()).filter(|&x| probe.holds_data(x)).count()
 }
 
-/// An epoch from one task per group.
+/// The distinct shapes among `groups` (a scenario's groups come in at most two shapes).
+fn distinct(groups: &[GroupShape]) -> Vec<GroupShape> {
+    let mut shapes: Vec<GroupShape> = Vec::new();
+    for g in groups {
+        if !shapes.contains(g) {
+            shapes.push(*g);
+        }
+    }
+    shapes
+}
+
+/// One task per group, `task` counted once per distinct shape: groups of one shape do the
+/// same work (thousands of nodes form hundreds of groups of one or two shapes).
+fn per_group(groups: &[GroupShape], mut task: impl FnMut(GroupShape) -> TaskWork) -> Vec<TaskWork> {
+    let counted: Vec<(GroupShape, TaskWork)> = distinct(groups).into_iter().map(|g| (g, task(g))).collect();
+    groups
+        .iter()
+        .map(|g| {
+            counted
+                .iter()
+                .find(|(shape, _)| shape == g)
+                .map(|(_, t)| t.clone())
+                .expect("every shape was counted")
+        })
+        .collect()
+}
+
+/// An epoch from one task per group (`tasks[i]` is `groups[i]`'s).
 fn epoch(
     scenario: &Scenario,
     machine: &Machine,
+    groups: &[GroupShape],
     kind: &str,
     chunk: u64,
     tasks: Vec<TaskWork>,
 ) -> EpochPrediction {
     let estimate = task_seconds(machine, &tasks);
     let layout = scenario.coding.layout;
-    let sent_per_data_node = tasks
-        .iter()
-        .zip(scenario.groups())
-        .flat_map(|(t, g)| {
+    let sent_per_data_node = distinct(groups)
+        .into_iter()
+        .filter_map(|g| {
+            let t = &tasks[groups.iter().position(|x| *x == g)?];
             let probe = Geometry::new(layout, g.k, g.m, 1);
-            t.during
-                .iter()
-                .enumerate()
-                .filter(move |(x, _)| *x < g.members() && probe.holds_data(*x))
-                .map(|(_, w)| w.sent)
+            Some(
+                t.during
+                    .iter()
+                    .enumerate()
+                    .filter(|(x, _)| *x < g.members() && probe.holds_data(*x))
+                    .map(|(_, w)| w.sent)
+                    .fold(0.0, f64::max),
+            )
         })
         .fold(0.0, f64::max);
     EpochPrediction {
@@ -241,15 +272,12 @@ fn epoch(
 fn full(scenario: &Scenario, machine: &Machine, groups: &[GroupShape], d: u64) -> EpochPrediction {
     let c = &scenario.coding;
     let chunk = encode_chunk(c.layout, groups[0], d, c.chunk);
-    let tasks = groups
-        .iter()
-        .map(|g| {
-            let mut t = work::encode(c.layout, c.topology, *g, d, chunk);
-            fixed_work(&mut t, c.layout, *g, d, OPENS_ENCODE, ROUNDS_ENCODE);
-            t
-        })
-        .collect();
-    epoch(scenario, machine, "full", chunk, tasks)
+    let tasks = per_group(groups, |g| {
+        let mut t = work::encode(c.layout, c.topology, g, d, chunk);
+        fixed_work(&mut t, c.layout, g, d, OPENS_ENCODE, ROUNDS_ENCODE);
+        t
+    });
+    epoch(scenario, machine, groups, "full", chunk, tasks)
 }
 
 /// A stripe of `pages` stored pages per data member: each serializes them into a blob
@@ -265,36 +293,30 @@ fn stripe(
     let c = &scenario.coding;
     let blob = blob_bytes(pages);
     let chunk = encode_chunk(c.layout, groups[0], blob, c.chunk);
-    let tasks = groups
-        .iter()
-        .map(|g| {
-            let mut t = work::encode(c.layout, c.topology, *g, blob, chunk);
-            let probe = Geometry::new(c.layout, g.k, g.m, 1);
-            for (x, w) in t.before.iter_mut().enumerate() {
-                if probe.holds_data(x) {
-                    w.read += (pages * BLOCK) as f64;
-                    w.written += blob as f64;
-                }
+    let tasks = per_group(groups, |g| {
+        let mut t = work::encode(c.layout, c.topology, g, blob, chunk);
+        let probe = Geometry::new(c.layout, g.k, g.m, 1);
+        for (x, w) in t.before.iter_mut().enumerate() {
+            if probe.holds_data(x) {
+                w.read += (pages * BLOCK) as f64;
+                w.written += blob as f64;
             }
-            fixed_work(&mut t, c.layout, *g, scenario.size_per_node, 1.0, ROUNDS_ENCODE);
-            t
-        })
-        .collect();
-    epoch(scenario, machine, kind, chunk, tasks)
+        }
+        fixed_work(&mut t, c.layout, g, scenario.size_per_node, 1.0, ROUNDS_ENCODE);
+        t
+    });
+    epoch(scenario, machine, groups, kind, chunk, tasks)
 }
 
 fn update(scenario: &Scenario, machine: &Machine, groups: &[GroupShape], d: u64) -> EpochPrediction {
     let c = &scenario.coding;
     let chunk = u64::from(c.chunk);
-    let tasks = groups
-        .iter()
-        .map(|g| {
-            let mut t = work::update(c.layout, *g, d, chunk, scenario.dirty_fraction);
-            fixed_work(&mut t, c.layout, *g, d, OPENS_UPDATE, ROUNDS_UPDATE);
-            t
-        })
-        .collect();
-    epoch(scenario, machine, "update", chunk, tasks)
+    let tasks = per_group(groups, |g| {
+        let mut t = work::update(c.layout, g, d, chunk, scenario.dirty_fraction);
+        fixed_work(&mut t, c.layout, g, d, OPENS_UPDATE, ROUNDS_UPDATE);
+        t
+    });
+    epoch(scenario, machine, groups, "update", chunk, tasks)
 }
 
 /// A rank's local checkpoint: look at the whole image for changes, write `written` bytes
@@ -333,13 +355,12 @@ fn recovery(
     let install_s = cpu_seconds(machine, &decode.after.iter().collect::<Vec<_>>());
     decode.after.iter_mut().for_each(|w| *w = NodeWork::default());
     let decode_s = task_seconds(machine, &[decode]).seconds;
-    let survivors: Vec<NodeWork> = (0..scenario.nodes - lost.len())
-        .map(|_| NodeWork {
-            read: d as f64 * (1.0 + scenario.parity_per_data()),
-            ..NodeWork::default()
-        })
-        .collect();
-    let scrub_s = cpu_seconds(machine, &survivors.iter().collect::<Vec<_>>()) + machine.task_s;
+    let survivor = NodeWork {
+        read: d as f64 * (1.0 + scenario.parity_per_data()),
+        ..NodeWork::default()
+    };
+    let survivors = vec![&survivor; scenario.nodes - lost.len()];
+    let scrub_s = cpu_seconds(machine, &survivors) + machine.task_s;
     let detect_s = machine.detect_s;
     RecoveryPrediction {
         lost: lost.len(),

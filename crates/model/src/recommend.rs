@@ -1,6 +1,8 @@
 //! Which configuration to run: every topology, layout, transfer unit, incremental mode
-//! and group size that meets the constraints is predicted, and the one that leaves the job
-//! the most useful time at its best interval wins (ties: the cheaper epoch).
+//! and group size that meets the constraints — parity overhead, and the risk of a group
+//! losing more than `m` members before redundancy is restored ([`crate::risk`]) — is
+//! predicted, and the one that leaves the job the most useful time at its best interval
+//! wins (ties: the smaller risk, then the cheaper epoch).
 
 use eckpt_coding::{CodingConfig, Layout, Mode, Topology};
 use serde::{Deserialize, Serialize};
@@ -8,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::interval::{interval, Interval};
 use crate::machine::Machine;
 use crate::predict::predict;
+use crate::risk::{loss_risk, LossRisk};
 use crate::scenario::Scenario;
 use crate::ModelError;
 
@@ -26,6 +29,12 @@ pub struct Constraints {
     /// Cores of a node its ranks keep busy and its agent shares (0: the agent has cores of
     /// its own): see [`crate::predict::Prediction::job_checkpoint_seconds`].
     pub rank_cores: f64,
+    /// Highest acceptable probability that some group loses more than `m` members within
+    /// the window after a loss, over `period_s` ([`crate::risk`];
+    /// [`crate::risk::DEFAULT_MAX_LOSS_RISK`] per day by default: why, there).
+    pub max_loss_risk: f64,
+    /// The period that probability is over (seconds): the job's length, or a day.
+    pub period_s: f64,
 }
 
 /// One candidate configuration and what it is predicted to do.
@@ -43,6 +52,8 @@ pub struct Choice {
     pub overhead: f64,
     /// The interval and the efficiency it gives.
     pub interval: Interval,
+    /// The risk of losing more than `m` members of a group within the recovery window.
+    pub loss_risk: LossRisk,
 }
 
 /// Every configuration meeting `constraints` for the nodes, sizes and dirty pages of
@@ -52,7 +63,27 @@ pub fn recommend(
     machine: &Machine,
     constraints: &Constraints,
 ) -> Result<Vec<Choice>, ModelError> {
+    recommend_with_progress(base, machine, constraints, |_, _| {})
+}
+
+/// [`recommend`], calling `progress(done, total)` after each configuration predicted.
+pub fn recommend_with_progress(
+    base: &Scenario,
+    machine: &Machine,
+    constraints: &Constraints,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Vec<Choice>, ModelError> {
     let m = constraints.m;
+    let risk_ok = |r: f64| r.is_finite() && r > 0.0;
+    if !(risk_ok(constraints.max_loss_risk)
+        && risk_ok(constraints.period_s)
+        && risk_ok(constraints.node_mtbf_s))
+    {
+        return Err(ModelError::Invalid(format!(
+            "the loss-risk bound {}, its period {} s and the node MTBF {} s must be positive",
+            constraints.max_loss_risk, constraints.period_s, constraints.node_mtbf_s
+        )));
+    }
     if m == 0 || m >= base.nodes {
         return Err(ModelError::Invalid(format!(
             "surviving {m} losses per group needs m ≥ 1 and more than m nodes ({} given)",
@@ -68,7 +99,10 @@ pub fn recommend(
         )));
     }
     let mut choices = Vec::new();
-    for k in group_sizes(smallest_k, largest_k) {
+    let sizes = group_sizes(smallest_k, largest_k);
+    let total = sizes.len() * Mode::ALL.len() * Layout::ALL.len() * Topology::ALL.len() * CHUNKS.len();
+    let mut done = 0;
+    for k in sizes {
         for mode in Mode::ALL.iter().copied() {
             for layout in Layout::ALL.iter().copied() {
                 for topology in Topology::ALL.iter().copied() {
@@ -91,6 +125,12 @@ pub fn recommend(
                             p.recovery.seconds,
                             job_mtbf,
                         );
+                        let risk = loss_risk(
+                            &p.groups,
+                            constraints.node_mtbf_s,
+                            p.recovery.seconds,
+                            constraints.period_s,
+                        );
                         choices.push(Choice {
                             coding,
                             encode_seconds: p.next.encode_seconds,
@@ -98,17 +138,40 @@ pub fn recommend(
                             recovery_seconds: p.recovery.seconds,
                             overhead: p.storage.parity_per_data_chain,
                             interval: advice,
+                            loss_risk: risk,
                         });
+                        done += 1;
+                        progress(done, total);
                     }
                 }
             }
         }
     }
     choices.retain(|c| c.overhead <= constraints.max_overhead * (1.0 + 1e-9));
+    let safest = choices
+        .iter()
+        .min_by(|a, b| a.loss_risk.probability.total_cmp(&b.loss_risk.probability))
+        .map(|c| (c.coding.k, c.loss_risk));
+    choices.retain(|c| c.loss_risk.probability <= constraints.max_loss_risk);
+    if let (true, Some((k, risk))) = (choices.is_empty(), safest) {
+        return Err(ModelError::Invalid(format!(
+            "no configuration keeps the risk of losing more than m={m} nodes of a group below {:e} \
+             {} (the least is {:.2e}, k={k}, exposed {:.0} s after each loss): \
+             raise --m, or accept more risk with --max-loss-risk",
+            constraints.max_loss_risk,
+            match constraints.period_s / crate::risk::DAY_S {
+                d if (d - 1.0).abs() < 1e-9 => "per job-day".to_string(),
+                d => format!("over {d:.1} days"),
+            },
+            risk.probability,
+            risk.window_s
+        )));
+    }
     choices.sort_by(|a, b| {
         b.interval
             .efficiency
             .total_cmp(&a.interval.efficiency)
+            .then(a.loss_risk.probability.total_cmp(&b.loss_risk.probability))
             .then(a.encode_seconds.total_cmp(&b.encode_seconds))
     });
     Ok(choices)
@@ -130,6 +193,7 @@ fn group_sizes(lo: usize, hi: usize) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::risk::{DAY_S, DEFAULT_MAX_LOSS_RISK};
 
     fn base(nodes: usize, dirty: f64) -> Scenario {
         Scenario {
@@ -149,6 +213,8 @@ mod tests {
             max_overhead: 0.5,
             node_mtbf_s: 5.0 * YEAR,
             rank_cores: 16.0,
+            max_loss_risk: DEFAULT_MAX_LOSS_RISK,
+            period_s: DAY_S,
         };
         let choices = recommend(&base(16, 0.01), &Machine::reference(10e9), &c).unwrap();
         assert!(!choices.is_empty());
@@ -179,9 +245,85 @@ mod tests {
             max_overhead: 0.05,
             node_mtbf_s: YEAR,
             rank_cores: 0.0,
+            max_loss_risk: DEFAULT_MAX_LOSS_RISK,
+            period_s: DAY_S,
         };
         let err = recommend(&base(8, 0.01), &Machine::reference(1e9), &tight).unwrap_err();
         assert!(err.to_string().contains("needs k ≥ 40"), "{err}");
+    }
+
+    /// 4,096 nodes of 16 GiB on 100 Gbit/s links whose nodes fail once a year: groups of
+    /// 256 (k = 254, the least parity) stay exposed 1.5 minutes after each loss, long enough
+    /// for two more of their members to fail about 3 times in a million days — and without
+    /// the bound they rank among the best, since the binomial risk costs no efficiency.
+    #[test]
+    fn the_largest_groups_lose_to_the_risk_of_losing_more_than_m() {
+        let scenario = Scenario {
+            nodes: 4096,
+            coding: CodingConfig::default(),
+            size_per_node: 16 << 30,
+            dirty_fraction: 0.01,
+        };
+        let machine = Machine::reference(100e9);
+        let c = Constraints {
+            m: 2,
+            max_overhead: 0.5,
+            node_mtbf_s: YEAR,
+            rank_cores: 32.0,
+            max_loss_risk: DEFAULT_MAX_LOSS_RISK,
+            period_s: DAY_S,
+        };
+        let (mut calls, mut last) = (0, (0, 0));
+        let choices = recommend_with_progress(&scenario, &machine, &c, |done, total| {
+            calls += 1;
+            last = (done, total);
+        })
+        .unwrap();
+        assert_eq!(last.0, last.1, "progress ends at its total");
+        assert_eq!(calls, last.1, "once per configuration");
+        assert!(!choices.is_empty());
+        for ch in &choices {
+            assert!(ch.loss_risk.probability <= DEFAULT_MAX_LOSS_RISK, "{ch:?}");
+            assert!(ch.coding.k < 254, "{ch:?}");
+            assert_eq!(
+                ch.loss_risk.window_s, ch.recovery_seconds,
+                "exposed for the recovery"
+            );
+        }
+        let unbounded = recommend(
+            &scenario,
+            &machine,
+            &Constraints {
+                max_loss_risk: 1.0,
+                ..c
+            },
+        )
+        .unwrap();
+        let k254 = unbounded
+            .iter()
+            .find(|ch| ch.coding.k == 254)
+            .expect("k = 254 is tried");
+        assert!(
+            k254.loss_risk.probability > DEFAULT_MAX_LOSS_RISK,
+            "{:?}",
+            k254.loss_risk
+        );
+        assert!(
+            unbounded.iter().take(10).any(|ch| ch.coding.k == 254),
+            "without the bound k = 254 is among the best: the bound is what removes it"
+        );
+        // Nodes that fail every month: no group of m = 2 is safe enough; the refusal says
+        // what the least risk was and what to change.
+        let err = recommend(
+            &scenario,
+            &machine,
+            &Constraints {
+                node_mtbf_s: 30.0 * DAY_S,
+                ..c
+            },
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("raise --m"), "{err}");
     }
 
     #[test]

@@ -81,11 +81,18 @@ impl Scenario {
     /// Nodes holding rank data: every member in the rotated layout, the `k` data members
     /// of each group in the dedicated one.
     pub fn data_nodes(&self) -> usize {
+        // Counted once per shape: thousands of nodes form hundreds of groups of one or two.
+        let mut counted: Vec<(GroupShape, usize)> = Vec::new();
         self.groups()
             .iter()
-            .map(|g| {
-                let probe = Geometry::new(self.coding.layout, g.k, g.m, 1);
-                (0..g.members()).filter(|&x| probe.holds_data(x)).count()
+            .map(|g| match counted.iter().find(|(shape, _)| shape == g) {
+                Some((_, n)) => *n,
+                None => {
+                    let probe = Geometry::new(self.coding.layout, g.k, g.m, 1);
+                    let n = (0..g.members()).filter(|&x| probe.holds_data(x)).count();
+                    counted.push((*g, n));
+                    n
+                }
             })
             .sum()
     }

@@ -24,31 +24,62 @@ use serde::{Deserialize, Serialize};
 use crate::machine::{Cpu, Hosts, Machine};
 use crate::work::{NodeWork, TaskWork};
 
-/// Where a prediction's time goes.
+/// Where a prediction's time goes: `seconds = fixed_s + serial_s + overlap_s + fill_s`,
+/// with `overlap_s = overlap(network_s, cpu_s)` and `fill_s = hops · hop_s`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Estimate {
-    /// Total seconds.
+    /// Total seconds: the sum of the four terms below.
     pub seconds: f64,
-    /// The busiest link's bytes over its rate.
+    /// The busiest link's bytes over its rate (one side of `overlap_s`).
     pub network_s: f64,
-    /// CPU seconds of the overlapped stretch, as the hosts' cores spread them.
+    /// CPU seconds of the overlapped stretch, as the hosts' cores spread them (the other
+    /// side of `overlap_s`).
     pub cpu_s: f64,
+    /// The overlapped stretch: `overlap(network_s, cpu_s)`, between the larger of the two
+    /// and their sum.
+    #[serde(default)]
+    pub overlap_s: f64,
     /// Work before and after the transfers.
     pub serial_s: f64,
-    /// Filling the pipeline: the first row's hops.
+    /// Filling the pipeline: the first row's hops, `hops · hop_s`.
     pub fill_s: f64,
+    /// Hops of the first row before the pipeline is full (the deepest group's).
+    #[serde(default)]
+    pub hops: usize,
+    /// Seconds of one of those hops: its message beyond a shaper's burst over the link,
+    /// the work done on it, and the latency.
+    #[serde(default)]
+    pub hop_s: f64,
     /// Size-independent cost of the task.
     pub fixed_s: f64,
 }
 
 impl Estimate {
-    /// What limits the task: `network` or `cpu`.
+    /// The term that takes most of the time: `network` or `cpu` when the overlapped
+    /// transfers and arithmetic do (whichever of the two is larger), `fill` (the pipeline's
+    /// first row crossing its hops), `serial` (work before and after the transfers) or
+    /// `overhead` (the task's fixed cost).
     pub fn bound(&self) -> &'static str {
-        if self.network_s >= self.cpu_s {
+        let overlapped = if self.network_s >= self.cpu_s {
             "network"
         } else {
             "cpu"
-        }
+        };
+        [
+            (self.overlap_s, overlapped),
+            (self.fill_s, "fill"),
+            (self.serial_s, "serial"),
+            (self.fixed_s, "overhead"),
+        ]
+        .into_iter()
+        .fold((f64::NEG_INFINITY, overlapped), |best, term| {
+            if term.0 > best.0 {
+                term
+            } else {
+                best
+            }
+        })
+        .1
     }
 }
 
@@ -123,21 +154,36 @@ pub fn task_seconds(machine: &Machine, tasks: &[TaskWork]) -> Estimate {
     let network_s = (busiest - machine.burst_bytes).max(0.0) / machine.link_bps;
     let cpu_s = stretch(|t| &t.during);
     let serial_s = stretch(|t| &t.before) + stretch(|t| &t.after);
-    let fill_s = tasks
+    // The deepest fill of the groups: hops, and seconds per hop.
+    let (hops, hop_s) = tasks
         .iter()
         .map(|t| {
             let wait = (t.hop_bytes - machine.burst_bytes).max(0.0) / machine.link_bps;
             let work = cpu_seconds(machine, &[&t.hop_work]);
-            t.depth as f64 * (wait + work + machine.latency_s)
+            (t.depth, wait + work + machine.latency_s)
         })
-        .fold(0.0, f64::max);
+        .fold(
+            (0, 0.0),
+            |a, b| {
+                if b.0 as f64 * b.1 > a.0 as f64 * a.1 {
+                    b
+                } else {
+                    a
+                }
+            },
+        );
+    let fill_s = hops as f64 * hop_s;
     let fixed_s = machine.task_s;
+    let overlap_s = overlap(network_s, cpu_s);
     Estimate {
-        seconds: fixed_s + serial_s + overlap(network_s, cpu_s) + fill_s,
+        seconds: fixed_s + serial_s + overlap_s + fill_s,
         network_s,
         cpu_s,
+        overlap_s,
         serial_s,
         fill_s,
+        hops,
+        hop_s,
         fixed_s,
     }
 }
@@ -184,6 +230,25 @@ mod tests {
         assert_eq!(e.bound(), "network");
         let fill = 4.0 * 2.0 * MIB as f64 / machine.link_bps;
         assert!((e.seconds - link - fill).abs() < 1e-9, "plus k hops of m chunks");
+    }
+
+    #[test]
+    fn the_terms_add_up_to_the_total_and_the_largest_is_the_bound() {
+        let machine = Machine::reference(100e9);
+        for (k, d, chunk) in [(4, 64 * MIB, MIB), (254, MIB, MIB), (30, 16 * MIB, 64 << 10)] {
+            let e = task_seconds(&machine, &[pipeline(k, d, chunk)]);
+            let sum = e.fixed_s + e.serial_s + e.overlap_s + e.fill_s;
+            assert!((e.seconds - sum).abs() <= 1e-12 * e.seconds, "{e:?}");
+            assert_eq!(e.overlap_s, overlap(e.network_s, e.cpu_s));
+            assert!((e.fill_s - e.hops as f64 * e.hop_s).abs() <= 1e-15, "{e:?}");
+            assert_eq!(e.hops, k, "a pipeline's first row crosses its k sources");
+        }
+        // 254 hops of a 1 MiB message for 1 MiB of data: filling the pipeline is the time.
+        let deep = task_seconds(&machine, &[pipeline(254, MIB, MIB)]);
+        assert_eq!(deep.bound(), "fill", "{deep:?}");
+        assert!(deep.fill_s > deep.overlap_s);
+        let wide = task_seconds(&machine, &[pipeline(4, 64 * MIB, 64 << 10)]);
+        assert_eq!(wide.bound(), "cpu", "{wide:?}");
     }
 
     #[test]

@@ -334,17 +334,30 @@ pub fn run_timeline(run: &RunRecord) -> Timeline {
         spans: Vec::new(),
         markers: thin(&run.epochs)
             .iter()
-            .map(|e| Marker {
-                at: e.t_s,
-                label: format!(
-                    "epoch {} {} ({}, {}){}",
-                    e.epoch,
-                    if e.committed { "committed" } else { "aborted" },
-                    e.kinds.join("/"),
-                    format(e.encode_seconds, Unit::Seconds),
-                    e.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
-                ),
-                kind: if e.committed { Kind::Epoch } else { Kind::Aborted },
+            .map(|e| {
+                // An aborted epoch often encoded nothing: no kinds, no seconds to show.
+                let mut what = Vec::new();
+                if !e.kinds.is_empty() {
+                    what.push(e.kinds.join("/"));
+                }
+                if e.encode_seconds > 0.0 {
+                    what.push(format(e.encode_seconds, Unit::Seconds));
+                }
+                Marker {
+                    at: e.t_s,
+                    label: format!(
+                        "epoch {} {}{}{}",
+                        e.epoch,
+                        if e.committed { "committed" } else { "aborted" },
+                        if what.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", what.join(", "))
+                        },
+                        e.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+                    ),
+                    kind: if e.committed { Kind::Epoch } else { Kind::Aborted },
+                }
             })
             .collect(),
     };
@@ -377,9 +390,10 @@ pub fn run_timeline(run: &RunRecord) -> Timeline {
             .map(|r| Span {
                 start: r.start_s,
                 end: r.end_s,
-                label: match r.from_flush {
-                    Some(flushed) => format!("restarted from flushed epoch {flushed}"),
-                    None => format!("epoch {}: rebuilt {}", r.epoch, r.lost.join(", ")),
+                label: match (r.from_flush, r.lost.is_empty()) {
+                    (Some(flushed), _) => format!("restarted from flushed epoch {flushed}"),
+                    (None, true) => format!("epoch {}: no node lost", r.epoch),
+                    (None, false) => format!("epoch {}: rebuilt {}", r.epoch, r.lost.join(", ")),
                 },
                 kind: Kind::Recovery,
             })
@@ -556,6 +570,32 @@ mod tests {
         assert_eq!(svg.matches(r#"class="marker relocation""#).count(), 1);
         assert_eq!(run_encodes(&run).series.len(), 2, "full and update");
         assert_eq!(run_bytes(&run).series[1].points.len(), 50);
+    }
+
+    /// An epoch a recovery aborted encoded nothing, and a rank's crash loses no node: their
+    /// labels say so instead of `(, 0)` and `rebuilt ` with nothing after it.
+    #[test]
+    fn timeline_labels_leave_out_what_did_not_happen() {
+        let run = RunRecord {
+            epochs: vec![Epoch {
+                epoch: 6,
+                t_s: 5.0,
+                reason: Some("aborted by recovery".into()),
+                ..Epoch::default()
+            }],
+            recoveries: vec![Recovery {
+                start_s: 5.0,
+                end_s: 6.0,
+                epoch: 5,
+                ..Recovery::default()
+            }],
+            ..RunRecord::default()
+        };
+        let lanes = run_timeline(&run).lanes;
+        let epochs = &lanes.iter().find(|l| l.name == "epochs").unwrap().markers;
+        assert_eq!(epochs[0].label, "epoch 6 aborted: aborted by recovery");
+        let recoveries = &lanes.iter().find(|l| l.name == "recoveries").unwrap().spans;
+        assert_eq!(recoveries[0].label, "epoch 5: no node lost");
     }
 
     #[test]

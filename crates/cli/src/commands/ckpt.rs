@@ -257,9 +257,10 @@ pub fn run_flush(args: FlushArgs) -> Result<i32> {
         print_json(&report);
     } else {
         println!(
-            "flushed epoch {} ({} ranks, {} bytes) to {} in {:.3} s: {:.1} MB/s (slowest node {:.3} s)",
+            "flushed epoch {} ({} {}, {} bytes) to {} in {:.3} s: {:.1} MB/s (slowest node {:.3} s)",
             report.epoch,
             report.ranks,
+            if report.ranks == 1 { "rank" } else { "ranks" },
             report.bytes,
             report.dir.display(),
             report.seconds,

@@ -66,9 +66,10 @@ pub fn run_patch(args: PatchArgs) -> Result<i32> {
         print_json(&stats);
     } else {
         println!(
-            "patched {} bytes in {} runs; {} bytes written to {} in {:.3} s",
+            "patched {} bytes in {} {}; {} bytes written to {} in {:.3} s",
             stats.bytes_patched,
             stats.runs,
+            if stats.runs == 1 { "run" } else { "runs" },
             stats.new_bytes,
             args.out.display(),
             stats.seconds

@@ -3,6 +3,7 @@
 //! this machine cannot run (`--nodes 4096 --link-rate 100gbit`) — and, with `--recommend`,
 //! the configuration to run. `--calibrate` measures a running cluster's costs first.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -11,8 +12,11 @@ use eckpt_cluster_api::dirs::{ClusterDir, ClusterFile};
 use eckpt_coding::{CodingConfig, Layout, Mode, Topology};
 use eckpt_model::interval::{interval, Interval};
 use eckpt_model::machine::{Hosts, Machine};
-use eckpt_model::recommend::{recommend, Choice, Constraints};
+use eckpt_model::recommend::{recommend_with_progress, Choice, Constraints};
+use eckpt_model::risk::{loss_risk, LossRisk, DAY_S};
+use eckpt_model::time::Estimate;
 use eckpt_model::{predict, Prediction, Scenario};
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use super::calibrate::{self, Calibration};
@@ -71,20 +75,39 @@ pub struct Args {
     #[arg(long)]
     own_hosts: bool,
     /// Cores of each node that its ranks keep busy and its agent shares: the agent's CPU
-    /// seconds per epoch, over these cores, count as the job's checkpoint cost (default:
-    /// this host's cores; 0: the agents run on cores set aside, `eckpt up --agent-cpus`).
+    /// seconds per epoch, over these cores, count as the job's checkpoint cost (0: the
+    /// agents run on cores set aside, `eckpt up --agent-cpus`). Default: for the running
+    /// cluster of --dir (its own node count), the cores its nodes registered with (the
+    /// fewest); for a modelled machine (no --dir, or --nodes other than its count) 32, a
+    /// common node of two 16-core sockets — never this host's cores; give the real count.
     #[arg(long)]
     rank_cores: Option<f64>,
     /// Mean time between failures of one node (e.g. 5y, 30d, 12h, 600s).
     #[arg(long, default_value = "5y", value_parser = parse_duration)]
     mtbf: f64,
+    /// How long the job runs (e.g. 1d, 30d): the period the risk of losing a checkpoint
+    /// (more than m nodes of a group lost before redundancy is restored) is stated and
+    /// bounded over.
+    #[arg(long, default_value = "1d", value_parser = parse_duration)]
+    job_length: f64,
     /// Recommend a configuration: every group size, mode, layout, topology and transfer
-    /// unit meeting --m and --max-overhead, best first.
+    /// unit meeting --m, --max-overhead and --max-loss-risk, best first.
     #[arg(long)]
     recommend: bool,
     /// With --recommend: the most parity bytes per byte of data.
     #[arg(long, default_value_t = 0.5)]
     max_overhead: f64,
+    /// With --recommend: the highest acceptable probability, over --job-length, that some
+    /// group loses more than m nodes while exposed after a loss (from the loss until the
+    /// model's predicted recovery has restored redundancy), nodes failing independently at
+    /// --mtbf; the job then restarts from the flush level. Default 1e-6, per job-day at
+    /// --job-length's default: once in about 2,700 years of running, far below a job's
+    /// other risks, so it costs no
+    /// efficiency — it rules out groups too large, recoveries too slow or nodes too
+    /// unreliable (k=254 m=2 on 4,096 nodes of 16 GiB failing once a year). Correlated
+    /// failures (a rack) are not in it: form groups across failure domains (`up --domain`).
+    #[arg(long, default_value_t = eckpt_model::risk::DEFAULT_MAX_LOSS_RISK)]
+    max_loss_risk: f64,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -136,11 +159,18 @@ struct Report {
     prediction: Prediction,
     /// Cores the ranks keep busy beside each agent (`--rank-cores`).
     rank_cores: f64,
+    /// Where `rank_cores` came from: `option` (--rank-cores), `cluster` (the cores the
+    /// nodes of --dir registered with), `host` (this host's, for a cluster whose nodes
+    /// did not say) or `default` (a modelled machine: 32).
+    rank_cores_from: &'static str,
     /// What a later epoch costs the job: the local checkpoint plus the agent's CPU taken
     /// from the ranks (the interval's checkpoint cost).
     job_checkpoint_seconds: f64,
     /// Interval advice for a node MTBF of `--mtbf`.
     interval: Interval,
+    /// The risk, over `--job-length`, that some group loses more than m nodes within the
+    /// predicted recovery after a loss.
+    loss_risk: LossRisk,
     /// With --recommend: the best configurations, best first.
     #[serde(skip_serializing_if = "Option::is_none")]
     recommendations: Option<Vec<Choice>>,
@@ -170,15 +200,27 @@ pub fn run(args: Args) -> Result<i32> {
         }
         (None, None) => None,
     };
-    let scenario = scenario(&args, file.as_ref().map(|(f, n)| (f, *n)))?;
-    let (machine, source) = machine(&args, file.as_ref().map(|(f, _)| f), calibration.as_ref())?;
+    let scenario = scenario(&args, file.as_ref().map(|c| (&c.file, c.nodes)))?;
+    let (machine, source) = machine(&args, file.as_ref().map(|c| &c.file), calibration.as_ref())?;
     let prediction = predict(&scenario, &machine)?;
     let job_mtbf = args.mtbf / scenario.nodes as f64;
-    let rank_cores = match args.rank_cores {
-        Some(cores) if cores >= 0.0 && cores.is_finite() => cores,
-        Some(cores) => bail!("--rank-cores {cores}: a number of cores (0 or more)"),
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()) as f64,
+    let (rank_cores, rank_cores_from) = match (args.rank_cores, &file) {
+        (Some(cores), _) if cores >= 0.0 && cores.is_finite() => (cores, "option"),
+        (Some(cores), _) => bail!("--rank-cores {cores}: a number of cores (0 or more)"),
+        // The running cluster itself: its nodes' cores.
+        (None, Some(c)) if c.nodes == scenario.nodes => match c.cores {
+            Some(cores) => (f64::from(cores), "cluster"),
+            None => (crate::output::default_threads() as f64, "host"),
+        },
+        // Another machine than this host's cluster: not this host's cores.
+        (None, _) => (DEFAULT_RANK_CORES, "default"),
     };
+    if !(args.max_loss_risk > 0.0 && args.max_loss_risk.is_finite()) {
+        bail!(
+            "--max-loss-risk {}: a probability above 0 (e.g. 1e-6)",
+            args.max_loss_risk
+        );
+    }
     let job_checkpoint_seconds = prediction.job_checkpoint_seconds(rank_cores);
     let advice = interval(
         job_checkpoint_seconds,
@@ -186,14 +228,28 @@ pub fn run(args: Args) -> Result<i32> {
         prediction.recovery.seconds,
         job_mtbf,
     );
+    let risk = loss_risk(
+        &prediction.groups,
+        args.mtbf,
+        prediction.recovery.seconds,
+        args.job_length,
+    );
     let recommendations = if args.recommend {
         let constraints = Constraints {
             m: scenario.coding.m,
             max_overhead: args.max_overhead,
             node_mtbf_s: args.mtbf,
             rank_cores,
+            max_loss_risk: args.max_loss_risk,
+            period_s: args.job_length,
         };
-        let mut all = recommend(&scenario, &machine, &constraints)?;
+        let bar = search_progress(args.json);
+        let found = recommend_with_progress(&scenario, &machine, &constraints, |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        });
+        bar.finish_and_clear();
+        let mut all = found?;
         all.truncate(5);
         Some(all)
     } else {
@@ -207,20 +263,53 @@ pub fn run(args: Args) -> Result<i32> {
         source,
         prediction,
         rank_cores,
+        rank_cores_from,
         job_checkpoint_seconds,
         interval: advice,
+        loss_risk: risk,
         recommendations,
     };
+    let max_loss_risk = args.max_loss_risk;
     if args.json {
         print_json(&report);
     } else {
-        print_text(&report);
+        print_text(&report, max_loss_risk);
     }
     Ok(0)
 }
 
-/// `cluster.json` of a cluster and how many nodes it has (spares excluded).
-fn read_cluster(dir: &ClusterDir) -> Result<(ClusterFile, usize)> {
+/// `--rank-cores` of a modelled machine (not this host's cluster): a common HPC node of two
+/// 16-core sockets, the same wherever the model runs.
+const DEFAULT_RANK_CORES: f64 = 32.0;
+
+/// A bar over the configurations `--recommend` predicts, on a terminal and without --json
+/// (as `encode` and `recover` show theirs): thousands of nodes in groups of up to 256
+/// take a while.
+fn search_progress(json: bool) -> ProgressBar {
+    if json || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("recommend [{bar:30}] {pos}/{len} configurations, eta {eta}")
+            .expect("the template is valid")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+/// What `--dir` says of a cluster.
+struct ClusterInfo {
+    /// Its `cluster.json`.
+    file: ClusterFile,
+    /// Its nodes (spares excluded).
+    nodes: usize,
+    /// The fewest cores any of its group members registered with, if any did.
+    cores: Option<u32>,
+}
+
+/// `cluster.json` of a cluster, how many nodes it has and their cores.
+fn read_cluster(dir: &ClusterDir) -> Result<ClusterInfo> {
     let path = dir.cluster_file();
     let text = std::fs::read(&path).with_context(|| format!("{} is not a cluster", dir.root().display()))?;
     let file: ClusterFile =
@@ -229,8 +318,17 @@ fn read_cluster(dir: &ClusterDir) -> Result<(ClusterFile, usize)> {
         std::fs::read(dir.journal()).with_context(|| format!("reading {}", dir.journal().display()))?;
     let journal: eckpt_cluster::coordinator::Journal =
         serde_json::from_slice(&journal).with_context(|| format!("reading {}", dir.journal().display()))?;
-    let nodes = journal.groups.iter().map(|g| g.group.members.len()).sum();
-    Ok((file, nodes))
+    let members: Vec<&String> = journal.groups.iter().flat_map(|g| &g.group.members).collect();
+    let cores = members
+        .iter()
+        .filter_map(|n| journal.nodes.get(*n)?.info.as_ref().map(|i| i.cores))
+        .filter(|&c| c > 0)
+        .min();
+    Ok(ClusterInfo {
+        file,
+        nodes: members.len(),
+        cores,
+    })
 }
 
 /// The scenario: the cluster's configuration if given, the arguments over it.
@@ -317,11 +415,68 @@ fn machine(
 
 fn seconds(s: f64) -> String {
     match s {
+        s if s >= 365.25 * 86_400.0 => format!("{:.1} y", s / (365.25 * 86_400.0)),
         s if s >= 86_400.0 => format!("{:.1} d", s / 86_400.0),
         s if s >= 3600.0 => format!("{:.1} h", s / 3600.0),
         s if s >= 1.0 => format!("{s:.2} s"),
-        s => format!("{:.1} ms", s * 1e3),
+        s if s >= 1e-3 || s == 0.0 => format!("{:.1} ms", s * 1e3),
+        s => format!("{:.0} µs", s * 1e6),
     }
+}
+
+/// `n thing` or `n things`.
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// How an encode's seconds are made, so that the terms add up to the total:
+/// `encode T (B-bound) = overlapped link and CPU + pipeline fill (hops × per hop) + work
+/// before and after the transfers + the task's fixed cost`, the terms that are zero left
+/// out. The link and the CPU overlap, so together they take between the larger and their
+/// sum (`(link³ + CPU³)^⅓`): both are shown beside the term they make.
+fn encode_terms(e: &Estimate) -> String {
+    let mut terms = Vec::new();
+    match (e.network_s > 0.0, e.cpu_s > 0.0) {
+        (true, true) => terms.push(format!(
+            "{} link and CPU overlapped (link {}, CPU {})",
+            seconds(e.overlap_s),
+            seconds(e.network_s),
+            seconds(e.cpu_s)
+        )),
+        (true, false) => terms.push(format!("{} link", seconds(e.network_s))),
+        (false, true) => terms.push(format!("{} CPU", seconds(e.cpu_s))),
+        (false, false) => {}
+    }
+    if e.fill_s > 0.0 {
+        terms.push(format!(
+            "{} pipeline fill ({} × {})",
+            seconds(e.fill_s),
+            count(e.hops, "hop", "hops"),
+            seconds(e.hop_s)
+        ));
+    }
+    if e.serial_s > 0.0 {
+        terms.push(format!("{} before and after the transfers", seconds(e.serial_s)));
+    }
+    if e.fixed_s > 0.0 {
+        terms.push(format!("{} task", seconds(e.fixed_s)));
+    }
+    format!(
+        "encode {} ({}-bound) = {}",
+        seconds(e.seconds),
+        e.bound(),
+        terms.join(" + ")
+    )
+}
+
+/// A probability over a period: `3.1e-6 per 1.0 d`.
+fn risk_text(r: &LossRisk) -> String {
+    let period = if (r.period_s - DAY_S).abs() < 1e-9 {
+        "day".to_string()
+    } else {
+        seconds(r.period_s)
+    };
+    format!("{:.1e} per {period}", r.probability)
 }
 
 fn bytes(b: f64) -> String {
@@ -333,13 +488,13 @@ fn bytes(b: f64) -> String {
     }
 }
 
-fn print_text(r: &Report) {
+fn print_text(r: &Report, max_loss_risk: f64) {
     let (s, p, c) = (&r.scenario, &r.prediction, &r.scenario.coding);
     let shapes: Vec<String> = p.groups.iter().map(|g| format!("{}+{}", g.k, g.m)).collect();
     println!(
-        "{} nodes in {} group(s) ({}), {} {} {}, {} transfer unit, {} per node, {:.2} % of pages dirty",
-        s.nodes,
-        p.groups.len(),
+        "{} in {} ({}), {} {} {}, {} transfer unit, {} per node, {:.2} % of pages dirty",
+        count(s.nodes, "node", "nodes"),
+        count(p.groups.len(), "group", "groups"),
         summarize(&shapes),
         c.mode,
         c.layout,
@@ -364,18 +519,21 @@ fn print_text(r: &Report) {
     );
     for (label, e) in [("first epoch", &p.first), ("later epochs", &p.next)] {
         println!(
-            "{label} ({}): encode {} ({}-bound: link {}, CPU {}), {} on the busiest link",
+            "{label} ({}): {}; {} on the busiest link",
             e.kind,
-            seconds(e.encode_seconds),
-            e.estimate.bound(),
-            seconds(e.estimate.network_s),
-            seconds(e.estimate.cpu_s),
+            encode_terms(&e.estimate),
             bytes(e.busiest_link_bytes)
         );
     }
+    let cores_from = match r.rank_cores_from {
+        "option" => "",
+        "cluster" => ", as the cluster's nodes registered",
+        "host" => ", this host's",
+        _ => ", a modelled machine's default --rank-cores",
+    };
     println!(
         "local checkpoint (ranks stopped): first {}, later {}; the agent's CPU per later epoch {} \
-         ({} of the ranks' time on {} cores): {} per checkpoint for the job",
+         ({} of the ranks' time on {} cores{cores_from}): {} per checkpoint for the job",
         seconds(p.first_checkpoint_seconds),
         seconds(p.checkpoint_seconds),
         seconds(p.next.agent_cpu_seconds),
@@ -385,8 +543,8 @@ fn print_text(r: &Report) {
     );
     let rec = &p.recovery;
     println!(
-        "recovery of {} lost data members: {} (detect {}, scrub {}, decode {}, install {}, re-encode {})",
-        rec.lost,
+        "recovery of {}: {} (detect {}, scrub {}, decode {}, install {}, re-encode {})",
+        count(rec.lost, "lost data member", "lost data members"),
         seconds(rec.seconds),
         seconds(rec.detect_s),
         seconds(rec.scrub_s),
@@ -406,12 +564,25 @@ fn print_text(r: &Report) {
         seconds(i.interval_s),
         i.efficiency * 100.0
     );
+    let above = if r.loss_risk.probability > max_loss_risk {
+        format!(", above the {max_loss_risk:e} of --max-loss-risk")
+    } else {
+        String::new()
+    };
+    println!(
+        "risk of a group losing more than m={} nodes within the {} its recovery takes after a \
+         loss: {} (node MTBF {}{above})",
+        c.m,
+        seconds(r.loss_risk.window_s),
+        risk_text(&r.loss_risk),
+        seconds(r.interval.job_mtbf_s * s.nodes as f64),
+    );
     if let Some(choices) = &r.recommendations {
         println!("recommended (best first):");
         for ch in choices {
             let c = &ch.coding;
             println!(
-                "  k={} m={} {} {} {} {}: {} epochs of {}, recovery {}, overhead {:.2}, every {} → {:.2} %",
+                "  k={} m={} {} {} {} {}: {} epochs of {}, recovery {}, overhead {:.2}, loss risk {}, every {} → {:.2} %",
                 c.k,
                 c.m,
                 c.mode,
@@ -422,6 +593,7 @@ fn print_text(r: &Report) {
                 seconds(ch.encode_seconds),
                 seconds(ch.recovery_seconds),
                 ch.overhead,
+                risk_text(&ch.loss_risk),
                 seconds(ch.interval.interval_s),
                 ch.interval.efficiency * 100.0
             );

@@ -98,8 +98,9 @@ pub fn run(args: Args) -> Result<i32> {
         host_cores: default_threads() as f64,
     };
     let meta = format!(
-        "{} file(s): {}. Predictions priced with {costs_from}, at each result's measured link rate.",
+        "{} {}: {}. Predictions priced with {costs_from}, at each result's measured link rate.",
         files.len(),
+        if files.len() == 1 { "file" } else { "files" },
         files
             .iter()
             .map(|f| f.display().to_string())
@@ -129,12 +130,13 @@ pub fn run(args: Args) -> Result<i32> {
     if args.json {
         print_json(&summary);
     } else {
+        let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         println!(
-            "wrote {} ({} bytes): {} benchmark results, {} runs",
+            "wrote {} ({} bytes): {}, {}",
             summary.output.display(),
             summary.bytes,
-            summary.bench_results,
-            summary.runs
+            plural(summary.bench_results, "benchmark result", "benchmark results"),
+            plural(summary.runs, "run", "runs")
         );
     }
     Ok(0)

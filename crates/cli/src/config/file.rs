@@ -164,9 +164,16 @@ fn check_table(
     for (name, value) in table {
         if let toml::Value::Table(sub) = value {
             let Some(subcommand) = commands(cmd).find(|c| c.get_name() == name) else {
+                let hint = did_you_mean(&name, commands(cmd).map(Command::get_name))
+                    .map(|close| {
+                        let mut table = path.clone();
+                        table.push(close.to_string());
+                        format!("; did you mean [{}]?", table.join("."))
+                    })
+                    .unwrap_or_default();
                 path.push(name);
                 return Err(format!(
-                    "[{}]: no such command (a table is named after a command: [run], [bench.cluster])",
+                    "[{}]: no such command (a table is named after a command: [run], [bench.cluster]){hint}",
                     path.join(".")
                 ));
             };
@@ -186,7 +193,12 @@ fn check_table(
             } else {
                 format!("`{}` has no option", command_name(path))
             };
-            return Err(format!("{named}: unknown key: {unknown} --{name}"));
+            let mut keys = Vec::new();
+            keys_below(cmd, &mut keys);
+            let hint = did_you_mean(&name, keys)
+                .map(|close| format!("; did you mean `{close}`?"))
+                .unwrap_or_default();
+            return Err(format!("{named}: unknown key: {unknown} --{name}{hint}"));
         }
         let mut values = None;
         for (command, arg) in options {
@@ -199,6 +211,32 @@ fn check_table(
     }
     out.insert(path.clone(), keys);
     Ok(())
+}
+
+/// The closest of `candidates` to `typed`, if one is close enough: clap's own rule for a
+/// mistyped flag (Jaro similarity above 0.7, the most similar first), so that a key in a
+/// file gets the suggestion its flag would — and one edit or two letters swapped away, which
+/// Jaro misses in short names (`rnu` for `run`; not below three letters).
+fn did_you_mean<'a>(typed: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::jaro(typed, c), strsim::osa_distance(typed, c), c))
+        // One edit away from a one- or two-letter name is any other such name.
+        .filter(|&(confidence, edits, _)| confidence > 0.7 || (edits <= 1 && typed.chars().count() >= 3))
+        .max_by(|a, b| b.1.min(2).cmp(&a.1.min(2)).then(a.0.total_cmp(&b.0)))
+        .map(|(_, _, c)| c)
+}
+
+/// The keys a table of `cmd` may hold: its options' and those of the commands below it.
+fn keys_below<'a>(cmd: &'a Command, out: &mut Vec<&'a str>) {
+    for k in cmd.get_arguments().filter_map(key) {
+        if !out.contains(&k) {
+            out.push(k);
+        }
+    }
+    for subcommand in commands(cmd) {
+        keys_below(subcommand, out);
+    }
 }
 
 /// Every option with key `name` of `cmd` (at `path`) and of the commands below it.
@@ -311,6 +349,16 @@ mod tests {
             ),
             ("[upp]\nk = 1", "[upp]: no such command"),
             (
+                "[up]\nk-value = 1",
+                "[up] k-value: unknown key: `eckpt up` has no option --k-value; did you mean `k`?",
+            ),
+            ("[up]\nnetnss = true", "; did you mean `netns`?"),
+            (
+                "[upp]\nk = 1",
+                "[upp]: no such command (a table is named after a command: [run], [bench.cluster]); did you mean [up]?",
+            ),
+            ("[bench.clustr]\nk = 1", "did you mean [bench.cluster]?"),
+            (
                 "[up]\nnetns = \"yes\"",
                 "[up] netns: expected true or false, not \"yes\" (`eckpt up --netns`)",
             ),
@@ -330,6 +378,18 @@ mod tests {
             assert!(e.contains(expected), "{text:?}: {e}");
             assert!(!e.contains('\n'), "{e}");
         }
+    }
+
+    #[test]
+    fn a_key_nothing_resembles_gets_no_suggestion() {
+        let e = parse("[up]\nzzzzzz = 1").unwrap_err();
+        assert!(!e.contains("did you mean"), "{e}");
+        // The suggestion comes from the table's own command tree: `[bench]` suggests a key of
+        // `bench cluster`, never one only `up` has (`netns`).
+        let e = parse("[bench]\nnetnss = true").unwrap_err();
+        assert!(!e.contains("did you mean"), "{e}");
+        assert_eq!(did_you_mean("nodez", ["nodes", "k"]), Some("nodes"));
+        assert_eq!(did_you_mean("x", ["nodes", "k"]), None);
     }
 
     #[test]

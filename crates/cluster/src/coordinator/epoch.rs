@@ -141,16 +141,31 @@ impl Coordinator {
         let mut missed = Vec::new();
         for ((info, session), r) in sessions.into_iter().zip(self.ask_all(requests).await) {
             if let Err(e) = r {
-                tracing::warn!(error = %e, epoch, "commit not delivered");
-                missed.push((info.name, session));
+                missed.push((info.name, session, e));
             }
         }
-        self.read(move |s| {
-            for (node, session) in missed {
-                s.missed_decision(&node, session, epoch);
+        // A warning once per node and session — the first decision it missed, after which
+        // it must register again — and none for a node the cluster removed (lost, and
+        // rebuilt elsewhere): its agent is not expected to hear anything.
+        let missed = self
+            .read(move |s| {
+                missed
+                    .into_iter()
+                    .map(|(node, session, e)| {
+                        let first = s.missed_decision(&node, session, epoch);
+                        let removed = s.journal().nodes.get(&node).is_none_or(|n| n.removed);
+                        (node, e, first && !removed)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await;
+        for (node, e, news) in missed {
+            if news {
+                tracing::warn!(node = %node, epoch, error = %e, "commit not delivered: the agent registers again before it counts as alive");
+            } else {
+                tracing::debug!(node = %node, epoch, error = %e, "commit not delivered");
             }
-        })
-        .await;
+        }
         self.delivered.send_if_modified(|delivered| {
             let newer = epoch > *delivered;
             *delivered = (*delivered).max(epoch);
@@ -238,7 +253,11 @@ impl Coordinator {
             }
         }
         if !outcome.committed {
-            tracing::warn!(epoch, reason = ?outcome.reason, "epoch aborted");
+            tracing::warn!(
+                epoch,
+                reason = outcome.reason.as_deref().map(tracing::field::display),
+                "epoch aborted"
+            );
             self.abort_everywhere(epoch, pace).await;
         } else {
             tracing::info!(epoch, seconds = encode_seconds, "epoch committed");
@@ -285,6 +304,35 @@ mod tests {
         }
         let second = c.checkpoint(8).await;
         assert!(second.committed && second.epoch == 2, "{second:?}");
+    }
+
+    /// A session that misses decisions is news once: the first miss (it must register
+    /// again), not every epoch after it.
+    #[tokio::test]
+    async fn a_missed_decision_is_news_once_per_session() {
+        let c = cluster().await;
+        let session = c
+            .coord
+            .read(|s| {
+                s.with_sessions()
+                    .into_iter()
+                    .find(|(i, _)| i.name == "n5")
+                    .unwrap()
+                    .1
+            })
+            .await;
+        let news = c
+            .coord
+            .read(move |s| {
+                [
+                    s.missed_decision("n5", session, 1),
+                    s.missed_decision("n5", session, 2),
+                    s.missed_decision("n5", session + 1, 3),
+                    s.missed_decision("nobody", 0, 3),
+                ]
+            })
+            .await;
+        assert_eq!(news, [true, false, false, false]);
     }
 
     #[tokio::test]

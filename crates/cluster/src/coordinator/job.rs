@@ -266,7 +266,8 @@ impl Coordinator {
         for answer in self.ask_all(requests).await {
             answer?;
         }
-        tracing::info!(?discarded, "job discarded (--fresh)");
+        // `discarded=11`, or no field when nothing had been committed.
+        tracing::info!(discarded, "job discarded (--fresh)");
         Ok(discarded)
     }
 }

@@ -264,8 +264,8 @@ impl Coordinator {
         }
         tracing::info!(
             epoch,
-            lost = ?plan.rebuilt.iter().map(|(n, _)| n).collect::<Vec<_>>(),
-            repaired = ?plan.repaired,
+            lost = listed(plan.rebuilt.iter().map(|(n, _)| n)),
+            repaired = listed(&plan.repaired),
             moves = plan.moves.len(),
             unrecoverable = plan.unrecoverable.len(),
             "recovery planned"
@@ -356,9 +356,14 @@ impl Coordinator {
         report.warnings.extend(plan.warnings);
         tracing::info!(
             epoch,
-            rebuilt = ?report.rebuilt,
-            moved = ?report.moved,
-            groups = ?report.reencoded,
+            rebuilt = rebuilt_text(&report.rebuilt),
+            moved = listed(
+                report
+                    .moved
+                    .iter()
+                    .map(|(rank, from, to)| format!("rank {rank} {from} → {to}"))
+            ),
+            groups = listed(&report.reencoded),
             decode_seconds = report.decode_seconds,
             encode_seconds = report.encode_seconds,
             "recovery committed"
@@ -370,6 +375,42 @@ impl Coordinator {
         }
         Ok(report)
     }
+}
+
+/// `items` as a reader lists them (`n1, n2`) for a log field, or nothing — the field left
+/// out — when there are none.
+fn listed<T: std::fmt::Display>(
+    items: impl IntoIterator<Item = T>,
+) -> Option<tracing::field::DisplayValue<String>> {
+    let text: Vec<String> = items.into_iter().map(|i| i.to_string()).collect();
+    (!text.is_empty()).then(|| tracing::field::display(text.join(", ")))
+}
+
+/// Where the ranks of each rebuilt node went, as a reader says it: `n1: ranks 1,5 → s0;
+/// n2: rank 3 → n0` (a node that hosted no ranks: `n4 (no ranks)`), or nothing when no
+/// node was rebuilt.
+fn rebuilt_text(rebuilt: &[(String, BTreeMap<u32, String>)]) -> Option<tracing::field::DisplayValue<String>> {
+    let nodes: Vec<String> = rebuilt
+        .iter()
+        .map(|(node, ranks)| {
+            let mut by_node: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+            for (rank, to) in ranks {
+                by_node.entry(to).or_default().push(rank.to_string());
+            }
+            if by_node.is_empty() {
+                return format!("{node} (no ranks)");
+            }
+            let went: Vec<String> = by_node
+                .iter()
+                .map(|(to, ranks)| {
+                    let noun = if ranks.len() == 1 { "rank" } else { "ranks" };
+                    format!("{noun} {} → {to}", ranks.join(","))
+                })
+                .collect();
+            format!("{node}: {}", went.join(", "))
+        })
+        .collect();
+    (!nodes.is_empty()).then(|| tracing::field::display(nodes.join("; ")))
 }
 
 #[cfg(test)]
@@ -541,5 +582,30 @@ mod tests {
             "waited {waited:?}"
         );
         assert_eq!(decisions(&c).await, before);
+    }
+
+    /// Logs say where ranks went as a reader would, not as Rust debug output
+    /// (`[("n1", {1: "s0", 5: "s0"})]`), and leave out a field with nothing in it.
+    #[test]
+    fn recovery_logs_read_as_prose() {
+        use std::collections::BTreeMap;
+        let rebuilt = vec![
+            (
+                "n1".to_string(),
+                BTreeMap::from([
+                    (1, "s0".to_string()),
+                    (5, "s0".to_string()),
+                    (7, "n0".to_string()),
+                ]),
+            ),
+            ("n4".to_string(), BTreeMap::new()),
+        ];
+        assert_eq!(
+            super::rebuilt_text(&rebuilt).unwrap().to_string(),
+            "n1: rank 7 → n0, ranks 1,5 → s0; n4 (no ranks)"
+        );
+        assert!(super::rebuilt_text(&[]).is_none());
+        assert_eq!(super::listed([3u64, 4]).unwrap().to_string(), "3, 4");
+        assert!(super::listed(Vec::<String>::new()).is_none());
     }
 }
