@@ -33,10 +33,13 @@ pub struct Args {
     /// Repetitions; the median is reported.
     #[arg(long, default_value_t = 7)]
     reps: usize,
-    /// The klauspost/reedsolomon harness (`make klauspost`), run in each repetition when it is
-    /// built.
-    #[arg(long, default_value_os_t = klauspost::default_path())]
-    klauspost: PathBuf,
+    /// The klauspost/reedsolomon harness to run in each repetition. Default: the one `make
+    /// klauspost` builds (`target/klauspost-bench` beside this `eckpt`, else in the
+    /// repository it was built from), and only if that file and every directory above it
+    /// belong to this user or root and nobody else can write into its directory (a default
+    /// anyone could have planted is skipped, saying why).
+    #[arg(long, value_name = "PATH")]
+    klauspost: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -196,7 +199,7 @@ pub fn run(args: Args) -> Result<i32> {
     }
     let kernel = code.parity_map().kernel();
     let mut harness = (len % 1024 == 0)
-        .then(|| Harness::find(&args.klauspost))
+        .then(|| Harness::find(args.klauspost.as_deref()))
         .flatten();
     let mut op_refs: Vec<&mut dyn FnMut()> =
         ops.iter_mut().map(|op| op.as_mut() as &mut dyn FnMut()).collect();
