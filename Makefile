@@ -29,8 +29,10 @@ demo: setup
 	$(CARGO) build --release --workspace
 	bash scripts/demo.sh
 
-# The C and Fortran library, its header, the Fortran module's source, pkg-config and CMake files
-# under $(DESTDIR)$(PREFIX) (scripts/install.sh).
+# The eckpt command (the released build, as `make build` builds it: no fault injection; built
+# by scripts/released-eckpt.sh, which leaves target/release/eckpt as it was), the C and Fortran
+# library, its header, the Fortran module's source, pkg-config and CMake files, man pages and
+# shell completions under $(DESTDIR)$(PREFIX), stripped (scripts/install.sh).
 PREFIX ?= /usr/local
 install: setup
 	$(CARGO) build --release -p eckpt-client

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # `make install` checked as a packager and a user see it: staged with DESTDIR for a temporary
-# PREFIX and moved there, then the C example examples/c/mat.c built against the installed tree
-# with pkg-config and with CMake (packaging/example: eckpt::eckpt and eckpt::eckpt_static, whose
-# link list is the .pc file's Libs.private), and the Fortran example with the installed module
-# source. Each program runs with a store of its own, must leave a committed epoch on disk, and
-# run again must restart from it. (The Python wheel is tested installed: scripts/python-test.sh.)
+# PREFIX and moved there. The installed eckpt command runs, is the released build (it refuses
+# `eckpt debug` and `eckpt run --kill-at`: no fault injection) and is stripped; its man pages
+# show with man -M (one per command, none for hidden or fault-injection commands); the bash
+# completion completes `eckpt ru<TAB>` to run, the zsh and fish ones are there; libeckpt.so is
+# stripped to at most 8 MB and still exports every function eckpt.h declares, and nothing but
+# eckpt_*; libeckpt.a has no debug information. Then the C example examples/c/mat.c built
+# against the installed tree with pkg-config and with CMake (packaging/example: eckpt::eckpt and
+# eckpt::eckpt_static, whose link list is the .pc file's Libs.private), and the Fortran example
+# with the installed module source. Each program runs with a store of its own, must leave a
+# committed epoch on disk, and run again must restart from it. (The Python wheel is tested
+# installed, its eckpt command too: scripts/python-test.sh.)
 set -euo pipefail
 
 fail() {
@@ -41,6 +47,77 @@ soname="$(patchelf --print-soname "$lib/$(readlink "$lib/libeckpt.so")")"
 
 export PKG_CONFIG_PATH="$lib/pkgconfig"
 version="$(pkg-config --modversion eckpt)" || fail "pkg-config does not find eckpt in $PKG_CONFIG_PATH"
+
+# The command, run without the developer's configuration files.
+installed_eckpt() {
+  HOME="$tmp/home" XDG_CONFIG_HOME="$tmp/home/.config" ECKPT_SITE_CONFIG="$tmp/no-site.toml" \
+    "$prefix/bin/eckpt" "$@"
+}
+[ "$(installed_eckpt --version 2>&1)" = "eckpt $version" ] ||
+  fail "$prefix/bin/eckpt --version says '$(installed_eckpt --version 2>&1 | head -n1)', not 'eckpt $version'"
+# Refused by the parser: the released build has no fault injection.
+refused() {
+  local expected="$1" status=0
+  shift
+  installed_eckpt "$@" >"$tmp/log" 2>&1 || status=$?
+  [ "$status" = 2 ] && grep -qF "$expected" "$tmp/log" ||
+    fail "the installed 'eckpt $*' exits with status $status, not refused with '$expected' (a build with fault injection?): $(head -n1 "$tmp/log")"
+}
+# --help after --kill-at: a build that has it prints its help instead of starting a job.
+refused "unrecognized subcommand 'debug'" debug
+refused "unexpected argument '--kill-at'" run --kill-at 1:1 --help
+# grep -E >/dev/null, not -q: grep reads all, so no SIGPIPE of the writer hides a match.
+! readelf -S -W "$prefix/bin/eckpt" | grep -E ' \.(symtab|debug_info) ' >/dev/null || fail "$prefix/bin/eckpt is not stripped"
+
+man="$prefix/share/man"
+for page in eckpt eckpt-run eckpt-up eckpt-bench-cluster eckpt-config; do
+  [ -f "$man/man1/$page.1" ] || fail "make install wrote no man page $man/man1/$page.1"
+done
+for page in eckpt-debug eckpt-run-guard eckpt-mpirun-agent; do
+  [ ! -e "$man/man1/$page.1" ] || fail "make install wrote a man page for a hidden or fault-injection command: $man/man1/$page.1"
+done
+# Every command the installed eckpt lists in its help has its page.
+installed_eckpt --help | sed -n '/^Commands:/,/^$/s/^  \([a-z-]*\) .*/\1/p' | grep -vx help >"$tmp/commands"
+[ -s "$tmp/commands" ] || fail "no command found in the installed eckpt --help"
+while read -r command; do
+  [ -f "$man/man1/eckpt-$command.1" ] || fail "eckpt $command has no man page in $man/man1"
+done <"$tmp/commands"
+MANWIDTH=100 man -M "$man" -P cat eckpt-run >"$tmp/man" 2>"$tmp/log" || fail "man -M $man eckpt-run fails: $(head -n1 "$tmp/log")"
+grep -q '^NAME' "$tmp/man" && grep -q 'eckpt-run  *-  *Run a job' "$tmp/man" && grep -q -- '--max-restarts' "$tmp/man" ||
+  fail "man -M $man eckpt-run does not show eckpt run's page: $(head -n3 "$tmp/man")"
+! grep -q -- '--kill-at' "$tmp/man" || fail "eckpt-run(1) documents --kill-at, which the installed eckpt does not have"
+
+# The bash completion, as bash calls it for `eckpt ru<TAB>`: the function with the command, the
+# word being completed and the one before it.
+completes() {
+  local words="$1"
+  bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _eckpt eckpt "${COMP_WORDS[-1]}" "${COMP_WORDS[-2]}"; echo "${COMPREPLY[*]}"' \
+    bash "$prefix/share/bash-completion/completions/eckpt" $words
+}
+[ "$(completes "eckpt ru")" = run ] || fail "the bash completion completes 'eckpt ru' to '$(completes "eckpt ru")', not 'run'"
+[ -z "$(completes "eckpt debu")" ] ||
+  fail "the bash completion completes 'eckpt debu' to '$(completes "eckpt debu")': the installed eckpt has no debug"
+[ "$(completes "eckpt run --max-re")" = --max-restarts ] ||
+  fail "the bash completion completes 'eckpt run --max-re' to '$(completes "eckpt run --max-re")', not '--max-restarts'"
+[ "$(head -n1 "$prefix/share/zsh/site-functions/_eckpt")" = "#compdef eckpt" ] ||
+  fail "$prefix/share/zsh/site-functions/_eckpt does not start with #compdef eckpt"
+grep -q '^complete -c eckpt ' "$prefix/share/fish/vendor_completions.d/eckpt.fish" ||
+  fail "$prefix/share/fish/vendor_completions.d/eckpt.fish completes no eckpt"
+
+so="$(readlink -f "$lib/libeckpt.so")"
+size="$(stat -c %s "$so")"
+((size <= 8 * 1024 * 1024)) || fail "$so is $((size / 1024 / 1024)) MiB, more than 8: not stripped?"
+! readelf -S -W "$so" | grep -E ' \.(symtab|debug_info) ' >/dev/null || fail "$so is not stripped"
+# The functions eckpt.h declares (its preprocessed text: no comments), and those libeckpt.so
+# exports.
+cc -E -P "$prefix/include/eckpt.h" | grep -oE '\beckpt_[A-Za-z0-9_]+[[:space:]]*\(' | tr -d ' \t(' | sort -u >"$tmp/declared"
+[ -s "$tmp/declared" ] || fail "no function found in $prefix/include/eckpt.h"
+nm -D --defined-only "$so" | awk '$2 ~ /^[TtWi]$/ {print $3}' | sort -u >"$tmp/exported"
+missing="$(comm -23 "$tmp/declared" "$tmp/exported")"
+[ -z "$missing" ] || fail "$so does not export what eckpt.h declares: $missing"
+other="$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^eckpt_' || true)"
+[ -z "$other" ] || fail "$so exports symbols that are not the C API: ${other%%$'\n'*}"
+! objdump -h "$lib/libeckpt.a" | grep -E ' \.(debug_info|llvmbc) ' >/dev/null || fail "$lib/libeckpt.a has debug information or LLVM bitcode"
 libdir="$(pkg-config --variable=libdir eckpt)"
 read -ra cflags <<<"$(pkg-config --cflags eckpt)"
 read -ra libs <<<"$(pkg-config --libs eckpt)"
@@ -84,4 +161,4 @@ for exe in "$tmp/mat-pkg-config" "$tmp/cmake/mat" "$tmp/cmake/mat-static"; do
 done
 run_twice "$tmp/heat" 1000 20 10
 
-echo "install-test: eckpt $version installed; pkg-config, CMake (shared, static) and Fortran builds checkpoint and restart"
+echo "install-test: eckpt $version installed; the released command, its man pages and completions; stripped libraries; pkg-config, CMake (shared, static) and Fortran builds checkpoint and restart"

@@ -19,6 +19,7 @@ packages=(
   mpich libmpich-dev              # eckpt run --launcher mpiexec (MPICH's Hydra)
   patchelf                        # make install: the soname of the installed libeckpt.so
   cmake                           # the install test builds a CMake project against the install
+  man-db                          # the install test reads the installed man pages (man -M)
 )
 
 missing=()
