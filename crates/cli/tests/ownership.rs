@@ -15,20 +15,13 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use cluster::programs::{assert_failure_free, build_c, reference, text};
-use cluster::{bytes, eckpt, finish_job, is_root, ok, run, run_job, spawn_job, Cluster};
+use cluster::{
+    bytes, eckpt, finish_job, is_root, ok, run, run_job, spawn_job, wait_for, Cluster, PurgeAtEnd,
+};
 use serde_json::Value;
 
 fn status(d: &str) -> Value {
     serde_json::from_str(&ok(&["status", "--dir", d, "--json"])).unwrap()
-}
-
-/// Polls `check` every 50 ms for up to `limit`; fails the test with `what` after.
-fn wait_for(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The last line a failed command printed.
@@ -58,18 +51,6 @@ fn mode(path: &Path) -> u32 {
 }
 
 const SMALL: [&str; 6] = ["--nodes", "3", "--k", "2", "--m", "1"];
-
-/// Brings the cluster in a directory down and deletes it when the test ends, passed or
-/// failed (runs with `--keep` leave their cluster running, namespaces included).
-struct PurgeAtEnd(String);
-
-impl Drop for PurgeAtEnd {
-    fn drop(&mut self) {
-        if Path::new(&self.0).join("cluster.json").exists() {
-            let _ = run(&["down", "--dir", &self.0, "--purge"]);
-        }
-    }
-}
 
 /// A new working directory `tmp/name` with the input file of each of `ranks` ranks.
 fn work_dir(tmp: &Path, name: &str, ranks: u32) -> PathBuf {

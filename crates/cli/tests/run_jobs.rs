@@ -10,10 +10,11 @@
 mod cluster;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cluster::programs::{assert_failure_free, build_c, reference, text};
-use cluster::{ok, run_job as run_in};
+use cluster::{ok, run_job as run_in, wait_for, Cluster, PurgeAtEnd};
 use serde_json::Value;
 
 fn seed() -> u64 {
@@ -405,4 +406,190 @@ fn below_min_nodes_the_run_stops_and_flushes_its_last_epoch() {
             .any(|name| name.ends_with(&format!("{epoch:08}")) || name.ends_with(&epoch.to_string())),
         "flushed epoch {epoch} in {published:?}"
     );
+}
+
+/// The node stores (`store`, `coded`) of the cluster in `dir` that exist.
+fn node_stores(dir: &Path) -> Vec<PathBuf> {
+    let Ok(nodes) = std::fs::read_dir(dir.join("nodes")) else {
+        return Vec::new();
+    };
+    let mut stores: Vec<PathBuf> = nodes
+        .flatten()
+        .flat_map(|node| ["store", "coded"].map(|sub| node.path().join(sub)))
+        .filter(|path| path.exists())
+        .collect();
+    stores.sort();
+    stores
+}
+
+#[test]
+fn a_finished_job_leaves_no_node_store_unless_kept_and_a_failed_one_keeps_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mat = build_c("mat", tmp.path());
+    // A job of 2 ranks checkpointing 4 times on a cluster the run starts in `tmp/name`;
+    // with `fail`, rank 1 exits 1 after its last checkpoint.
+    let job = |name: &str, options: &[&str], fail: bool| {
+        let dir = tmp.path().join(name);
+        let work = tmp.path().join(format!("{name}-work"));
+        std::fs::create_dir(&work).unwrap();
+        let script = format!(
+            "{} -m 1 -s 8 -k 2 && [ {} = 0 -o $ECKPT_RANK != 1 ]",
+            mat.display(),
+            u8::from(fail)
+        );
+        let mut args = vec![
+            "--dir",
+            dir.to_str().unwrap(),
+            "--nodes",
+            "3",
+            "--k",
+            "2",
+            "--m",
+            "1",
+        ];
+        args.extend(options);
+        args.extend(["-n", "2", "--", "sh", "-c", &script]);
+        let out = run_in(&work, &args, Duration::from_secs(120));
+        (dir, out)
+    };
+
+    let (dir, out) = job("finished", &[], false);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(node_stores(&dir), Vec::<PathBuf>::new(), "{err}");
+    assert!(err.contains("the job finished: removed its node stores"), "{err}");
+    // The cluster directory stays, with the run's record and the logs.
+    assert_eq!(std::fs::read_dir(dir.join("runs")).unwrap().count(), 1);
+    assert!(dir.join("nodes/n0/log").is_file());
+
+    let (dir, out) = job("kept", &["--keep"], false);
+    let _purge = PurgeAtEnd(dir.display().to_string());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(node_stores(&dir).len(), 6, "{}", text(&out.stderr));
+    ok(&["down", "--dir", dir.to_str().unwrap()]);
+    assert_eq!(node_stores(&dir).len(), 6, "stopped, the stores stay");
+
+    let (dir, out) = job("failed", &[], true);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(node_stores(&dir).len(), 6, "{err}");
+    assert!(
+        err.contains("the node stores stay for a resume") && err.contains("`eckpt clean --job "),
+        "{err}"
+    );
+    let status = cluster::run(&["status", "--dir", dir.to_str().unwrap()]);
+    assert!(!status.status.success(), "the cluster was stopped");
+}
+
+#[test]
+fn clean_deletes_what_a_killed_job_left_on_this_host_and_nothing_else() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mat = build_c("mat", tmp.path());
+    // A cluster whose agents store where `eckpt run --launcher srun` has them store, in a
+    // directory of the test's.
+    let c = Cluster::up(&["--no-agents", "--nodes", "3", "--k", "2", "--m", "1"]);
+    let d = c.d().to_string();
+    let local = tmp.path().join("local");
+    std::fs::create_dir(&local).unwrap();
+    let pattern = format!("{}/eckpt-job%j-%n", local.display());
+    let mut agents: Vec<_> = (0..3)
+        .map(|i| {
+            cluster::eckpt()
+                .args(["agent", "--dir", &d, "--name", &format!("n{i}"), "--store"])
+                .arg(pattern.replace("%j", "4242"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    c.wait_all_alive();
+
+    // Job 4242 checkpoints, and its supervisor is killed.
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let mut args = vec![
+        "--dir",
+        &d,
+        "--job",
+        "4242",
+        "-n",
+        "2",
+        "--",
+        mat.to_str().unwrap(),
+    ];
+    args.extend(["-m", "1", "-s", "100000", "-k", "2"]);
+    let mut run = cluster::spawn_job(&work, &args);
+    wait_for(Duration::from_secs(120), "the job's first epoch", || {
+        c.committed() >= 1
+    });
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let store = |job: &str, node: &str| local.join(format!("eckpt-job{job}-{node}"));
+    let clean = |job: &str, extra: &[&str]| {
+        let mut args = vec!["clean", "--job", job, "--node-store", &pattern];
+        args.extend(extra);
+        cluster::run(&args)
+    };
+    // Its cluster still runs: nothing is deleted.
+    cluster::assert_refused(&clean("4242", &["--dir", &d]), "its coordinator is running");
+    assert!(store("4242", "n0").join("store/node.json").is_file());
+
+    // The batch system ends the job: every process of it killed.
+    c.kill_coordinator();
+    for agent in &mut agents {
+        agent.kill().unwrap();
+        agent.wait().unwrap();
+    }
+    // A user's file beside a store, one that only looks like one, a link to elsewhere
+    // named as a store, and another job's store.
+    std::fs::write(store("4242", "n1").join("notes.txt"), "mine").unwrap();
+    std::fs::write(store("4242", "notes"), "mine too").unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(store("4242", "n0"))
+        .arg(store("4243", "n0"))
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    std::os::unix::fs::symlink(store("4243", "n0"), store("4242", "s9")).unwrap();
+
+    let out = clean("4242", &["--dir", &d, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!Path::new(&d).exists(), "the cluster directory is gone: {report}");
+    for node in ["n0", "n2"] {
+        assert!(!store("4242", node).exists(), "{node}: {report}");
+    }
+    let left: Vec<String> = std::fs::read_dir(store("4242", "n1"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["notes.txt"], "{report}");
+    assert!(store("4242", "notes").is_file());
+    assert!(store("4242", "s9").is_symlink());
+    assert!(store("4243", "n0").join("store/node.json").is_file(), "{report}");
+    let kept: BTreeMap<&str, &str> = report["kept"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["path"].as_str().unwrap(), k["why"].as_str().unwrap()))
+        .collect();
+    let why = |path: PathBuf| kept.get(path.to_str().unwrap()).copied().unwrap_or_default();
+    assert!(
+        why(store("4242", "n1")).contains("files eckpt did not create (notes.txt)"),
+        "{report}"
+    );
+    assert!(why(store("4242", "s9")).contains("symbolic link"), "{report}");
+    assert!(
+        why(store("4242", "notes")).contains("not a directory"),
+        "{report}"
+    );
+
+    // The other job's store goes with its own clean, as a Slurm epilog runs it (no --dir).
+    let out = clean("4243", &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!store("4243", "n0").exists(), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains(&format!("removed {}", store("4243", "n0").display())));
 }

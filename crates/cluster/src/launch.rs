@@ -102,7 +102,7 @@ pub fn pid_alive(pid: u32) -> bool {
 }
 
 /// Whether a process directory's recorded pid is a live process running `eckpt`.
-fn running(dir: &Path) -> Option<u32> {
+pub(crate) fn running(dir: &Path) -> Option<u32> {
     let pid = eckpt_cluster_api::dirs::read_pid_file(dir)?;
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let is_eckpt = cmdline.split(|&b| b == 0).any(|arg| arg.ends_with(b"eckpt"))
@@ -157,7 +157,8 @@ fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) ->
     Ok(())
 }
 
-fn status_now(dir: &ClusterDir) -> Option<StatusReport> {
+/// The coordinator's status, if it answers.
+pub(crate) fn status_now(dir: &ClusterDir) -> Option<StatusReport> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -603,22 +604,50 @@ pub fn kill_node(dir: &Path, name: &str, wipe: bool) -> Result<Option<u32>, Clus
     Ok(pid)
 }
 
+/// What [`stop`] deletes besides stopping the cluster's processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purge {
+    /// Nothing: `eckpt up --dir D` starts the cluster again with its data.
+    Nothing,
+    /// The agents' node-local data (stores, parity, tokens), as `down --purge` deletes it;
+    /// the cluster directory stays (its logs and run records): the end of a finished job.
+    NodeStores,
+    /// The node-local data and then what eckpt created in the cluster directory
+    /// (`down --purge`).
+    Everything,
+}
+
+/// What [`stop`] deleted, and what it left that it would have deleted, one line each.
+#[derive(Debug, Default)]
+pub struct Purged {
+    /// Directories and files deleted.
+    pub removed: Vec<PathBuf>,
+    /// What stays, and why.
+    pub kept: Vec<String>,
+}
+
 /// `eckpt down`: stops the coordinator and every agent, removes the namespaces; with
 /// `purge`, deletes what eckpt created — the agents' node-local data (through each agent,
 /// wherever it runs; directly for agents that are down on this host) and the entries of
 /// the cluster directory, then the directory if nothing else is in it. Returns what it
 /// could not delete, one line each.
 pub fn down(dir: &Path, purge: bool) -> Result<Vec<String>, ClusterError> {
+    let purge = if purge { Purge::Everything } else { Purge::Nothing };
+    Ok(stop(dir, purge)?.kept)
+}
+
+/// [`down`], deleting what `purge` says.
+pub fn stop(dir: &Path, purge: Purge) -> Result<Purged, ClusterError> {
     let dir = ClusterDir::new(dir)?;
     let file = dir.load()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| ClusterError::Internal(format!("starting a runtime: {e}")))?;
-    let request = if purge {
-        CoordRequest::Purge
-    } else {
+    let request = if purge == Purge::Nothing {
         CoordRequest::Shutdown
+    } else {
+        CoordRequest::Purge
     };
     let answer = rt.block_on(async {
         tokio::time::timeout(
@@ -650,57 +679,76 @@ pub fn down(dir: &Path, purge: bool) -> Result<Vec<String>, ClusterError> {
         }
         network.remove_bridge();
     }
-    if !purge {
-        return Ok(Vec::new());
+    let mut out = Purged::default();
+    for node in &purged {
+        if let Ok(dirs) = &node.result {
+            out.removed.extend(dirs.iter().cloned());
+        }
     }
-    let mut kept = purge_node_stores(&dir, &purged);
-    kept.extend(purge_cluster_dir(&dir)?);
-    Ok(kept)
+    if purge == Purge::Nothing {
+        return Ok(out);
+    }
+    purge_node_stores(&dir, &purged, purge == Purge::NodeStores, &mut out);
+    if purge == Purge::Everything {
+        purge_cluster_dir(&dir, &mut out)?;
+    }
+    Ok(out)
 }
 
 /// Deletes the node-local data of every node whose agent did not (it was down): directly
-/// when its store is on this host and says it is that node's. What stays, one line each.
-fn purge_node_stores(dir: &ClusterDir, purged: &[eckpt_cluster_api::msg::NodePurge]) -> Vec<String> {
+/// when its store is on this host, says it is that node's and passes the checks of
+/// [`crate::clean::purge_unheld`]. Stores inside the cluster directory are left to its
+/// deletion unless `inside`. What stays goes to `out.kept`, one line each.
+pub(crate) fn purge_node_stores(
+    dir: &ClusterDir,
+    purged: &[eckpt_cluster_api::msg::NodePurge],
+    inside: bool,
+    out: &mut Purged,
+) {
     let journal = match Journal::load(&dir.journal()) {
         Ok(journal) => journal,
         Err(e) => {
-            return vec![format!(
-            "node stores outside the cluster directory were not looked for: the journal is unreadable ({e})"
-        )]
+            out.kept.push(format!(
+                "node stores outside the cluster directory were not looked for: the journal is unreadable ({e})"
+            ));
+            return;
         }
     };
     let here = eckpt_cluster_api::net::host_name();
-    let mut kept = Vec::new();
     for (name, entry) in &journal.nodes {
         if purged.iter().any(|p| &p.node == name && p.result.is_ok()) {
             continue;
         }
         let Some(info) = &entry.info else { continue };
-        if info.store.starts_with(dir.root()) || !info.store.exists() {
+        if (!inside && info.store.starts_with(dir.root())) || fs::symlink_metadata(&info.store).is_err() {
             continue;
         }
         let host = info.host.split('/').next().unwrap_or_default();
-        let result = match identity::owner_of(&info.store) {
-            _ if host != here => Err(format!("it is on host {host}, whose agent is down")),
-            Some((owner, created_local)) if &owner == name => identity::purge(&info.store, created_local)
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
-            Some((owner, _)) => Err(format!("it belongs to node {owner}")),
-            None => Err("it holds no node identity".into()),
+        let result = if host != here {
+            Err(format!("it is on host {host}, whose agent is down"))
+        } else {
+            crate::clean::purge_unheld(&info.store, name, crate::clean::owner_to_expect())
         };
-        if let Err(why) = result {
-            kept.push(format!(
+        match result {
+            Ok(store) => {
+                out.removed.extend(store.removed);
+                out.kept.extend(
+                    store
+                        .kept
+                        .map(|(path, why)| format!("kept {}: {why}", path.display())),
+                );
+            }
+            Err(why) => out.kept.push(format!(
                 "kept node {name}'s store {}: {why}",
                 info.store.display()
-            ));
+            )),
         }
     }
-    kept
 }
 
 /// Deletes the entries eckpt created in the cluster directory, then the directory unless
-/// something else is in it. What stays, one line each.
-fn purge_cluster_dir(dir: &ClusterDir) -> Result<Vec<String>, ClusterError> {
+/// something else is in it. What stays goes to `out.kept`, one line.
+pub(crate) fn purge_cluster_dir(dir: &ClusterDir, out: &mut Purged) -> Result<(), ClusterError> {
     let root = dir.root();
     let mut others = Vec::new();
     for entry in fs::read_dir(root)
@@ -711,20 +759,24 @@ fn purge_cluster_dir(dir: &ClusterDir) -> Result<Vec<String>, ClusterError> {
         let path = entry.path();
         if !is_created_entry(&name) {
             others.push(name);
+            continue;
         } else if entry.file_type().is_ok_and(|t| t.is_dir()) {
             fs::remove_dir_all(&path).map_err(eckpt_cluster_api::io_at(&path))?;
         } else {
             fs::remove_file(&path).map_err(eckpt_cluster_api::io_at(&path))?;
         }
+        out.removed.push(path);
     }
     if others.is_empty() {
         fs::remove_dir(root).map_err(eckpt_cluster_api::io_at(root))?;
-        return Ok(Vec::new());
+        out.removed.push(root.to_path_buf());
+        return Ok(());
     }
     others.sort();
-    Ok(vec![format!(
+    out.kept.push(format!(
         "kept {}: it holds files eckpt did not create ({})",
         root.display(),
         others.join(", ")
-    )])
+    ));
+    Ok(())
 }

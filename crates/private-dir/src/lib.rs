@@ -49,6 +49,16 @@ pub enum PrivateDirError {
     },
 }
 
+impl PrivateDirError {
+    /// What is wrong, without the path (for a line that names it already).
+    pub fn why(&self) -> String {
+        match self {
+            PrivateDirError::Untrusted { why, .. } => why.clone(),
+            PrivateDirError::Io { source, .. } => source.to_string(),
+        }
+    }
+}
+
 fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> PrivateDirError + '_ {
     move |source| PrivateDirError::Io {
         path: path.to_path_buf(),
@@ -92,9 +102,85 @@ pub fn ensure(path: &Path) -> Result<bool, PrivateDirError> {
 /// Checks an existing directory as [`ensure`] does, taking group and others' read and
 /// search bits away.
 pub fn check(path: &Path) -> Result<(), PrivateDirError> {
+    let fd = open_dir(path)?;
+    let result = check_fd(path, fd);
+    // SAFETY: `fd` is ours and open.
+    unsafe { libc::close(fd) };
+    result
+}
+
+/// Who owns a directory [`check_removable`] found fit to delete from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    /// Its owner.
+    pub uid: u32,
+    /// Its group.
+    pub gid: u32,
+}
+
+/// Checks a directory before deleting from it, in a place others may write to (`/tmp`):
+/// opened with `O_NOFOLLOW | O_DIRECTORY` and checked with `fstat` on that descriptor, it
+/// must be a directory, not a symbolic link, not writable by group or others, and owned by
+/// `owner` — by default this user; root (cleaning up after another user's job) may pass
+/// the job's user, or `None` to take the directory's owner, and then deletes [`as_owner`].
+/// Changes nothing. Returns the owner.
+pub fn check_removable(path: &Path, owner: Option<u32>) -> Result<Owner, PrivateDirError> {
+    let fd = open_dir(path)?;
+    let result = stat_fd(path, fd).and_then(|st| {
+        let me = euid();
+        let wanted = owner.or((me != 0).then_some(me));
+        if let Some(uid) = wanted.filter(|&uid| uid != st.st_uid) {
+            return Err(untrusted(
+                path,
+                format!("it is owned by user {}, not by user {uid}", st.st_uid),
+            ));
+        }
+        let mode = st.st_mode & 0o7777;
+        if mode & 0o022 != 0 {
+            return Err(untrusted(
+                path,
+                format!("others can write into it (mode {mode:04o})"),
+            ));
+        }
+        Ok(Owner {
+            uid: st.st_uid,
+            gid: st.st_gid,
+        })
+    });
+    // SAFETY: `fd` is ours and open.
+    unsafe { libc::close(fd) };
+    result
+}
+
+/// Runs `f` with `owner`'s file-system identity when this process is root (`setfsuid` and
+/// `setfsgid`, on this thread only, restored after): what root deletes in a directory of a
+/// user's is then only what that user could delete, even if the user swapped a checked
+/// directory for a symbolic link meanwhile. Anyone else just runs `f`. `f` must do its
+/// file-system work on this thread.
+pub fn as_owner<T>(owner: Owner, f: impl FnOnce() -> T) -> T {
+    if euid() != 0 || owner.uid == 0 {
+        return f();
+    }
+    // SAFETY: setfsuid/setfsgid change only this thread's file-system identity; root may
+    // set any and set them back (CAP_SETUID and CAP_SETGID are kept).
+    let (uid, gid) = unsafe {
+        let gid = libc::setfsgid(owner.gid);
+        (libc::setfsuid(owner.uid), gid)
+    };
+    let result = f();
+    // SAFETY: as above, back to what they were.
+    unsafe {
+        libc::setfsuid(uid as u32);
+        libc::setfsgid(gid as u32);
+    }
+    result
+}
+
+/// Opens a directory without following a symbolic link at its last component.
+fn open_dir(path: &Path) -> Result<libc::c_int, PrivateDirError> {
     let c_path = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| untrusted(path, "the path holds a NUL byte".into()))?;
-    // SAFETY: a valid NUL-terminated path; the descriptor is closed below.
+    // SAFETY: a valid NUL-terminated path; the caller closes the descriptor.
     let fd = unsafe {
         libc::open(
             c_path.as_ptr(),
@@ -111,19 +197,21 @@ pub fn check(path: &Path) -> Result<(), PrivateDirError> {
             _ => io_at(path)(e),
         });
     }
-    let result = check_fd(path, fd);
-    // SAFETY: `fd` is ours and open.
-    unsafe { libc::close(fd) };
-    result
+    Ok(fd)
 }
 
-fn check_fd(path: &Path, fd: libc::c_int) -> Result<(), PrivateDirError> {
+fn stat_fd(path: &Path, fd: libc::c_int) -> Result<libc::stat, PrivateDirError> {
     // SAFETY: an all-zero `stat` is a valid out-parameter for fstat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `fd` is open and `st` is writable.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return Err(io_at(path)(std::io::Error::last_os_error()));
     }
+    Ok(st)
+}
+
+fn check_fd(path: &Path, fd: libc::c_int) -> Result<(), PrivateDirError> {
+    let st = stat_fd(path, fd)?;
     let me = euid();
     if st.st_uid != me {
         return Err(untrusted(
@@ -197,6 +285,47 @@ mod tests {
         let e = ensure(&open).unwrap_err().to_string();
         assert!(e.contains("others can write") && e.contains("0777"), "{e}");
         assert_eq!(mode(&open), 0o777, "a refused directory is left as it was");
+    }
+
+    #[test]
+    fn a_directory_to_delete_from_is_checked_and_left_as_it_was() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("store");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let owner = check_removable(&dir, None).unwrap();
+        assert_eq!(owner.uid, euid());
+        assert_eq!(mode(&dir), 0o755, "nothing changed");
+        let e = check_removable(&dir, Some(euid() + 1)).unwrap_err();
+        assert!(e.why().contains(&format!("not by user {}", euid() + 1)), "{e}");
+
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert_eq!(
+            check_removable(&link, None).unwrap_err().why(),
+            "it is a symbolic link"
+        );
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = check_removable(&dir, None).unwrap_err();
+        assert!(e.why().contains("others can write into it (mode 1777)"), "{e}");
+    }
+
+    #[test]
+    fn root_deletes_as_the_owner() {
+        if euid() != 0 {
+            return; // only root can act as another user
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let mine = tmp.path().join("root-only");
+        std::fs::create_dir(&mine).unwrap();
+        std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let nobody = Owner {
+            uid: 65534,
+            gid: 65534,
+        };
+        let denied = as_owner(nobody, || std::fs::write(mine.join("f"), b"x"));
+        assert_eq!(denied.unwrap_err().kind(), std::io::ErrorKind::PermissionDenied);
+        std::fs::write(mine.join("f"), b"x").expect("root again afterwards");
     }
 
     #[test]

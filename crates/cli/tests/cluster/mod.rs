@@ -113,6 +113,27 @@ pub fn run_job(work: &std::path::Path, args: &[&str], limit: Duration) -> Output
     finish_job(spawn_job(work, args), limit)
 }
 
+/// Polls `check` every 50 ms for up to `limit`; fails the test with `what` after.
+pub fn wait_for(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Brings the cluster in a directory down and deletes it when the test ends, passed or
+/// failed (runs with `--keep` leave their cluster running, namespaces included).
+pub struct PurgeAtEnd(pub String);
+
+impl Drop for PurgeAtEnd {
+    fn drop(&mut self) {
+        if Path::new(&self.0).join("cluster.json").exists() {
+            let _ = run(&["down", "--dir", &self.0, "--purge"]);
+        }
+    }
+}
+
 /// Asserts that `out` is a failure whose one-line message contains `expected`.
 pub fn assert_refused(out: &Output, expected: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
