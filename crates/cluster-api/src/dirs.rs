@@ -12,6 +12,7 @@
 //!                          `--store PATH` (PATH/store, PATH/coded) — agent.sock, pid, log
 //!   runs/                  one record per `eckpt run`
 //!   append-baseline.<R>.json  each rank's append files' lengths when first protected
+//!   model.json             what `eckpt model --calibrate` measured of this cluster
 //!   (flushed epochs live in the cluster's --flush-dir, on shared storage: `eckpt-flush`)
 //!   debug/                 fault-injection pause points (tests and demos)
 //! ```
@@ -316,7 +317,7 @@ pub struct NetnsConfig {
 /// The entries eckpt creates in a cluster directory (see the module documentation):
 /// `down --purge` deletes these and nothing else, so a file someone put in the directory
 /// stays, and so does the directory then.
-pub const CREATED_ENTRIES: [&str; 7] = [
+pub const CREATED_ENTRIES: [&str; 8] = [
     "secret",
     "tls.pem",
     "cluster.json",
@@ -324,7 +325,11 @@ pub const CREATED_ENTRIES: [&str; 7] = [
     "nodes",
     "runs",
     "debug",
+    CALIBRATION_FILE,
 ];
+
+/// What `eckpt model --dir D --calibrate` measured of the cluster, in `D`.
+pub const CALIBRATION_FILE: &str = "model.json";
 
 /// Where rank `rank` records its append files' lengths when first protected, in `dir` (a
 /// standalone store root, or the cluster directory in cluster mode).
@@ -553,6 +558,8 @@ mod tests {
             ".secret.tmp-42-00ff",
             "append-baseline.3.json",
             "append-baseline.3.json.tmp-42",
+            "model.json",
+            ".model.json.tmp-7",
         ] {
             assert!(is_created_entry(name), "{name}");
         }
@@ -563,6 +570,7 @@ mod tests {
             "append-baseline.x.json",
             "append-baseline.3.jsonx",
             "nodes2",
+            "model.json.bak",
         ] {
             assert!(!is_created_entry(name), "{name}");
         }

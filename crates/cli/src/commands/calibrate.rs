@@ -69,7 +69,7 @@ pub fn load(path: &Path) -> Result<Calibration> {
 
 /// Where a cluster keeps its calibration.
 pub fn path_in(dir: &Path) -> PathBuf {
-    dir.join("model.json")
+    dir.join(eckpt_cluster_api::dirs::CALIBRATION_FILE)
 }
 
 /// Sends `bytes` from `from` to `to` through their links; the seconds it took.

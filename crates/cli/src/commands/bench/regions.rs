@@ -21,7 +21,7 @@ use crate::size::parse_size;
 #[derive(clap::Args)]
 pub struct Args {
     /// Region counts to measure, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+    #[arg(long, value_delimiter = ',', default_values_t = [1000, 10000, 100000])]
     counts: Vec<usize>,
     /// Bytes of each region.
     #[arg(long, default_value = "64", value_parser = parse_size)]
