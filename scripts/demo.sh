@@ -78,7 +78,7 @@ row(
 row("encode per epoch, median (s)", lambda r: f"{statistics.median(e['encode_seconds'] for e in committed(r)):.3f}")
 row("nodes lost", lambda r: " ".join(n for f in r["failures"] for n in f["nodes"]) or "-")
 row("recovery decode + encode (s)", lambda r: " ".join(f"{x['decode_seconds']:.2f}+{x['encode_seconds']:.2f}" for x in r["recoveries"]) or "-")
-row("loss to all ranks running (s)", lambda r: " ".join(f"{x['downtime_seconds']:.2f}" for x in r["recoveries"]) or "-")
+row("loss to all ranks running (s)", lambda r: " ".join(f"{x['loss_to_running_seconds']:.2f}" for x in r["recoveries"]) or "-")
 PY
 echo
 echo "every rank's checksum and 500-line log are identical to the failure-free run"

@@ -3,6 +3,7 @@
 
 mod commands;
 mod config;
+mod docs;
 mod output;
 mod size;
 
@@ -38,6 +39,9 @@ enum Command {
     Up(Box<commands::cluster::UpArgs>),
     /// Stop a cluster (its checkpoints stay unless --purge).
     Down(commands::cluster::DownArgs),
+    /// Delete what a failed or killed job left on this host: its node stores and, with
+    /// --dir, its cluster directory (only what eckpt made; refused while its coordinator runs).
+    Clean(commands::clean::CleanArgs),
     /// Show nodes, groups, ranks and the committed epoch.
     Status(commands::cluster::StatusArgs),
     /// Print the coordinator's and the nodes' logs merged in time order (--follow: then
@@ -88,6 +92,14 @@ enum Command {
 
 fn main() {
     quiet_on_closed_stdout();
+    // `make install` and the wheel have the binary they install write its own man pages and
+    // shell completions (`ECKPT_GENERATE_DOCS=DIR eckpt`): see `docs`.
+    if let Some(share) = std::env::var_os(docs::VARIABLE) {
+        match docs::write(config::with_option(Cli::command()), share.as_ref()) {
+            Ok(()) => return,
+            Err(e) => fail(&e),
+        }
+    }
     // Flags > environment > job file > user file > site file > default: see `config`.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let tree = || config::with_option(Cli::command());
@@ -111,6 +123,7 @@ fn main() {
         Command::Bench(bench) => commands::bench::run(bench),
         Command::Up(args) => commands::cluster::run_up(*args),
         Command::Down(args) => commands::cluster::run_down(args),
+        Command::Clean(args) => commands::clean::run(args),
         Command::Status(args) => commands::cluster::run_status(args),
         Command::Logs(args) => commands::logs::run_logs(args),
         Command::Join(args) => commands::cluster::run_join(args),

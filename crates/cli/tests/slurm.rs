@@ -1,6 +1,9 @@
 //! `eckpt run` inside a real Slurm allocation: Debian's slurmctld and one slurmd per
 //! emulated node (a network and a UTS namespace each, `scripts/slurm-sim`), munge, Open MPI
-//! and MPICH. The MPI example runs once failure-free on a 3-node allocation, then on 4-node
+//! and MPICH. The MPI example runs once failure-free on a 3-node allocation, then as the
+//! README's batch job scaled to 4 nodes × 2 tasks (6 ranks, no `--layout`: they fit only
+//! because srun's default layout puts ranks on every member; `--layout dedicated` is refused
+//! in one line before anything starts), then on 4-node
 //! allocations (3 members and a spare) that lose a node holding ranks — not the batch host
 //! — with everything on it (slurmd, the agent, the ranks) in the middle of the run: through
 //! srun with Open MPI's PMIx, through Open MPI's mpirun and through MPICH's mpiexec with a
@@ -145,12 +148,26 @@ fn slurm_command(program: &str) -> Command {
 }
 
 /// The batch script running the MPI example under `eckpt run LAUNCH` on `nodes` nodes (the
-/// last `spares` of them spares), in `work`: its output goes to `work/job.out`.
-fn mpi_job(work: &Path, nodes: usize, spares: usize, launch: &str, stencil: &Path) -> String {
+/// last `spares` of them spares), in `work`: its output goes to `work/job.out`. The agents
+/// store in `work/local-<node>`, or with `default_store` where eckpt has them by default
+/// (`/tmp/eckpt-job<id>-<node>`).
+fn mpi_job(
+    work: &Path,
+    nodes: usize,
+    spares: usize,
+    launch: &str,
+    stencil: &Path,
+    default_store: bool,
+) -> String {
+    let store = if default_store {
+        String::new()
+    } else {
+        format!("--node-store {}/local-%n", work.display())
+    };
     format!(
         "#!/bin/sh\n\
          #SBATCH --nodes={nodes} --ntasks-per-node=2 --no-kill --output={out}\n\
-         cd {work} && exec {eckpt} run {launch} --dir {dir} --node-store {work}/local-%n \
+         cd {work} && exec {eckpt} run {launch} --dir {dir} {store} \
          --k 2 --m 1 --spares {spares} -n 4 -- {stencil} -m 2 -s 300 -k 10 -l log%r\n",
         out = work.join("job.out").display(),
         work = work.display(),
@@ -158,6 +175,73 @@ fn mpi_job(work: &Path, nodes: usize, spares: usize, launch: &str, stencil: &Pat
         dir = work.join("cluster").display(),
         stencil = stencil.display(),
     )
+}
+
+/// The README's batch job ("In a Slurm job": `--nodes=9 --ntasks-per-node=8`, `eckpt run
+/// --launcher srun --launcher-args=--mpi=pmix --dir $SLURM_SUBMIT_DIR/eckpt-$SLURM_JOB_ID
+/// --spares 1 --k 6 --m 2 --flush-dir … -n 64 -- ./app`, no `--layout`) scaled to the
+/// simulation: 4 nodes × 2 tasks, `--k 2 --m 1 --spares 1 -n 6`, the node stores and the
+/// flush directory in `work`. Before it, the same line with `--layout dedicated`, whose 2
+/// data nodes hold 4 ranks: refused in one line, before a cluster or a step is started.
+fn readme_job(work: &Path, stencil: &Path) -> String {
+    let run = format!(
+        "{eckpt} run --launcher srun --launcher-args=--mpi=pmix --node-store {work}/local-%n \
+         --spares 1 --k 2 --m 1 --flush-dir {work}/flush -n 6",
+        eckpt = env!("CARGO_BIN_EXE_eckpt"),
+        work = work.display(),
+    );
+    let app = format!("-- {} -m 2 -s 200 -k 10 -l log%r", stencil.display());
+    format!(
+        "#!/bin/bash\n\
+         #SBATCH --nodes=4 --ntasks-per-node=2 --no-kill --output={out}\n\
+         cd {work}\n\
+         {run} --layout dedicated --dir $SLURM_SUBMIT_DIR/dedicated-$SLURM_JOB_ID {app}\n\
+         echo \"dedicated: exit $?\"\n\
+         exec {run} --dir $SLURM_SUBMIT_DIR/eckpt-$SLURM_JOB_ID {app}\n",
+        out = work.join("job.out").display(),
+        work = work.display(),
+    )
+}
+
+/// Runs [`readme_job`] and checks that the dedicated layout was refused before it started
+/// anything, and that the job ran with at most 2 ranks per node (the tasks Slurm granted).
+fn runs_the_readme_job(slurm: &Slurm, work: &Path, stencil: &Path) {
+    let job = slurm.sbatch(work, &readme_job(work, stencil));
+    let end = slurm.wait(&job, Duration::from_secs(240));
+    let out = std::fs::read_to_string(work.join("job.out")).unwrap_or_default();
+    assert!(
+        end.contains("JobState=COMPLETED") && end.contains("ExitCode=0:0"),
+        "the README's job: {end}\n{out}"
+    );
+    assert!(
+        out.contains(
+            "eckpt: error: 6 ranks do not fit: the dedicated layout puts ranks on the 2 data \
+             nodes of 4 (1 parity node and 1 spare hold none), 2 slots each = 4; use --layout \
+             rotated (6 slots) or at most 4 ranks\ndedicated: exit 1\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        !work.join(format!("dedicated-{job}/cluster.json")).exists(),
+        "a refused cluster is not made"
+    );
+    assert!(!out.contains("srun: error"), "{out}");
+    let launched = out
+        .lines()
+        .find_map(|l| l.strip_prefix("eckpt run: launched 6 ranks: "))
+        .unwrap_or_else(|| panic!("no launch: {out}"));
+    // `node1:0-1 node2:2-3 node3:4-5`: two ranks on each member, none on the spare.
+    let nodes: Vec<&str> = launched
+        .split(' ')
+        .map(|n| n.split(':').next().unwrap())
+        .collect();
+    assert_eq!(nodes, ["node1", "node2", "node3"], "{launched}");
+    assert!(out.contains("(k=2 m=1, full mode, rotated layout)"), "{out}");
+    assert_eq!(stencil_checksums(&out, 6).len(), 7, "{out}");
+    assert!(
+        std::fs::read_dir(work.join("flush")).is_ok_and(|mut d| d.next().is_some()),
+        "the last epoch is flushed"
+    );
 }
 
 /// The cluster's status, as `eckpt status --json` says it (`None` while it does not answer).
@@ -210,7 +294,7 @@ fn survives_a_node_loss(
     failure: Failure,
 ) {
     let expected = stencil_checksums(&std::fs::read_to_string(reference.join("job.out")).unwrap(), 4);
-    let job = slurm.sbatch(work, &mpi_job(work, 4, 1, launch, stencil));
+    let job = slurm.sbatch(work, &mpi_job(work, 4, 1, launch, stencil, false));
     let cluster = work.join("cluster");
     let victim = victim_after(&cluster, 3, Duration::from_secs(120));
     if failure == Failure::Slurmd {
@@ -283,16 +367,25 @@ fn mpi_jobs_in_a_slurm_allocation_survive_the_loss_of_a_node() {
     .unwrap();
     let srun = "--launcher srun --launcher-args=--mpi=pmix";
 
-    // Failure-free, on 3 nodes.
+    // Failure-free, on 3 nodes, the agents storing where eckpt has them by default.
     let slurm = Slurm::up(4);
     let reference = work_dir(tmp.path(), "reference");
-    let job = slurm.sbatch(&reference, &mpi_job(&reference, 3, 0, srun, &stencil));
+    let job = slurm.sbatch(&reference, &mpi_job(&reference, 3, 0, srun, &stencil, true));
     let end = slurm.wait(&job, Duration::from_secs(180));
     let out = std::fs::read_to_string(reference.join("job.out")).unwrap_or_default();
     assert!(
         end.contains("JobState=COMPLETED") && end.contains("ExitCode=0:0"),
         "{end}\n{out}"
     );
+    // The job finished: its node stores are gone (the emulated nodes share /tmp).
+    assert!(
+        out.contains("eckpt run: the job finished: removed its node stores"),
+        "{out}"
+    );
+    for node in ["node1", "node2", "node3"] {
+        let store = PathBuf::from(format!("/tmp/eckpt-job{job}-{node}"));
+        assert!(!store.exists(), "{} is left\n{out}", store.display());
+    }
     // With no --domain, the failure domains are Slurm's leaf switches (two nodes each).
     let journal: serde_json::Value =
         serde_json::from_slice(&std::fs::read(reference.join("cluster/coordinator/journal.json")).unwrap())
@@ -300,6 +393,7 @@ fn mpi_jobs_in_a_slurm_allocation_survive_the_loss_of_a_node() {
     for (node, switch) in [("node1", "leaf1"), ("node2", "leaf1"), ("node3", "leaf2")] {
         assert_eq!(journal["nodes"][node]["domain"], switch, "{node}: {journal}");
     }
+    runs_the_readme_job(&slurm, &work_dir(tmp.path(), "readme"), &stencil);
 
     let work = work_dir(tmp.path(), "srun");
     survives_a_node_loss(&slurm, &work, srun, &stencil, &reference, Failure::Crash);

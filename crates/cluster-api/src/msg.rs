@@ -657,6 +657,13 @@ pub struct NodeStatus {
     /// not lost, unless it stays silent beyond that.
     #[serde(default)]
     pub awaited: bool,
+    /// Seconds since the coordinator last heard the node: its last heartbeat (or request),
+    /// or the moment its connection closed when that came within the liveness period of
+    /// the last heartbeat (an agent killed). A node declared dead was lost no earlier:
+    /// `eckpt run` measures a recovery from then. `None`: not heard since the coordinator
+    /// started.
+    #[serde(default)]
+    pub silent_seconds: Option<f64>,
 }
 
 /// `eckpt status`.

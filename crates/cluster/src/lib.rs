@@ -8,6 +8,7 @@
 //!   the stripe blobs written as they are encoded) and its parity.
 //! - [`agent`], [`coordinator`]: the two processes.
 //! - [`launch`], [`netns`]: `eckpt up/down/join/kill-node` and emulated hosts.
+//! - [`clean`]: `eckpt clean`, what a failed or killed job left (only what eckpt made).
 //! - [`debug`]: pause points for fault-injection tests.
 //! - [`crash_only`]: a panic aborts a daemon; [`owner_lock`]: one daemon per directory.
 
@@ -17,6 +18,7 @@ pub mod agent;
 pub mod agent_placement;
 mod chunk_crc;
 mod chunk_io;
+pub mod clean;
 pub mod coordinator;
 pub mod crash_only;
 pub mod debug;

@@ -183,9 +183,13 @@ pub struct Recovery {
     /// Ranks moved between living nodes: `(rank, from, to)`.
     #[serde(deserialize_with = "lenient")]
     pub moved: Option<Vec<(u64, String, String)>>,
-    /// Seconds to notice the failure.
+    /// Seconds from the run seeing the failure to the start of recovery.
     #[serde(deserialize_with = "number")]
     pub detect_seconds: f64,
+    /// Seconds from the loss (the lost node last heard) to the run seeing it declared: the
+    /// detection delay (0 in records written before it was measured).
+    #[serde(deserialize_with = "number")]
+    pub silence_seconds: f64,
     /// Seconds decoding.
     #[serde(deserialize_with = "number")]
     pub decode_seconds: f64,
@@ -195,9 +199,13 @@ pub struct Recovery {
     /// Seconds relaunching the job.
     #[serde(deserialize_with = "number")]
     pub relaunch_seconds: f64,
-    /// From the node's death to every rank running again.
+    /// From the run seeing the failure to every rank running again.
     #[serde(deserialize_with = "number")]
     pub downtime_seconds: f64,
+    /// From the loss (the lost node last heard) to every rank running again, detection
+    /// included (0 in records written before it was measured).
+    #[serde(deserialize_with = "number")]
+    pub loss_to_running_seconds: f64,
     /// The flushed epoch the job restarted from, when the nodes could not serve.
     #[serde(deserialize_with = "lenient")]
     pub from_flush: Option<u64>,
@@ -233,6 +241,9 @@ pub struct RunRecord {
     /// Link rate, if shaped.
     #[serde(deserialize_with = "lenient")]
     pub link_rate: Option<String>,
+    /// When the run started (seconds since the Unix epoch; 0 when the record does not say).
+    #[serde(deserialize_with = "number")]
+    pub started_unix: f64,
     /// Wall seconds of the whole run.
     #[serde(deserialize_with = "number")]
     pub seconds: f64,
@@ -364,6 +375,7 @@ mod tests {
             nodes: vec!["n0".into(), "n1".into()],
             spares: vec!["s0".into()],
             link_rate: Some("1gbit".into()),
+            started_unix: 1_795_000_000.5,
             seconds: 93.2,
             exit_code: Some(0),
             attempts: vec![run::AttemptRecord {
@@ -396,6 +408,8 @@ mod tests {
                 placement: BTreeMap::from([(1, "s0".to_string())]),
                 moved: vec![(3, "n4".into(), "n0".into())],
                 downtime_seconds: 1.9,
+                silence_seconds: 3.1,
+                loss_to_running_seconds: 5.0,
                 ..Default::default()
             }],
             ..Default::default()
@@ -406,6 +420,7 @@ mod tests {
         };
         assert_eq!(r.command, record.command);
         assert_eq!(r.ranks, 8);
+        assert_eq!(r.started_unix, 1_795_000_000.5);
         assert_eq!(r.coding, record.coding);
         assert_eq!(r.attempts[0].placement.as_ref().unwrap()["0"], "n0");
         assert_eq!(r.attempts[0].end.as_deref(), Some("node n1 lost"));
@@ -418,6 +433,8 @@ mod tests {
             (3, "n4".into(), "n0".into())
         );
         assert_eq!(r.recoveries[0].downtime_seconds, 1.9);
+        assert_eq!(r.recoveries[0].silence_seconds, 3.1);
+        assert_eq!(r.recoveries[0].loss_to_running_seconds, 5.0);
     }
 
     #[test]

@@ -49,14 +49,49 @@ pub fn report(inputs: &[(String, Input)], costs: &Costs, meta: &str) -> String {
     if !bench.is_empty() {
         sections.extend(bench_sections(&bench, costs));
     }
-    for (name, input) in inputs {
-        if let Input::Run(run) = input {
-            sections.push(run_section(name, run));
-        }
+    let runs: Vec<(&str, &RunRecord)> = inputs
+        .iter()
+        .filter_map(|(name, input)| match input {
+            Input::Run(run) => Some((name.as_str(), &**run)),
+            Input::Bench(_) => None,
+        })
+        .collect();
+    for ((name, run), title) in runs.iter().zip(run_titles(&runs)) {
+        sections.push(run_section(name, run, title));
     }
     page::render("eckpt report", meta, &sections)
 }
 
+/// `n thing` or `n things`.
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `2026-11-28 20:44:12 UTC` for seconds since the Unix epoch (proleptic Gregorian
+/// calendar; Hinnant's `civil_from_days`), or `None` for a time a record does not give.
+pub fn utc(unix: f64) -> Option<String> {
+    // Years 1970 to 9999: anything else is not a run's start.
+    if !(unix.is_finite() && unix > 0.0 && unix < 253_402_300_800.0) {
+        return None;
+    }
+    let secs = unix.floor() as i64;
+    let (days, of_day) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    Some(format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        of_day / 3600,
+        of_day / 60 % 60,
+        of_day % 60
+    ))
+}
 fn percent(x: f64) -> String {
     format!("{:+.1} %", x * 100.0)
 }
@@ -180,20 +215,25 @@ fn bench_sections(bench: &[BenchResult], costs: &Costs) -> Vec<Section> {
     sections
 }
 
-fn run_section(name: &str, run: &RunRecord) -> Section {
+fn run_section(name: &str, run: &RunRecord, title: String) -> Section {
     let committed = run.epochs.iter().filter(|e| e.committed).count();
     let summary = format!(
-        "{name}: `{}`, {} ranks on {} nodes ({} spares), {}; {} epochs committed, {} failures, \
-         {} recoveries, {} attempts{}.",
+        "{name}: `{}`{}, {} on {}{}; {} committed, {}, {}, {}{}.",
         run.command.join(" "),
-        run.ranks,
-        run.nodes.len(),
-        run.spares.len(),
-        format(run.seconds, Unit::Seconds),
-        committed,
-        run.failures.len(),
-        run.recoveries.len(),
-        run.attempts.len(),
+        utc(run.started_unix)
+            .map(|t| format!(", started {t}"))
+            .unwrap_or_default(),
+        count(run.ranks as usize, "rank", "ranks"),
+        shape(run),
+        if run.seconds > 0.0 {
+            format!(", {}", format(run.seconds, Unit::Seconds))
+        } else {
+            String::new()
+        },
+        count(committed, "epoch", "epochs"),
+        count(run.failures.len(), "failure", "failures"),
+        count(run.recoveries.len(), "recovery", "recoveries"),
+        count(run.attempts.len(), "attempt", "attempts"),
         match (&run.error, run.exit_code) {
             (Some(e), _) => format!("; failed: {e}"),
             (None, Some(code)) => format!("; exit code {code}"),
@@ -210,7 +250,7 @@ fn run_section(name: &str, run: &RunRecord) -> Section {
             "encode",
             "relaunch",
             "total",
-            "downtime",
+            "loss to running",
             "ranks placed or moved",
         ]
         .map(String::from)
@@ -235,13 +275,28 @@ fn run_section(name: &str, run: &RunRecord) -> Section {
                 vec![
                     Cell::text(format!("#{} at {}", i + 1, format(r.start_s, Unit::Seconds))),
                     Cell::num(r.epoch.to_string()),
-                    Cell::text(r.lost.join(", ")),
-                    Cell::num(format(r.detect_seconds, Unit::Seconds)),
+                    Cell::text(if r.lost.is_empty() {
+                        "none".to_string()
+                    } else {
+                        r.lost.join(", ")
+                    }),
+                    // Detection from the loss: the silence until the loss was declared,
+                    // then the run's reaction.
+                    Cell::num(format(r.silence_seconds + r.detect_seconds, Unit::Seconds)),
                     Cell::num(format(r.decode_seconds, Unit::Seconds)),
                     Cell::num(format(r.encode_seconds, Unit::Seconds)),
                     Cell::num(format(r.relaunch_seconds, Unit::Seconds)),
                     Cell::num(format(r.end_s - r.start_s, Unit::Seconds)),
-                    Cell::num(format(r.downtime_seconds, Unit::Seconds)),
+                    // Records written before the loss was measured from the lost node's
+                    // last heartbeat have only the time from its detection.
+                    Cell::num(format(
+                        if r.loss_to_running_seconds > 0.0 {
+                            r.loss_to_running_seconds
+                        } else {
+                            r.downtime_seconds
+                        },
+                        Unit::Seconds,
+                    )),
                     Cell::text(placed.join(", ")),
                 ]
             })
@@ -260,12 +315,85 @@ fn run_section(name: &str, run: &RunRecord) -> Section {
     }
     Section {
         id: format!("run-{}", name.replace(|c: char| !c.is_ascii_alphanumeric(), "-")),
-        title: run_title(name, run),
+        title,
         blocks,
     }
 }
 
-/// A run's title: its job and command (shortened), the record's name without a job.
+/// `8 nodes + 1 spare`.
+fn shape(run: &RunRecord) -> String {
+    let nodes = count(run.nodes.len(), "node", "nodes");
+    match run.spares.len() {
+        0 => nodes,
+        n => format!("{nodes} + {}", count(n, "spare", "spares")),
+    }
+}
+
+/// How a run ended, in a few words.
+fn outcome(run: &RunRecord) -> String {
+    match (&run.error, run.exit_code) {
+        (Some(_), _) => "failed".into(),
+        (None, Some(code)) => format!("exit {code}"),
+        (None, None) => String::new(),
+    }
+}
+
+/// The facts a title may add to tell a run from others of the same job and command, in
+/// the order they are shown.
+fn facts(run: &RunRecord) -> [String; 6] {
+    [
+        shape(run),
+        count(run.ranks as usize, "rank", "ranks"),
+        run.coding
+            .map(|c| format!("k={} m={} {}", c.k, c.m, c.mode))
+            .unwrap_or_default(),
+        run.link_rate.clone().unwrap_or_default(),
+        match run.failures.len() {
+            0 => String::new(),
+            n => count(n, "failure", "failures"),
+        },
+        outcome(run),
+    ]
+}
+
+/// Each run's title: its job and command and when it started ([`run_title`]), and — where
+/// another run's would read the same — what differs between them (nodes and spares, ranks,
+/// coding, link rate, failures, how it ended), or else the record's name.
+fn run_titles(runs: &[(&str, &RunRecord)]) -> Vec<String> {
+    let titles: Vec<String> = runs.iter().map(|(name, run)| run_title(name, run)).collect();
+    titles
+        .iter()
+        .enumerate()
+        .map(|(i, title)| {
+            let twins: Vec<usize> = (0..runs.len())
+                .filter(|&j| j != i && titles[j] == *title)
+                .collect();
+            if twins.is_empty() {
+                return title.clone();
+            }
+            let mine = facts(runs[i].1);
+            let theirs: Vec<[String; 6]> = twins.iter().map(|&j| facts(runs[j].1)).collect();
+            let differ: Vec<&str> = mine
+                .iter()
+                .enumerate()
+                .filter(|(f, fact)| !fact.is_empty() && theirs.iter().any(|t| t[*f] != **fact))
+                .map(|(_, fact)| fact.as_str())
+                .collect();
+            // Runs alike in all of these are told apart by their records' names.
+            let same = theirs.contains(&mine);
+            let name = same.then(|| format!("record {}", runs[i].0));
+            let what: Vec<&str> = differ.into_iter().chain(name.as_deref()).collect();
+            if what.is_empty() {
+                title.clone()
+            } else {
+                format!("{title} ({})", what.join(", "))
+            }
+        })
+        .collect()
+}
+
+/// A run's title: its job and command (shortened), the record's name without a job, and
+/// when it started if the record says.
 fn run_title(name: &str, run: &RunRecord) -> String {
     /// Characters of the command a title shows.
     const COMMAND_CHARS: usize = 80;
@@ -276,9 +404,12 @@ fn run_title(name: &str, run: &RunRecord) -> String {
     } else {
         command
     };
+    let started = utc(run.started_unix)
+        .map(|t| format!(", started {t}"))
+        .unwrap_or_default();
     match &run.job {
-        Some(job) => format!("Job {job}: {command}"),
-        None => format!("Run {name}: {command}"),
+        Some(job) => format!("Job {job}: {command}{started}"),
+        None => format!("Run {name}: {command}{started}"),
     }
 }
 
@@ -408,6 +539,83 @@ mod tests {
             ..RunRecord::default()
         };
         assert_eq!(run_title("run-1.json", &anonymous), "Run run-1.json: ./mat");
+    }
+
+    #[test]
+    fn utc_times_are_calendar_dates() {
+        assert_eq!(utc(0.0), None, "a record that does not say");
+        assert_eq!(utc(f64::NAN), None);
+        assert_eq!(utc(1.0).unwrap(), "1970-01-01 00:00:01 UTC");
+        assert_eq!(
+            utc(951_782_400.0).unwrap(),
+            "2000-02-29 00:00:00 UTC",
+            "a leap day"
+        );
+        assert_eq!(utc(1_795_898_652.9).unwrap(), "2026-11-28 20:44:12 UTC");
+        assert_eq!(utc(4_102_444_799.0).unwrap(), "2099-12-31 23:59:59 UTC");
+    }
+
+    /// Two runs of one job and command (a job requeued, or run twice in one allocation)
+    /// used to get one title and no start time: now each carries its start, and where the
+    /// starts are unknown or equal, what tells them apart.
+    #[test]
+    fn runs_of_one_job_get_titles_that_tell_them_apart() {
+        let run = |started: f64, spares: usize, failures: usize, exit: i64| RunRecord {
+            job: Some("4711".into()),
+            command: vec!["./stencil".into()],
+            ranks: 8,
+            nodes: (0..8).map(|i| format!("n{i}")).collect(),
+            spares: (0..spares).map(|i| format!("s{i}")).collect(),
+            started_unix: started,
+            failures: vec![Default::default(); failures],
+            exit_code: Some(exit),
+            ..RunRecord::default()
+        };
+        let (a, b) = (run(1_795_898_652.0, 1, 0, 0), run(1_795_902_252.0, 1, 0, 0));
+        let titles = run_titles(&[("a.json", &a), ("b.json", &b)]);
+        assert_eq!(titles[0], "Job 4711: ./stencil, started 2026-11-28 20:44:12 UTC");
+        assert_eq!(titles[1], "Job 4711: ./stencil, started 2026-11-28 21:44:12 UTC");
+        // No start time in the records (older ones): what differs.
+        let (c, d) = (run(0.0, 1, 2, 1), run(0.0, 0, 0, 0));
+        let titles = run_titles(&[("c.json", &c), ("d.json", &d)]);
+        assert_eq!(
+            titles[0],
+            "Job 4711: ./stencil (8 nodes + 1 spare, 2 failures, exit 1)"
+        );
+        assert_eq!(titles[1], "Job 4711: ./stencil (8 nodes, exit 0)");
+        // Nothing differs: the records' names.
+        let titles = run_titles(&[("c.json", &c), ("e.json", &c.clone())]);
+        assert_eq!(titles[0], "Job 4711: ./stencil (record c.json)");
+        assert_ne!(titles[0], titles[1]);
+    }
+
+    #[test]
+    fn counts_are_singular_or_plural_as_they_are() {
+        let run = RunRecord {
+            command: vec!["./mat".into()],
+            ranks: 1,
+            nodes: vec!["n0".into(), "n1".into()],
+            spares: vec!["s0".into()],
+            attempts: vec![Default::default()],
+            started_unix: 1_795_898_652.0,
+            ..RunRecord::default()
+        };
+        let page = report(
+            &[("r.json".into(), Input::Run(Box::new(run)))],
+            &Costs {
+                machine: Machine::reference(1e9),
+                host_cores: 2.0,
+            },
+            "test",
+        );
+        assert!(
+            page.contains(
+                "1 rank on 2 nodes + 1 spare; 0 epochs committed, 0 failures, 0 recoveries, 1 attempt"
+            ),
+            "{page}"
+        );
+        assert!(page.contains(", started 2026-11-28 20:44:12 UTC"), "{page}");
+        assert!(!page.contains("1 spares") && !page.contains("1 attempts"));
     }
 
     /// A record `eckpt run` wrote for a real run that lost one node and then two

@@ -1,8 +1,10 @@
 //! The hosts a job's cluster is made of, as users already write them for their MPI: a host
 //! file (Open MPI's `host slots=N`, MPICH's `host:N`, one host per line, `#` comments) or a
 //! comma-separated node list. Each host becomes a node of the cluster named after it; a
-//! host listed twice is one node.
+//! host listed twice is one node. A host's count (`slots=N`, `:N`; summed over its lines, as
+//! both MPIs do) is the most ranks it may run; a host listed without one has no limit.
 
+use crate::placement::Slots;
 use crate::RunError;
 
 /// The hosts of host-file text `text`, in order, each once.
@@ -21,8 +23,37 @@ pub fn parse(text: &str) -> Vec<String> {
     hosts
 }
 
-/// The hosts of the host file at `path`.
-pub fn read(path: &std::path::Path) -> Result<Vec<String>, RunError> {
+/// The slots of host-file text `text`: each host's count, where every line of it gives one.
+pub fn slots(text: &str) -> Slots {
+    let mut counts: std::collections::BTreeMap<String, Option<u32>> = Default::default();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or_default();
+        let mut words = line.split_whitespace();
+        let Some(word) = words.next() else {
+            continue;
+        };
+        let (host, mpich) = match word.split_once(':') {
+            Some((host, count)) => (host, count.parse::<u32>().ok()),
+            None => (word, None),
+        };
+        if host.is_empty() {
+            continue;
+        }
+        let open_mpi = words.find_map(|w| w.strip_prefix("slots=")?.parse::<u32>().ok());
+        let count = mpich.or(open_mpi);
+        counts
+            .entry(host.to_string())
+            .and_modify(|sum| *sum = sum.zip(count).map(|(a, b)| a + b))
+            .or_insert(count);
+    }
+    counts
+        .into_iter()
+        .filter_map(|(host, count)| Some((host, count?)))
+        .collect()
+}
+
+/// The hosts of the host file at `path`, and their slots.
+pub fn read(path: &std::path::Path) -> Result<(Vec<String>, Slots), RunError> {
     let text = std::fs::read_to_string(path).map_err(|e| RunError::io(path, e))?;
     let hosts = parse(&text);
     if hosts.is_empty() {
@@ -31,7 +62,7 @@ pub fn read(path: &std::path::Path) -> Result<Vec<String>, RunError> {
             path.display()
         )));
     }
-    Ok(hosts)
+    Ok((hosts, slots(&text)))
 }
 
 /// The hosts of a node list `a,b,c`.
@@ -51,5 +82,16 @@ mod tests {
         assert_eq!(parse(mpich), ["node1", "node2"]);
         assert_eq!(from_list("a,b,,c,a"), ["a", "b", "c"]);
         assert!(parse("# nothing\n\n").is_empty());
+    }
+
+    #[test]
+    fn a_hosts_count_is_its_slots_summed_over_its_lines() {
+        let open_mpi = "node1 slots=4\nnode2 slots=2 max_slots=8\nnode3\nnode1 slots=1\n";
+        let want: Slots = [("node1".to_string(), 5), ("node2".to_string(), 2)].into();
+        assert_eq!(slots(open_mpi), want, "node3 gives no count: no limit");
+        let mpich = "node1:2\nnode2:3 # two cores\nnode1:1\nnode3\nnode3:4\n";
+        let want: Slots = [("node1".to_string(), 3), ("node2".to_string(), 3)].into();
+        assert_eq!(slots(mpich), want, "node3 once without a count: no limit");
+        assert!(slots("a\nb\n").is_empty());
     }
 }

@@ -73,7 +73,7 @@ pub struct RunOptions {
     pub interval: Option<String>,
     /// `ECKPT_MTBF` for the ranks, if given.
     pub mtbf: Option<String>,
-    /// Keep a cluster this run started running at the end.
+    /// Keep what this run started: a cluster running, and a finished job's node stores.
     pub keep: bool,
     /// The job's id (`--job`, else the batch system's); `None`: the job the cluster holds,
     /// or a new one.

@@ -143,8 +143,15 @@ pub struct RecoveryRecord {
     pub placement: BTreeMap<u32, String>,
     /// Ranks copied between living nodes: `(rank, from, to)`.
     pub moved: Vec<(u32, String, String)>,
-    /// From the first failure seen to the start of recovery.
+    /// From the run seeing the first failure (a node declared dead, a rank's end) to the
+    /// start of recovery. The silence before the loss was declared is `silence_seconds`.
     pub detect_seconds: f64,
+    /// From the loss — when the coordinator last heard the first lost node: its last
+    /// heartbeat, or its connection's end for a killed agent — to the run seeing the failure:
+    /// the detection delay, at least the liveness period for a node that fell silent. 0
+    /// when the run saw the loss at once (it killed the node, a rank ended).
+    #[serde(default)]
+    pub silence_seconds: f64,
     /// Decoding: the decode tasks, installing what they rebuilt, and moving ranks.
     pub decode_seconds: f64,
     /// The decode tasks alone (part of `decode_seconds`).
@@ -158,8 +165,13 @@ pub struct RecoveryRecord {
     pub encode_seconds: f64,
     /// From the end of recovery to every rank started again.
     pub relaunch_seconds: f64,
-    /// From the node's death to every rank started again.
+    /// From the run seeing the first failure to every rank started again: the loss's
+    /// detection is not in it (`loss_to_running_seconds` is the whole time).
     pub downtime_seconds: f64,
+    /// From the loss (see `silence_seconds`) to every rank started again: the job's time
+    /// lost to the failure, detection included (`silence_seconds + downtime_seconds`).
+    #[serde(default)]
+    pub loss_to_running_seconds: f64,
     /// The flushed epoch the job restarted from, when the node level could not serve.
     #[serde(default)]
     pub from_flush: Option<u64>,

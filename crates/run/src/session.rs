@@ -1,6 +1,7 @@
 //! The cluster a run uses: a running one as it is; a stopped one started again; a new one
 //! created with `up`'s options (in a temporary directory when none is given). A cluster the
-//! run started is stopped at the end — and a temporary one deleted — unless `--keep`.
+//! run started is stopped at the end — a temporary one deleted, and a finished job's node
+//! stores with it — unless `--keep`.
 //!
 //! A cluster can also be made of named hosts: the Slurm allocation's (`--launcher srun`) or
 //! a host file's. Its nodes are named by the host names (the last `--spares` of them
@@ -13,10 +14,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use eckpt_cluster::launch::{self, UpOptions};
+use eckpt_cluster::launch::{self, Purge, UpOptions};
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, FlushRestore};
 
+use crate::placement::{self, Slots};
 use crate::slurm::Allocation;
 use crate::RunError;
 
@@ -38,9 +40,30 @@ pub struct ClusterChoice {
 pub struct HostCluster {
     /// The hosts (a host file's); `None`: the Slurm allocation's.
     pub hosts: Option<Vec<String>>,
+    /// The host file's slots (`host slots=N`, `host:N`): the most ranks each host may run.
+    /// Inside a Slurm allocation its tasks per node limit them too.
+    pub slots: Slots,
+    /// The job's ranks: a new cluster is refused, before it is made, when its layout leaves
+    /// them too few slots.
+    pub ranks: u32,
     /// Each agent's node-local store (`%j`: the Slurm job id, `%n`: the node's name,
     /// expanded by its agent).
     pub node_store: String,
+}
+
+/// How a run ended, for what it leaves of a cluster it started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every rank exited 0 and, on a cluster that flushes, the last committed epoch is in
+    /// the flush directory: the job's node stores go (unless `--keep`).
+    Finished,
+    /// Anything else — a failure, a stop, an epoch that could not be flushed, a run that
+    /// could not begin: the node stores stay for a resume; `job` names the job for
+    /// `eckpt clean`, once it is known.
+    Unfinished {
+        /// The job's id.
+        job: Option<String>,
+    },
 }
 
 /// The cluster in use, and what the run must undo at the end.
@@ -56,6 +79,9 @@ pub struct Session {
     pub from_flush: Option<FlushRestore>,
     /// The Slurm allocation whose step runs the agents (a host cluster inside one).
     pub allocation: Option<Allocation>,
+    /// The most ranks each node may run: the host file's slots and the allocation's tasks
+    /// per node, the tighter of both (empty: no limit).
+    pub slots: Slots,
     /// The agents' job step this run started (srun), ended with the cluster.
     agents: Option<Child>,
 }
@@ -80,6 +106,11 @@ impl Session {
             Some(HostCluster { hosts: None, .. }) => Some(Allocation::current()?),
             Some(_) => Allocation::current().ok(),
             None => None,
+        };
+        let slots = match (&choice.hosts, &allocation) {
+            (Some(hosts), Some(allocation)) => placement::tighter(hosts.slots.clone(), &allocation.slots()?),
+            (Some(hosts), None) => hosts.slots.clone(),
+            (None, _) => Slots::new(),
         };
         if choice.hosts.is_some() && choice.dir.is_none() {
             return Err(RunError::Launch(
@@ -114,6 +145,7 @@ impl Session {
                 temporary,
                 from_flush: None,
                 allocation,
+                slots,
                 agents: None,
             });
         }
@@ -124,13 +156,13 @@ impl Session {
             up.nodes = None;
         }
         if let Some(hosts) = &choice.hosts {
-            on_hosts(&mut up, hosts, allocation.as_ref())?;
+            on_hosts(&mut up, hosts, allocation.as_ref(), &slots)?;
         }
         let summary = launch::up(&up)?;
         let names: Vec<String> = summary.nodes.iter().chain(&summary.spares).cloned().collect();
         let agents = match (&allocation, &choice.hosts) {
             (Some(allocation), Some(hosts)) => {
-                match start_agents(&dir, allocation, &names, &hosts.node_store, &up.exe) {
+                match start_agents(&dir, allocation, &names, &hosts.node_store, &up.exe, &slots) {
                     Ok(step) => Some(step),
                     Err(e) => {
                         // The coordinator `up` just started must not outlive the run.
@@ -152,7 +184,7 @@ impl Session {
         };
         let from_flush = summary.from_flush.clone();
         note(format!(
-            "{} cluster in {}: {} nodes{} (k={} m={}, {} mode{})",
+            "{} cluster in {}: {} nodes{} (k={} m={}, {} mode, {} layout{})",
             if existing { "restarted the" } else { "started a" },
             dir.root().display(),
             summary.nodes.len(),
@@ -164,6 +196,7 @@ impl Session {
             summary.coding.k,
             summary.coding.m,
             summary.coding.mode,
+            summary.coding.layout,
             summary
                 .link_rate
                 .as_ref()
@@ -179,31 +212,64 @@ impl Session {
             temporary,
             from_flush,
             allocation,
+            slots,
             agents,
         })
     }
 
-    /// Stops a cluster this run started (and deletes a temporary one) unless `keep`.
-    pub fn close(mut self, keep: bool, note: &mut dyn FnMut(String)) -> Result<(), RunError> {
+    /// Stops a cluster this run started unless `keep`: a temporary one is deleted, and a
+    /// [`Outcome::Finished`] job's node stores go with `down --purge`'s rule (only what
+    /// eckpt made) while the cluster directory stays; anything else stays for a resume.
+    /// `keep` keeps the cluster running and its stores (an srun step's agents end with the
+    /// Slurm job: then only the stores stay). A cluster the run did not start is left as it
+    /// is.
+    pub fn close(
+        mut self,
+        keep: bool,
+        outcome: &Outcome,
+        note: &mut dyn FnMut(String),
+    ) -> Result<(), RunError> {
         if !self.started {
             return Ok(());
         }
         if keep && self.agents.is_some() {
             note(
-                "--keep: the agents are a step of this Slurm job, which ends with it; stopping the cluster"
+                "--keep: the agents are a step of this Slurm job, which ends with it; stopping the cluster, keeping its node stores"
                     .into(),
             );
         }
-        let keep = keep && self.agents.is_none();
         let root = self.dir.root().display().to_string();
-        if keep {
+        if keep && self.agents.is_none() {
             note(format!(
                 "the cluster keeps running in {root}: `eckpt status --dir {root}`, `eckpt down --dir {root} --purge`"
             ));
             return Ok(());
         }
-        for kept in launch::down(self.dir.root(), self.temporary)? {
+        let purge = if self.temporary {
+            Purge::Everything
+        } else if !keep && *outcome == Outcome::Finished {
+            Purge::NodeStores
+        } else {
+            Purge::Nothing
+        };
+        let purged = launch::stop(self.dir.root(), purge)?;
+        for kept in purged.kept {
             note(kept);
+        }
+        match (purge, outcome) {
+            (Purge::NodeStores, _) => note(format!(
+                "the job finished: removed its node stores ({} directories; --keep keeps them)",
+                purged.removed.len()
+            )),
+            (Purge::Nothing, Outcome::Unfinished { job: Some(job) }) if !keep => note(format!(
+                "the node stores stay for a resume (run the same command again); `eckpt clean --job {job} --dir {root}` deletes them{}",
+                if self.agents.is_some() {
+                    ", run on each node (a Slurm epilog)"
+                } else {
+                    ""
+                }
+            )),
+            _ => {}
         }
         if let (Some(step), Some(allocation)) = (self.agents.take(), &self.allocation) {
             end_agents(step, allocation, &agents_step_name(allocation));
@@ -213,11 +279,13 @@ impl Session {
 }
 
 /// `up`'s options for a new cluster of `hosts`: named by their names, the last `--spares`
-/// of them spares, and the coordinator on this host's address.
+/// of them spares, and the coordinator on this host's address. Refused when the job's ranks
+/// do not fit the slots of the nodes its layout puts ranks on.
 fn on_hosts(
     up: &mut UpOptions,
     hosts: &HostCluster,
     allocation: Option<&Allocation>,
+    slots: &Slots,
 ) -> Result<(), RunError> {
     up.agents = false;
     if up.bind.is_none() {
@@ -228,6 +296,7 @@ fn on_hosts(
         // A stopped cluster restarts with the nodes it recorded.
         return Ok(());
     }
+    let ranks = hosts.ranks;
     let hosts = match (&hosts.hosts, allocation) {
         (Some(hosts), _) => hosts.clone(),
         (None, Some(allocation)) => allocation.nodes()?,
@@ -251,7 +320,12 @@ fn on_hosts(
             .filter(|(node, _)| hosts.contains(node))
             .collect();
     }
-    up.nodes = Some(hosts.len() - up.spares);
+    let members = hosts.len() - up.spares;
+    placement::check_fit(ranks, &hosts[..members], up.spares, slots, &up.coding, |node| {
+        up.domains.get(node).cloned()
+    })
+    .map_err(RunError::Launch)?;
+    up.nodes = Some(members);
     up.names = hosts;
     Ok(())
 }
@@ -274,13 +348,16 @@ fn agents_step_name(allocation: &Allocation) -> String {
 /// Starts the agents of `names` as one step of `allocation`, one task per host: it does not
 /// end when a node fails (`--no-kill`, and no task's exit ends the others), and shares the
 /// allocation's CPUs with the ranks' steps (`--overlap`). Each agent's log is its node's
-/// `log` in the cluster directory, as under `up`.
+/// `log` in the cluster directory, as under `up`. Where every node has the same `slots`, each
+/// agent offers that many cores (`--cores`): a recovery spreads a lost node's ranks by the
+/// cores the nodes offer, so by the slots, and never beyond them while they hold the job.
 fn start_agents(
     dir: &ClusterDir,
     allocation: &Allocation,
     names: &[String],
     store: &str,
     exe: &Path,
+    slots: &Slots,
 ) -> Result<Child, RunError> {
     // srun opens each log before the agent runs (inside the owner-only cluster directory).
     for name in names {
@@ -303,7 +380,14 @@ fn start_agents(
         .arg(dir.root())
         // Each agent listens on the address its node's name resolves to, and stores under
         // a directory of its own on its node.
-        .args(["--bind", "%n", "--store", &store.replace("%j", &allocation.job)])
+        .args(["--bind", "%n", "--store", &store.replace("%j", &allocation.job)]);
+    let granted: Option<Vec<u32>> = names.iter().map(|n| slots.get(n).copied()).collect();
+    if let Some(&[first, ref rest @ ..]) = granted.as_deref() {
+        if rest.iter().all(|&s| s == first) {
+            command.arg(format!("--cores={first}"));
+        }
+    }
+    command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         // srun's own messages (a step it could not start, a node failure) are the run's.

@@ -71,6 +71,33 @@ impl Allocation {
         hostnames(list)
     }
 
+    /// The most ranks each node of the allocation may run: the job's tasks there
+    /// (`SLURM_TASKS_PER_NODE` over `SLURM_JOB_NODELIST`, as Open MPI and MPICH count an
+    /// allocation's slots; `SLURM_JOB_CPUS_PER_NODE` where the first is not set). A node
+    /// Slurm later takes out of the job keeps its entry, unused; the others' counts do not
+    /// change. Empty (no limit) when Slurm did not say.
+    pub fn slots(&self) -> Result<BTreeMap<String, u32>, RunError> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let (Some(list), Some((source, counts))) = (
+            var("SLURM_JOB_NODELIST").or_else(|| var("SLURM_NODELIST")),
+            ["SLURM_TASKS_PER_NODE", "SLURM_JOB_CPUS_PER_NODE"]
+                .into_iter()
+                .find_map(|name| Some((name, var(name)?))),
+        ) else {
+            return Ok(BTreeMap::new());
+        };
+        let nodes = hostnames(&list)?;
+        match per_node_counts(&counts) {
+            Some(counts) if counts.len() == nodes.len() => Ok(nodes.into_iter().zip(counts).collect()),
+            _ => {
+                tracing::warn!(
+                    "{source}={counts:?} does not give a count for each node of {list}: no limit on ranks per node"
+                );
+                Ok(BTreeMap::new())
+            }
+        }
+    }
+
     /// Those of `nodes` Slurm reports down, drained, failed or not responding.
     pub fn unavailable(&self, nodes: &[String]) -> Result<BTreeSet<String>, RunError> {
         if nodes.is_empty() {
@@ -116,6 +143,20 @@ fn node_list(job: &str) -> Option<&str> {
     job.split_whitespace()
         .find_map(|field| field.strip_prefix("NodeList="))
         .filter(|list| !list.is_empty() && *list != "(null)")
+}
+
+/// Slurm's per-node counts (`SLURM_TASKS_PER_NODE`, `SLURM_JOB_CPUS_PER_NODE`: `8(x3),7`,
+/// a count repeated `(xN)` times) one per node.
+fn per_node_counts(text: &str) -> Option<Vec<u32>> {
+    let mut counts = Vec::new();
+    for item in text.trim().split(',') {
+        let (count, times) = match item.split_once("(x") {
+            Some((count, times)) => (count, times.strip_suffix(')')?.parse::<usize>().ok()?),
+            None => (item, 1),
+        };
+        counts.extend(std::iter::repeat_n(count.trim().parse::<u32>().ok()?, times));
+    }
+    Some(counts)
 }
 
 /// The step of `squeue --steps --format "%i %j"` output named `name`.
@@ -228,6 +269,16 @@ mod tests {
             leaves("SwitchName=s0 Level=0 LinkSpeed=1\n").is_empty(),
             "a switch without nodes"
         );
+    }
+
+    #[test]
+    fn slurms_per_node_counts_are_expanded() {
+        assert_eq!(per_node_counts("8(x9)"), Some(vec![8; 9]));
+        assert_eq!(per_node_counts("3(x2),2,1(x1)"), Some(vec![3, 3, 2, 1]));
+        assert_eq!(per_node_counts("4"), Some(vec![4]));
+        assert_eq!(per_node_counts("2(x"), None);
+        assert_eq!(per_node_counts("two"), None);
+        assert_eq!(per_node_counts(""), None);
     }
 
     #[test]

@@ -44,9 +44,10 @@ pub struct CodingArgs {
     /// their own) or update (parity updated in place).
     #[arg(long, default_value = "full")]
     pub mode: Mode,
-    /// Parity layout: dedicated parity nodes, or rotated (every node holds data and parity).
-    #[arg(long, default_value = "dedicated")]
-    layout: Layout,
+    /// Parity layout: dedicated parity nodes, or rotated (every node holds data and parity)
+    /// [default: dedicated; rotated for `eckpt run --launcher srun`].
+    #[arg(long)]
+    layout: Option<Layout>,
     /// Encode/decode topology: pipeline, fanin, broadcast or ring.
     #[arg(long, default_value = "pipeline")]
     topology: Topology,
@@ -66,7 +67,7 @@ impl CodingArgs {
             m: self.m,
             code: CodeKind::from_name(&self.code).context("unknown code")?,
             mode: self.mode,
-            layout: self.layout,
+            layout: self.layout.unwrap_or(Layout::Dedicated),
             topology: self.topology,
             chunk: u32::try_from(self.block_size).context("block size too large")?,
             max_stripes: self.max_stripes,
@@ -261,6 +262,11 @@ impl ShapeArgs {
         })
     }
 
+    /// The parity layout asked for (`--layout`, or a configuration file), if any.
+    pub fn layout(&self) -> Option<Layout> {
+        self.coding.layout
+    }
+
     /// Nodes of a cluster created without --nodes: one group of k + m.
     pub fn default_nodes(&self) -> Result<usize> {
         let coding = self.coding.coding()?;
@@ -321,7 +327,8 @@ pub fn run_up(args: UpArgs) -> Result<i32> {
             if summary.spares.is_empty() {
                 String::new()
             } else {
-                format!(" + {} spares", summary.spares.len())
+                let n = summary.spares.len();
+                format!(" + {n} {}", if n == 1 { "spare" } else { "spares" })
             },
             coding.k,
             coding.m,
@@ -336,9 +343,13 @@ pub fn run_up(args: UpArgs) -> Result<i32> {
         );
         if let Some(flush) = &summary.flush {
             println!(
-                "flushes to {} every {} epoch(s), keeping {}",
+                "flushes to {} every {}, keeping {}",
                 flush.dir.display(),
-                flush.every,
+                match flush.every {
+                    0 => "time `eckpt flush` asks".to_string(),
+                    1 => "epoch".to_string(),
+                    n => format!("{n} epochs"),
+                },
                 flush.keep
             );
         }
@@ -487,7 +498,7 @@ pub fn run_status(args: StatusArgs) -> Result<i32> {
     }
     for n in &s.nodes {
         println!(
-            "  {:<6} {:<5} {:<22} ranks {:?}{}{}{}",
+            "  {:<6} {:<5} {:<22} {}{}{}{}",
             n.name,
             match (n.alive, n.awaited) {
                 (true, _) => "up",
@@ -495,7 +506,18 @@ pub fn run_status(args: StatusArgs) -> Result<i32> {
                 (false, false) => "DOWN",
             },
             n.addr,
-            n.ranks,
+            match n.ranks.len() {
+                0 => "no ranks".to_string(),
+                1 => format!("rank {}", n.ranks[0]),
+                _ => format!(
+                    "ranks {}",
+                    n.ranks
+                        .iter()
+                        .map(|r| r.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            },
             if n.spare { " (spare)" } else { "" },
             if n.removed { " (removed)" } else { "" },
             n.damaged

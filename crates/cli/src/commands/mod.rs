@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod calibrate;
 pub mod ckpt;
+pub mod clean;
 pub mod cluster;
 pub mod config;
 pub mod daemons;

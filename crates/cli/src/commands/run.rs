@@ -23,7 +23,7 @@ use crate::output::print_json;
 pub struct RunArgs {
     /// Cluster directory: a running cluster is used; otherwise one is started there with
     /// the options below (default: a new one in a temporary directory), and stopped at the
-    /// end unless --keep.
+    /// end unless --keep (and, when every rank exited 0, its node stores deleted).
     #[arg(long)]
     dir: Option<PathBuf>,
     #[command(flatten)]
@@ -41,17 +41,19 @@ pub struct RunArgs {
     /// "--mca btl tcp,self"); split as a shell would.
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true, default_value = "")]
     launcher_args: String,
-    /// The hosts of a new cluster, one node each (Open MPI's or MPICH's host file format);
-    /// default: this host, or with --launcher srun the Slurm allocation's. Inside an
-    /// allocation the agents are started as a step of it; elsewhere start them by hand.
+    /// The hosts of a new cluster, one node each (Open MPI's or MPICH's host file format; a
+    /// host's count, slots=N or :N, is the most ranks it runs); default: this host, or with
+    /// --launcher srun the Slurm allocation's. Inside an allocation the agents are started as
+    /// a step of it; elsewhere start them by hand.
     #[arg(long, value_name = "FILE", conflicts_with = "nodelist")]
     hostfile: Option<PathBuf>,
     /// The hosts of a new cluster as a list (node1,node2,…), as --hostfile.
     #[arg(long, value_name = "HOSTS")]
     nodelist: Option<String>,
     /// For a cluster of several hosts: each agent's node-local store (%j: the Slurm job id,
-    /// %n: the node's name).
-    #[arg(long, value_name = "PATH", default_value = "/tmp/eckpt-job%j-%n")]
+    /// %n: the node's name). A finished job's stores are deleted at its end unless --keep;
+    /// a failed job's stay (`eckpt clean --job J` deletes them).
+    #[arg(long, value_name = "PATH", default_value = eckpt_cluster::clean::DEFAULT_NODE_STORE)]
     node_store: String,
     /// Stop instead of relaunching when fewer of the cluster's nodes than this are alive
     /// (members and spares; the last committed epoch is kept, and flushed with --flush-dir).
@@ -86,7 +88,9 @@ pub struct RunArgs {
     /// Mean time between failures, for --interval auto (e.g. 24h).
     #[arg(long)]
     mtbf: Option<String>,
-    /// Keep a cluster this run started running at the end.
+    /// Keep what this run started: the cluster running, and its node stores (by default
+    /// a finished job's are deleted at its end). Under srun the agents end with the Slurm
+    /// job: only the stores stay.
     #[arg(long)]
     keep: bool,
     /// Also write the run's record (epochs, failures, recoveries) to this file.
@@ -116,10 +120,13 @@ pub fn run(args: RunArgs) -> Result<i32> {
     if args.ranks == 0 {
         anyhow::bail!("-n: a job needs at least one rank");
     }
-    let hosts = match (&args.hostfile, &args.nodelist) {
-        (Some(file), _) => Some(eckpt_run::hostfile::read(file)?),
-        (None, Some(list)) => Some(eckpt_run::hostfile::from_list(list)),
-        (None, None) => None,
+    let (hosts, slots) = match (&args.hostfile, &args.nodelist) {
+        (Some(file), _) => {
+            let (hosts, slots) = eckpt_run::hostfile::read(file)?;
+            (Some(hosts), slots)
+        }
+        (None, Some(list)) => (Some(eckpt_run::hostfile::from_list(list)), Default::default()),
+        (None, None) => (None, Default::default()),
     };
     let on_hosts = hosts.is_some() || args.launcher == Launcher::Srun;
     if on_hosts && args.shape.nodes.is_some() {
@@ -131,7 +138,10 @@ pub fn run(args: RunArgs) -> Result<i32> {
     let kill_at = KillPlan::parse(&args.kill_at).map_err(anyhow::Error::msg)?;
     check_interval(args.interval.as_deref(), args.mtbf.as_deref())?;
     let default_nodes = args.shape.default_nodes()?;
-    let up = args.shape.up_options(PathBuf::new(), Some(default_nodes))?;
+    let mut up = args.shape.up_options(PathBuf::new(), Some(default_nodes))?;
+    if args.shape.layout().is_none() {
+        up.coding.layout = args.launcher.default_layout();
+    }
     let options = RunOptions {
         cluster: ClusterChoice {
             dir: args.dir.clone(),
@@ -139,6 +149,8 @@ pub fn run(args: RunArgs) -> Result<i32> {
             nodes_given: args.shape.nodes.is_some(),
             hosts: on_hosts.then(|| HostCluster {
                 hosts,
+                slots,
+                ranks: args.ranks,
                 node_store: args.node_store.clone(),
             }),
         },
@@ -216,17 +228,23 @@ fn median(mut values: Vec<f64>) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// `n thing` or `n things`.
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// The short table a run ends with: epochs, bytes per epoch full vs stored, encode and
-/// recovery times.
+/// recovery times. What a run did not measure (no image size, no encode, no node lost) is
+/// left out rather than printed as zeros and empty parentheses.
 fn summary(record: &RunRecord) -> Vec<String> {
     let committed: Vec<_> = record.epochs.iter().filter(|e| e.committed).collect();
     let aborted = record.epochs.len() - committed.len();
     let mut lines = vec![format!(
-        "summary: exit {} after {:.1} s, {} attempt(s), {} epoch(s) committed{}",
+        "summary: exit {} after {:.1} s, {}, {} committed{}",
         record.exit_code.map_or("-".into(), |c| c.to_string()),
         record.seconds,
-        record.attempts.len(),
-        committed.len(),
+        count(record.attempts.len(), "attempt", "attempts"),
+        count(committed.len(), "epoch", "epochs"),
         if aborted > 0 {
             format!(" ({aborted} aborted)")
         } else {
@@ -236,35 +254,85 @@ fn summary(record: &RunRecord) -> Vec<String> {
     if let Some(first) = committed.first() {
         let image = committed.iter().map(|e| e.image_bytes).max().unwrap_or(0);
         let later: Vec<f64> = committed.iter().skip(1).map(|e| e.stored_bytes as f64).collect();
-        let stored = median(later.clone());
-        lines.push(format!(
-            "  bytes per epoch: full image {}, first epoch stored {}, later epochs stored median {} ({:.2} % of full)",
-            HumanBytes(image),
-            HumanBytes(first.stored_bytes),
-            HumanBytes(stored as u64),
-            if image > 0 && !later.is_empty() {
-                100.0 * stored / image as f64
+        let mut bytes = Vec::new();
+        if image > 0 {
+            bytes.push(format!("full image {}", HumanBytes(image)));
+        }
+        if first.stored_bytes > 0 {
+            bytes.push(format!("first epoch stored {}", HumanBytes(first.stored_bytes)));
+        }
+        if later.iter().any(|&b| b > 0.0) {
+            let stored = median(later);
+            let share = if image > 0 {
+                format!(" ({:.2} % of full)", 100.0 * stored / image as f64)
             } else {
-                100.0
-            }
-        ));
+                String::new()
+            };
+            bytes.push(format!(
+                "later epochs stored median {}{share}",
+                HumanBytes(stored as u64)
+            ));
+        }
+        if !bytes.is_empty() {
+            lines.push(format!("  bytes per epoch: {}", bytes.join(", ")));
+        }
         let encode: Vec<f64> = committed.iter().map(|e| e.encode_seconds).collect();
-        lines.push(format!(
-            "  encode per epoch: median {:.3} s, max {:.3} s ({})",
-            median(encode.clone()),
-            encode.iter().copied().fold(0.0, f64::max),
-            committed.last().map(|e| e.kinds.join(" ")).unwrap_or_default()
-        ));
+        if encode.iter().any(|&s| s > 0.0) {
+            let mut kinds: Vec<&str> = Vec::new();
+            for kind in committed.iter().flat_map(|e| &e.kinds) {
+                if !kinds.contains(&kind.as_str()) {
+                    kinds.push(kind);
+                }
+            }
+            lines.push(format!(
+                "  encode per epoch: median {:.3} s, max {:.3} s{}",
+                median(encode.clone()),
+                encode.iter().copied().fold(0.0, f64::max),
+                if kinds.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", kinds.join(", "))
+                }
+            ));
+        }
     }
     for r in &record.recoveries {
+        let mut what = vec![if r.lost.is_empty() {
+            "no node lost".to_string()
+        } else {
+            format!("lost {}", r.lost.join(", "))
+        }];
+        if let Some(flushed) = r.from_flush {
+            what.push(format!("restored from flushed epoch {flushed}"));
+        }
+        let times: Vec<String> = [
+            ("decode", r.decode_seconds),
+            ("encode", r.encode_seconds),
+            ("relaunch", r.relaunch_seconds),
+            // From the loss itself when the run knows it (detection included), else from
+            // the run seeing the failure.
+            if r.loss_to_running_seconds > 0.0 {
+                ("loss to running", r.loss_to_running_seconds)
+            } else {
+                ("failure to running", r.downtime_seconds)
+            },
+        ]
+        .into_iter()
+        .filter(|(_, s)| *s > 0.0)
+        .map(|(label, s)| format!("{label} {s:.2} s"))
+        .collect();
+        let epoch = match r.epoch {
+            0 => "recovery before any committed epoch".to_string(),
+            e => format!("recovery of epoch {e}"),
+        };
         lines.push(format!(
-            "  recovery of epoch {} (lost {}): decode {:.2} s, encode {:.2} s, relaunch {:.2} s, loss to running {:.2} s",
-            r.epoch,
-            r.lost.join(" "),
-            r.decode_seconds,
-            r.encode_seconds,
-            r.relaunch_seconds,
-            r.downtime_seconds
+            "  {epoch} ({}){}",
+            what.join("; "),
+            if times.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", times.join(", "))
+            }
         ));
     }
     lines
@@ -312,4 +380,84 @@ pub fn run_guard(args: RunGuardArgs) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eckpt_run::record::{AttemptRecord, EpochRecord, RecoveryRecord};
+
+    /// A run whose restore failed before any epoch was measured: no image size, no encode,
+    /// no node lost — the summary says so instead of `0 B`, `max 0.000 s ()` and `(lost )`.
+    #[test]
+    fn a_summary_prints_nothing_meaningless() {
+        let record = RunRecord {
+            seconds: 3.0,
+            attempts: vec![AttemptRecord::default()],
+            epochs: vec![EpochRecord {
+                epoch: 29,
+                committed: true,
+                ..EpochRecord::default()
+            }],
+            recoveries: vec![RecoveryRecord {
+                epoch: 29,
+                from_flush: Some(20),
+                ..RecoveryRecord::default()
+            }],
+            ..RunRecord::default()
+        };
+        let lines = summary(&record);
+        let text = lines.join("\n");
+        assert_eq!(
+            lines[0],
+            "summary: exit - after 3.0 s, 1 attempt, 1 epoch committed"
+        );
+        for meaningless in ["0 B", "0.000 s", "()", "(lost )", "lost )", "0.00 s"] {
+            assert!(!text.contains(meaningless), "{meaningless:?} in {text}");
+        }
+        assert!(
+            text.contains("recovery of epoch 29 (no node lost; restored from flushed epoch 20)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_summary_of_a_run_with_a_loss_has_every_figure() {
+        let epoch = |epoch, kind: &str, stored| EpochRecord {
+            epoch,
+            committed: true,
+            kinds: vec![kind.to_string(), kind.to_string()],
+            encode_seconds: 0.5,
+            image_bytes: 1 << 20,
+            stored_bytes: stored,
+            ..EpochRecord::default()
+        };
+        let record = RunRecord {
+            exit_code: Some(0),
+            attempts: vec![AttemptRecord::default(), AttemptRecord::default()],
+            epochs: vec![epoch(1, "full", 1 << 20), epoch(2, "update", 1 << 16)],
+            recoveries: vec![RecoveryRecord {
+                epoch: 2,
+                lost: vec!["n1".into(), "n2".into()],
+                decode_seconds: 0.4,
+                encode_seconds: 0.6,
+                relaunch_seconds: 0.1,
+                downtime_seconds: 1.1,
+                loss_to_running_seconds: 1.2,
+                ..RecoveryRecord::default()
+            }],
+            ..RunRecord::default()
+        };
+        let text = summary(&record).join("\n");
+        assert!(text.contains("2 attempts, 2 epochs committed"), "{text}");
+        assert!(
+            text.contains("full image 1.00 MiB, first epoch stored 1.00 MiB, later epochs stored median 64.00 KiB (6.25 % of full)"),
+            "{text}"
+        );
+        assert!(text.contains("max 0.500 s (full, update)"), "{text}");
+        assert!(
+            text.contains("recovery of epoch 2 (lost n1, n2): decode 0.40 s, encode 0.60 s, relaunch 0.10 s, loss to running 1.20 s"),
+            "{text}"
+        );
+    }
 }

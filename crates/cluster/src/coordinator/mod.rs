@@ -241,7 +241,11 @@ impl Coordinator {
             let nodes = journal
                 .nodes
                 .iter()
-                .map(|(name, entry)| node_status(journal, &alive, &damaged, &awaited, name, entry))
+                .map(|(name, entry)| {
+                    let mut status = node_status(journal, &alive, &damaged, &awaited, name, entry);
+                    status.silent_seconds = s.silent_for(name).map(|d| d.as_secs_f64());
+                    status
+                })
                 .collect();
             let groups = journal
                 .groups
@@ -358,6 +362,7 @@ fn node_status(
         damaged: damaged.get(name).cloned(),
         domain: entry.domain.clone(),
         awaited: awaited.contains(name),
+        silent_seconds: None,
     }
 }
 

@@ -42,6 +42,9 @@ pub(super) struct State {
     journal: Journal,
     /// Agents' sessions by node name.
     pub live: HashMap<String, Live>,
+    /// When the coordinator last heard each node whose session ended (and that has not
+    /// registered again since).
+    pub ended: HashMap<String, Instant>,
     /// The ranks' progress through the open epoch, and decided epochs.
     pub epochs: EpochState,
     /// `snapshot()` pace points waiting for every rank.
@@ -76,6 +79,7 @@ impl State {
             epochs: EpochState::new(journal.next_epoch),
             journal,
             live: HashMap::new(),
+            ended: HashMap::new(),
             pace_points: PacePoints::default(),
             flush: FlushState::new(flushed),
             lease_renewed,

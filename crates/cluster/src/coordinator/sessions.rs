@@ -27,7 +27,11 @@ use eckpt_cluster_api::{ClusterError, WireError};
 pub(super) struct Live {
     info: NodeInfo,
     token: String,
+    /// When it was last heard, for judging it alive: set ahead after a silence of the
+    /// coordinator's own ([`State::end_silence`]).
     last_seen: Instant,
+    /// When it was really last heard (never set ahead): what `status` reports.
+    heard: Instant,
     session: u64,
     /// What it holds was compared with the journal (the session's first request): only
     /// then is it counted alive.
@@ -212,12 +216,14 @@ impl State {
             }
             entry.domain = Some(domain.clone());
         }
+        self.ended.remove(name);
         self.live.insert(
             name.clone(),
             Live {
                 info: info.clone(),
                 token: reg.token.clone(),
                 last_seen: Instant::now(),
+                heard: Instant::now(),
                 session,
                 checked,
                 damage,
@@ -242,11 +248,12 @@ impl State {
         let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) else {
             return Ok(());
         };
+        l.heard = Instant::now();
         if let Some(missed) = l.missed {
             // One counted dead is gone until it registers; one that missed the decision
             // during the coordinator's own silence stays alive through its new registration.
             if !l.checked {
-                self.live.remove(node);
+                self.forget(node);
             }
             tracing::warn!(node = %node, epoch = missed, "heard again from an agent that missed a decision: it registers again");
             return Err(ClusterError::Node {
@@ -264,15 +271,20 @@ impl State {
 
     /// Notes that the agent of `session` was not told the decision on `epoch` (it was not
     /// alive, or the request failed): it must register again before it counts as alive.
-    pub(super) fn missed_decision(&mut self, node: &str, session: u64, epoch: u64) {
+    /// Whether this is the first decision the session missed (later ones are no news: it
+    /// registers again anyway).
+    pub(super) fn missed_decision(&mut self, node: &str, session: u64, epoch: u64) -> bool {
         // While the coordinator hears nobody (its own link cut) every agent misses the
         // decision and nobody is declared dead: it stays alive, and registers again once
         // heard.
         let silent = self.silence().is_some();
-        if let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) {
-            l.missed.get_or_insert(epoch);
-            l.checked &= silent;
-        }
+        let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) else {
+            return false;
+        };
+        let first = l.missed.is_none();
+        l.missed.get_or_insert(epoch);
+        l.checked &= silent;
+        first
     }
 
     /// Every agent with a session, alive or not, with its session.
@@ -314,6 +326,7 @@ impl State {
             l.checked = l.missed.is_none();
             l.damage = damage;
             l.last_seen = Instant::now();
+            l.heard = l.last_seen;
             self.unregistered.remove(node);
         }
     }
@@ -362,14 +375,39 @@ impl State {
             tracing::info!(node = %node, "agent session ended around a partition: judged by its heartbeats");
             return;
         }
-        self.live.remove(node);
+        self.forget(node);
         tracing::warn!(node = %node, "agent session ended");
+    }
+
+    /// Ends `node`'s session, keeping when it was last heard ([`State::silent_for`]): the
+    /// end of the connection when it came within the liveness period of its last heartbeat
+    /// (its agent was killed: the loss is now), else that heartbeat (it fell silent first).
+    fn forget(&mut self, node: &str) {
+        if let Some(l) = self.live.remove(node) {
+            let now = Instant::now();
+            let heard = if now.saturating_duration_since(l.heard) < self.deadlines.liveness() {
+                now
+            } else {
+                l.heard
+            };
+            self.ended.insert(node.to_string(), heard);
+        }
+    }
+
+    /// How long since the coordinator last heard `node` (see [`State::forget`]); `None`
+    /// when it has not heard it since it started.
+    pub(super) fn silent_for(&self, node: &str) -> Option<Duration> {
+        let heard = match self.live.get(node) {
+            Some(l) => l.heard,
+            None => *self.ended.get(node)?,
+        };
+        Some(Instant::now().saturating_duration_since(heard))
     }
 
     /// Forgets a session whose registration was not written.
     fn drop_session(&mut self, node: &str, session: u64) {
         if self.live.get(node).is_some_and(|l| l.session == session) {
-            self.live.remove(node);
+            self.forget(node);
         }
     }
 }
@@ -553,6 +591,34 @@ mod tests {
             c.coord.read(|s| s.isolation()).await.is_some(),
             "the coordinator suspects itself"
         );
+    }
+
+    /// `status` says how long each lost node has been silent, so that a recovery is measured
+    /// from the loss and not from its detection: a stopped agent from its last heartbeat
+    /// (at least the liveness period once it is declared dead), a killed one from the end
+    /// of its connection.
+    #[tokio::test]
+    async fn a_lost_node_is_silent_since_it_was_last_heard() {
+        let c = TestCluster::start(6, CodingConfig::default()).await;
+        c.stop("n2");
+        let stopped = std::time::Instant::now();
+        while alive_now(&c, "n2").await {
+            assert!(stopped.elapsed() < 10 * LIVENESS, "n2 still alive");
+            tokio::time::sleep(LIVENESS / 10).await;
+        }
+        let silent = c.coord.read(|s| s.silent_for("n2")).await.unwrap();
+        assert!(silent >= LIVENESS, "declared dead after {silent:?} of silence");
+        assert!(
+            silent <= stopped.elapsed() + LIVENESS,
+            "silent {silent:?}, stopped {:?} ago",
+            stopped.elapsed()
+        );
+        assert!(c.coord.read(|s| s.silent_for("n0")).await.unwrap() < LIVENESS);
+        c.kill("n3").await;
+        assert!(!alive_now(&c, "n3").await);
+        let silent = c.coord.read(|s| s.silent_for("n3")).await.unwrap();
+        assert!(silent < LIVENESS / 2, "killed just now, silent {silent:?}");
+        assert_eq!(c.coord.read(|s| s.silent_for("n9")).await, None, "never heard");
     }
 
     /// The coordinator cut off from every agent for longer than the liveness period: when the

@@ -45,6 +45,29 @@ impl std::str::FromStr for Launcher {
     }
 }
 
+impl Launcher {
+    /// The parity layout of a new cluster when `--layout` is not given: **rotated** for srun,
+    /// dedicated otherwise.
+    ///
+    /// Under srun the cluster is the allocation's nodes, and the allocation grants every
+    /// node its tasks (`--ntasks-per-node`), which are the only slots ranks may take there
+    /// (srun refuses a step with more). In the dedicated layout the `m` parity members of
+    /// each group host no rank, so their slots go unused and the data nodes must hold all
+    /// the ranks: `--nodes=9 --ntasks-per-node=8 --spares 1 --k 6 --m 2 -n 64` leaves 6 × 8
+    /// = 48 slots for 64 ranks, and a job sized to its allocation cannot start. In the
+    /// rotated layout every member hosts ranks (8 × 8 = 64) and holds an even share of the
+    /// parity; the full encode costs the same (docs/PERFORMANCE.md). It is rotated whatever
+    /// the rank count, so that the layout does not change with `-n`, and a job that fits
+    /// keeps fitting after a spare replaces a lost node. `--layout dedicated` is still
+    /// honoured where it fits, and refused before anything starts where it does not.
+    pub fn default_layout(self) -> eckpt_coding::Layout {
+        match self {
+            Launcher::Srun => eckpt_coding::Layout::Rotated,
+            _ => eckpt_coding::Layout::Dedicated,
+        }
+    }
+}
+
 impl std::fmt::Display for Launcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

@@ -24,6 +24,7 @@ use eckpt_cluster_api::dirs::{ClusterDir, ClusterFile, Deadlines, NetnsConfig};
 use eckpt_cluster_api::msg::NodeInfo;
 use eckpt_cluster_api::msg::{FlushRestore, JobClaim, LeaseHolder, RecoveryReport, StatusReport};
 use eckpt_cluster_api::ErrorKind;
+use eckpt_coding::Layout;
 
 use crate::cluster::{Cluster, Coordinator, EpochWatch};
 #[cfg(feature = "fault-injection")]
@@ -32,11 +33,11 @@ use crate::guard::Guard;
 use crate::host::NodeHost;
 use crate::launcher::{kill_launch, Ending, Launch, LaunchSpec};
 use crate::lease::Lease;
-use crate::placement::{self, Host};
+use crate::placement::{self, Host, Slots, Unplaced};
 #[cfg(feature = "fault-injection")]
 use crate::procs;
 use crate::record::{AttemptRecord, EpochRecord, FailureRecord, RecoveryRecord, RunRecord, RECORD_FORMAT};
-use crate::session::Session;
+use crate::session::{Outcome, Session};
 use crate::slurm::Allocation;
 use crate::{RunError, RunOptions};
 
@@ -106,11 +107,13 @@ impl std::fmt::Display for Event {
                     if r.lost.is_empty() { "nothing".to_string() } else { r.lost.join(" ") },
                     if went.is_empty() { "stay".to_string() } else { went.join(" ") },
                     if moved.is_empty() { String::new() } else { format!(", moved {}", moved.join(" ")) },
-                    r.detect_seconds,
+                    // From the loss: the silence until it was declared, then the run's
+                    // reaction.
+                    r.silence_seconds + r.detect_seconds,
                     r.decode_seconds,
                     r.encode_seconds,
                     r.relaunch_seconds,
-                    r.downtime_seconds
+                    r.loss_to_running_seconds
                 )
             }
         }
@@ -178,6 +181,7 @@ pub fn run(options: &RunOptions, events: &mut dyn FnMut(Event)) -> Result<(i32, 
                 coordinator: Arc::new(coordinator),
                 launcher: Box::new(options.launcher),
                 allocation: session.allocation.clone(),
+                slots: session.slots.clone(),
             };
             Supervisor::new(
                 options,
@@ -192,12 +196,13 @@ pub fn run(options: &RunOptions, events: &mut dyn FnMut(Event)) -> Result<(i32, 
         Ok(begun) => begun,
         Err(e) => {
             // A cluster this run started must not outlive a run that could not begin.
-            let _ = session.close(options.keep, &mut |text| events(Event::Note(text)));
+            let outcome = Outcome::Unfinished { job: None };
+            let _ = session.close(options.keep, &outcome, &mut |text| events(Event::Note(text)));
             return Err(e);
         }
     };
     let mut result = supervisor.run(events);
-    supervisor.flush_at_end(events);
+    let flushed = supervisor.flush_at_end(events);
     // Every rank is stopped by now: the guard has nothing left to do, and the lease goes
     // (a job whose every rank exited 0 is recorded as finished).
     guard.release();
@@ -225,7 +230,15 @@ pub fn run(options: &RunOptions, events: &mut dyn FnMut(Event)) -> Result<(i32, 
             )));
         }
     }
-    session.close(options.keep, &mut |text| events(Event::Note(text)))?;
+    // A finished job's node stores go once its last epoch is where it must outlive them.
+    let outcome = if matches!(result, Ok(0)) && flushed {
+        Outcome::Finished
+    } else {
+        Outcome::Unfinished {
+            job: Some(supervisor.job.clone()).filter(|job| !job.is_empty()),
+        }
+    };
+    session.close(options.keep, &outcome, &mut |text| events(Event::Note(text)))?;
     result.map(|code| (code, record))
 }
 
@@ -238,6 +251,8 @@ struct Handle {
     launcher: Box<dyn Launch>,
     /// The Slurm allocation the job runs in (`--launcher srun`): its view of the nodes.
     allocation: Option<Allocation>,
+    /// The most ranks each node may run (the session's).
+    slots: Slots,
 }
 
 struct Supervisor<'a> {
@@ -262,6 +277,10 @@ struct Supervisor<'a> {
     launch: Option<String>,
     /// The first failure not yet recovered: when, and which nodes.
     failing_since: Option<Instant>,
+    /// When the coordinator last heard the first node lost in that failure (its status's
+    /// `silent_seconds` on this process's clock): the loss happened no earlier, and a
+    /// recovery is measured from then.
+    lost_heard: Option<Instant>,
     /// Nodes seen lost in the current failure (not to report twice).
     reported_lost: BTreeSet<String>,
     /// Nodes this run killed that the coordinator still reports alive: until it declares
@@ -285,6 +304,8 @@ struct Supervisor<'a> {
     attempt_term: u64,
     /// The Slurm allocation the job runs in (`--launcher srun`): its view of the nodes.
     allocation: Option<Allocation>,
+    /// The most ranks each node may run: no attempt is launched with more.
+    slots: Slots,
 }
 
 impl<'a> Supervisor<'a> {
@@ -303,6 +324,7 @@ impl<'a> Supervisor<'a> {
             coordinator,
             launcher,
             allocation,
+            slots,
         } = cluster;
         let status = coordinator.status()?;
         let now_unix = std::time::SystemTime::now()
@@ -349,6 +371,7 @@ impl<'a> Supervisor<'a> {
             watch,
             launch: None,
             failing_since: None,
+            lost_heard: None,
             reported_lost: BTreeSet::new(),
             undeclared: BTreeSet::new(),
             recovered: None,
@@ -359,6 +382,7 @@ impl<'a> Supervisor<'a> {
             isolation_said: false,
             attempt_term: 0,
             allocation,
+            slots,
         };
         if let Some(restore) = from_flush {
             supervisor.record_flush_restore(restore);
@@ -385,28 +409,35 @@ impl<'a> Supervisor<'a> {
     /// At the run's end, on a cluster that flushes, the last committed epoch goes to the
     /// flush directory unless it is there already: node-local storage may not outlive the
     /// job's allocation, shared storage does. A failure to flush is said, not fatal: the
-    /// epoch stays committed on the nodes.
-    fn flush_at_end(&self, events: &mut dyn FnMut(Event)) {
+    /// epoch stays committed on the nodes. Whether the last committed epoch is where it
+    /// must be (flushed, or no flush directory): the node stores may then go.
+    fn flush_at_end(&self, events: &mut dyn FnMut(Event)) -> bool {
         let Ok(status) = self.cluster.status() else {
-            return;
+            return false;
         };
         let Some(flush) = &status.flush else {
-            return;
+            return true;
         };
         if status.committed_epoch == 0 || flush.flushed.contains(&status.committed_epoch) {
-            return;
+            return true;
         }
         match self.cluster.flush_now() {
-            Ok(report) => events(Event::Note(format!(
-                "flushed epoch {} to {} at the end of the run ({:.1} s)",
-                report.epoch,
-                report.dir.display(),
-                report.seconds
-            ))),
-            Err(e) => events(Event::Note(format!(
-                "could not flush epoch {} at the end of the run: {e}",
-                status.committed_epoch
-            ))),
+            Ok(report) => {
+                events(Event::Note(format!(
+                    "flushed epoch {} to {} at the end of the run ({:.1} s)",
+                    report.epoch,
+                    report.dir.display(),
+                    report.seconds
+                )));
+                true
+            }
+            Err(e) => {
+                events(Event::Note(format!(
+                    "could not flush epoch {} at the end of the run: {e}; the node stores stay",
+                    status.committed_epoch
+                )));
+                false
+            }
         }
     }
 
@@ -550,12 +581,36 @@ impl<'a> Supervisor<'a> {
             .collect()
     }
 
-    /// Notes newly lost nodes as a failure (once each).
-    fn note_lost(&mut self, lost: &BTreeSet<String>, cause: &str, events: &mut dyn FnMut(Event)) {
-        let new: Vec<String> = lost.difference(&self.reported_lost).cloned().collect();
+    /// When the coordinator last heard the first of `nodes` it has not heard for longest,
+    /// by `status` (just received), on this process's clock.
+    fn last_heard(status: &StatusReport, nodes: &BTreeSet<String>) -> Option<Instant> {
+        let now = Instant::now();
+        status
+            .nodes
+            .iter()
+            .filter(|n| nodes.contains(&n.name))
+            .filter_map(|n| now.checked_sub(Duration::try_from_secs_f64(n.silent_seconds?).ok()?))
+            .min()
+    }
+
+    /// Notes newly lost nodes as a failure (once each); `status`: the coordinator's report
+    /// that declared them lost, which says when it last heard them (`None`: this run lost
+    /// them itself, now).
+    fn note_lost(
+        &mut self,
+        lost: &BTreeSet<String>,
+        status: Option<&StatusReport>,
+        cause: &str,
+        events: &mut dyn FnMut(Event),
+    ) {
+        let new: BTreeSet<String> = lost.difference(&self.reported_lost).cloned().collect();
         if new.is_empty() {
             return;
         }
+        if let Some(heard) = status.and_then(|s| Self::last_heard(s, &new)) {
+            self.lost_heard = Some(self.lost_heard.map_or(heard, |h| h.min(heard)));
+        }
+        let new: Vec<String> = new.into_iter().collect();
         self.failing_since.get_or_insert_with(Instant::now);
         self.reported_lost.extend(new.iter().cloned());
         let failure = FailureRecord {
@@ -608,7 +663,7 @@ impl<'a> Supervisor<'a> {
                 continue;
             }
             undeclared_since = None;
-            self.note_lost(&lost, "node declared dead", events);
+            self.note_lost(&lost, Some(&status), "node declared dead", events);
             let start = Instant::now();
             let recovered = self.recovered.get_or_insert_with(|| RecoveryRecord {
                 start_s: 0.0,
@@ -672,7 +727,7 @@ impl<'a> Supervisor<'a> {
         }
         if !gone.is_empty() {
             self.undeclared.extend(gone.iter().cloned());
-            self.note_lost(&gone, "Slurm took the node out of the job", events);
+            self.note_lost(&gone, None, "Slurm took the node out of the job", events);
         }
         Ok(())
     }
@@ -778,7 +833,7 @@ impl<'a> Supervisor<'a> {
         }
         let set: BTreeSet<String> = victims.into_iter().collect();
         self.undeclared.extend(set.iter().cloned());
-        self.note_lost(&set, cause, events);
+        self.note_lost(&set, None, cause, events);
         Ok(())
     }
 
@@ -850,11 +905,25 @@ impl<'a> Supervisor<'a> {
         if let Some(mut r) = self.recovered.take() {
             r.end_s = start_s;
             r.relaunch_seconds = (r.end_s - r.start_s - r.decode_seconds - r.encode_seconds).max(0.0);
-            r.downtime_seconds = self.failing_since.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            let now = Instant::now();
+            let since = |t: Instant| now.saturating_duration_since(t).as_secs_f64();
+            r.downtime_seconds = self.failing_since.map_or(0.0, since);
+            // The loss happened when the coordinator last heard the node, not when the run
+            // saw it declared: the silence until then is the detection's.
+            let lost_at = match (self.lost_heard, self.failing_since) {
+                (Some(heard), Some(seen)) => Some(heard.min(seen)),
+                (heard, seen) => heard.or(seen),
+            };
+            r.silence_seconds = match (lost_at, self.failing_since) {
+                (Some(lost_at), Some(seen)) => seen.saturating_duration_since(lost_at).as_secs_f64(),
+                _ => 0.0,
+            };
+            r.loss_to_running_seconds = lost_at.map_or(0.0, since);
             self.record.recoveries.push(r.clone());
             events(Event::Recovered(r));
         }
         self.failing_since = None;
+        self.lost_heard = None;
         self.reported_lost.clear();
         events(Event::Launched {
             attempt: attempt_no,
@@ -883,7 +952,8 @@ impl<'a> Supervisor<'a> {
     }
 
     /// Where every rank runs: ranks the cluster placed stay, new ones are placed by the
-    /// policy on the nodes that can host ranks; and where each node is.
+    /// policy on the nodes that can host ranks, none beyond its slots; and where each node
+    /// is. Ranks that do not fit stop the run before anything is launched, saying why.
     fn place(&self) -> Result<(BTreeMap<u32, String>, Hosts), RunError> {
         let status = self.cluster.status()?;
         let infos = self.cluster.nodes()?;
@@ -895,6 +965,7 @@ impl<'a> Supervisor<'a> {
                 Some(Host {
                     name: n.name.clone(),
                     cores: infos.get(&n.name)?.cores,
+                    slots: self.slots.get(&n.name).copied(),
                 })
             })
             .collect();
@@ -905,7 +976,7 @@ impl<'a> Supervisor<'a> {
             .filter(|(r, _)| *r < self.options.ranks)
             .collect();
         let placement = placement::place(self.options.ranks, &hosts, &placed, self.options.placement)
-            .ok_or_else(|| RunError::Launch("no alive node can host ranks".into()))?;
+            .map_err(|why| self.unplaced(why, &status, &hosts))?;
         let mut where_ = BTreeMap::new();
         for node in placement.values().collect::<BTreeSet<_>>() {
             let info = infos
@@ -914,6 +985,62 @@ impl<'a> Supervisor<'a> {
             where_.insert(node.clone(), NodeHost::of(info)?);
         }
         Ok((placement, where_))
+    }
+
+    /// Why the ranks cannot be placed, in one line with what would fit: before this run lost
+    /// anything, the cluster's layout or the rank count; after a loss (or resuming), the
+    /// allocation no longer fits the job, which stops with its last committed epoch kept.
+    fn unplaced(&self, why: Unplaced, status: &StatusReport, hosts: &[Host]) -> RunError {
+        let world = self.options.ranks;
+        let grant = if self.allocation.is_some() {
+            "the allocation no longer fits"
+        } else {
+            "the hosts' slots no longer fit"
+        };
+        let stop = format!(
+            "the job stops here with the last committed epoch kept: run the same command again where {world} ranks fit to resume it{}",
+            if status.flush.is_some() {
+                " (a new allocation resumes from the flush directory)"
+            } else {
+                ""
+            }
+        );
+        let slots: Vec<u32> = hosts.iter().filter_map(|h| h.slots).collect();
+        match why {
+            Unplaced::NoHost => RunError::Launch("no alive node can host ranks".into()),
+            Unplaced::Over { node, ranks, slots } => RunError::TooFewNodes(format!(
+                "{grant} {world} ranks as the cluster placed them: {node} holds {ranks}, over its {slots} slots; {stop}"
+            )),
+            Unplaced::Full { slots: total, .. }
+                if self.record.failures.is_empty() && status.committed_epoch == 0 =>
+            {
+                let members: Option<u64> = status
+                    .nodes
+                    .iter()
+                    .filter(|n| n.alive && n.group.is_some() && !n.removed)
+                    .map(|n| self.slots.get(&n.name).map(|&s| u64::from(s)))
+                    .sum();
+                let rotated = match (status.coding.layout, members) {
+                    (Layout::Dedicated, Some(all)) if all > total => {
+                        format!(", or a new cluster (another --dir) with --layout rotated ({all} slots)")
+                    }
+                    _ => String::new(),
+                };
+                RunError::Launch(format!(
+                    "{world} ranks do not fit: the {} layout of the cluster in {} puts ranks on {} node(s), {}; use at most {total} ranks{rotated}",
+                    status.coding.layout,
+                    self.dir.root().display(),
+                    hosts.len(),
+                    placement::per_node(&slots, total)
+                ))
+            }
+            Unplaced::Full { slots: total, .. } => RunError::TooFewNodes(format!(
+                "{grant} {world} ranks: the {} node(s) left that host ranks have {}, {} short; {stop}",
+                hosts.len(),
+                placement::per_node(&slots, total),
+                u64::from(world).saturating_sub(total)
+            )),
+        }
     }
 
     /// Records the epochs decided since last time and fires the kills they make due.
@@ -958,8 +1085,9 @@ impl<'a> Supervisor<'a> {
                 Some(Ending::Killed { rank, signal }) => {
                     let who = rank.map_or("a rank".to_string(), |r| format!("rank {r}"));
                     let how = signal.map_or(String::new(), |s| format!(" by signal {s}"));
-                    let lost = Self::lost(&self.cluster.status()?);
-                    self.note_lost(&lost, "node declared dead", events);
+                    let status = self.cluster.status()?;
+                    let lost = Self::lost(&status);
+                    self.note_lost(&lost, Some(&status), "node declared dead", events);
                     if lost.is_empty() && self.undeclared.is_empty() {
                         self.restart_without_loss(
                             &format!("{who} was killed{how}"),
@@ -975,7 +1103,7 @@ impl<'a> Supervisor<'a> {
                 self.say_isolation(&status, events);
                 let lost = Self::lost(&status);
                 if !lost.is_empty() {
-                    self.note_lost(&lost, "node declared dead", events);
+                    self.note_lost(&lost, Some(&status), "node declared dead", events);
                     return Ok(AttemptEnd::Failure(format!(
                         "node {} lost",
                         lost.into_iter().collect::<Vec<_>>().join(" ")
@@ -1014,7 +1142,7 @@ impl<'a> Supervisor<'a> {
             }
             let lost = Self::lost(&status);
             if !lost.is_empty() || !self.undeclared.is_empty() {
-                self.note_lost(&lost, "node declared dead", events);
+                self.note_lost(&lost, Some(&status), "node declared dead", events);
                 return Ok(AttemptEnd::Failure(format!(
                     "{who} exited {code} after a node loss"
                 )));

@@ -50,6 +50,8 @@ struct World {
     released: Option<bool>,
     /// The coordinator's term (one more each time it is replaced).
     term: u64,
+    /// How long the coordinator says it has not heard each node (`silent_seconds`).
+    silent: BTreeMap<String, f64>,
 }
 
 /// A coordinator whose answers come from a [`World`].
@@ -92,6 +94,7 @@ impl Coordinator for Scripted {
                 damaged: None,
                 domain: None,
                 awaited: n.awaited,
+                silent_seconds: w.silent.get(name).copied(),
             })
             .collect();
         let job = w.holder.as_ref().map(|(holder, renewed, lease)| JobStatus {
@@ -364,6 +367,15 @@ struct Run {
 }
 
 fn supervise(scripts: Vec<Script>, change: impl FnOnce(&mut World)) -> Run {
+    supervise_with_slots(crate::placement::Slots::new(), scripts, change)
+}
+
+/// [`supervise`] with each node running at most `slots` ranks.
+fn supervise_with_slots(
+    slots: crate::placement::Slots,
+    scripts: Vec<Script>,
+    change: impl FnOnce(&mut World),
+) -> Run {
     let root = tempfile::tempdir().unwrap();
     let mut world = World {
         committed: 3,
@@ -414,6 +426,7 @@ fn supervise(scripts: Vec<Script>, change: impl FnOnce(&mut World)) -> Run {
             placements: placements.clone(),
         }),
         allocation: None,
+        slots,
     };
     let options = options(root.path());
     let mut supervisor = Supervisor::new(
@@ -465,6 +478,84 @@ fn a_rank_exiting_non_zero_with_every_node_alive_ends_the_run_with_its_status() 
         "{:?}",
         run.events
     );
+}
+
+/// Two slots per node, ranks on n0–n3 two each: the recovery moves n1's ranks to n0 and n2,
+/// beyond their slots. Nothing is relaunched; the run stops saying so.
+#[test]
+fn a_recovery_that_leaves_a_node_more_ranks_than_slots_stops_the_run_before_the_relaunch() {
+    let slots = (0..6).map(|i| (format!("n{i}"), 2)).collect();
+    let run = supervise_with_slots(slots, vec![node_dies("n1", 1, None)], |_| {});
+    let error = run.result.unwrap_err().to_string();
+    assert!(
+        error.starts_with("the hosts' slots no longer fit 8 ranks as the cluster placed them: n0 holds 3, over its 2 slots; the job stops here"),
+        "{error}"
+    );
+    assert_eq!(run.world.lock().unwrap().recoveries, 1);
+    assert_eq!(run.placements.len(), 1, "no relaunch");
+}
+
+/// A node the coordinator declares dead after hearing nothing from it for 30 s: the
+/// recovery is measured from its last heartbeat, not from the moment the run saw it
+/// declared, in the record and in the line the run prints.
+#[test]
+fn a_recovery_is_measured_from_the_lost_nodes_last_heartbeat() {
+    let silent: Script = Box::new(|look, world| {
+        if look == 1 {
+            world.nodes.get_mut("n1").unwrap().alive = false;
+            world.silent.insert("n1".into(), 30.0);
+        }
+        None
+    });
+    let run = supervise(vec![silent, end_at(1, Ending::Done)], |_| {});
+    assert_eq!(run.result.unwrap(), 0);
+    let r = &run.record.recoveries[0];
+    assert!(r.silence_seconds >= 30.0, "{r:?}");
+    assert!(r.loss_to_running_seconds >= 30.0 + r.detect_seconds, "{r:?}");
+    assert!(
+        (r.loss_to_running_seconds - r.silence_seconds - r.downtime_seconds).abs() < 1e-6,
+        "{r:?}"
+    );
+    assert!(
+        r.downtime_seconds < 30.0,
+        "the run saw the loss declared at once: {r:?}"
+    );
+    let line = run
+        .events
+        .iter()
+        .find(|e| e.starts_with("recovered epoch"))
+        .unwrap();
+    let from_loss: f64 = line
+        .rsplit_once(" s from the loss to every rank running")
+        .and_then(|(head, _)| head.rsplit_once('(')?.1.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(from_loss >= 30.0, "{line}");
+    let detect: f64 = line
+        .split_once("detect ")
+        .and_then(|(_, rest)| rest.split_once(' ')?.0.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(detect >= 30.0, "detection includes the silence: {line}");
+}
+
+/// Two slots on n0–n3, none on n4 and n5: once n1 is lost, 6 slots are left for 8 ranks.
+#[test]
+fn a_loss_that_leaves_too_few_slots_stops_the_run_saying_so() {
+    let slots = || {
+        (0..6)
+            .map(|i| (format!("n{i}"), if i < 4 { 2 } else { 0 }))
+            .collect()
+    };
+    let run = supervise_with_slots(slots(), vec![end_at(0, Ending::Done)], |_| {});
+    assert_eq!(run.result.unwrap(), 0, "8 ranks fit n0–n3 before the loss");
+    let run = supervise_with_slots(slots(), vec![node_dies("n1", 1, None)], |_| {});
+    let error = run.result.unwrap_err().to_string();
+    assert!(
+        error.starts_with(
+            "the hosts' slots no longer fit 8 ranks: the 5 node(s) left that host ranks have 6 slots in all, 2 short; the job stops here"
+        ),
+        "{error}"
+    );
+    assert_eq!(run.placements.len(), 1, "no relaunch");
 }
 
 #[test]
