@@ -247,13 +247,13 @@ pub fn bench_epochs(results: &[BenchResult], limit: usize) -> Option<(Chart, Cha
     Some((
         Chart {
             title: "Checkpoint bytes per rank: full first epoch, then what changed".into(),
-            x: Axis::linear("epoch", Unit::Plain),
+            x: Axis::numbered("epoch"),
             y: Axis::log("bytes", Unit::Bytes),
             series: bytes,
         },
         Chart {
             title: "Encode time per epoch".into(),
-            x: Axis::linear("epoch", Unit::Plain),
+            x: Axis::numbered("epoch"),
             y: Axis::log("encode seconds", Unit::Seconds),
             series: times,
         },
@@ -271,7 +271,7 @@ pub fn run_bytes(run: &RunRecord) -> Chart {
     let epochs = committed(run);
     Chart {
         title: "Checkpoint bytes per epoch: full images vs incremental".into(),
-        x: Axis::linear("epoch", Unit::Plain),
+        x: Axis::numbered("epoch"),
         y: Axis::log("bytes (all ranks)", Unit::Bytes),
         series: vec![
             Series::new(
@@ -300,7 +300,7 @@ pub fn run_encodes(run: &RunRecord) -> Chart {
     }
     Chart {
         title: "Encode / update time per epoch".into(),
-        x: Axis::linear("epoch", Unit::Plain),
+        x: Axis::numbered("epoch"),
         y: Axis::log("seconds", Unit::Seconds),
         series: by_kind
             .into_iter()

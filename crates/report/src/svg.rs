@@ -75,15 +75,28 @@ pub struct Axis {
     pub scale: Scale,
     /// Tick format.
     pub unit: Unit,
+    /// Whether a linear axis of non-negative data starts at zero (amounts: bytes, seconds),
+    /// or at the data (numbers that name things: epochs).
+    pub from_zero: bool,
 }
 
 impl Axis {
-    /// A linear axis.
+    /// A linear axis of amounts, from zero.
     pub fn linear(label: &str, unit: Unit) -> Axis {
         Axis {
             label: label.to_string(),
             scale: Scale::Linear,
             unit,
+            from_zero: true,
+        }
+    }
+
+    /// A linear axis of numbers that name things (epochs): it spans the data, so a job
+    /// whose epochs are 50 to 70 is not drawn squeezed against the right edge.
+    pub fn numbered(label: &str) -> Axis {
+        Axis {
+            from_zero: false,
+            ..Axis::linear(label, Unit::Plain)
         }
     }
 
@@ -93,6 +106,7 @@ impl Axis {
             label: label.to_string(),
             scale: Scale::Log,
             unit,
+            from_zero: false,
         }
     }
 }
@@ -233,14 +247,15 @@ fn drawable(v: f64, scale: Scale) -> bool {
     v.abs() < LARGEST && (scale == Scale::Linear || v > 1.0 / LARGEST)
 }
 
-/// The range shown for `values`: linear axes start at zero for non-negative data; log axes
-/// round out to powers of ten (or of two for byte and plain data spanning little).
-fn range(values: &[f64], scale: Scale) -> (f64, f64) {
+/// The range shown for `values`: linear axes start at zero for non-negative data when
+/// `from_zero`, else at the data; log axes round out to powers of ten (or of two for byte and
+/// plain data spanning little).
+fn range(values: &[f64], scale: Scale, from_zero: bool) -> (f64, f64) {
     let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     match scale {
         Scale::Linear => {
-            let lo = if lo >= 0.0 { 0.0 } else { lo };
+            let lo = if lo >= 0.0 && from_zero { 0.0 } else { lo };
             let hi = if hi > lo { hi } else { lo + 1.0 };
             let step = nice_step((hi - lo) / 5.0);
             (
@@ -336,8 +351,8 @@ impl Chart {
         let (legend, rows) = self.legend();
         out.push_str(&legend);
         let top = TOP + rows as f64 * LEGEND_ROW;
-        let (x0, x1) = range(&xs, self.x.scale);
-        let (y0, y1) = range(&ys, self.y.scale);
+        let (x0, x1) = range(&xs, self.x.scale, self.x.from_zero);
+        let (y0, y1) = range(&ys, self.y.scale, self.y.from_zero);
         let mx = Mapping {
             lo: x0,
             hi: x1,
@@ -600,7 +615,7 @@ impl Timeline {
             );
             return out;
         }
-        let (t0, t1) = range(&times, Scale::Linear);
+        let (t0, t1) = range(&times, Scale::Linear, true);
         let m = Mapping {
             lo: t0,
             hi: t1,
@@ -779,6 +794,17 @@ mod tests {
             lanes: vec![Lane::default()],
         };
         assert!(t.render().contains("no events"));
+    }
+
+    /// Epochs 50 to 70 of a job on a cluster that ran others before: the epoch axis spans
+    /// them, while an axis of amounts still starts at zero.
+    #[test]
+    fn numbered_axes_span_the_data_and_amounts_start_at_zero() {
+        let epochs = [50.0, 61.0, 70.0];
+        let numbered = Axis::numbered("epoch");
+        assert_eq!(range(&epochs, numbered.scale, numbered.from_zero), (50.0, 70.0));
+        let amounts = Axis::linear("bytes", Unit::Bytes);
+        assert_eq!(range(&epochs, amounts.scale, amounts.from_zero).0, 0.0);
     }
 
     #[test]
