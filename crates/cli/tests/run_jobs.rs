@@ -84,7 +84,12 @@ fn a_program_exit_status_is_the_runs_and_a_program_ignoring_eckpt_runs_through()
 fn bad_input_gets_one_line() {
     let tmp = tempfile::tempdir().unwrap();
     let w = tmp.path();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
+        // Refused before a cluster in namespaces is started for nothing.
+        (
+            &["--netns", "--launcher", "mpiexec", "-n", "2", "--", "true"],
+            "--launcher mpiexec --netns: Hydra's proxies cannot reach back out",
+        ),
         (&["-n", "2", "--kill-at", "soon", "--", "true"], "--kill-at item"),
         (&["-n", "0", "--", "true"], "at least one rank"),
         (
@@ -592,4 +597,47 @@ fn clean_deletes_what_a_killed_job_left_on_this_host_and_nothing_else() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!store("4243", "n0").exists(), "{}", text(&out.stdout));
     assert!(text(&out.stdout).contains(&format!("removed {}", store("4243", "n0").display())));
+}
+
+/// `--kill-at EPOCH` counts the run's own epochs: on a cluster whose numbering an earlier job
+/// carried on, `--fresh --kill-at 2:1` strikes after the second epoch of this run, where it
+/// used to strike after the first (any epoch number was past 2).
+#[test]
+fn kill_at_counts_the_runs_own_epochs_on_a_cluster_that_ran_before() {
+    let tmp = tempfile::tempdir().unwrap();
+    let w = tmp.path();
+    let mat = build_c("mat", w);
+    let dir = w.join("cluster");
+    let d = dir.display().to_string();
+    let _purge = PurgeAtEnd(d.clone());
+    let program = mat.display().to_string();
+    // The first job starts the cluster (its shape), the second runs on it (its --dir only).
+    let job = |extra: &[&str]| {
+        let mut args = vec!["--dir", &d, "--keep"];
+        args.extend_from_slice(extra);
+        args.extend([
+            "-n", "2", "--", &program, "-m", "1", "-s", "16", "-k", "4", "-l", "log%r",
+        ]);
+        let out = run_in(w, &args, Duration::from_secs(300));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    };
+    job(&["--nodes", "5", "--spares", "1", "--k", "2", "--m", "1"]);
+    let status: Value = serde_json::from_str(&ok(&["status", "--dir", &d, "--json"])).unwrap();
+    let before = status["committed_epoch"].as_u64().unwrap();
+    assert!(before >= 4, "the first job committed {before} epochs");
+    let record = w.join("second.json");
+    let record_arg = record.display().to_string();
+    job(&["--fresh", "--kill-at", "2:1", "--record", &record_arg]);
+    let record: Value = serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    let causes: Vec<&str> = record["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["cause"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        causes,
+        [format!("--kill-at after epoch {}", before + 2)],
+        "{record}"
+    );
 }

@@ -12,7 +12,8 @@ use crate::placement::natural_key;
 /// When a kill happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trigger {
-    /// Right after this epoch (or a later one) commits.
+    /// Right after this epoch of the run (or a later one) commits: the run's own count (its
+    /// first epoch is 1), whatever number the cluster gives it.
     AfterEpoch(u64),
     /// In the middle of the next recovery (between its decode and its re-encode).
     DuringRecovery,

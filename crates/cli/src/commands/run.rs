@@ -70,9 +70,10 @@ pub struct RunArgs {
     /// Relaunches after failures before giving up.
     #[arg(long, default_value_t = 10)]
     max_restarts: u32,
-    /// Fault injection: kill COUNT rank-hosting nodes with their stores right after epoch
-    /// EPOCH commits (EPOCH:COUNT), or in the middle of the next recovery (recovery:COUNT);
-    /// comma-separated.
+    /// Fault injection: kill COUNT rank-hosting nodes with their stores right after the
+    /// run's EPOCH-th epoch commits (EPOCH:COUNT; the run's own count, so 8 is the eighth
+    /// epoch of this run whatever number the cluster gives it), or
+    /// in the middle of the next recovery (recovery:COUNT); comma-separated.
     #[cfg(feature = "fault-injection")]
     #[arg(long, value_name = "EPOCH:COUNT[,…]", default_value = "")]
     kill_at: String,
@@ -141,6 +142,13 @@ pub fn run(args: RunArgs) -> Result<i32> {
     let mut up = args.shape.up_options(PathBuf::new(), Some(default_nodes))?;
     if args.shape.layout().is_none() {
         up.coding.layout = args.launcher.default_layout();
+    }
+    // Refused here, before a cluster is started for nothing: the launcher would refuse the
+    // namespaces only at the first launch.
+    if args.launcher == Launcher::Mpiexec && up.netns {
+        anyhow::bail!(
+            "--launcher mpiexec --netns: Hydra's proxies cannot reach back out of the nodes' network namespaces; use --launcher mpirun (Open MPI), or drop --netns"
+        );
     }
     let options = RunOptions {
         cluster: ClusterChoice {

@@ -270,6 +270,11 @@ struct Supervisor<'a> {
     kills: KillPlan,
     #[cfg(feature = "fault-injection")]
     kills_done: u64,
+    /// The epoch number before the first one this run saw decided: `--kill-at EPOCH` counts
+    /// the run's own epochs from it, so that `8:1` means the eighth epoch of this run on a
+    /// cluster whose numbering other jobs (or a `--fresh` start) carried to 50.
+    #[cfg(feature = "fault-injection")]
+    epochs_before: Option<u64>,
     restarts: u32,
     interrupted: Arc<AtomicBool>,
     watch: EpochWatch,
@@ -366,6 +371,8 @@ impl<'a> Supervisor<'a> {
             kills: options.kill_at.clone(),
             #[cfg(feature = "fault-injection")]
             kills_done: 0,
+            #[cfg(feature = "fault-injection")]
+            epochs_before: None,
             restarts: 0,
             interrupted,
             watch,
@@ -1050,8 +1057,10 @@ impl<'a> Supervisor<'a> {
         while let Ok(outcome) = self.watch.outcomes.try_recv() {
             self.record.epochs.push(EpochRecord::new(&outcome, self.now()));
             #[cfg(feature = "fault-injection")]
+            let before = *self.epochs_before.get_or_insert(outcome.epoch.saturating_sub(1));
+            #[cfg(feature = "fault-injection")]
             if outcome.committed {
-                let count = self.kills.due(outcome.epoch);
+                let count = self.kills.due(outcome.epoch.saturating_sub(before));
                 if count > 0 {
                     // On a cluster that flushes, the kill comes after the flush this epoch
                     // started (or the one running) ended: what a test may fall back to is
