@@ -163,7 +163,7 @@ fn recommendations_bound_the_risk_of_losing_more_than_m_nodes_of_a_group() {
 /// `encode T (B-bound) = overlapped link and CPU + fill (hops × per hop) + serial + task`.
 #[test]
 fn encode_times_are_shown_as_terms_that_add_up() {
-    let text = ok(&[
+    let args = [
         "model",
         "--nodes",
         "256",
@@ -181,7 +181,8 @@ fn encode_times_are_shown_as_terms_that_add_up() {
         "64MiB",
         "--link-rate",
         "100gbit",
-    ]);
+    ];
+    let text = ok(&args);
     let line = text
         .lines()
         .find(|l| l.starts_with("first epoch (full): encode "))
@@ -189,26 +190,7 @@ fn encode_times_are_shown_as_terms_that_add_up() {
     assert!(line.contains("-bound) = "), "{line}");
     assert!(line.contains("pipeline fill (254 hops × "), "{line}");
     assert!(line.contains("link and CPU overlapped (link "), "{line}");
-    let v = json(&[
-        "model",
-        "--nodes",
-        "256",
-        "--k",
-        "254",
-        "--m",
-        "2",
-        "--layout",
-        "dedicated",
-        "--topology",
-        "pipeline",
-        "--mode",
-        "full",
-        "--size-per-node",
-        "64MiB",
-        "--link-rate",
-        "100gbit",
-        "--json",
-    ]);
+    let v = json(&[&args[..], &["--json"]].concat());
     let e = &v["prediction"]["first"]["estimate"];
     let term = |k: &str| e[k].as_f64().unwrap();
     let sum = term("fixed_s") + term("serial_s") + term("overlap_s") + term("fill_s");

@@ -45,23 +45,10 @@ fn build_fortran(name: &str, out: &Path) -> PathBuf {
     exe
 }
 
-/// A command for an example checkpointing into `store` as rank 0, whatever eckpt settings
-/// the environment of the test run holds.
+/// A command for an example checkpointing into `store` as rank 0 (see
+/// [`native::rank_command`]).
 fn example_command(exe: &Path, store: &Path) -> Command {
-    let mut command = Command::new(exe);
-    command.env("ECKPT_DIR", store).env("ECKPT_RANK", "0");
-    for variable in [
-        "ECKPT_TRACK",
-        "ECKPT_BLOCK_SIZE",
-        "ECKPT_KEEP",
-        "ECKPT_MAX_CHAIN",
-        "OMPI_COMM_WORLD_RANK",
-        "PMI_RANK",
-        "SLURM_PROCID",
-    ] {
-        command.env_remove(variable);
-    }
-    command
+    native::rank_command(exe, store)
 }
 
 fn text(bytes: &[u8]) -> String {

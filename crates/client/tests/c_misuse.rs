@@ -36,23 +36,8 @@ impl Scene {
     /// `misuse ARGS` as rank 0 of the scene's store, in its working directory, whatever
     /// eckpt settings the test run's environment holds.
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(&self.exe);
-        command
-            .args(args)
-            .current_dir(self.work())
-            .env("ECKPT_DIR", self.dir.path().join("store"))
-            .env("ECKPT_RANK", "0");
-        for variable in [
-            "ECKPT_TRACK",
-            "ECKPT_BLOCK_SIZE",
-            "ECKPT_KEEP",
-            "ECKPT_MAX_CHAIN",
-            "OMPI_COMM_WORLD_RANK",
-            "PMI_RANK",
-            "SLURM_PROCID",
-        ] {
-            command.env_remove(variable);
-        }
+        let mut command = native::rank_command(&self.exe, &self.dir.path().join("store"));
+        command.args(args).current_dir(self.work());
         command
     }
 

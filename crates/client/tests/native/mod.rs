@@ -4,6 +4,25 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// A command for `exe` checkpointing into `store` as rank 0, whatever eckpt settings the
+/// environment of the test run holds.
+pub fn rank_command(exe: &Path, store: &Path) -> Command {
+    let mut command = Command::new(exe);
+    command.env("ECKPT_DIR", store).env("ECKPT_RANK", "0");
+    for variable in [
+        "ECKPT_TRACK",
+        "ECKPT_BLOCK_SIZE",
+        "ECKPT_KEEP",
+        "ECKPT_MAX_CHAIN",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "SLURM_PROCID",
+    ] {
+        command.env_remove(variable);
+    }
+    command
+}
+
 /// The repository root.
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
