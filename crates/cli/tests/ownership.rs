@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use cluster::programs::{assert_failure_free, build_c, reference, text};
 use cluster::{
-    bytes, eckpt, finish_job, is_root, ok, run, run_job, spawn_job, wait_for, Cluster, PurgeAtEnd,
+    bytes, eckpt, finish_job, is_root, node_of_rank, ok, run, run_job, spawn_job, wait_for, Cluster,
+    PurgeAtEnd,
 };
 use serde_json::Value;
 
@@ -728,15 +729,7 @@ fn a_rank_failing_before_its_peers_node_is_declared_dead_is_recovered_and_a_cras
     // Rank 0's node stops answering (a host that hangs: its connection stays open, so
     // only its silence tells), and rank 1 exits 1 at once.
     let s = status(d);
-    let node0 = s["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["ranks"].as_array().unwrap().contains(&0.into()))
-        .unwrap()["name"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let node0 = node_of_rank(&s, 0);
     let agent = std::fs::read_to_string(dir.join(format!("nodes/{node0}/pid"))).unwrap();
     let agent = agent.lines().next().unwrap().to_string();
     assert!(Command::new("kill")

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use cluster::programs::{build_c, text};
-use cluster::{finish_job, spawn_job};
+use cluster::{finish_job, node_of_rank, spawn_job};
 use serde_json::Value;
 
 /// The cluster's liveness period in this test (`--liveness`).
@@ -129,15 +129,7 @@ fn a_silently_lost_node_counts_its_detection_in_the_recovery_time() {
         })
     });
     let s = status(&dir).unwrap();
-    let victim = s["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["ranks"].as_array().unwrap().contains(&0.into()))
-        .unwrap()["name"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let victim = node_of_rank(&s, 0);
     let pid_file = std::fs::read_to_string(dir.join("nodes").join(&victim).join("pid")).unwrap();
     let pid = pid_file.lines().next().unwrap().trim().to_string();
     std::fs::remove_file(ready(0)).unwrap();

@@ -113,6 +113,18 @@ pub fn run_job(work: &std::path::Path, args: &[&str], limit: Duration) -> Output
     finish_job(spawn_job(work, args), limit)
 }
 
+/// The name of the node that hosts `rank`, from `eckpt status --json`.
+pub fn node_of_rank(status: &serde_json::Value, rank: u32) -> String {
+    status["nodes"]
+        .as_array()
+        .expect("status lists nodes")
+        .iter()
+        .find(|n| n["ranks"].as_array().is_some_and(|r| r.contains(&rank.into())))
+        .and_then(|n| n["name"].as_str())
+        .unwrap_or_else(|| panic!("no node hosts rank {rank}: {status}"))
+        .to_string()
+}
+
 /// Polls `check` every 50 ms for up to `limit`; fails the test with `what` after.
 pub fn wait_for(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
