@@ -113,6 +113,23 @@ pub fn run_job(work: &std::path::Path, args: &[&str], limit: Duration) -> Output
     finish_job(spawn_job(work, args), limit)
 }
 
+/// `eckpt status --json`'s node list without `fields` (what changes on its own: how long
+/// ago each node was last heard, its port after a restart), for comparing what is recorded.
+pub fn nodes_without(status: &serde_json::Value, fields: &[&str]) -> serde_json::Value {
+    let mut nodes = status["nodes"].clone();
+    for node in nodes
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_object_mut())
+    {
+        for field in fields {
+            node.remove(*field);
+        }
+    }
+    nodes
+}
+
 /// The name of the node that hosts `rank`, from `eckpt status --json`.
 pub fn node_of_rank(status: &serde_json::Value, rank: u32) -> String {
     status["nodes"]

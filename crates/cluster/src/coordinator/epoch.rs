@@ -139,11 +139,13 @@ impl Coordinator {
             })
             .collect();
         let mut missed = Vec::new();
+        let told = sessions.len();
         for ((info, session), r) in sessions.into_iter().zip(self.ask_all(requests).await) {
             if let Err(e) = r {
                 missed.push((info.name, session, e));
             }
         }
+        let nobody_told = missed.len() == told;
         // A warning once per node and session — the first decision it missed, after which
         // it must register again — and none for a node the cluster removed (lost, and
         // rebuilt elsewhere): its agent is not expected to hear anything.
@@ -152,7 +154,7 @@ impl Coordinator {
                 missed
                     .into_iter()
                     .map(|(node, session, e)| {
-                        let first = s.missed_decision(&node, session, epoch);
+                        let first = s.missed_decision(&node, session, epoch, nobody_told);
                         let removed = s.journal().nodes.get(&node).is_none_or(|n| n.removed);
                         (node, e, first && !removed)
                     })
@@ -325,10 +327,10 @@ mod tests {
             .coord
             .read(move |s| {
                 [
-                    s.missed_decision("n5", session, 1),
-                    s.missed_decision("n5", session, 2),
-                    s.missed_decision("n5", session + 1, 3),
-                    s.missed_decision("nobody", 0, 3),
+                    s.missed_decision("n5", session, 1, false),
+                    s.missed_decision("n5", session, 2, false),
+                    s.missed_decision("n5", session + 1, 3, false),
+                    s.missed_decision("nobody", 0, 3, false),
                 ]
             })
             .await;

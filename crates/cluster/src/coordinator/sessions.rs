@@ -271,13 +271,21 @@ impl State {
 
     /// Notes that the agent of `session` was not told the decision on `epoch` (it was not
     /// alive, or the request failed): it must register again before it counts as alive.
-    /// Whether this is the first decision the session missed (later ones are no news: it
-    /// registers again anyway).
-    pub(super) fn missed_decision(&mut self, node: &str, session: u64, epoch: u64) -> bool {
+    /// `nobody_told`: no agent at all was told it. Whether this is the first decision the
+    /// session missed (later ones are no news: it registers again anyway).
+    pub(super) fn missed_decision(
+        &mut self,
+        node: &str,
+        session: u64,
+        epoch: u64,
+        nobody_told: bool,
+    ) -> bool {
         // While the coordinator hears nobody (its own link cut) every agent misses the
         // decision and nobody is declared dead: it stays alive, and registers again once
-        // heard.
-        let silent = self.silence().is_some();
+        // heard. So too when no agent was told it, even before the silence is a liveness
+        // period old (the link went down as the decision was sent): the coordinator cannot
+        // tell an agent's failure from its own, and the agents' heartbeats will.
+        let silent = self.silence().is_some() || nobody_told;
         let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) else {
             return false;
         };
@@ -689,6 +697,31 @@ mod tests {
         assert!(alive_now(&c, "n2").await, "registered again, it is welcome back");
     }
 
+    /// A decision sent as the coordinator's link went down reaches no agent before the
+    /// silence is a liveness period old: nobody is declared dead for it (the heartbeats
+    /// judge), while an agent that alone missed a decision others were told must register
+    /// again before it counts as alive.
+    #[tokio::test]
+    async fn a_decision_nobody_was_told_declares_nobody_dead() {
+        let c = TestCluster::start(6, CodingConfig::default()).await;
+        assert!(
+            c.coord.read(|s| s.isolation()).await.is_none(),
+            "everyone heard just now"
+        );
+        for i in 0..6 {
+            let (node, session) = (format!("n{i}"), c.session_of(&format!("n{i}")));
+            c.coord
+                .read(move |s| s.missed_decision(&node, session, 7, true))
+                .await;
+        }
+        for i in 0..6 {
+            assert!(alive_now(&c, &format!("n{i}")).await, "n{i} was declared dead");
+        }
+        let n4 = c.session_of("n4");
+        c.coord.read(move |s| s.missed_decision("n4", n4, 8, false)).await;
+        assert!(!alive_now(&c, "n4").await, "n4 alone missed epoch 8");
+    }
+
     /// A decision that no agent is told because the coordinator's own link is cut (it hears
     /// nobody) declares nobody dead: each agent stays alive, is told to register again when
     /// heard, and its new registration finds it alive still.
@@ -708,7 +741,9 @@ mod tests {
         // to a stopped agent waits out its deadline, longer than this test's grace).
         for i in 0..6 {
             let (node, session) = (format!("n{i}"), c.session_of(&format!("n{i}")));
-            c.coord.read(move |s| s.missed_decision(&node, session, 7)).await;
+            c.coord
+                .read(move |s| s.missed_decision(&node, session, 7, false))
+                .await;
         }
         for i in 0..6 {
             assert!(alive_now(&c, &format!("n{i}")).await, "n{i} was declared dead");
