@@ -8,6 +8,7 @@
 mod cluster;
 
 use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
 
 use cluster::{bytes, Cluster};
 use eckpt_cluster_api::dirs::ClusterDir;
@@ -51,11 +52,18 @@ fn a_cluster_with_tls_recovers_and_refuses_peers_without_it() {
         open_without_tls(&dir, &coordinator).is_err(),
         "the coordinator served a peer without TLS"
     );
-    let log = std::fs::read_to_string(c.dir.join("coordinator/log")).unwrap();
-    assert!(
-        log.lines()
-            .any(|l| l.contains("refused connection") && l.contains("TLS: ")),
-        "the refusal is logged in one line naming TLS"
+    // The client sees the refusal when the coordinator drops the connection, which can be
+    // before the coordinator's log line is written: wait for the line, do not race it.
+    let log = c.dir.join("coordinator/log");
+    cluster::wait_for(
+        Duration::from_secs(10),
+        "the refusal logged in one line naming TLS",
+        || {
+            std::fs::read_to_string(&log).is_ok_and(|log| {
+                log.lines()
+                    .any(|l| l.contains("refused connection") && l.contains("TLS: "))
+            })
+        },
     );
     let node = c.status()["nodes"][0]["addr"].as_str().unwrap().to_string();
     let (host, port) = node.rsplit_once(':').unwrap();
