@@ -132,3 +132,29 @@ fn a_restart_that_meets_a_damaged_block_says_how_to_rebuild_it_and_recover_does(
         "rank 1 restored different bytes after the repair"
     );
 }
+
+/// `eckpt checkpoint` of a file far larger than the agent's buffers: the agent takes the
+/// item in a window at a time, checksumming and writing each before the next, so its peak
+/// memory (VmHWM) stays far below the item's size — an agent in a small memory cgroup is
+/// not killed by a large checkpoint — and the bytes restore exactly.
+#[test]
+fn an_agent_takes_a_checkpoint_in_without_holding_the_item() {
+    const ITEM: usize = 128 << 20;
+    let mut c = Cluster::up(&["--nodes", "3", "--k", "2", "--m", "1"]);
+    let report = c.checkpoint(vec![bytes(ITEM, 11)], true).expect("report");
+    assert_eq!(report["outcome"]["committed"], true, "{report}");
+    let node = c.status_placement(0);
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", c.pid(&format!("nodes/{node}")))).unwrap();
+    let peak_kib: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    assert!(
+        peak_kib * 1024 < ITEM / 2,
+        "the agent peaked at {peak_kib} KiB taking in an item of {} MiB",
+        ITEM >> 20
+    );
+    c.assert_restorable();
+}

@@ -231,3 +231,77 @@ fn a_coordinator_lost_with_its_host_is_started_on_another_and_the_job_goes_on() 
     }
     ok(&["down", "--dir", d]);
 }
+
+/// Agents started by another launcher, each saying its rack (`eckpt agent --domain`), after
+/// `up --no-agents` formed the groups in name order: `[n0 n1 n2] [n3 n4 n5]`, two nodes of
+/// rack r0 in a group of m=1. The groups are formed anew across the racks as the agents
+/// register, before the first epoch, so that losing the whole rack r0 costs each group one
+/// member: recovered, every rank restores. (Formed in name order, the loss was
+/// unrecoverable: `group 1 lost 2 of 3 members, more than m=1`.) Needs no root.
+#[test]
+fn failure_domains_the_agents_declare_spread_the_groups_before_the_first_epoch() {
+    let mut c = cluster::Cluster::up(&[
+        "--nodes",
+        "6",
+        "--k",
+        "2",
+        "--m",
+        "1",
+        "--block-size",
+        "8KiB",
+        "--no-agents",
+    ]);
+    let rack_of = |node: &str| node[1..].parse::<usize>().unwrap() / 2;
+    let _agents: Vec<KillOnDrop> = (0..6)
+        .map(|i| {
+            let (name, rack) = (format!("n{i}"), format!("r{}", i / 2));
+            KillOnDrop(
+                cluster::eckpt()
+                    .args(["agent", "--dir", c.d(), "--name", &name, "--domain", &rack])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    c.wait_all_alive();
+    let status = c.status();
+    for group in status["groups"].as_array().unwrap() {
+        let mut racks: Vec<usize> = group["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| rack_of(m.as_str().unwrap()))
+            .collect();
+        racks.sort();
+        racks.dedup();
+        assert_eq!(racks.len(), 3, "one node per rack: {group}");
+        assert!(group["exposed"].is_null(), "{group}");
+    }
+    let data: Vec<Vec<u8>> = (0..4).map(|r| cluster::bytes(60_000, r + 1)).collect();
+    let report = c.checkpoint(data, true).expect("report");
+    assert_eq!(report["outcome"]["committed"], true, "{report}");
+    for node in ["n0", "n1"] {
+        c.kill(node, true);
+    }
+    c.wait_down("n0");
+    c.wait_down("n1");
+    let recovered = c.recover();
+    assert!(
+        recovered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&recovered.stderr)
+    );
+    c.assert_restorable();
+}
+
+/// A process started by the test, killed when the test ends however it ends.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

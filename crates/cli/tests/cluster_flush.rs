@@ -79,12 +79,19 @@ fn cluster_with_epoch_1_flushed(flush: &Path) -> Cluster {
     c
 }
 
-/// Published epochs in the flush directory, and whether anything else is left there.
+/// The file that marks a directory as eckpt's flush directory.
+const MARK: &str = "eckpt-flush-dir";
+
+/// Published epochs in the flush directory, and whether anything else (but its mark) is
+/// left there.
 fn flushed(flush: &Path) -> (Vec<u64>, Vec<String>) {
     let mut epochs = Vec::new();
     let mut other = Vec::new();
     for entry in std::fs::read_dir(flush).unwrap().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
+        if name == MARK {
+            continue;
+        }
         match name.strip_prefix("epoch-").and_then(|e| e.parse().ok()) {
             Some(e) => epochs.push(e),
             None => other.push(name),
@@ -442,6 +449,119 @@ fn flush_commands_refuse_bad_input_in_one_line() {
     assert_eq!(flushed(&flush), (vec![1], vec![]), "nothing flushed was touched");
 }
 
+/// The statuses' list of flushed epochs.
+fn status_flushed(c: &Cluster) -> Vec<u64> {
+    serde_json::from_value(c.status()["flush"]["flushed"].clone()).unwrap()
+}
+
+#[test]
+fn a_flush_directory_is_eckpts_only_when_marked_and_its_users_files_are_never_housekept() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A user's directory given by mistake: refused before anything starts, untouched.
+    let theirs = tmp.path().join("theirs");
+    for d in ["tmp-results", "trash-can", "mydata"] {
+        std::fs::create_dir_all(theirs.join(d)).unwrap();
+        std::fs::write(theirs.join(d).join("file"), d).unwrap();
+    }
+    let d = tmp.path().join("refused");
+    let out = run(&[
+        "up",
+        "--dir",
+        d.to_str().unwrap(),
+        "--detach",
+        "--nodes",
+        "4",
+        "--k",
+        "2",
+        "--m",
+        "1",
+        "--flush-dir",
+        theirs.to_str().unwrap(),
+    ]);
+    assert_refused(&out, "is not empty and is not an eckpt flush directory (it has ");
+    assert!(!d.exists(), "nothing was started");
+    for name in ["tmp-results", "trash-can", "mydata"] {
+        assert_eq!(
+            std::fs::read_to_string(theirs.join(name).join("file")).unwrap(),
+            name
+        );
+    }
+    assert!(!theirs.join(MARK).exists());
+
+    // eckpt's own flush directory, where the user then puts things of theirs, some named
+    // like eckpt's entries.
+    let flush = tmp.path().join("flush");
+    let mut c = cluster_with_epoch_1_flushed(&flush);
+    let planted = ["tmp-results/a", "trash-can/b", "epoch-90/model.pt", "tmp-2-x/c"];
+    for path in planted {
+        let path = flush.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "theirs").unwrap();
+    }
+    std::fs::create_dir(flush.join("epoch-7")).unwrap();
+    let theirs_intact = || {
+        for path in planted {
+            assert_eq!(
+                std::fs::read_to_string(flush.join(path)).unwrap(),
+                "theirs",
+                "{path}"
+            );
+        }
+        assert!(flush.join("epoch-7").is_dir());
+    };
+    // Flushing epoch 2 neither deletes them nor retires epoch 2 as older than "epoch 90".
+    c.checkpoint(data(2), true);
+    assert!(flush_now(&c).contains("flushed epoch 2"));
+    assert_eq!(status_flushed(&c), vec![1, 2]);
+    theirs_intact();
+    assert_flushed(&c, &flush, 2);
+    // Retention retires eckpt's oldest epoch only, and deletes its bytes only.
+    c.checkpoint(data(3), true);
+    flush_now(&c);
+    assert_eq!(status_flushed(&c), vec![2, 3]);
+    cluster::wait_for(
+        std::time::Duration::from_secs(120),
+        "the retired epoch's deletion",
+        || {
+            !std::fs::read_dir(&flush)
+                .unwrap()
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("trash-epoch-1-"))
+        },
+    );
+    theirs_intact();
+    assert_flushed(&c, &flush, 3);
+    assert!(
+        from_flush(&flush, 0, None).unwrap() == c.history[&3][0],
+        "the newest is eckpt's"
+    );
+
+    // A new cluster over it resumes eckpt's newest epoch; the user's `epoch-7/` is not
+    // taken for a broken one.
+    ok(&["down", "--dir", c.d(), "--purge"]);
+    let d2 = tmp.path().join("cluster2");
+    let out = ok(&[
+        "up",
+        "--dir",
+        d2.to_str().unwrap(),
+        "--detach",
+        "--nodes",
+        "4",
+        "--k",
+        "2",
+        "--m",
+        "1",
+        "--flush-dir",
+        flush.to_str().unwrap(),
+    ]);
+    assert!(
+        out.contains("restored the 2-rank job from flushed epoch 3 as epoch 4"),
+        "{out}"
+    );
+    theirs_intact();
+    ok(&["down", "--dir", d2.to_str().unwrap(), "--purge"]);
+}
+
 #[test]
 fn bench_flush_reports_throughput_against_the_write_speed_and_latency_while_flushing() {
     let tmp = tempfile::tempdir().unwrap();
@@ -521,6 +641,7 @@ fn bench_flush_reports_throughput_against_the_write_speed_and_latency_while_flus
     let epochs: Vec<String> = std::fs::read_dir(flush.join("flush"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name != MARK)
         .collect();
     assert!(epochs.len() == 1 && epochs[0].starts_with("epoch-"), "{epochs:?}");
 }

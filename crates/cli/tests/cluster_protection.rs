@@ -5,9 +5,10 @@
 
 mod cluster;
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cluster::{bytes, ok, touch, Cluster};
+use cluster::{bytes, ok, touch, wait_for, Cluster};
 use serde_json::Value;
 
 /// The defect found by a user: the spare that took a lost member's rank became a parity-only
@@ -252,5 +253,143 @@ fn impossible_geometry_is_refused_and_a_shrunk_group_says_so() {
         "{out}"
     );
     assert_data_holders(&c);
+    c.assert_restorable();
+}
+
+fn signal(pid: &str, sig: &str) {
+    assert!(Command::new("kill").args([sig, pid]).status().unwrap().success());
+}
+
+/// How many lines of `log` contain every one of `words`.
+fn log_lines(log: &std::path::Path, words: &[&str]) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| words.iter().all(|w| l.contains(w)))
+        .count()
+}
+
+/// Whether `node` holds object `g<group>-e<epoch>`, committed or prepared.
+fn holds_object(c: &Cluster, node: &str, group: u64, epoch: u64) -> bool {
+    let coded = c.dir.join("nodes").join(node).join("coded");
+    ["obj", "prepared"]
+        .iter()
+        .any(|state| coded.join(format!("{state}-g{group}-e{epoch}")).is_dir())
+}
+
+/// Whether `node`'s parity directory holds a prepared object.
+fn holds_prepared(c: &Cluster, node: &str) -> bool {
+    std::fs::read_dir(c.dir.join("nodes").join(node).join("coded"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("prepared-"))
+}
+
+/// A stall of the coordinator in the middle of a recovery makes every agent register
+/// again, and the holder of the new parity resolves its store against the journal of that
+/// moment: it drops the parity it has just prepared. The recovery must not report that
+/// group protected, `status` must never call the cluster healthy while the parity is
+/// missing, and the coordinator must encode the group again by itself, so that the next
+/// loss within m still restores every rank. (Found by an attack: `recover` said
+/// "redundancy restored", `status` showed every node healthy, and the next wipe of a rank
+/// host lost rank 1: "group 2 has 2 of 4 members unusable".)
+#[test]
+fn a_stall_of_the_coordinator_during_a_recovery_leaves_no_group_without_its_parity() {
+    let mut c = Cluster::up(&[
+        "--nodes",
+        "4",
+        "--spares",
+        "1",
+        "--k",
+        "2",
+        "--m",
+        "1",
+        "--liveness",
+        "1s",
+        "--block-size",
+        "16KiB",
+    ]);
+    let data: Vec<Vec<u8>> = (0..4).map(|r| bytes(120_000 + r * 1000, r as u64 + 3)).collect();
+    let first = c.checkpoint(data, true).expect("report");
+    assert_eq!(first["outcome"]["committed"], true, "{first}");
+    let victim = c.status_placement(1);
+    c.kill(&victim, true);
+    c.wait_down(&victim);
+    c.pause("before-commit");
+    let recovery = c.recover_in_background();
+    c.wait_paused();
+    // The new group's parity is prepared at its holder; the coordinator stops long enough
+    // for every agent's heartbeat to time out.
+    let members = c.members();
+    let holder = members.last().unwrap().clone();
+    assert!(holds_prepared(&c, &holder), "{holder} prepared the new parity");
+    let coordinator_log = c.dir.join("coordinator").join("log");
+    let registered = |node: &str| log_lines(&coordinator_log, &["agent registered", &format!("node={node}")]);
+    let before: Vec<(String, usize)> = c.status()["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["alive"].as_bool().unwrap())
+        .map(|n| n["name"].as_str().unwrap().to_string())
+        .map(|n| (n.clone(), registered(&n)))
+        .collect();
+    let ended = |node: &str| {
+        log_lines(
+            &c.dir.join("nodes").join(node).join("log"),
+            &["coordinator session ended"],
+        )
+    };
+    let ended_before: Vec<(String, usize)> = before.iter().map(|(n, _)| (n.clone(), ended(n))).collect();
+    let coordinator = c.pid("coordinator");
+    signal(&coordinator, "-STOP");
+    wait_for(
+        Duration::from_secs(30),
+        "every agent to give up its session",
+        || ended_before.iter().all(|(n, count)| ended(n) > *count),
+    );
+    signal(&coordinator, "-CONT");
+    wait_for(Duration::from_secs(30), "every agent to register again", || {
+        before.iter().all(|(n, count)| registered(n) > *count)
+    });
+    wait_for(
+        Duration::from_secs(30),
+        "the holder to resolve its store against the journal of before the recovery",
+        || !holds_prepared(&c, &holder),
+    );
+    c.resume();
+    let out = recovery.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("recovery report");
+    let group = c.status()["groups"][0]["id"].as_u64().unwrap();
+    let group_in_report = report["reencoded"].as_array().unwrap().contains(&group.into());
+    assert!(
+        group_in_report == holds_object(&c, &holder, group, 1),
+        "the recovery reports group {group} protected only if its holder has its parity: {report}"
+    );
+    // Until the coordinator has encoded the group again, `status` says something is wrong;
+    // once it calls every node healthy, the parity is there.
+    wait_for(
+        Duration::from_secs(60),
+        "the coordinator to repair the parity",
+        || {
+            let s = c.status();
+            let healthy = s["nodes"].as_array().unwrap().iter().all(|n| {
+                n["removed"].as_bool().unwrap() || (n["alive"].as_bool().unwrap() && n["damaged"].is_null())
+            });
+            let group = s["groups"][0]["id"].as_u64().unwrap();
+            if healthy {
+                assert!(
+                    holds_object(&c, &holder, group, 1),
+                    "status calls the cluster healthy while {holder} lacks the parity of group {group}: {s}"
+                );
+            }
+            healthy
+        },
+    );
+    // A second loss within m: every rank still restores.
+    let second = c.nodes_with_ranks().into_iter().find(|n| *n != holder).unwrap();
+    c.kill(&second, true);
+    c.wait_down(&second);
     c.assert_restorable();
 }

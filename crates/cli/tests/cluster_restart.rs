@@ -321,3 +321,99 @@ fn a_full_file_system_fails_requests_in_one_line_and_kills_no_daemon() {
     epoch_of(&mut c, &data(2, 8));
     c.assert_restorable();
 }
+
+/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
+fn signal(pid: &str, signal: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), pid])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{signal} {pid}");
+}
+
+/// The coordinator's term in the journal on disk.
+fn journal_term(c: &Cluster) -> u64 {
+    eckpt_cluster::coordinator::Journal::load(&c.dir.join("coordinator/journal.json"))
+        .unwrap()
+        .term
+}
+
+/// A coordinator started while the cluster's coordinator still runs — stopped (SIGSTOP),
+/// and its lock out of sight, as from another host of a shared file system that does not
+/// share `flock` — cannot listen (the socket is the running one's) and exits without
+/// taking the term: once the running coordinator continues it decides as before. (Taking
+/// the term before listening fenced the running one, with nobody to take over.)
+#[test]
+fn a_coordinator_that_cannot_listen_leaves_the_term_to_the_running_one() {
+    let mut c = small_cluster();
+    epoch_of(&mut c, &data(2, 1));
+    assert_eq!(journal_term(&c), 1);
+    let running = c.pid("coordinator");
+    signal(&running, "STOP");
+    std::fs::remove_file(c.dir.join("coordinator/lock")).unwrap();
+    let second = run_bounded(&["coordinator", "--dir", c.d()]);
+    signal(&running, "CONT");
+    assert!(
+        !second.status.success(),
+        "a second coordinator listens beside the first"
+    );
+    assert_eq!(
+        journal_term(&c),
+        1,
+        "the coordinator that could not listen took the term"
+    );
+    c.wait_all_alive();
+    epoch_of(&mut c, &data(2, 2));
+    assert_eq!(c.committed(), 2);
+    assert_eq!(c.status()["coordinator_term"], 1);
+    assert!(!ended(&running), "the running coordinator was fenced");
+    c.assert_restorable();
+}
+
+/// A coordinator superseded — a coordinator of the next term took the journal over, and
+/// is gone too — answers an agent that registers that it decides nothing more, and stops.
+/// The agent does not take that for its own refusal: it goes on looking for the current
+/// coordinator and registers with the next one started, and the cluster commits again.
+#[test]
+fn an_agent_answered_by_a_superseded_coordinator_registers_with_the_next_one() {
+    let mut c = small_cluster();
+    epoch_of(&mut c, &data(2, 1));
+    c.kill("n3", false);
+    c.wait_down("n3");
+    let superseded = c.pid("coordinator");
+    let path = c.dir.join("coordinator/journal.json");
+    let mut journal = eckpt_cluster::coordinator::Journal::load(&path).unwrap();
+    journal.term += 1;
+    journal.save(&path).unwrap();
+    let log = c.dir.parent().unwrap().join("n3-again.log");
+    let mut agent = cluster::eckpt()
+        .args(["agent", "--dir", c.d(), "--name", "n3"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !ended(&superseded) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the superseded coordinator did not stop"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let next = c.start_coordinator();
+    c.wait_all_alive();
+    assert!(
+        agent.try_wait().unwrap().is_none(),
+        "the agent exited: {}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("has taken this journal over"), "{said}");
+    assert_eq!(c.status()["coordinator_term"], 3);
+    epoch_of(&mut c, &data(2, 2));
+    c.assert_restorable();
+    drop(c);
+    finish(next, "the next coordinator after down");
+    let _ = agent.kill();
+    let _ = agent.wait();
+}

@@ -769,3 +769,63 @@ fn a_rank_failing_before_its_peers_node_is_declared_dead_is_recovered_and_a_cras
     assert_eq!(record["attempts"].as_array().unwrap().len(), 2);
     assert!(record["job"].is_string());
 }
+
+/// An agent stopped (SIGSTOP) past its liveness period and replaced meanwhile — another
+/// agent of its node, as on another host, with a store of its own — finds out when it
+/// continues: its session is not the node's any more, and registering again is refused
+/// while the replacement runs. It exits, letting go of its store's lock and its port, and
+/// the replacement goes on as the node. (It used to go on heartbeating over its old
+/// session, answered as if alive, holding both for good.)
+#[test]
+fn an_agent_replaced_while_stopped_exits_when_it_continues() {
+    let c = Cluster::up(&["--nodes", "3", "--k", "2", "--m", "1", "--block-size", "16KiB"]);
+    // Written once the coordinator accepted the agent.
+    wait_for(Duration::from_secs(30), "n2's pid file", || {
+        c.dir.join("nodes/n2/pid").exists()
+    });
+    let old = c.pid("nodes/n2");
+    let signal = |signal: &str| {
+        let sent = Command::new("kill").args([signal, &old]).status().unwrap();
+        assert!(sent.success(), "kill {signal} {old}");
+    };
+    signal("-STOP");
+    c.wait_down("n2");
+    // On the other host the stopped agent's socket in the shared directory reaches nothing.
+    std::fs::remove_file(c.dir.join("nodes/n2/agent.sock")).unwrap();
+    let elsewhere = c.dir.parent().unwrap().join("elsewhere");
+    let mut replacement = eckpt()
+        .args(["agent", "--dir", c.d(), "--name", "n2", "--store"])
+        .arg(&elsewhere)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    c.wait_up("n2");
+    signal("-CONT");
+    let lock = c.dir.join("nodes/n2/store/agent.lock");
+    wait_for(
+        Duration::from_secs(30),
+        "the replaced agent to let go of its store",
+        || eckpt_cluster::owner_lock::OwnerLock::take(&lock, "agent").is_ok(),
+    );
+    wait_for(Duration::from_secs(30), "the replaced agent to exit", || {
+        std::fs::read_to_string(format!("/proc/{old}/stat")).map_or(true, |s| {
+            s.rsplit(") ").next().is_some_and(|rest| rest.starts_with('Z'))
+        })
+    });
+    assert!(
+        replacement.try_wait().unwrap().is_none(),
+        "the replacement exited"
+    );
+    let n2 = status(c.d())["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "n2")
+        .cloned()
+        .unwrap();
+    assert_eq!(n2["alive"], true, "{n2}");
+    drop(c);
+    let _ = replacement.kill();
+    let _ = replacement.wait();
+}

@@ -10,7 +10,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use cluster::programs::{assert_failure_free, build_c, reference, text};
-use cluster::{eckpt, ok, run_job};
+use cluster::{assert_refused, bytes, eckpt, ok, run_job, Cluster};
 use serde_json::Value;
 
 const RANKS: u32 = 4;
@@ -158,4 +158,124 @@ fn a_job_whose_whole_cluster_is_gone_resumes_from_its_flush_on_fewer_nodes() {
     assert_eq!(recoveries.len(), 1, "{record}");
     assert!(recoveries[0]["from_flush"].as_u64().is_some(), "{record}");
     assert!(record["failures"].as_array().unwrap().is_empty(), "{record}");
+}
+
+/// The newest flushed epoch's manifest in `flush`.
+fn newest_manifest(flush: &Path) -> Value {
+    let newest = std::fs::read_dir(flush)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .strip_prefix("epoch-")?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .expect("a flushed epoch");
+    let path = flush.join(format!("epoch-{newest}")).join("manifest.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Every entry of `dir`, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_job_restores_another_jobs_flushed_state_only_when_told() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mat = build_c("mat", tmp.path());
+    let args = mat_args("16");
+    let flush = tmp.path().join("flush");
+    let f = flush.display().to_string();
+    let job_line = |job: &str, extra: &str| {
+        format!(
+            "--job {job} --nodes 3 --k 2 --m 1 --flush-dir {f} --flush-every 1{extra} -n 4 -- {} {}",
+            mat.display(),
+            args.join(" ")
+        )
+    };
+    // A cluster of ranks started by hand takes the flush directory first, and flushes
+    // nothing yet.
+    let mut other = Cluster::up(&[
+        "--nodes",
+        "3",
+        "--k",
+        "2",
+        "--m",
+        "1",
+        "--flush-dir",
+        &f,
+        "--flush-every",
+        "0",
+    ]);
+    // Job A runs to its end; its last epoch is flushed, naming the job.
+    let work_a = work_dir(tmp.path(), "a");
+    let line = job_line("jobA", "");
+    let out = run_job(
+        &work_a,
+        &line.split(' ').collect::<Vec<_>>(),
+        Duration::from_secs(300),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let manifest = newest_manifest(&flush);
+    assert_eq!(manifest["version"], 2, "{manifest}");
+    let job = &manifest["job"];
+    assert_eq!(job["id"], "jobA", "{manifest}");
+    assert!(
+        job["command"].as_str().unwrap().contains("mat -m 2 -s 16"),
+        "{manifest}"
+    );
+    assert_eq!(
+        (&job["nodes"], &job["k"], &job["m"]),
+        (&3.into(), &2.into(), &1.into())
+    );
+    assert_eq!(manifest["world"], 4);
+    let before = listing(&flush);
+    // The other cluster's flush would make job A's epochs older, and retire them: refused.
+    other.checkpoint(vec![bytes(100_000, 1)], true);
+    assert_refused(&cluster::run(&["flush", "--dir", other.d()]), "is job jobA's (`");
+    assert_eq!(listing(&flush), before);
+
+    // Job B, a new cluster over the same flush directory: refused in one line naming both
+    // jobs, before anything starts — its program never runs, the flush is untouched.
+    let work_b = work_dir(tmp.path(), "b");
+    let line = job_line("jobB", "");
+    let out = run_job(
+        &work_b,
+        &line.split(' ').collect::<Vec<_>>(),
+        Duration::from_secs(120),
+    );
+    assert_refused(&out, "is job jobA's (`");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("not job jobB's") && err.contains("`--restore-from-job jobA` starts job jobB from it"),
+        "{err}"
+    );
+    assert!(!work_b.join("log0").exists(), "job B's ranks never ran");
+    assert_eq!(listing(&flush), before);
+
+    // Told, job B starts from job A's state (in A's working directory: its files are part
+    // of that state), and its own flushes name it.
+    let line = job_line("jobB", " --restore-from-job jobA");
+    let out = run_job(
+        &work_a,
+        &line.split(' ').collect::<Vec<_>>(),
+        Duration::from_secs(300),
+    );
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("restored the 4-rank job from flushed epoch"),
+        "{err}"
+    );
+    assert_eq!(newest_manifest(&flush)["job"]["id"], "jobB");
 }

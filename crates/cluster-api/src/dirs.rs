@@ -291,6 +291,10 @@ pub struct FlushConfig {
     pub rate: Option<u64>,
     /// Flushed epochs kept (the oldest beyond are deleted once a newer one is published).
     pub keep: usize,
+    /// `--restore-from-job`: the other job whose flushed epochs this cluster's job may
+    /// restore and continue (`-`: epochs that record no job id); `None`: only its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_from_job: Option<String>,
 }
 
 impl ClusterFile {
@@ -339,21 +343,31 @@ pub fn append_baseline_file(dir: &Path, rank: u32) -> PathBuf {
 
 /// Whether `name` is an entry eckpt creates in a cluster directory (see
 /// [`CREATED_ENTRIES`] and [`append_baseline_file`]), or the temporary name of one being
-/// written (`.cluster.json.tmp-…`, `.secret.tmp-…`, `append-baseline.3.json.tmp-…`).
+/// written ([`is_temp_of`]: `.cluster.json.eckpt-tmp-…`).
 pub fn is_created_entry(name: &str) -> bool {
-    let baseline = name
-        .strip_prefix("append-baseline.")
-        .and_then(|rest| rest.split_once(".json"))
-        .is_some_and(|(rank, tail)| {
-            rank.parse::<u32>().is_ok() && (tail.is_empty() || tail.starts_with(".tmp-"))
-        });
-    baseline
-        || CREATED_ENTRIES.contains(&name)
-        || name.strip_prefix('.').is_some_and(|rest| {
-            CREATED_ENTRIES
-                .iter()
-                .any(|e| rest.strip_prefix(e).is_some_and(|t| t.starts_with(".tmp-")))
-        })
+    let baseline = |name: &str| {
+        name.strip_prefix("append-baseline.")
+            .and_then(|rest| rest.strip_suffix(".json"))
+            .is_some_and(|rank| rank.parse::<u32>().is_ok())
+    };
+    let made = |name: &str| baseline(name) || CREATED_ENTRIES.contains(&name);
+    made(name) || temp_base(name).is_some_and(made)
+}
+
+/// Whether `name` is the temporary name a file `base` is written under before it is
+/// renamed into place ([`eckpt_durable::temp_path`]), left behind when its writer died.
+pub fn is_temp_of(name: &str, base: &str) -> bool {
+    temp_base(name) == Some(base)
+}
+
+/// The file a temporary name stands for: [`eckpt_durable::temp_path`]'s
+/// (`.NAME.eckpt-tmp-…`), or the secret's and older writers' (`.NAME.tmp-…`, `NAME.tmp-…`).
+fn temp_base(name: &str) -> Option<&str> {
+    let hidden = name.strip_prefix('.');
+    hidden
+        .and_then(|rest| rest.split_once(eckpt_durable::TEMP_MARK))
+        .or_else(|| hidden.unwrap_or(name).split_once(".tmp-"))
+        .map(|(base, _)| base)
 }
 
 /// Current `cluster.json` format.
@@ -463,8 +477,13 @@ impl ClusterDir {
                 io_at(&path)(e)
             }
         })?;
-        let file: ClusterFile = serde_json::from_slice(&bytes)
-            .map_err(|e| ClusterError::Invalid(format!("{}: {e}", path.display())))?;
+        let file: ClusterFile = serde_json::from_slice(&bytes).map_err(|e| {
+            ClusterError::Invalid(format!(
+                "{}: unreadable ({e}); `eckpt down --dir {}` still stops the cluster's processes",
+                path.display(),
+                self.root.display()
+            ))
+        })?;
         if file.format != CLUSTER_FORMAT {
             return Err(ClusterError::Invalid(format!(
                 "{}: format {} (this eckpt reads {CLUSTER_FORMAT})",
@@ -560,6 +579,7 @@ mod tests {
             "append-baseline.3.json.tmp-42",
             "model.json",
             ".model.json.tmp-7",
+            ".cluster.json.eckpt-tmp-42-0",
         ] {
             assert!(is_created_entry(name), "{name}");
         }
@@ -571,6 +591,7 @@ mod tests {
             "append-baseline.3.jsonx",
             "nodes2",
             "model.json.bak",
+            ".notes.txt.eckpt-tmp-1-0",
         ] {
             assert!(!is_created_entry(name), "{name}");
         }

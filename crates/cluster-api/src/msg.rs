@@ -106,6 +106,10 @@ pub struct LeaseHolder {
     pub since_unix: f64,
     /// Its command line, for messages.
     pub command: String,
+    /// Its run id, which names its launches (`ECKPT_LAUNCH` is `<run>-<attempt>`): the run
+    /// that takes the job over from it ends its processes on its host by it.
+    #[serde(default)]
+    pub run: Option<String>,
 }
 
 impl std::fmt::Display for LeaseHolder {
@@ -137,6 +141,10 @@ pub struct JobClaim {
     pub holder: LeaseHolder,
     /// Resume, start over, or continue a finished job.
     pub start: JobStart,
+    /// The ranks the claimer runs the job with: a claim of a job checkpointed with another
+    /// number is refused (unless `--fresh`) before anything changes.
+    #[serde(default)]
+    pub world: Option<u32>,
 }
 
 /// The job granted to a supervisor.
@@ -150,6 +158,10 @@ pub struct JobGrant {
     pub committed: u64,
     /// `--fresh` discarded the job's checkpoint of this epoch.
     pub discarded: Option<u64>,
+    /// The holder whose lease expired unreleased and whom this claim replaced: its ranks
+    /// may still run, and the new holder ends those on its host before it launches.
+    #[serde(default)]
+    pub superseded: Option<LeaseHolder>,
 }
 
 /// The job a cluster holds, in `eckpt status`.
@@ -744,6 +756,10 @@ pub struct EpochOutcome {
     /// Bytes the ranks actually stored for this epoch (changed blocks of a delta epoch).
     #[serde(default)]
     pub stored_bytes: u64,
+    /// The job's attempt generation when the epoch was decided (its ranks'), so that a
+    /// supervisor records only its own epochs; `None` when the coordinator no longer knows.
+    #[serde(default)]
+    pub generation: Option<u64>,
 }
 
 /// What a rank says about the epoch it reports ready: its sizes, for the epoch's outcome,
@@ -975,9 +991,20 @@ pub enum CoordRequest {
     },
     /// Delete every agent's node-local data (store, parity, token), then stop every agent
     /// and the coordinator (`eckpt down --purge`).
-    Purge,
+    Purge {
+        /// Who asks: see [`CoordRequest::Shutdown`].
+        #[serde(default)]
+        by_run: Option<u64>,
+    },
     /// Stop every agent and the coordinator.
-    Shutdown,
+    Shutdown {
+        /// `None`: the operator (`eckpt down`), obeyed. `Some(g)`: the `eckpt run` that
+        /// started the cluster, with its job generation (0: it never held the lease),
+        /// refused while another generation holds a live job lease — the cluster is then
+        /// left to its idle rule, not stopped under the run that took the job over.
+        #[serde(default)]
+        by_run: Option<u64>,
+    },
 }
 
 /// What the coordinator answers.

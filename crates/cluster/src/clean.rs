@@ -120,16 +120,24 @@ pub fn purge_unheld(store: &Path, name: &str, owner: Option<u32>) -> Result<Stor
             ClusterError::Fenced(_) => "its agent is running".to_string(),
             other => other.to_string(),
         })?;
-        let removed = identity::purge(store, created_local).map_err(|e| e.to_string())?;
+        let purged = identity::purge(store, created_local).map_err(|e| e.to_string())?;
         let kept = std::fs::symlink_metadata(local).is_ok().then(|| {
-            let why = if created_local {
+            let why = if !purged.foreign.is_empty() {
+                format!(
+                    "it holds files eckpt did not create ({})",
+                    crate::created::listing(local, &purged.foreign)
+                )
+            } else if created_local {
                 format!("it holds files eckpt did not create ({})", listing(local))
             } else {
                 "eckpt did not create it (the agent was given it as its store)".to_string()
             };
             (local.to_path_buf(), why)
         });
-        Ok(StorePurge { removed, kept })
+        Ok(StorePurge {
+            removed: purged.removed,
+            kept,
+        })
     })
 }
 
@@ -267,13 +275,10 @@ fn clean_cluster_dir(
             return Ok(());
         }
         let mut out = Purged::default();
-        launch::purge_cluster_dir(dir, &mut out)?;
+        let kept = launch::purge_cluster_dir(dir, &mut out)?;
         report.removed.extend(out.removed);
-        if !out.kept.is_empty() {
-            report.keep(
-                root,
-                format!("it holds files eckpt did not create ({})", listing(root)),
-            );
+        if let Some(why) = kept {
+            report.keep(root, why);
         }
         Ok(())
     })

@@ -26,7 +26,8 @@ pub enum Phase {
     /// An agent is inside a decode task (a recovery's or a restore's), after its first row
     /// of the object's half.
     MidDecode,
-    /// Every member prepared the epoch; the coordinator has not decided yet.
+    /// Every member prepared the epoch (or a recovery's new groups); the coordinator has
+    /// not decided yet.
     BeforeCommit,
     /// The epoch is committed in the journal; agents have not been told.
     AfterCommit,

@@ -16,11 +16,11 @@ use crate::coordinator::Journal;
 use crate::netns::{parse_rate, Network};
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::{
-    check_domain_name, check_node_name, is_created_entry, write_atomic, AgentPlacement, ClusterDir,
-    ClusterFile, Deadlines, FlushConfig, NetnsConfig, CLUSTER_FORMAT,
+    check_domain_name, check_node_name, write_atomic, AgentPlacement, ClusterDir, ClusterFile, Deadlines,
+    FlushConfig, NetnsConfig, CLUSTER_FORMAT,
 };
 use eckpt_cluster_api::msg::{
-    CoordRequest, CoordResponse, FlushRestore, Relocation, StatusReport, UpSummary,
+    CoordRequest, CoordResponse, FlushRestore, NodePurge, Relocation, StatusReport, UpSummary,
 };
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::config::CodingConfig;
@@ -57,6 +57,9 @@ pub struct UpOptions {
     /// Flushes to shared storage (`--flush-dir`…); a new cluster whose flush directory
     /// holds flushed epochs resumes the newest.
     pub flush: Option<FlushConfig>,
+    /// The job a new cluster is made for (`eckpt run`'s): it resumes only that job's flushed
+    /// epochs (or `--restore-from-job`'s); `None`: the job of whatever it restores.
+    pub job: Option<String>,
     /// The cluster's time bounds (new clusters; a restarted one keeps its own).
     pub deadlines: Deadlines,
     /// Failure domains by node (new clusters): groups are formed across them.
@@ -169,15 +172,49 @@ pub(crate) fn status_now(dir: &ClusterDir) -> Option<StatusReport> {
     }
 }
 
-/// Waits, at most the cluster's start wait, until every agent of `names` is registered.
-fn wait_alive(dir: &ClusterDir, file: &ClusterFile, names: &[String]) -> Result<(), ClusterError> {
-    wait_until(file.deadlines.start_wait(), "the agents to register", || {
-        status_now(dir).is_some_and(|s| {
-            names
-                .iter()
-                .all(|n| s.nodes.iter().any(|node| &node.name == n && node.alive))
-        })
-    })
+/// An agent this command started: its node, its process and its log.
+struct Started {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+/// Waits, at most the cluster's start wait, until every agent of `names` is registered. An
+/// agent of `started` that exits meanwhile (its store refused, its identity unreadable)
+/// ends the wait at once with the last line of its log, its error.
+fn wait_alive(
+    dir: &ClusterDir,
+    file: &ClusterFile,
+    names: &[String],
+    started: &mut [Started],
+) -> Result<(), ClusterError> {
+    let mut exited = None;
+    let waited = wait_until(file.deadlines.start_wait(), "the agents to register", || {
+        exited = started.iter_mut().find_map(|a| {
+            matches!(a.child.try_wait(), Ok(Some(_))).then(|| (a.name.clone(), last_line(&a.log)))
+        });
+        exited.is_some()
+            || status_now(dir).is_some_and(|s| {
+                names
+                    .iter()
+                    .all(|n| s.nodes.iter().any(|node| &node.name == n && node.alive))
+            })
+    });
+    match exited {
+        Some((name, line)) => Err(ClusterError::Invalid(format!(
+            "the agent of node {name} exited before it registered: {line}"
+        ))),
+        None => waited,
+    }
+}
+
+/// The last line of a daemon's log: its error, when it exited on one.
+fn last_line(log: &Path) -> String {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map_or_else(|| format!("no message (see {})", log.display()), str::to_string)
 }
 
 /// `eckpt up`: creates the cluster directory and starts everything, or, when the directory
@@ -202,7 +239,11 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
             return Err(ClusterError::Invalid("--link-rate needs --netns".into()));
         }
     }
-    let flush = options.flush.clone().map(absolute_flush).transpose()?;
+    let flush = options
+        .flush
+        .clone()
+        .map(|config| absolute_flush(config, options.job.as_deref()))
+        .transpose()?;
     let (k, m) = (options.coding.k, options.coding.m);
     if node_count < k + m {
         return Err(ClusterError::Invalid(format!(
@@ -253,7 +294,9 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         agent_placement: options.agent_placement.clone(),
     };
     write_cluster_file(&dir, &file)?;
-    Journal::in_domains(options.coding, &nodes, &spares, &options.domains).save(&dir.journal())?;
+    let mut journal = Journal::in_domains(options.coding, &nodes, &spares, &options.domains);
+    journal.job.id = options.job.clone();
+    journal.save(&dir.journal())?;
     start(&dir, &file, options, &nodes, &spares)?;
     let mut summary = summary(&dir, &file, nodes, spares, false);
     if options.agents {
@@ -313,8 +356,11 @@ fn claim_new_dir(dir: &ClusterDir) -> Result<(), ClusterError> {
     Ok(())
 }
 
-/// The flush configuration with its directory made absolute (agents run elsewhere).
-fn absolute_flush(mut config: FlushConfig) -> Result<FlushConfig, ClusterError> {
+/// The flush configuration of a new cluster for `job` with its directory made absolute
+/// (agents run elsewhere), the directory taken as a flush directory, and refused — before
+/// anything starts — when its newest epoch is another job's than the one this cluster may
+/// resume.
+fn absolute_flush(mut config: FlushConfig, job: Option<&str>) -> Result<FlushConfig, ClusterError> {
     if config.keep == 0 {
         return Err(ClusterError::Invalid(
             "--flush-keep must keep at least 1 flushed epoch".into(),
@@ -327,6 +373,12 @@ fn absolute_flush(mut config: FlushConfig) -> Result<FlushConfig, ClusterError> 
     }
     // Shared storage: whoever else can write there must not own or plant the job's flushes.
     eckpt_private_dir::ensure(&config.dir)?;
+    let dir = eckpt_flush::FlushDir::new(&config.dir);
+    dir.claim()?;
+    dir.check_job(&eckpt_flush::JobFilter {
+        job,
+        restore_from: config.restore_from_job.as_deref(),
+    })?;
     Ok(config)
 }
 
@@ -498,26 +550,31 @@ fn start(
         exited || (dir.load().is_ok_and(|f| f.coordinator_tcp.is_some()) && status_now(dir).is_some())
     })?;
     if exited {
-        let text = fs::read_to_string(&log).unwrap_or_default();
         return Err(ClusterError::Invalid(format!(
             "the coordinator exited: {}",
-            text.lines().last().unwrap_or("no message (see its log)")
+            last_line(&log)
         )));
     }
     if !options.agents {
         return Ok(());
     }
     let file = dir.load()?;
+    let mut started = Vec::new();
     for (list, spare) in [(nodes, false), (spares, true)] {
         for name in list.iter().filter(|n| running(&dir.node(n)).is_none()) {
             let node_dir = dir.node(name);
             fs::create_dir_all(&node_dir).map_err(eckpt_cluster_api::io_at(&node_dir))?;
             let command = agent_command(exe, &file, dir, name, spare, None)?;
-            spawn_detached(command, &ClusterDir::log_file(&node_dir))?;
+            let log = ClusterDir::log_file(&node_dir);
+            started.push(Started {
+                name: name.clone(),
+                child: spawn_detached(command, &log)?,
+                log,
+            });
         }
     }
     let all: Vec<String> = nodes.iter().chain(spares).cloned().collect();
-    wait_alive(dir, &file, &all)
+    wait_alive(dir, &file, &all, &mut started)
 }
 
 /// `eckpt join`: starts an agent named `name` (a new spare, or a node coming back). Refused
@@ -556,10 +613,15 @@ pub fn join(
         ensure_namespace(&dir, file.netns.as_ref().expect("netns"), name)?;
     }
     let command = agent_command(exe, &file, &dir, name, spare, domain)?;
-    let mut agent = spawn_detached(command, &ClusterDir::log_file(&node_dir))?;
-    wait_alive(&dir, &file, &[name.to_string()]).inspect_err(|_| {
-        let _ = agent.kill();
-        let _ = agent.wait();
+    let log = ClusterDir::log_file(&node_dir);
+    let mut started = [Started {
+        name: name.to_string(),
+        child: spawn_detached(command, &log)?,
+        log,
+    }];
+    wait_alive(&dir, &file, &[name.to_string()], &mut started).inspect_err(|_| {
+        let _ = started[0].child.kill();
+        let _ = started[0].child.wait();
     })
 }
 
@@ -633,38 +695,40 @@ pub struct Purged {
 /// could not delete, one line each.
 pub fn down(dir: &Path, purge: bool) -> Result<Vec<String>, ClusterError> {
     let purge = if purge { Purge::Everything } else { Purge::Nothing };
-    Ok(stop(dir, purge)?.kept)
+    Ok(stop(dir, purge, None)?.kept)
 }
 
-/// [`down`], deleting what `purge` says.
-pub fn stop(dir: &Path, purge: Purge) -> Result<Purged, ClusterError> {
+/// [`down`], deleting what `purge` says. `by_run`: the job generation of the `eckpt run`
+/// that started the cluster and stops it (0: it never held the lease); the coordinator
+/// refuses it while another generation holds the job, and then nothing is stopped or
+/// deleted here either: the refusal is the error (`Fenced`).
+pub fn stop(dir: &Path, purge: Purge, by_run: Option<u64>) -> Result<Purged, ClusterError> {
     let dir = ClusterDir::new(dir)?;
-    let file = dir.load()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ClusterError::Internal(format!("starting a runtime: {e}")))?;
-    let request = if purge == Purge::Nothing {
-        CoordRequest::Shutdown
-    } else {
-        CoordRequest::Purge
+    let (file, mut out) = match dir.load() {
+        Ok(file) => (Some(file), Purged::default()),
+        // Unreadable (damaged, truncated): the processes it started are still found and
+        // stopped, by their pid files and the locks they hold.
+        Err(_) if fs::symlink_metadata(dir.cluster_file()).is_ok() => {
+            let why = format!(
+                "{} is unreadable: the cluster's processes are stopped by their pid files and locks",
+                dir.cluster_file().display()
+            );
+            let out = Purged {
+                kept: vec![why],
+                ..Purged::default()
+            };
+            (None, out)
+        }
+        Err(e) => return Err(e),
     };
-    let answer = rt.block_on(async {
-        tokio::time::timeout(
-            Duration::from_secs(30),
-            commands::coordinator_call(&dir, &request, |_| {}),
-        )
-        .await
-    });
-    let purged = match answer {
-        Ok(Ok(CoordResponse::Purged(nodes))) => nodes,
-        _ => Vec::new(),
+    let purged = match &file {
+        Some(_) => ask_to_stop(&dir, purge, by_run)?,
+        None => {
+            interrupt(&daemons(&dir));
+            Vec::new()
+        }
     };
-    let mut processes = vec![dir.coordinator()];
-    if let Ok(entries) = fs::read_dir(dir.root().join("nodes")) {
-        processes.extend(entries.flatten().map(|e| e.path()));
-    }
-    let pids: Vec<u32> = processes.iter().filter_map(|p| running(p)).collect();
+    let pids = daemons(&dir);
     let _ = wait_until(Duration::from_secs(5), "processes to exit", || {
         pids.iter().all(|&p| !pid_alive(p))
     });
@@ -672,14 +736,7 @@ pub fn stop(dir: &Path, purge: Purge) -> Result<Purged, ClusterError> {
         // SAFETY: kill(2) of a process we verified runs eckpt.
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     }
-    if let Some(net) = &file.netns {
-        let network = Network::for_dir(dir.root());
-        for name in net.nodes.keys() {
-            network.remove_node(name);
-        }
-        network.remove_bridge();
-    }
-    let mut out = Purged::default();
+    remove_network(&dir, file.as_ref());
     for node in &purged {
         if let Ok(dirs) = &node.result {
             out.removed.extend(dirs.iter().cloned());
@@ -690,9 +747,101 @@ pub fn stop(dir: &Path, purge: Purge) -> Result<Purged, ClusterError> {
     }
     purge_node_stores(&dir, &purged, purge == Purge::NodeStores, &mut out);
     if purge == Purge::Everything {
-        purge_cluster_dir(&dir, &mut out)?;
+        if let Some(why) = purge_cluster_dir(&dir, &mut out)? {
+            out.kept.push(format!("kept {}: {why}", dir.root().display()));
+        }
     }
     Ok(out)
+}
+
+/// Asks the coordinator to stop the cluster (and its agents to purge, unless `purge` is
+/// nothing); what the agents deleted. A refusal of this run's (`by_run`) is returned;
+/// a coordinator that does not answer leaves the stopping to the signals.
+fn ask_to_stop(dir: &ClusterDir, purge: Purge, by_run: Option<u64>) -> Result<Vec<NodePurge>, ClusterError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Internal(format!("starting a runtime: {e}")))?;
+    let request = if purge == Purge::Nothing {
+        CoordRequest::Shutdown { by_run }
+    } else {
+        CoordRequest::Purge { by_run }
+    };
+    let answer = rt.block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            commands::coordinator_call(dir, &request, |_| {}),
+        )
+        .await
+    });
+    Ok(match answer {
+        Ok(Ok(CoordResponse::Purged(nodes))) => nodes,
+        Ok(Err(refused)) if refused.kind() == eckpt_cluster_api::ErrorKind::Fenced => return Err(refused),
+        _ => Vec::new(),
+    })
+}
+
+/// The live daemons of the cluster on this host: each process directory's recorded pid
+/// ([`running`]) and the holders of the coordinator's lock and of the agents' stores'
+/// (an agent that has not registered has no pid file yet).
+fn daemons(dir: &ClusterDir) -> Vec<u32> {
+    let mut locks = vec![dir.coordinator().join("lock")];
+    let mut processes = vec![dir.coordinator()];
+    if let Ok(entries) = fs::read_dir(dir.root().join("nodes")) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            locks.push(dir.store(&name).join("agent.lock"));
+            processes.push(entry.path());
+        }
+    }
+    if let Ok(journal) = Journal::load(&dir.journal()) {
+        let stores = journal.nodes.values().filter_map(|e| e.info.as_ref());
+        locks.extend(stores.map(|info| info.store.join("agent.lock")));
+    }
+    let mut pids: Vec<u32> = processes.iter().filter_map(|p| running(p)).collect();
+    pids.extend(
+        locks
+            .iter()
+            .filter_map(|l| crate::owner_lock::OwnerLock::holder(l)),
+    );
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// Asks `pids` to stop as Ctrl-C does (the daemons shut down on it).
+fn interrupt(pids: &[u32]) {
+    for &pid in pids {
+        // SAFETY: kill(2) of a daemon of the cluster found by [`daemons`].
+        unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    }
+}
+
+/// Removes the cluster's network namespaces and bridge: those `cluster.json` records, or,
+/// when it is unreadable, those named after the cluster's nodes that exist.
+fn remove_network(dir: &ClusterDir, file: Option<&ClusterFile>) {
+    let network = Network::for_dir(dir.root());
+    let names: Vec<String> = match file {
+        Some(file) => match &file.netns {
+            Some(net) => net.nodes.keys().cloned().collect(),
+            None => return,
+        },
+        None => fs::read_dir(dir.root().join("nodes"))
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|name| Path::new("/run/netns").join(network.namespace(name)).exists())
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    for name in &names {
+        network.remove_node(name);
+    }
+    if file.is_some() || Path::new("/sys/class/net").join(network.bridge()).exists() {
+        network.remove_bridge();
+    }
 }
 
 /// Deletes the node-local data of every node whose agent did not (it was down): directly
@@ -716,14 +865,19 @@ pub(crate) fn purge_node_stores(
     };
     let here = eckpt_cluster_api::net::host_name();
     for (name, entry) in &journal.nodes {
+        let Some(info) = &entry.info else { continue };
+        let host = info.host.split('/').next().unwrap_or_default();
         if purged.iter().any(|p| &p.node == name && p.result.is_ok()) {
+            // Its agent deleted what eckpt made; what is left there is someone's (inside
+            // the cluster directory, its deletion says so).
+            if host == here && !info.store.starts_with(dir.root()) {
+                report_left(&info.store, out);
+            }
             continue;
         }
-        let Some(info) = &entry.info else { continue };
         if (!inside && info.store.starts_with(dir.root())) || fs::symlink_metadata(&info.store).is_err() {
             continue;
         }
-        let host = info.host.split('/').next().unwrap_or_default();
         let result = if host != here {
             Err(format!("it is on host {host}, whose agent is down"))
         } else {
@@ -735,6 +889,7 @@ pub(crate) fn purge_node_stores(
                 out.kept.extend(
                     store
                         .kept
+                        .into_iter()
                         .map(|(path, why)| format!("kept {}: {why}", path.display())),
                 );
             }
@@ -746,37 +901,40 @@ pub(crate) fn purge_node_stores(
     }
 }
 
-/// Deletes the entries eckpt created in the cluster directory, then the directory unless
-/// something else is in it. What stays goes to `out.kept`, one line.
-pub(crate) fn purge_cluster_dir(dir: &ClusterDir, out: &mut Purged) -> Result<(), ClusterError> {
-    let root = dir.root();
-    let mut others = Vec::new();
-    for entry in fs::read_dir(root)
-        .map_err(eckpt_cluster_api::io_at(root))?
-        .flatten()
-    {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let path = entry.path();
-        if !is_created_entry(&name) {
-            others.push(name);
-            continue;
-        } else if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            fs::remove_dir_all(&path).map_err(eckpt_cluster_api::io_at(&path))?;
-        } else {
-            fs::remove_file(&path).map_err(eckpt_cluster_api::io_at(&path))?;
+/// One line in `out.kept` for each of a purged store and its parity directory that is
+/// still there: what its agent left, files eckpt did not create.
+fn report_left(store: &Path, out: &mut Purged) {
+    for dir in [ClusterDir::coded_beside(store), store.to_path_buf()] {
+        let left: Vec<PathBuf> = fs::read_dir(&dir)
+            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        if !left.is_empty() {
+            out.kept.push(format!(
+                "kept {}: it holds files eckpt did not create ({})",
+                dir.display(),
+                crate::created::listing(&dir, &left)
+            ));
         }
-        out.removed.push(path);
     }
-    if others.is_empty() {
-        fs::remove_dir(root).map_err(eckpt_cluster_api::io_at(root))?;
+}
+
+/// Deletes the entries eckpt created in the cluster directory (each one's own entries only,
+/// [`crate::created::cluster_entry`]), then the directory unless something else is in it.
+/// Why it stays, if it does.
+pub(crate) fn purge_cluster_dir(dir: &ClusterDir, out: &mut Purged) -> Result<Option<String>, ClusterError> {
+    let root = dir.root();
+    if fs::symlink_metadata(root).is_err() {
+        return Ok(None);
+    }
+    let mut removal = crate::created::Removal::default();
+    let gone = crate::created::remove_made(root, crate::created::cluster_entry, &mut removal)?;
+    out.removed.append(&mut removal.removed);
+    if gone {
         out.removed.push(root.to_path_buf());
-        return Ok(());
+        return Ok(None);
     }
-    others.sort();
-    out.kept.push(format!(
-        "kept {}: it holds files eckpt did not create ({})",
-        root.display(),
-        others.join(", ")
-    ));
-    Ok(())
+    Ok(Some(format!(
+        "it holds files eckpt did not create ({})",
+        crate::created::listing(root, &removal.foreign)
+    )))
 }

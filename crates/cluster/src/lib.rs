@@ -8,7 +8,8 @@
 //!   the stripe blobs written as they are encoded) and its parity.
 //! - [`agent`], [`coordinator`]: the two processes.
 //! - [`launch`], [`netns`]: `eckpt up/down/join/kill-node` and emulated hosts.
-//! - [`clean`]: `eckpt clean`, what a failed or killed job left (only what eckpt made).
+//! - [`clean`]: `eckpt clean`, what a failed or killed job left (only what eckpt made,
+//!   known by name: `created`).
 //! - [`debug`]: pause points for fault-injection tests.
 //! - [`crash_only`]: a panic aborts a daemon; [`owner_lock`]: one daemon per directory.
 
@@ -21,6 +22,7 @@ mod chunk_io;
 pub mod clean;
 pub mod coordinator;
 pub mod crash_only;
+mod created;
 pub mod debug;
 pub mod launch;
 pub mod netns;

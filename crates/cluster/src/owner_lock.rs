@@ -57,6 +57,32 @@ impl OwnerLock {
         );
         Ok(OwnerLock { _file: file })
     }
+
+    /// The process on this host holding the lock at `path`, if one does: the pid its
+    /// holder wrote there, believed only while the lock is held — a pid file outlives its
+    /// process and the pid may be reused, a lock dies with its holder. How `down` finds the
+    /// daemons of a cluster whose `cluster.json` is unreadable, and agents that hold their
+    /// store but have not registered (no pid file yet).
+    pub fn holder(path: &Path) -> Option<u32> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .ok()?;
+        // SAFETY: flock on a descriptor we own. A shared lock is refused while an
+        // exclusive one is held; taken, it is let go at once.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0 {
+            // SAFETY: as above.
+            unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+            return None;
+        }
+        let text = std::fs::read_to_string(path).ok()?;
+        let (pid, host) = text.trim().strip_prefix("pid ")?.split_once(" on ")?;
+        (host == eckpt_cluster_api::net::host_name())
+            .then(|| pid.parse().ok())
+            .flatten()
+    }
 }
 
 #[cfg(test)]
@@ -74,7 +100,14 @@ mod tests {
             e.to_string().contains(&format!("pid {}", std::process::id())),
             "{e}"
         );
+        assert_eq!(OwnerLock::holder(&path), Some(std::process::id()));
         drop(first);
+        assert_eq!(
+            OwnerLock::holder(&path),
+            None,
+            "the pid it names is no holder now"
+        );
         OwnerLock::take(&path, "agent").unwrap();
+        assert_eq!(OwnerLock::holder(&tmp.path().join("none")), None);
     }
 }

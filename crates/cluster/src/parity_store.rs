@@ -57,6 +57,14 @@ pub struct ParityStore {
 }
 
 impl ParityStore {
+    /// Whether `name` is an entry a parity store makes in its directory (an object,
+    /// committed or prepared, or a decode's scratch): what a purge deletes there.
+    pub fn is_entry(name: &str) -> bool {
+        ["obj-", "prepared-", "rebuild-", "tmp-"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+    }
+
     /// Opens (creating) the directory and removes what interrupted decodes left.
     pub fn open(dir: &Path) -> Result<ParityStore, ClusterError> {
         fs::create_dir_all(dir).map_err(io_at(dir))?;

@@ -9,14 +9,18 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{FlushError, Result};
+use crate::job::FlushedJob;
 use crate::names::item_file_name;
 
 /// The manifest's file name inside an epoch directory.
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// Value of the `format` field.
 pub const FORMAT: &str = "eckpt-flush";
-/// Format version written and the only one read.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version written: 2 names the epoch's job ([`FlushedJob`]).
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version read: 1, which records no job (restored only when told, see
+/// [`crate::JobFilter`]).
+const OLDEST_VERSION: u32 = 1;
 /// Largest manifest accepted, so a bogus file cannot exhaust memory.
 pub const MAX_MANIFEST_BYTES: u64 = 1 << 30;
 /// Most ranks a job may have.
@@ -38,6 +42,9 @@ pub struct Manifest {
     pub epoch: u64,
     /// Ranks of the job: `ranks` holds each of `0 … world-1` exactly once.
     pub world: u32,
+    /// The job the epoch belongs to: always there from version 2, never in version 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<FlushedJob>,
     /// Bytes each `crc32c` entry covers (the last block of an item may be short).
     pub block_size: u64,
     /// One entry per rank, ascending.
@@ -87,14 +94,21 @@ impl ItemEntry {
 }
 
 impl Manifest {
-    /// A sealed manifest of `epoch` of a job of `world` ranks (`ranks` in any order).
-    pub fn new(epoch: u64, world: u32, block_size: u64, mut ranks: Vec<RankEntry>) -> Result<Manifest> {
+    /// A sealed manifest of `epoch` of `job`, of `world` ranks (`ranks` in any order).
+    pub fn new(
+        epoch: u64,
+        world: u32,
+        block_size: u64,
+        job: FlushedJob,
+        mut ranks: Vec<RankEntry>,
+    ) -> Result<Manifest> {
         ranks.sort_by_key(|r| r.rank);
         let mut manifest = Manifest {
             format: FORMAT.into(),
             version: FORMAT_VERSION,
             epoch,
             world,
+            job: Some(job),
             block_size,
             ranks,
             checksum: String::new(),
@@ -104,6 +118,15 @@ impl Manifest {
             .validate()
             .map_err(|why| FlushError::Invalid(format!("epoch {epoch} cannot be flushed: {why}")))?;
         Ok(manifest)
+    }
+
+    /// The manifest as format version 1 wrote it (no job), sealed: what an older eckpt left.
+    #[cfg(test)]
+    pub(crate) fn into_version_1(mut self) -> Manifest {
+        self.version = OLDEST_VERSION;
+        self.job = None;
+        self.checksum = format!("{:08x}", self.content_crc());
+        self
     }
 
     /// CRC-32C of the compact JSON with `checksum` empty.
@@ -169,11 +192,17 @@ impl Manifest {
         if self.format != FORMAT {
             return Err(format!("format is {:?}, expected {FORMAT:?}", self.format));
         }
-        if self.version != FORMAT_VERSION {
+        if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&self.version) {
             return Err(format!(
-                "format version {} is not supported (this eckpt reads {FORMAT_VERSION})",
+                "format version {} is not supported (this eckpt reads {OLDEST_VERSION} to {FORMAT_VERSION})",
                 self.version
             ));
+        }
+        match (&self.job, self.version) {
+            (None, OLDEST_VERSION) => {}
+            (Some(job), FORMAT_VERSION) => job.validate().map_err(|why| format!("job: {why}"))?,
+            (Some(_), _) => return Err(format!("format version {} records no job", self.version)),
+            (None, _) => return Err(format!("format version {} names the epoch's job", self.version)),
         }
         if self.epoch == 0 {
             return Err("epoch 0 (epochs start at 1)".into());
@@ -246,6 +275,16 @@ mod tests {
         }
     }
 
+    fn job() -> FlushedJob {
+        FlushedJob {
+            id: Some("j1".into()),
+            command: Some("./app".into()),
+            nodes: 4,
+            k: 2,
+            m: 1,
+        }
+    }
+
     fn sample() -> Manifest {
         let ranks = vec![
             RankEntry {
@@ -257,7 +296,7 @@ mod tests {
                 items: vec![item("mem/a", 33), item("eckpt/meta", 0)],
             },
         ];
-        Manifest::new(7, 2, 16, ranks).unwrap()
+        Manifest::new(7, 2, 16, job(), ranks).unwrap()
     }
 
     fn reparse(m: &Manifest) -> Result<Manifest> {
@@ -277,6 +316,16 @@ mod tests {
         assert_eq!(m.rank(0).unwrap().items[0].block_crc(2), 0xdeadbeef);
         assert!(m.rank(2).is_none());
         assert_eq!(m.total_bytes(), 73);
+    }
+
+    /// A manifest as format version 1 wrote it (no job), byte for byte: still read.
+    #[test]
+    fn version_1_manifests_are_read() {
+        let v1 = sample().into_version_1();
+        let json = String::from_utf8(v1.to_json()).unwrap();
+        assert!(!json.contains("\"job\""), "{json}");
+        let back = reparse(&v1).unwrap();
+        assert_eq!((back.version, back.job), (1, None));
     }
 
     #[test]
@@ -305,8 +354,20 @@ mod tests {
         m.ranks[1].items[0].len = 100;
         assert!(resealed(m).unwrap_err().to_string().contains("cover"));
         let mut m = sample();
-        m.version = 2;
-        assert!(resealed(m).unwrap_err().to_string().contains("version 2"));
+        m.version = 3;
+        assert!(resealed(m).unwrap_err().to_string().contains("version 3"));
+        let mut m = sample();
+        m.job = None;
+        assert!(resealed(m)
+            .unwrap_err()
+            .to_string()
+            .contains("names the epoch's job"));
+        let mut m = sample();
+        m.version = 1;
+        assert!(resealed(m).unwrap_err().to_string().contains("records no job"));
+        let mut m = sample();
+        m.job.as_mut().unwrap().id = Some(String::new());
+        assert!(resealed(m).unwrap_err().to_string().contains("job id"));
         let mut m = sample();
         m.block_size = 0;
         assert!(resealed(m).is_err());

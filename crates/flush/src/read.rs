@@ -11,6 +11,24 @@ use crate::dir::rank_dir_name;
 use crate::error::{io_at, FlushError, Result};
 use crate::manifest::{ItemEntry, Manifest, MANIFEST_FILE, MAX_MANIFEST_BYTES};
 
+/// The manifest of epoch directory `dir`, checked, and describing epoch `epoch`.
+pub(crate) fn read_manifest(dir: &Path, epoch: u64) -> Result<Manifest> {
+    let path = dir.join(MANIFEST_FILE);
+    let file = File::open(&path).map_err(io_at(&path))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_at(&path))?;
+    let manifest = Manifest::parse(&bytes, &path)?;
+    if manifest.epoch != epoch {
+        return Err(FlushError::Manifest {
+            path,
+            why: format!("it describes epoch {}, not {epoch}", manifest.epoch),
+        });
+    }
+    Ok(manifest)
+}
+
 /// A published flushed epoch, its manifest checked and its files present.
 #[derive(Debug, Clone)]
 pub struct FlushedEpoch {
@@ -20,19 +38,7 @@ pub struct FlushedEpoch {
 
 impl FlushedEpoch {
     pub(crate) fn open(dir: PathBuf, epoch: u64) -> Result<FlushedEpoch> {
-        let path = dir.join(MANIFEST_FILE);
-        let file = File::open(&path).map_err(io_at(&path))?;
-        let mut bytes = Vec::new();
-        file.take(MAX_MANIFEST_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(io_at(&path))?;
-        let manifest = Manifest::parse(&bytes, &path)?;
-        if manifest.epoch != epoch {
-            return Err(FlushError::Manifest {
-                path,
-                why: format!("it describes epoch {}, not {epoch}", manifest.epoch),
-            });
-        }
+        let manifest = read_manifest(&dir, epoch)?;
         let flushed = FlushedEpoch { dir, manifest };
         for rank in &flushed.manifest.ranks {
             for item in &rank.items {

@@ -5,7 +5,9 @@
 use std::io::Cursor;
 use std::path::Path;
 
-use eckpt_flush::{item_file_name, FlushDir, Manifest, Pacer, RankWriter, BLOCK_SIZE, MANIFEST_FILE};
+use eckpt_flush::{
+    item_file_name, FlushDir, FlushedJob, Manifest, Pacer, RankWriter, BLOCK_SIZE, MANIFEST_FILE, MARK_FILE,
+};
 
 fn bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -29,6 +31,17 @@ fn image(rank: u32, epoch: u64) -> Vec<(String, Vec<u8>)> {
     ]
 }
 
+/// The job the tests' epochs belong to.
+fn job() -> FlushedJob {
+    FlushedJob {
+        id: Some("job-1".into()),
+        command: Some("./app".into()),
+        nodes: 3,
+        k: 2,
+        m: 1,
+    }
+}
+
 /// Flushes `world` ranks of `epoch` into `dir` and publishes them.
 fn flush(dir: &FlushDir, epoch: u64, world: u32) {
     let staging = dir.stage(epoch).unwrap();
@@ -42,7 +55,7 @@ fn flush(dir: &FlushDir, epoch: u64, world: u32) {
         }
         ranks.push(w.finish().unwrap());
     }
-    let manifest = Manifest::new(epoch, world, BLOCK_SIZE, ranks).unwrap();
+    let manifest = Manifest::new(epoch, world, BLOCK_SIZE, job(), ranks).unwrap();
     staging.publish(&manifest).unwrap();
 }
 
@@ -148,7 +161,7 @@ fn an_interrupted_flush_publishes_nothing_and_the_next_one_clears_it() {
     let (newest, skipped) = dir.newest().unwrap();
     assert_eq!((newest.epoch(), skipped.len()), (2, 0));
     // A manifest that lacks a rank cannot even be made: nothing incomplete is published.
-    assert!(Manifest::new(3, 2, BLOCK_SIZE, vec![w.finish().unwrap()]).is_err());
+    assert!(Manifest::new(3, 2, BLOCK_SIZE, job(), vec![w.finish().unwrap()]).is_err());
     flush(&dir, 5, 2);
     assert!(!leftover.exists(), "the next flush removed the interrupted one");
     assert_eq!(dir.epochs().unwrap(), vec![2, 5]);
@@ -194,4 +207,95 @@ fn retention_keeps_the_newest_and_newest_skips_damaged_epochs() {
         .unwrap_err()
         .to_string()
         .contains("no complete flushed epoch"));
+}
+
+/// Every entry name under `root`, sorted.
+fn listing(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_directory_holding_someone_elses_files_is_refused_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("flush");
+    for d in ["tmp-results", "trash-can", "mydata"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+        std::fs::write(root.join(d).join("x"), d).unwrap();
+    }
+    let dir = FlushDir::new(&root);
+    let e = dir.stage(1).unwrap_err().to_string();
+    assert!(
+        e.contains("is not empty and is not an eckpt flush directory (it has ") && e.contains("mydata"),
+        "{e}"
+    );
+    assert_eq!(listing(&root), ["mydata", "tmp-results", "trash-can"]);
+    // A file under the mark's name that is not eckpt's mark is not taken either.
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join(MARK_FILE), "mine\n").unwrap();
+    let e = FlushDir::new(&other).claim().unwrap_err().to_string();
+    assert!(e.contains("is not eckpt's mark"), "{e}");
+    assert_eq!(std::fs::read_to_string(other.join(MARK_FILE)).unwrap(), "mine\n");
+}
+
+#[test]
+fn in_its_own_directory_eckpt_lists_retires_and_deletes_only_entries_of_its_naming() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("flush");
+    let dir = FlushDir::new(&root);
+    flush(&dir, 1, 1);
+    assert!(root.join(MARK_FILE).is_file(), "a new directory is marked");
+    // The user puts things of their own there, some with names close to eckpt's.
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("keep"), "k").unwrap();
+    let theirs = [
+        "tmp-results/a",
+        "trash-can/b",
+        "epoch-90/model.pt",
+        "tmp-3-x/c",
+        "trash-epoch-1-7/d",
+        "epoch-007/e",
+    ];
+    for path in theirs {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "theirs").unwrap();
+    }
+    std::fs::create_dir(root.join("epoch-7")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, root.join("trash-epoch-1-1-2-3")).unwrap();
+    assert_eq!(
+        dir.epochs().unwrap(),
+        vec![1],
+        "epoch-90 and epoch-7 hold no manifest of eckpt's"
+    );
+    // A flush clears eckpt's leftovers only, and retention retires the older of eckpt's
+    // own epochs — not the new one as "older than 90".
+    flush(&dir, 2, 1);
+    assert_eq!(dir.retire(1).unwrap(), vec![1]);
+    dir.purge_trash().unwrap();
+    assert_eq!(dir.epochs().unwrap(), vec![2]);
+    assert_eq!(dir.newest().unwrap().0.epoch(), 2);
+    for path in theirs {
+        assert_eq!(
+            std::fs::read_to_string(root.join(path)).unwrap(),
+            "theirs",
+            "{path}"
+        );
+    }
+    assert!(root.join("epoch-7").is_dir());
+    assert!(elsewhere.join("keep").is_file(), "a link is never followed");
+    assert!(root.join("trash-epoch-1-1-2-3").exists());
+    // A directory of eckpt's naming that holds no epoch of eckpt's blocks that epoch's
+    // flush, in one line, and stays.
+    let e = dir.stage(7).unwrap_err().to_string();
+    assert!(e.contains("epoch-7 exists and is not a flushed epoch"), "{e}");
+    assert!(root.join("epoch-7").is_dir());
+    // Taken again (a restarted cluster): the mark says it is eckpt's.
+    dir.claim().unwrap();
 }

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use eckpt_cluster::parity_store::ParityStore;
 use eckpt_coding::ObjectId;
-use eckpt_flush::{ItemEntry, Manifest};
+use eckpt_flush::{FlushedJob, ItemEntry, Manifest};
 use eckpt_model::{predict, Machine, Scenario};
 use eckpt_report::predictions::Costs;
 
@@ -44,7 +44,15 @@ pub fn flush_manifest(data: &[u8]) {
         exercise_flush_manifest(&manifest);
     }
     if let Ok(raw) = serde_json::from_slice::<Manifest>(data) {
-        if let Ok(resealed) = Manifest::new(raw.epoch, raw.world, raw.block_size, raw.ranks) {
+        // A version 1 manifest (no job) is resealed as the job of ranks started by hand.
+        let job = raw.job.unwrap_or(FlushedJob {
+            id: None,
+            command: None,
+            nodes: 3,
+            k: 2,
+            m: 1,
+        });
+        if let Ok(resealed) = Manifest::new(raw.epoch, raw.world, raw.block_size, job, raw.ranks) {
             exercise_flush_manifest(&resealed);
         }
     }

@@ -15,10 +15,21 @@
 //!   group and others are taken away (`fchmod` 0700): nobody else could have written in it,
 //!   so what it holds is the owner's.
 //!
+//! - every directory above it must be one only root or this user can change: owned by one
+//!   of them, and not writable by group or others unless sticky (OpenSSH's `StrictModes`).
+//!   Whoever may write into a parent may rename the checked directory away and put one of
+//!   their own in its place, after the check, and the daemon would go on writing the job's
+//!   epochs into theirs. Both the path as given (symbolic links included, each owned by
+//!   root or this user) and the path it resolves to are walked ([`check_ancestors`]).
+//!
 //! Anything else is refused with an error that names the directory and what is wrong.
 //! After `ensure` succeeds, paths below the directory are safe to use by name: in a
 //! sticky directory such as `/tmp` only its owner may rename or delete it, and nobody else
 //! may create entries inside it.
+//!
+//! [`ensure_untouched`] is `ensure` for a directory that only holds directories eckpt
+//! creates owner-only (an agent's `--store`): an existing one is checked the same way but
+//! never changed, its mode being its owner's choice.
 
 #![warn(missing_docs)]
 
@@ -82,6 +93,27 @@ pub fn euid() -> u32 {
 /// Creates `path` owner-only (and any missing parents), or adopts an existing directory
 /// after checking it (see the crate documentation). Returns whether it was created.
 pub fn ensure(path: &Path) -> Result<bool, PrivateDirError> {
+    ensure_with(path, Tighten::Yes)
+}
+
+/// [`ensure`] that never changes an existing directory: it is refused when others could
+/// write into it, and group and others keep whatever read and search bits its owner gave
+/// it. For a directory whose entries are all directories eckpt creates owner-only. Returns
+/// whether it was created.
+pub fn ensure_untouched(path: &Path) -> Result<bool, PrivateDirError> {
+    ensure_with(path, Tighten::No)
+}
+
+/// Whether an adopted directory readable by group or others is made owner-only.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tighten {
+    Yes,
+    No,
+}
+
+fn ensure_with(path: &Path, tighten: Tighten) -> Result<bool, PrivateDirError> {
+    // Before anything is created below them.
+    check_ancestors(path, euid())?;
     let created = match std::fs::DirBuilder::new().mode(0o700).create(path) {
         Ok(()) => true,
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
@@ -95,18 +127,78 @@ pub fn ensure(path: &Path) -> Result<bool, PrivateDirError> {
         }
         Err(e) => return Err(io_at(path)(e)),
     };
-    check(path)?;
+    check_dir(path, tighten)?;
     Ok(created)
 }
 
 /// Checks an existing directory as [`ensure`] does, taking group and others' read and
 /// search bits away.
 pub fn check(path: &Path) -> Result<(), PrivateDirError> {
+    check_ancestors(path, euid())?;
+    check_dir(path, Tighten::Yes)
+}
+
+fn check_dir(path: &Path, tighten: Tighten) -> Result<(), PrivateDirError> {
     let fd = open_dir(path)?;
-    let result = check_fd(path, fd);
+    let result = check_fd(path, fd, tighten);
     // SAFETY: `fd` is ours and open.
     unsafe { libc::close(fd) };
     result
+}
+
+/// Checks every directory above `path` (those that exist): owned by root or `owner`, and
+/// not writable by group or others unless sticky; a symbolic link on the way must be
+/// owned by root or `owner` too (only its owner may replace it in a sticky directory).
+/// Walks the path as given and the path its deepest existing ancestor resolves to, so a
+/// link to a place others control is refused as that place would be. Changes nothing.
+pub fn check_ancestors(path: &Path, owner: u32) -> Result<(), PrivateDirError> {
+    let absolute = std::path::absolute(path).map_err(io_at(path))?;
+    let Some(parent) = absolute.parent() else {
+        return Ok(());
+    };
+    check_chain(path, parent, owner)?;
+    let Some(existing) = parent.ancestors().find(|a| std::fs::symlink_metadata(a).is_ok()) else {
+        return Ok(());
+    };
+    let resolved = std::fs::canonicalize(existing).map_err(io_at(existing))?;
+    if resolved != existing {
+        check_chain(path, &resolved, owner)?;
+    }
+    Ok(())
+}
+
+/// [`check_ancestors`] of one chain: `dir` and every directory above it, as they are
+/// named (not followed).
+fn check_chain(path: &Path, dir: &Path, owner: u32) -> Result<(), PrivateDirError> {
+    use std::os::unix::fs::MetadataExt;
+    for ancestor in dir.ancestors() {
+        let meta = match std::fs::symlink_metadata(ancestor) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_at(ancestor)(e)),
+        };
+        if meta.uid() != 0 && meta.uid() != owner {
+            return Err(untrusted(
+                path,
+                format!(
+                    "{} above it is owned by user {}, not by root or user {owner} (its owner could swap what is below it)",
+                    ancestor.display(),
+                    meta.uid()
+                ),
+            ));
+        }
+        let mode = meta.mode() & 0o7777;
+        if !meta.file_type().is_symlink() && mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            return Err(untrusted(
+                path,
+                format!(
+                    "others can write into {} above it (mode {mode:04o}, not sticky: they could swap what is below it)",
+                    ancestor.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Who owns a directory [`check_removable`] found fit to delete from.
@@ -123,6 +215,7 @@ pub struct Owner {
 /// must be a directory, not a symbolic link, not writable by group or others, and owned by
 /// `owner` — by default this user; root (cleaning up after another user's job) may pass
 /// the job's user, or `None` to take the directory's owner, and then deletes [`as_owner`].
+/// The directories above it are checked as [`check_ancestors`] does, for that owner.
 /// Changes nothing. Returns the owner.
 pub fn check_removable(path: &Path, owner: Option<u32>) -> Result<Owner, PrivateDirError> {
     let fd = open_dir(path)?;
@@ -142,6 +235,7 @@ pub fn check_removable(path: &Path, owner: Option<u32>) -> Result<Owner, Private
                 format!("others can write into it (mode {mode:04o})"),
             ));
         }
+        check_ancestors(path, st.st_uid)?;
         Ok(Owner {
             uid: st.st_uid,
             gid: st.st_gid,
@@ -210,7 +304,7 @@ fn stat_fd(path: &Path, fd: libc::c_int) -> Result<libc::stat, PrivateDirError> 
     Ok(st)
 }
 
-fn check_fd(path: &Path, fd: libc::c_int) -> Result<(), PrivateDirError> {
+fn check_fd(path: &Path, fd: libc::c_int, tighten: Tighten) -> Result<(), PrivateDirError> {
     let st = stat_fd(path, fd)?;
     let me = euid();
     if st.st_uid != me {
@@ -226,7 +320,7 @@ fn check_fd(path: &Path, fd: libc::c_int) -> Result<(), PrivateDirError> {
             format!("others can write into it (mode {mode:04o}; it must be 0700)"),
         ));
     }
-    if mode & 0o077 != 0 {
+    if mode & 0o077 != 0 && tighten == Tighten::Yes {
         // SAFETY: `fd` is open; fchmod on our own directory.
         if unsafe { libc::fchmod(fd, 0o700) } != 0 {
             return Err(io_at(path)(std::io::Error::last_os_error()));
@@ -285,6 +379,71 @@ mod tests {
         let e = ensure(&open).unwrap_err().to_string();
         assert!(e.contains("others can write") && e.contains("0777"), "{e}");
         assert_eq!(mode(&open), 0o777, "a refused directory is left as it was");
+    }
+
+    #[test]
+    fn an_untouched_directory_keeps_its_mode_and_is_refused_when_others_can_write_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("scratch");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(!ensure_untouched(&dir).unwrap());
+        assert_eq!(mode(&dir), 0o755, "an adopted directory is not changed");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
+        let e = ensure_untouched(&dir).unwrap_err().to_string();
+        assert!(e.contains("others can write into it (mode 0775"), "{e}");
+        assert!(ensure_untouched(&tmp.path().join("new")).unwrap());
+        assert_eq!(mode(&tmp.path().join("new")), 0o700);
+    }
+
+    #[test]
+    fn a_parent_others_can_write_is_refused_unless_sticky() {
+        let tmp = tempfile::tempdir().unwrap();
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let store = open.join("a/store");
+        let e = ensure(&store).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!(
+                "others can write into {} above it (mode 0777, not sticky",
+                open.display()
+            )),
+            "{e}"
+        );
+        assert!(!open.join("a").exists(), "nothing is created under it");
+
+        // The same directory named through a link of this user's in a safe place.
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&open, &link).unwrap();
+        let e = ensure(&link.join("store")).unwrap_err().to_string();
+        assert!(
+            e.contains("others can write into") && e.contains("not sticky"),
+            "{e}"
+        );
+
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(ensure(&store).unwrap(), "a sticky parent is fine, as /tmp is");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(check(&store).is_err(), "an adopted one is checked the same way");
+        assert!(check_removable(&store, None).is_err());
+    }
+
+    #[test]
+    fn a_parent_another_user_owns_is_refused() {
+        if euid() != 0 {
+            return; // only root can make a directory owned by someone else
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let theirs = tmp.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let c = CString::new(theirs.as_os_str().as_bytes()).unwrap();
+        // SAFETY: chown of a directory this test created.
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+        let e = ensure(&theirs.join("store")).unwrap_err().to_string();
+        assert!(e.contains("is owned by user 65534, not by root or user 0"), "{e}");
+        check_ancestors(&theirs.join("store"), 65534).expect("fine for its owner");
     }
 
     #[test]

@@ -12,12 +12,16 @@ use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{procs, RunError};
 
 /// What the supervisor writes before closing the pipe when it stopped its ranks itself.
 const DONE: &[u8] = b"done\n";
+
+/// How long the guard goes on finding and killing the run's processes (it knows no
+/// cluster's deadlines: it reads only its pipe). Each pass takes a few milliseconds.
+const KILL_WITHIN: Duration = Duration::from_secs(1);
 
 /// A running guard, from the supervisor's side.
 pub struct Guard {
@@ -65,14 +69,5 @@ pub fn watch(run_id: &str) -> usize {
     if said == DONE {
         return 0;
     }
-    // A few passes: a process may fork while the first pass runs.
-    let mut killed = 0;
-    for _ in 0..3 {
-        for (pid, _) in procs::of_run(run_id) {
-            procs::kill(pid);
-            killed += 1;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    killed
+    procs::end_run(run_id, Instant::now() + KILL_WITHIN)
 }

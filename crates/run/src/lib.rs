@@ -119,6 +119,18 @@ pub enum RunError {
     /// Another supervisor took the job over (this one could not renew its lease in time).
     #[error("lost the job's lease: {0}; the ranks were stopped")]
     LeaseLost(String),
+    /// Another run took the job over: a newer generation runs it now.
+    #[error("superseded by generation {generation} of job {job} ({holder}), which took the job over when this run's lease (generation {ours}) was not renewed in time: this run's ranks were stopped, and the job and its cluster are left to it")]
+    Superseded {
+        /// The job's generation now.
+        generation: u64,
+        /// This run's last generation.
+        ours: u64,
+        /// The job's id.
+        job: String,
+        /// Who runs it now.
+        holder: String,
+    },
     /// A file.
     #[error("{path}: {source}")]
     Io {

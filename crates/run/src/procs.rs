@@ -74,6 +74,25 @@ pub fn of_run(run_id: &str) -> Vec<(i32, Option<u32>)> {
         .collect()
 }
 
+/// SIGKILLs every process of run `run_id` on this host (ranks, what they started, `mpirun`
+/// and its daemons), pass after pass — a process may fork while one runs — until none is
+/// left or `until`; how many it killed. A killed process whose parent has not reaped it
+/// shows no environment, so is not found again.
+pub fn end_run(run_id: &str, until: std::time::Instant) -> usize {
+    let mut killed = 0;
+    loop {
+        let found = of_run(run_id);
+        if found.is_empty() || std::time::Instant::now() > until {
+            return killed;
+        }
+        for (pid, _) in found {
+            kill(pid);
+            killed += 1;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Ranks of launch `launch` that have a process on this host now.
 pub fn running_ranks(launch: &str) -> std::collections::BTreeSet<u32> {
     of_launch(launch)

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use eckpt_cluster::launch::{self, Purge, UpOptions};
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, FlushRestore};
+use eckpt_cluster_api::ErrorKind;
 
 use crate::placement::{self, Slots};
 use crate::slurm::Allocation;
@@ -222,11 +223,14 @@ impl Session {
     /// eckpt made) while the cluster directory stays; anything else stays for a resume.
     /// `keep` keeps the cluster running and its stores (an srun step's agents end with the
     /// Slurm job: then only the stores stay). A cluster the run did not start is left as it
-    /// is.
+    /// is, and so is one another run took the job of: the coordinator refuses the stop of
+    /// `generation` (this run's last, 0 if it never held the lease) while another generation
+    /// holds the job, and leaves the cluster to its idle rule.
     pub fn close(
         mut self,
         keep: bool,
         outcome: &Outcome,
+        generation: u64,
         note: &mut dyn FnMut(String),
     ) -> Result<(), RunError> {
         if !self.started {
@@ -252,7 +256,13 @@ impl Session {
         } else {
             Purge::Nothing
         };
-        let purged = launch::stop(self.dir.root(), purge)?;
+        let purged = match launch::stop(self.dir.root(), purge, Some(generation)) {
+            Err(refused) if refused.kind() == ErrorKind::Fenced => {
+                note(format!("the cluster in {root} keeps running: {refused}"));
+                return Ok(());
+            }
+            other => other?,
+        };
         for kept in purged.kept {
             note(kept);
         }

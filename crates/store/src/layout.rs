@@ -33,6 +33,12 @@ pub(crate) fn rank_dir(root: &Path, rank: u32) -> PathBuf {
     root.join(format!("{RANK_PREFIX}{rank}"))
 }
 
+/// Whether `name` is an entry the store makes in its root (a rank's directory, or one on
+/// its way to deletion): what a purge of a node's store deletes there, and nothing else.
+pub fn is_root_entry(name: &str) -> bool {
+    parse_rank_dir(name).is_some() || name.starts_with(TRASH_PREFIX)
+}
+
 /// Rank of a directory named by [`rank_dir`].
 pub(crate) fn parse_rank_dir(name: &str) -> Option<u32> {
     let digits = name.strip_prefix(RANK_PREFIX)?;

@@ -78,7 +78,7 @@ pub use read::ItemReader;
 pub use write::{EpochSizes, EpochWriter, PreparedEpoch};
 
 use error::io_at;
-pub use layout::{Pin, RankClaim};
+pub use layout::{is_root_entry, Pin, RankClaim};
 
 use layout::{parse_rank_dir, rank_dir, scan_rank, RankLock};
 use read::{locate, Chain};

@@ -83,8 +83,9 @@ impl CodingArgs {
 #[derive(clap::Args, Clone)]
 pub struct FlushArgs {
     /// Flush committed epochs to this directory on storage every node sees (a parallel
-    /// file system); a new cluster whose flush directory holds flushed epochs resumes the
-    /// newest (new clusters only).
+    /// file system): new, empty, or eckpt's (a non-empty directory without eckpt's mark is
+    /// refused). A new cluster whose flush directory holds its job's flushed epochs resumes
+    /// the newest (new clusters only).
     #[arg(long)]
     flush_dir: Option<PathBuf>,
     /// Flush when at least N epochs committed since the last flush (1: every epoch; 0: only
@@ -98,6 +99,11 @@ pub struct FlushArgs {
     /// Flushed epochs kept (older ones are deleted once a newer one is published).
     #[arg(long, default_value_t = 2, requires = "flush_dir")]
     flush_keep: usize,
+    /// Let the job restore, and continue, the flushed state of job JOB (new clusters only):
+    /// without it a flush directory whose newest epoch is another job's is refused. `-`: an
+    /// epoch that records no job id (ranks started outside `eckpt run`, or an older eckpt's).
+    #[arg(long, value_name = "JOB", requires = "flush_dir")]
+    restore_from_job: Option<String>,
 }
 
 impl FlushArgs {
@@ -108,6 +114,7 @@ impl FlushArgs {
             every: self.flush_every,
             rate: self.flush_rate,
             keep: self.flush_keep,
+            restore_from_job: self.restore_from_job.clone(),
         })
     }
 }
@@ -169,40 +176,56 @@ pub struct ShapeArgs {
 #[derive(clap::Args, Clone)]
 pub struct DeadlineArgs {
     /// An agent silent this long is dead (heartbeats go six times per period).
-    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = parse_deadline)]
     liveness: Duration,
     /// A job's lease lasts this long after its `eckpt run` last renewed it: when that run
     /// dies, a new run of the job may take over only then, and the dead run's ranks are
     /// refused from then on.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_deadline)]
     lease: Duration,
     /// How long a coordinator that hears from no agent at all suspects its own link (a
     /// partition) rather than every node, declaring nobody dead.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = parse_deadline)]
     partition_grace: Duration,
     /// Stop the cluster (as `eckpt down`, checkpoints kept) once no job has run on it for
     /// this long (e.g. 2h); default: it runs until `eckpt down`.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_deadline)]
     idle_lease: Option<Duration>,
     /// How long a node in a coding task waits for a peer's stream to arrive (a peer that
     /// is alive but slow to start; one declared dead cancels the task at once).
-    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "120s", value_parser = parse_deadline)]
     peer_wait: Duration,
     /// How long a rank waits for the other ranks of its job (the previous epoch to be
     /// decided, every rank at a pace point) before it fails with an error naming them.
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10m", value_parser = parse_deadline)]
     open_wait: Duration,
     /// How long a process waits for another to start: `up` for the coordinator and the
     /// agents, an agent for the coordinator to accept it, `eckpt run` for agents that
     /// other launchers start.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = parse_deadline)]
     start_wait: Duration,
     /// How long a command or a rank waits to reach the coordinator.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = parse_deadline)]
     connect_wait: Duration,
     /// How long a daemon gives a connected peer to prove it holds the cluster's secret.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_deadline)]
     handshake_wait: Duration,
+}
+
+/// The longest time bound a cluster takes: longer ones are refused rather than cut (in
+/// milliseconds a `u64` wraps past 584 million years, and deadlines are added to clocks).
+const LONGEST_DEADLINE: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// A time bound, as `humantime` reads it (`3s`, `10m`, `2h`), at most [`LONGEST_DEADLINE`].
+fn parse_deadline(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration > LONGEST_DEADLINE {
+        return Err(format!(
+            "{text} is longer than a cluster waits for anything (at most {})",
+            humantime::format_duration(LONGEST_DEADLINE)
+        ));
+    }
+    Ok(duration)
 }
 
 impl DeadlineArgs {
@@ -288,6 +311,7 @@ impl ShapeArgs {
             agents: !self.no_agents,
             bind: self.bind.clone(),
             flush: self.flush.config(),
+            job: None,
             deadlines: self.deadlines.deadlines(),
             domains: domains_by_node(&self.domains)?,
             agent_placement: self.agent_placement()?,
@@ -604,4 +628,20 @@ pub fn run_kill(args: KillArgs) -> Result<i32> {
         if args.wipe { ", local data wiped" } else { "" }
     );
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_too_long_to_count_is_refused_not_wrapped() {
+        assert_eq!(parse_deadline("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_deadline("1year"), Ok(Duration::from_secs(31_557_600)));
+        // 2^64 ms and a bit: as milliseconds in a u64 it wrapped to 384 ms.
+        let e = parse_deadline("18446744073709552s").unwrap_err();
+        assert!(e.contains("longer than a cluster waits for anything"), "{e}");
+        assert!(parse_deadline("367days").is_err());
+        assert!(parse_deadline("soon").is_err());
+    }
 }

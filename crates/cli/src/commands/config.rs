@@ -98,20 +98,30 @@ fn print_table(files: &[Looked], settings: &[Setting]) {
         })
         .collect();
     let header = ["COMMAND", "KEY", "VALUE", "SOURCE"].map(String::from);
+    for line in aligned(std::iter::once(header).chain(rows).collect()) {
+        println!("{line}");
+    }
+}
+
+/// `rows` in columns as wide as their widest cell, two spaces apart. Padded by hand: a
+/// format width is limited to 65535, and a file's value may be longer.
+fn aligned(rows: Vec<[String; 4]>) -> Vec<String> {
     let mut widths = [0; 4];
-    for row in std::iter::once(&header).chain(&rows) {
+    for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
-    for row in std::iter::once(&header).chain(&rows) {
-        let line: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        println!("{}", line.join("  ").trim_end());
-    }
+    rows.iter()
+        .map(|row| {
+            let mut line = String::new();
+            for (cell, width) in row.iter().zip(widths) {
+                line.push_str(cell);
+                line.extend(std::iter::repeat_n(' ', width - cell.chars().count() + 2));
+            }
+            line.trim_end().to_string()
+        })
+        .collect()
 }
 
 fn value_text(value: &Value) -> String {
@@ -138,5 +148,19 @@ fn source_text(setting: &Setting) -> String {
         ),
         Source::Default => "default".into(),
         Source::Unset => "unset".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_take_values_of_any_length() {
+        let long = "x".repeat(100_000);
+        let row = |a: &str, b: &str| [a, "k", b, "default"].map(String::from);
+        let lines = aligned(vec![row("up", &long), row("run", "1")]);
+        assert_eq!(lines[0], format!("up   k  {long}  default"));
+        assert_eq!(lines[1], format!("run  k  1{}  default", " ".repeat(99_999)));
     }
 }

@@ -139,7 +139,10 @@ pub fn run(args: RunArgs) -> Result<i32> {
     let kill_at = KillPlan::parse(&args.kill_at).map_err(anyhow::Error::msg)?;
     check_interval(args.interval.as_deref(), args.mtbf.as_deref())?;
     let default_nodes = args.shape.default_nodes()?;
+    let job = args.job.clone().or_else(batch_job_id);
     let mut up = args.shape.up_options(PathBuf::new(), Some(default_nodes))?;
+    // A new cluster resumes only this job's flushed epochs.
+    up.job.clone_from(&job);
     if args.shape.layout().is_none() {
         up.coding.layout = args.launcher.default_layout();
     }
@@ -177,7 +180,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         interval: args.interval.clone(),
         mtbf: args.mtbf.clone(),
         keep: args.keep,
-        job: args.job.clone().or_else(batch_job_id),
+        job,
         start: if args.fresh {
             JobStart::Fresh
         } else if args.resume {

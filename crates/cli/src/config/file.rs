@@ -90,10 +90,19 @@ impl ConfigFile {
 
 /// The file's text, if it exists and only its owner — root or this user — may change it:
 /// its values choose where checkpoints go and what `eckpt run` executes. Checked with
-/// `fstat` on the descriptor that is then read, so the file checked is the file read.
+/// `fstat` on the descriptor that is then read, so the file checked is the file read;
+/// opened without waiting (a FIFO is refused, not waited on). The directories holding it
+/// — as named, and where a symbolic link leads — must be ones only root or this user can
+/// change ([`eckpt_private_dir::check_ancestors`]): whoever may write into one could put
+/// another file in its place.
 fn read_trusted(path: &Path) -> Result<Option<String>> {
+    use std::os::unix::fs::OpenOptionsExt;
     let at = |e: std::io::Error| anyhow!("{}: {e}", path.display());
-    let mut file = match std::fs::File::open(path) {
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    let mut file = match opened {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         opened => opened.map_err(at)?,
     };
@@ -102,6 +111,10 @@ fn read_trusted(path: &Path) -> Result<Option<String>> {
     let refuse = |why: String| anyhow!("{}: {why}; refusing to read it", path.display());
     if !meta.is_file() {
         return Err(refuse("not a regular file".into()));
+    }
+    let resolved = std::fs::canonicalize(path).map_err(at)?;
+    for named in [path, &resolved] {
+        eckpt_private_dir::check_ancestors(named, me).map_err(|e| refuse(e.why()))?;
     }
     if meta.uid() != 0 && meta.uid() != me {
         return Err(refuse(format!(
@@ -309,6 +322,42 @@ fn check_values(arg: &Arg, values: &[String]) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::config::tests::tree;
+
+    #[test]
+    fn a_fifo_or_a_file_in_a_directory_others_can_write_is_refused_at_once() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("fifo.toml");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo of a path in this test's directory.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Without a writer, opening it to read would wait forever.
+        let e = read_trusted(&fifo).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let file = open.join("eckpt.toml");
+        std::fs::write(&file, "k = 3\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = read_trusted(&file).unwrap_err().to_string();
+        assert!(
+            e.contains("others can write into") && e.contains("refusing to read it"),
+            "{e}"
+        );
+        // Through a link in a directory of this user's: where it leads counts.
+        let link = tmp.path().join("eckpt.toml");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let e = read_trusted(&link).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("others can write into {}", open.display())),
+            "{e}"
+        );
+
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(read_trusted(&link).unwrap().as_deref(), Some("k = 3\n"));
+    }
 
     fn parse(text: &str) -> Result<ConfigFile, String> {
         ConfigFile::parse(Layer::User, Path::new("u.toml"), text, &tree())

@@ -195,6 +195,23 @@ pub fn kill_and_wait(pid: &str) {
     }
 }
 
+/// Pids of live processes (zombies left out) whose environment holds `key=value`: the
+/// ranks of an attempt by their `ECKPT_GENERATION`, a run's by its `ECKPT_LAUNCH`.
+pub fn processes_with(key: &str, value: &str) -> Vec<i32> {
+    let wanted = format!("{key}={value}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == wanted.as_bytes()))
+                && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+        })
+        .collect()
+}
+
 /// Whether the tests run as root (namespaces, mounts); CI does.
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::owner_lock::OwnerLock;
-use eckpt_cluster_api::dirs::write_atomic;
+use eckpt_cluster_api::dirs::{is_temp_of, write_atomic, ClusterDir};
 use eckpt_cluster_api::ClusterError;
 
 /// The identity file in a node's store.
@@ -48,10 +48,24 @@ pub struct Identity {
     _lock: OwnerLock,
 }
 
-/// Claims the store at `store` (a node's store root) for node `name`: refused when another
-/// agent holds it, or when it belongs to another node. `created_local` says whether this
-/// agent just created the store's parent directory (recorded on the first start).
+/// Whether `name` is a file the agent keeps in its store's root (its identity and lock).
+pub fn is_entry(name: &str) -> bool {
+    name == IDENTITY_FILE || name == LOCK_FILE || is_temp_of(name, IDENTITY_FILE)
+}
+
+/// Claims the store at `store` (a node's store root) for node `name`, creating it
+/// owner-only: refused when another agent holds it, when it belongs to another node, or —
+/// before anything in it is touched — when it holds no identity yet but files eckpt did
+/// not make, there or in the parity directory beside it (a user's directory given as
+/// `--store` that already has a `store` or `coded`: eckpt would write into it and a purge
+/// would take it for its own). `created_local` says whether this agent just created the
+/// store's parent directory (recorded on the first start).
 pub fn claim(store: &Path, name: &str, created_local: bool) -> Result<Identity, ClusterError> {
+    if !store.join(IDENTITY_FILE).exists() {
+        refuse_foreign(store, crate::created::store_entry)?;
+        refuse_foreign(&ClusterDir::coded_beside(store), crate::created::coded_entry)?;
+    }
+    eckpt_private_dir::ensure(store)?;
     let lock = OwnerLock::take(&store.join(LOCK_FILE), "agent")?;
     let path = store.join(IDENTITY_FILE);
     match std::fs::read(&path) {
@@ -107,24 +121,51 @@ pub fn owner_of(store: &Path) -> Option<(String, bool)> {
         .map(|f| (f.name, f.created_local))
 }
 
-/// Deletes a node's node-local data: its store (identity included) and its parity, and the
-/// directory holding them when the agent created it and nothing else is left there. The
-/// directories deleted.
-pub fn purge(store: &Path, created_local: bool) -> Result<Vec<PathBuf>, ClusterError> {
-    let coded = eckpt_cluster_api::dirs::ClusterDir::coded_beside(store);
-    let mut deleted = Vec::new();
-    for dir in [coded, store.to_path_buf()] {
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(eckpt_cluster_api::io_at(&dir))?;
-            deleted.push(dir);
+/// Refuses `dir` when it exists and holds an entry `made` does not name.
+fn refuse_foreign(dir: &Path, made: fn(&str) -> Option<crate::created::Made>) -> Result<(), ClusterError> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    let foreign: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| e.file_name().to_str().and_then(made).is_none())
+        .map(|e| e.path())
+        .collect();
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    Err(ClusterError::Invalid(format!(
+        "{} holds files eckpt did not create ({}): it is not a node's store; give the agent a new or empty --store",
+        dir.display(),
+        crate::created::listing(dir, &foreign)
+    )))
+}
+
+/// Deletes a node's node-local data: what eckpt made in its store (identity included) and
+/// in its parity directory, each directory once nothing else is in it, and the directory
+/// holding them when the agent created it and it is empty then. What was deleted, and the
+/// files eckpt did not make, which stay.
+pub(crate) fn purge(store: &Path, created_local: bool) -> Result<crate::created::Removal, ClusterError> {
+    use crate::created::{remove_made, Removal};
+    let mut out = Removal::default();
+    for (dir, made) in [
+        (
+            ClusterDir::coded_beside(store),
+            crate::created::coded_entry as fn(&str) -> _,
+        ),
+        (store.to_path_buf(), crate::created::store_entry),
+    ] {
+        let existed = dir.exists();
+        if remove_made(&dir, made, &mut out)? && existed {
+            out.removed.push(dir);
         }
     }
     if let Some(local) = store.parent().filter(|_| created_local) {
         if std::fs::remove_dir(local).is_ok() {
-            deleted.push(local.to_path_buf());
+            out.removed.push(local.to_path_buf());
         }
     }
-    Ok(deleted)
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -149,5 +190,48 @@ mod tests {
         let e = claim(&store, "n1", false).unwrap_err();
         assert!(e.to_string().contains("belongs to node n0, not n1"), "{e}");
         assert_eq!(owner_of(&store), Some(("n0".to_string(), false)));
+    }
+
+    #[test]
+    fn a_users_store_or_parity_directory_is_refused_and_left_as_it_was() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("store");
+        std::fs::create_dir(&store).unwrap();
+        std::fs::write(store.join("mine.txt"), b"x").unwrap();
+        std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = claim(&store, "n0", false).unwrap_err().to_string();
+        assert!(e.contains("holds files eckpt did not create (mine.txt)"), "{e}");
+        let mode = std::fs::metadata(&store).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o755, "not changed");
+        std::fs::remove_file(store.join("mine.txt")).unwrap();
+
+        let coded = tmp.path().join("coded");
+        std::fs::create_dir(&coded).unwrap();
+        std::fs::write(coded.join("thesis.tex"), b"x").unwrap();
+        let e = claim(&store, "n0", false).unwrap_err().to_string();
+        assert!(
+            e.contains("coded holds files eckpt did not create (thesis.tex)"),
+            "{e}"
+        );
+        assert!(!store.join(IDENTITY_FILE).exists());
+
+        std::fs::remove_file(coded.join("thesis.tex")).unwrap();
+        let identity = claim(&store, "n0", false).unwrap();
+        std::fs::create_dir(store.join("rank.0")).unwrap();
+        std::fs::write(store.join("notes"), b"x").unwrap();
+        let out = purge(&store, false).unwrap();
+        assert_eq!(out.foreign, [store.join("notes")]);
+        assert!(
+            out.removed.contains(&coded) && !out.removed.contains(&store),
+            "{out:?}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&store)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left, ["notes"]);
+        drop(identity);
     }
 }

@@ -18,10 +18,9 @@ use eckpt_cluster_api::{io_at, ClusterError};
 use eckpt_proto::Connection;
 use eckpt_store::{EpochView, Store};
 use memmap2::Mmap;
-use tokio::sync::mpsc;
 
 use super::coding::rebuilt_path;
-use super::{blocking, Agent};
+use super::{blocking, frames, Agent};
 use crate::stripe_blob::parse_stripe_blob;
 
 /// Rank images readable window by window.
@@ -323,22 +322,9 @@ pub async fn ship(
     }
 }
 
-/// Bytes an unprivileged writer may still put on the file system of `path`.
-fn free_bytes(path: &Path) -> Result<u64, ClusterError> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| ClusterError::Invalid(format!("{} holds a NUL byte", path.display())))?;
-    // SAFETY: statvfs fills the zeroed struct we pass; the path is NUL-terminated.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(io_at(path)(std::io::Error::last_os_error()));
-    }
-    Ok(st.f_bavail.saturating_mul(st.f_frsize))
-}
-
 /// Receives a rank image another agent ships (`items` announced, then their bytes as data
 /// frames) and installs it as committed `epoch`: frames go straight into the store's
-/// windows through a short queue, so memory never grows with the image.
+/// windows ([`frames`]), so memory never grows with the image.
 pub async fn receive(
     agent: &Arc<Agent>,
     conn: &mut Connection,
@@ -350,59 +336,11 @@ pub async fn receive(
         .iter()
         .try_fold(0u64, |sum, (_, len)| sum.checked_add(*len))
         .unwrap_or(u64::MAX);
-    let free = free_bytes(agent.store.root())?;
-    if total > free {
-        return Err(ClusterError::Invalid(format!(
-            "image of rank {rank} of {total} bytes announced, more than this node's {free} bytes free for its store"
-        )));
-    }
-    let (tx, rx) = mpsc::channel::<Vec<u8>>(4);
+    frames::check_room(agent.store.root(), &format!("image of rank {rank}"), total)?;
     let a = agent.clone();
-    let names = items.clone();
-    let install = tokio::task::spawn_blocking(move || {
-        let mut rx = rx;
-        let mut pending: Vec<u8> = Vec::new();
-        let mut used = 0;
+    frames::receive(conn, total, format!("rank {rank}'s image"), move |frames| {
         a.store
-            .import_image_from(rank, epoch, &names, &mut |_, _, window| {
-                let mut done = 0;
-                while done < window.len() {
-                    if used == pending.len() {
-                        pending = rx.blocking_recv().ok_or_else(|| {
-                            ClusterError::Protocol(format!("rank {rank}'s image ended early"))
-                        })?;
-                        used = 0;
-                    }
-                    let n = (pending.len() - used).min(window.len() - done);
-                    window[done..done + n].copy_from_slice(&pending[used..used + n]);
-                    (done, used) = (done + n, used + n);
-                }
-                Ok::<(), ClusterError>(())
-            })
-    });
-    let mut received = 0u64;
-    let mut frame = Vec::new();
-    let mut result = Ok(());
-    while received < total {
-        if let Err(e) = conn.recv_data(&mut frame).await {
-            result = Err(e.into());
-            break;
-        }
-        if frame.is_empty() || received + frame.len() as u64 > total {
-            result = Err(ClusterError::Protocol(format!(
-                "rank {rank}'s image: {} bytes after {received} of the announced {total}",
-                frame.len()
-            )));
-            break;
-        }
-        received += frame.len() as u64;
-        if tx.send(std::mem::take(&mut frame)).await.is_err() {
-            break; // the install failed: its error says why
-        }
-    }
-    drop(tx);
-    let installed = install
-        .await
-        .map_err(|e| ClusterError::Internal(format!("installing rank {rank}: {e}")))?;
-    result.and(installed)
+            .import_image_from(rank, epoch, &items, &mut |_, _, window| frames.fill(window))
+    })
+    .await
 }

@@ -5,6 +5,7 @@
 
 mod coding;
 mod flush;
+mod frames;
 pub mod identity;
 mod install;
 mod links;
@@ -120,21 +121,25 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
                     .map_err(eckpt_cluster_api::io_at(local))?
                     .join(local)
             };
-            // Node-local storage is often a place others can write (/tmp, /dev/shm).
-            let created = eckpt_private_dir::ensure(&local)?;
+            // Node-local storage is often a place others can write (/tmp, /dev/shm). A
+            // directory the user gave keeps its mode: it holds only the store and the
+            // parity directory, both owner-only.
+            let created = eckpt_private_dir::ensure_untouched(&local)?;
             (ClusterDir::local_store(&local), created)
         }
         None => (dir.store(&options.name), false),
     };
     // The store is claimed (its lock taken, its owner checked) before anything in it is
     // touched: opening a store cleans what a crash left.
-    eckpt_private_dir::ensure(&store_root)?;
     let identity = identity::claim(&store_root, &options.name, created_local)?;
     let store = Store::open_with(&store_root, Options::default())?;
     // This agent is the only process that pins epochs (for flushes): any pin left is from a
     // predecessor that died mid-flush, and that flush is over.
     store.clear_pins()?;
-    let coded = ParityStore::open(&ClusterDir::coded_beside(&store_root))?;
+    let coded_dir = ClusterDir::coded_beside(&store_root);
+    // Parity is the job's memory too: owner-only, like the store.
+    eckpt_private_dir::ensure(&coded_dir)?;
+    let coded = ParityStore::open(&coded_dir)?;
     let tcp = listen_for_cluster(
         &Endpoint::Tcp {
             host: options.bind.clone(),
@@ -234,7 +239,9 @@ type Registered = std::sync::mpsc::Sender<Result<(), ClusterError>>;
 /// Registers with the coordinator, resolves what was left undecided, says what the node
 /// holds, and heartbeats; on a broken session, tries again every second. A refusal (another
 /// agent is this node, or this store is another node's) ends the agent: at its start
-/// through `first`, later through `refused`.
+/// through `first`, later through `refused`. A coordinator superseded by a newer term is
+/// no refusal: it answers as one that cannot be reached, and the next try goes to the
+/// coordinator `cluster.json` names then.
 async fn session_loop(
     agent: Arc<Agent>,
     first: Registered,
@@ -412,45 +419,6 @@ async fn serve_requests(
     }
 }
 
-/// Refuses to take in `len` bytes (`what`) that could not be held: what a peer announces is
-/// held whole in memory before the store writes it, so more than the node's memory can
-/// never be received.
-fn check_announced(what: &str, len: u64) -> Result<(), ClusterError> {
-    // SAFETY: sysconf has no preconditions.
-    let (pages, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    let memory = u64::try_from(pages)
-        .unwrap_or(0)
-        .saturating_mul(u64::try_from(page).unwrap_or(0));
-    if memory > 0 && len > memory {
-        return Err(ClusterError::Invalid(format!(
-            "{what} of {len} bytes announced, more than this node's {memory} bytes of memory"
-        )));
-    }
-    Ok(())
-}
-
-/// Receives `len` bytes of data frames. Memory grows with what arrives, never with what was
-/// announced.
-async fn recv_bytes(conn: &mut Connection, len: u64) -> Result<Vec<u8>, ClusterError> {
-    let mut out = Vec::with_capacity(len.min(DATA_FRAME as u64) as usize);
-    let mut buf = Vec::new();
-    while (out.len() as u64) < len {
-        conn.recv_data(&mut buf).await?;
-        if out.len() as u64 + buf.len() as u64 > len {
-            return Err(ClusterError::Protocol(format!(
-                "more than the announced {len} bytes"
-            )));
-        }
-        out.extend_from_slice(&buf);
-    }
-    Ok(out)
-}
-
 /// Streams rank `rank`'s items at `epoch` (from the decode scratch store `scratch`, if any).
 async fn export(
     agent: &Arc<Agent>,
@@ -519,9 +487,12 @@ async fn handle(
             len,
             generation,
         } => {
-            check_announced(&format!("rank {rank} item {item:?}"), len)?;
-            let content = recv_bytes(conn, len).await?;
-            blocking(move || a.put_rank(rank, epoch, &item, &content)).await?;
+            let what = format!("rank {rank}'s item {item:?}");
+            frames::check_room(agent.store.root(), &what, len)?;
+            frames::receive(conn, len, what, move |frames| {
+                a.put_rank(rank, epoch, &item, len, frames)
+            })
+            .await?;
             let mut coord = open(&agent.coordinator(), &agent.secret, &Hello::Control).await?;
             match call(
                 &mut coord,
@@ -647,7 +618,15 @@ async fn handle(
         AgentRequest::Purge => {
             let created_local = agent.identity.created_local;
             let store = agent.store.root().to_path_buf();
-            AgentResponse::Purged(blocking(move || identity::purge(&store, created_local)).await?)
+            let purged = blocking(move || identity::purge(&store, created_local)).await?;
+            if !purged.foreign.is_empty() {
+                let root = agent.store.root().parent().unwrap_or(agent.store.root());
+                tracing::warn!(
+                    "purge: kept what eckpt did not create: {}",
+                    crate::created::listing(root, &purged.foreign)
+                );
+            }
+            AgentResponse::Purged(purged.removed)
         }
         AgentRequest::Discard => {
             blocking(move || a.discard()).await?;

@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
-use eckpt_store::Store;
+use eckpt_store::{Store, StoreError};
 
+use super::frames::Frames;
 use super::install::{self, Rebuilt, StoreImages};
 use super::{blocking, Agent};
 use crate::shard::node_items;
@@ -19,11 +20,32 @@ use eckpt_coding::config::Mode;
 use eckpt_coding::ObjectId;
 
 impl Agent {
-    /// Writes `content` as the prepared epoch of `rank` (a delta against its last committed
-    /// epoch where blocks match).
-    pub fn put_rank(&self, rank: u32, epoch: u64, item: &str, content: &[u8]) -> Result<(), ClusterError> {
+    /// Writes the `len` bytes of `item` that `frames` brings as the prepared epoch of `rank`
+    /// (a delta against its last committed epoch where blocks match), a window at a time:
+    /// each window's blocks are checksummed and written before the next is taken in, so an
+    /// item of any size costs a window of memory.
+    pub fn put_rank(
+        &self,
+        rank: u32,
+        epoch: u64,
+        item: &str,
+        len: u64,
+        frames: &mut Frames,
+    ) -> Result<(), ClusterError> {
         let mut writer = self.store.writer(rank, epoch)?;
-        writer.put_full(item, content)?;
+        // The store's own error for a source that failed says nothing of why: the frames'
+        // error is kept and reported instead.
+        let mut failure = None;
+        let written = writer.put_full_from(item, len, &mut |_, window| {
+            frames.fill(window).map_err(|e| {
+                failure = Some(e);
+                StoreError::Invalid(format!("rank {rank}'s item {item:?} was not received"))
+            })
+        });
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        written?;
         // Dropping the prepared epoch releases the rank's lock; the epoch stays prepared
         // on disk until the coordinator's decision arrives.
         drop(writer.prepare()?);

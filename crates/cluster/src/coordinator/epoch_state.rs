@@ -169,6 +169,7 @@ pub(super) fn outcome(epoch: u64, committed: bool, reason: Option<String>) -> Ep
         shard_bytes: 0,
         image_bytes: 0,
         stored_bytes: 0,
+        generation: None,
     }
 }
 
@@ -311,9 +312,14 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Records an epoch's outcome and opens the next one.
-    pub(super) async fn finish_epoch(&self, outcome: EpochOutcome) {
-        self.read(move |s| s.epochs.finish(outcome)).await;
+    /// Records an epoch's outcome, stamped with the job's generation (a new attempt aborts
+    /// the open epoch, so it is its ranks'), and opens the next one.
+    pub(super) async fn finish_epoch(&self, mut outcome: EpochOutcome) {
+        self.read(move |s| {
+            outcome.generation = Some(s.journal().job.generation);
+            s.epochs.finish(outcome)
+        })
+        .await;
         self.changed.notify_waiters();
     }
 

@@ -5,7 +5,9 @@
 //! staging directory of the shared flush directory (`AgentRequest::Flush`); once all are
 //! written the coordinator writes the manifest, publishes the epoch by one rename and
 //! retires the oldest beyond `--flush-keep` (`eckpt-flush`), deleting their bytes after the
-//! flush is reported. A failure anywhere — a node
+//! flush is reported. Every flushed epoch names its job (id, command, cluster shape), and a
+//! flush into a directory whose newest epoch is another job's is refused: retention would
+//! delete that job's flushes. A failure anywhere — a node
 //! dying, a full file system, the coordinator itself killed — leaves the staging directory
 //! unpublished (the next flush removes it) and every published epoch as it was.
 
@@ -21,7 +23,9 @@ use crate::debug::{pause_point_async, Phase};
 use eckpt_cluster_api::dirs::FlushConfig;
 use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, FlushReport, FlushStatus};
 use eckpt_cluster_api::ClusterError;
-use eckpt_flush::{FlushDir, Manifest, BLOCK_SIZE};
+use eckpt_flush::{FlushDir, FlushedJob, JobFilter, Manifest, BLOCK_SIZE, NO_JOB};
+
+use super::Journal;
 
 /// The coordinator's flushes take turns: one at a time.
 pub(super) struct Flushing {
@@ -112,6 +116,46 @@ impl FlushState {
         }
         self.purging = true;
     }
+}
+
+/// The job `journal` holds, as its flushed epochs name it.
+pub(super) fn flushed_job(journal: &Journal) -> FlushedJob {
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    FlushedJob {
+        id: journal.job.id.clone(),
+        command: journal.job.holder.as_ref().map(|h| h.command.clone()),
+        nodes: count(journal.members().len()),
+        k: count(journal.coding.k),
+        m: count(journal.coding.m),
+    }
+}
+
+/// Refuses flushing `journal`'s job into `dir` when its newest epoch is another job's — one
+/// this cluster neither restored from nor discarded (`--fresh`): publishing would make it
+/// older, and retention would delete it.
+fn check_lineage(dir: &FlushDir, journal: &Journal, config: &FlushConfig) -> Result<(), ClusterError> {
+    let job = journal.job.id.as_deref().unwrap_or(NO_JOB);
+    let filter = JobFilter {
+        job: Some(job),
+        restore_from: config.restore_from_job.as_deref(),
+    };
+    let Some(&newest) = dir.epochs()?.last() else {
+        return Ok(());
+    };
+    let manifest = dir.manifest(newest)?;
+    if newest <= journal.job.fresh_from || filter.admits(&manifest, dir.root()).is_ok() {
+        return Ok(());
+    }
+    let who = match &journal.job.id {
+        Some(id) => format!("job {id}"),
+        None => "ranks started outside `eckpt run`".to_string(),
+    };
+    Err(ClusterError::Invalid(format!(
+        "the newest flushed epoch in {} ({newest}) is {}: flushing {who} there would retire that job's epochs; give {who} a flush directory of its own (a new cluster with `--restore-from-job {}` continues that job instead)",
+        dir.root().display(),
+        manifest.describe_job(),
+        manifest.job_name()
+    )))
 }
 
 /// Whether committed `epoch` is due for an automatic flush: at least `every` epochs after
@@ -229,9 +273,14 @@ impl Coordinator {
             hosts.push((info.clone(), ranks));
         }
         let dir = FlushDir::new(&config.dir);
+        let job = flushed_job(&journal);
         let staging = {
-            let dir = dir.clone();
-            blocking(move || Ok(dir.stage(epoch)?)).await?
+            let (dir, config) = (dir.clone(), config.clone());
+            blocking(move || {
+                check_lineage(&dir, &journal, &config)?;
+                Ok(dir.stage(epoch)?)
+            })
+            .await?
         };
         let requests = hosts
             .into_iter()
@@ -267,7 +316,7 @@ impl Coordinator {
         pause_point_async(&self.dir.debug(), Phase::BeforePublish, "coordinator").await;
         let keep = config.keep;
         let flushed = blocking(move || {
-            match Manifest::new(epoch, world, BLOCK_SIZE, ranks) {
+            match Manifest::new(epoch, world, BLOCK_SIZE, job, ranks) {
                 Ok(manifest) => staging.publish(&manifest)?,
                 Err(e) => {
                     let _ = staging.abandon();

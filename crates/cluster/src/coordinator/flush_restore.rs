@@ -8,6 +8,11 @@
 //! flushed image takes a number after every epoch the cluster committed and every epoch the
 //! flush directory holds (a new cluster starts over at 1), so nothing later collides with
 //! what was flushed or committed before.
+//!
+//! Only the job's own flushed epochs are restored, or those of the job `--restore-from-job`
+//! names: a newest epoch of another job is refused in one line naming both jobs (an older
+//! one, reached past damaged epochs, is skipped and named). A cluster that holds no job yet
+//! (`eckpt up` over a flush directory) takes the job of the epoch it restores.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -22,7 +27,7 @@ use eckpt_cluster_api::dirs::FlushConfig;
 use eckpt_cluster_api::msg::{AgentRequest, FlushRestore};
 use eckpt_cluster_api::{ClusterError, ErrorKind};
 use eckpt_coding::ObjectId;
-use eckpt_flush::FlushDir;
+use eckpt_flush::{FlushDir, JobFilter};
 
 impl Coordinator {
     /// Restores the job from the newest flushed epoch that reads back intact; `reason`
@@ -44,8 +49,25 @@ impl Coordinator {
         let floor = epochs.last().map_or(1, |e| e + 1);
         let mut skipped = Vec::new();
         // Epochs up to `fresh_from` are of a job that `--fresh` discarded.
-        let fresh_from = self.read(|s| s.journal().job.fresh_from).await;
-        for &flushed in epochs.iter().rev().filter(|&&e| e > fresh_from) {
+        let (fresh_from, job) = self
+            .read(|s| (s.journal().job.fresh_from, s.journal().job.id.clone()))
+            .await;
+        let filter = JobFilter {
+            job: job.as_deref(),
+            restore_from: config.restore_from_job.as_deref(),
+        };
+        for (i, &flushed) in epochs.iter().rev().filter(|&&e| e > fresh_from).enumerate() {
+            let manifest = {
+                let dir = dir.clone();
+                blocking(move || Ok(dir.manifest(flushed)?)).await?
+            };
+            if let Err(why) = filter.admits(&manifest, dir.root()) {
+                if i == 0 {
+                    return Err(ClusterError::Invalid(why));
+                }
+                skipped.push(format!("flushed epoch {flushed}: {why}"));
+                continue;
+            }
             match self.restore_epoch(&dir, flushed, floor, &reason).await {
                 Ok(mut restore) => {
                     restore.skipped = skipped;
@@ -79,9 +101,13 @@ impl Coordinator {
         floor: u64,
         reason: &str,
     ) -> Result<FlushRestore, ClusterError> {
-        let world = {
+        let (world, flushed_job) = {
             let dir = dir.clone();
-            blocking(move || Ok(dir.open(flushed)?.manifest().world)).await?
+            blocking(move || {
+                let epoch = dir.open(flushed)?;
+                Ok((epoch.manifest().world, epoch.manifest().job.clone()))
+            })
+            .await?
         };
         let journal = self.snapshot().await;
         if let Some(w) = journal.world.filter(|&w| w != world) {
@@ -100,6 +126,10 @@ impl Coordinator {
             })
             .await?;
         let mut next = plan_flush_restore(&journal, &names, world, epoch)?;
+        // A cluster without a job yet holds the restored epoch's from now on.
+        if next.job.id.is_none() {
+            next.job.id = flushed_job.and_then(|j| j.id);
+        }
         let restored = self.import_and_encode(dir, flushed, &mut next).await;
         let (import_seconds, encode_seconds, commit) = match restored {
             Ok(done) => done,

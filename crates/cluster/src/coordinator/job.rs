@@ -11,6 +11,14 @@
 //! The id, the generation, the holder and the finished mark are journaled; when the lease
 //! was last renewed is not: a restarted coordinator gives the holder a whole lease from its
 //! own start.
+//!
+//! A claim is decided before it changes anything: a live holder, another job's checkpoint,
+//! a finished job without `--resume`, or a job checkpointed with another number of ranks is
+//! refused with the journal untouched. And the lease decides who may stop the cluster
+//! ([`Coordinator::begin_stop`]): the `eckpt run` that started a cluster is refused while
+//! another generation holds the job, and the cluster is then left to its idle rule; a claim
+//! and a stop are decided one at a time ([`StopGate`]), so that no claim is granted on a
+//! cluster that is stopping.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +29,44 @@ use super::owner::State;
 use super::Coordinator;
 use eckpt_cluster_api::msg::{AgentRequest, JobClaim, JobGrant, JobStart, JobStatus, LeaseHolder};
 use eckpt_cluster_api::ClusterError;
+
+/// Who asks the cluster to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stopper {
+    /// The operator (`eckpt down`): obeyed.
+    Operator,
+    /// The `eckpt run` that started the cluster, with its job generation (0: it never held
+    /// the lease): refused while another generation holds a live lease.
+    Run(u64),
+    /// The idle rule: refused while any job lease is live.
+    Idle,
+}
+
+impl From<Option<u64>> for Stopper {
+    /// A stop request's `by_run`.
+    fn from(by_run: Option<u64>) -> Stopper {
+        by_run.map_or(Stopper::Operator, Stopper::Run)
+    }
+}
+
+/// Whether the cluster is stopping, and whether its idle rule runs. Claims and stops are
+/// decided under it one at a time, so that a stop is never let through while a lease is
+/// being granted and no lease is granted once a stop was let through.
+#[derive(Debug)]
+pub(super) struct StopGate {
+    stopping: bool,
+    idle_rule: bool,
+}
+
+impl StopGate {
+    /// A gate whose idle rule runs from the start (`--idle-lease`) or not.
+    pub(super) fn new(idle_rule: bool) -> StopGate {
+        StopGate {
+            stopping: false,
+            idle_rule,
+        }
+    }
+}
 
 /// The job as the journal records it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -124,8 +170,16 @@ impl Coordinator {
     /// `ClaimJob`: the lease for a supervisor, and the first generation of its attempts.
     pub(super) async fn claim_job(self: &Arc<Self>, claim: JobClaim) -> Result<JobGrant, ClusterError> {
         let _op = self.op.lock().await;
-        let (job, committed, lease) = self
-            .read(|s| (s.journal().job.clone(), s.journal().committed, s.live_lease()))
+        let (job, committed, world, lease) = self
+            .read(|s| {
+                let journal = s.journal();
+                (
+                    journal.job.clone(),
+                    journal.committed,
+                    journal.world,
+                    s.live_lease(),
+                )
+            })
             .await;
         if let Some((holder, ago)) = lease {
             return Err(ClusterError::Fenced(format!(
@@ -153,11 +207,28 @@ impl Coordinator {
                 (unix_now() - at).max(0.0)
             )));
         }
+        if let (Some(held), Some(asked), false) = (world, claim.world, claim.start == JobStart::Fresh) {
+            if held != asked {
+                let root = self.dir.root().display();
+                return Err(ClusterError::Mismatch(format!(
+                    "the cluster in {root} holds a job of {held} ranks, not {asked}: run it with -n {held}, or use another --dir (or `eckpt down --dir {root} --purge`)"
+                )));
+            }
+        }
+        let gate = self.stop_gate.lock().await;
+        if gate.stopping {
+            return Err(ClusterError::Fenced(format!(
+                "the cluster in {} is stopping: run the job again once it stopped (a stopped cluster is started again)",
+                self.dir.root().display()
+            )));
+        }
         let discarded = if claim.start == JobStart::Fresh {
             self.discard_job().await?
         } else {
             None
         };
+        // The holder whose lease expired unreleased: its ranks may still run.
+        let superseded = job.holder.clone();
         let (holder, claimed) = (claim.holder, id.clone());
         let (generation, committed) = self
             .state
@@ -170,6 +241,7 @@ impl Coordinator {
                 (j.job.generation, j.committed)
             })
             .await?;
+        drop(gate);
         self.start_attempt().await;
         tracing::info!(job = %id, generation, "job claimed");
         Ok(JobGrant {
@@ -177,7 +249,43 @@ impl Coordinator {
             generation,
             committed,
             discarded,
+            superseded,
         })
+    }
+
+    /// Lets a stop of the cluster through, or refuses it ([`Stopper`]): once let through,
+    /// every later claim is refused.
+    pub(super) async fn begin_stop(&self, by: Stopper) -> Result<(), ClusterError> {
+        let mut gate = self.stop_gate.lock().await;
+        let (job, lease) = self.read(|s| (s.journal().job.clone(), s.live_lease())).await;
+        match (by, lease) {
+            (Stopper::Run(generation), Some((holder, _))) if generation != job.generation => {
+                return Err(ClusterError::Fenced(format!(
+                    "generation {} of job {} holds the cluster now ({holder}): the run of generation {generation} that started it does not stop it under its successor; the cluster stops once no job ran on it for {:.0} s",
+                    job.generation,
+                    job.id.as_deref().unwrap_or("-"),
+                    self.deadlines.idle().unwrap_or(self.deadlines.lease()).as_secs_f64()
+                )))
+            }
+            (Stopper::Idle, Some(_)) => {
+                return Err(ClusterError::Fenced("a job holds its lease".into()));
+            }
+            _ => {}
+        }
+        gate.stopping = true;
+        Ok(())
+    }
+
+    /// A run's refused stop hands the cluster to its idle rule: the period the rule must
+    /// start with, unless it runs already (`--idle-lease`, or an earlier hand-over). Without
+    /// `--idle-lease`, a lease period: the run that started the cluster meant it to end with
+    /// the job.
+    pub(super) async fn hand_to_idle_rule(&self) -> Option<Duration> {
+        let mut gate = self.stop_gate.lock().await;
+        if std::mem::replace(&mut gate.idle_rule, true) {
+            return None;
+        }
+        Some(self.deadlines.idle().unwrap_or(self.deadlines.lease()))
     }
 
     /// `RenewLease`.

@@ -6,7 +6,7 @@
 //! Here: the shared state, the listeners and the request dispatch. `sessions` tracks the
 //! agents' liveness; `epoch_state` is the epoch state machine and `epoch` runs an epoch's
 //! encode and commit, planned by `encode_plan`; `recovery` executes what `recovery_plan`
-//! decides.
+//! decides, and `repair` re-encodes by itself the parity a node is found without.
 
 mod agents;
 mod blame;
@@ -24,6 +24,7 @@ mod pace;
 mod protection;
 mod recovery;
 mod recovery_plan;
+mod repair;
 mod sessions;
 mod state;
 #[cfg(test)]
@@ -73,6 +74,8 @@ pub struct Coordinator {
     changed: Notify,
     /// Held by an epoch's encode and commit, and by recovery: one at a time.
     op: tokio::sync::Mutex<()>,
+    /// A repair of missing parity is waiting for its turn (`repair.rs`).
+    repair_queued: std::sync::atomic::AtomicBool,
     next_session: std::sync::atomic::AtomicU64,
     /// Where and how often committed epochs are flushed (`None`: never).
     flush_config: Option<FlushConfig>,
@@ -84,6 +87,8 @@ pub struct Coordinator {
     delivered: tokio::sync::watch::Sender<u64>,
     /// The cluster's time bounds (`cluster.json`).
     deadlines: Deadlines,
+    /// Claims and stops, one at a time ([`job::StopGate`]).
+    stop_gate: tokio::sync::Mutex<job::StopGate>,
 }
 
 impl Coordinator {
@@ -106,10 +111,12 @@ impl Coordinator {
             agents,
             changed: Notify::new(),
             op: tokio::sync::Mutex::new(()),
+            repair_queued: false.into(),
             next_session: 1.into(),
             flush_config,
             flushing: flush::Flushing::new(),
             delivered,
+            stop_gate: tokio::sync::Mutex::new(job::StopGate::new(deadlines.idle().is_some())),
             deadlines,
         }
     }
@@ -400,20 +407,10 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
     let _owner = crate::owner_lock::OwnerLock::take(&dir.coordinator().join("lock"), "coordinator")?;
     let secret = dir.load_secret()?;
     let mut journal = Journal::load(&dir.journal())?;
-    // Task ids are never reused, even those handed out after the last journal write.
-    journal.next_task += 1000;
-    // This coordinator's term, above every earlier one: a coordinator of an older term (the
-    // one this one replaces, if it still runs somewhere) is fenced from the journal and
-    // from the agents from here on.
-    journal.term += 1;
-    journal.save(&dir.journal())?;
-    let term = journal.term;
-    let unix = listen_for_cluster(
-        &Endpoint::Unix(dir.coordinator_socket()),
-        &secret,
-        &cluster.deadlines,
-    )
-    .await?;
+    // Listening first: a coordinator that cannot listen must not take the term, or the one
+    // it meant to replace (stopped, or cut off, and still running) is fenced with nobody to
+    // take over. TCP first: the Unix socket's path is taken over only from a dead listener,
+    // and only once the address is known to be free.
     let tcp = listen_for_cluster(
         &Endpoint::Tcp {
             host: options.bind.clone(),
@@ -423,6 +420,20 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
         &cluster.deadlines,
     )
     .await?;
+    let unix = listen_for_cluster(
+        &Endpoint::Unix(dir.coordinator_socket()),
+        &secret,
+        &cluster.deadlines,
+    )
+    .await?;
+    // Task ids are never reused, even those handed out after the last journal write.
+    journal.next_task += 1000;
+    // This coordinator's term, above every earlier one: a coordinator of an older term (the
+    // one this one replaces, if it still runs somewhere) is fenced from the journal and
+    // from the agents from here on.
+    journal.term += 1;
+    journal.save(&dir.journal())?;
+    let term = journal.term;
     cluster.coordinator_tcp = Some(tcp.local_endpoint().clone());
     cluster.coordinator_host = Some(host_identity());
     eckpt_cluster_api::dirs::write_atomic(
@@ -480,6 +491,18 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
     Ok(())
 }
 
+/// A refused stop of the run that started the cluster (another generation holds the job)
+/// leaves the cluster to its idle rule, started now if it does not run yet.
+async fn hand_over(coord: &Arc<Coordinator>, stop: &tokio::sync::mpsc::Sender<()>) {
+    if let Some(idle) = coord.hand_to_idle_rule().await {
+        tracing::info!(
+            idle_s = idle.as_secs_f64(),
+            "the run that started the cluster was superseded: it stops once no job ran on it for its idle period"
+        );
+        tokio::spawn(stop_when_idle(coord.clone(), idle, stop.clone()));
+    }
+}
+
 /// Stops the cluster once no job has run on it for `idle` (its idle lease): busy is a live
 /// job lease, a rank's checkpoint in the open epoch, or an epoch committed since the last
 /// look (ranks checkpointing without `eckpt run`).
@@ -494,7 +517,7 @@ async fn stop_when_idle(coord: Arc<Coordinator>, idle: Duration, stop: tokio::sy
         if leased || !status.ranks_ready.is_empty() || status.committed_epoch != committed {
             busy_at = Instant::now();
             committed = status.committed_epoch;
-        } else if busy_at.elapsed() >= idle {
+        } else if busy_at.elapsed() >= idle && coord.begin_stop(job::Stopper::Idle).await.is_ok() {
             tracing::warn!(
                 idle_s = idle.as_secs_f64(),
                 "no job ran on the cluster for its idle lease (--idle-lease): stopping it"
@@ -516,15 +539,23 @@ async fn serve(
             let Some(request) = next_request::<CoordRequest>(&mut conn).await? else {
                 return Ok(());
             };
-            let shutdown = matches!(request, CoordRequest::Shutdown | CoordRequest::Purge);
+            let by_run = match request {
+                CoordRequest::Shutdown { by_run } | CoordRequest::Purge { by_run } => Some(by_run),
+                _ => None,
+            };
             let response = match handle(&coord, &mut conn, request).await {
                 Ok(r) => r,
                 Err(e) => CoordResponse::Error(WireError::from(&e)),
             };
             conn.send_control(&response).await?;
-            if shutdown {
-                let _ = stop.send(()).await;
-                return Ok(());
+            if let Some(by_run) = by_run {
+                if !matches!(response, CoordResponse::Error(_)) {
+                    let _ = stop.send(()).await;
+                    return Ok(());
+                }
+                if by_run.is_some() {
+                    hand_over(&coord, &stop).await;
+                }
             }
         },
         Hello::Peer { .. } => Err(ClusterError::Protocol(
@@ -590,7 +621,10 @@ async fn handle(
             coord.release_job(generation, finished).await?;
             CoordResponse::Ok
         }
-        CoordRequest::Purge => CoordResponse::Purged(coord.purge().await),
+        CoordRequest::Purge { by_run } => {
+            coord.begin_stop(by_run.into()).await?;
+            CoordResponse::Purged(coord.purge().await)
+        }
         CoordRequest::Recover { relocation } => {
             CoordResponse::Recovered(coord.recover(conn, relocation).await?)
         }
@@ -608,6 +642,9 @@ async fn handle(
             }
             CoordResponse::Ok
         }
-        CoordRequest::Shutdown => CoordResponse::Ok,
+        CoordRequest::Shutdown { by_run } => {
+            coord.begin_stop(by_run.into()).await?;
+            CoordResponse::Ok
+        }
     })
 }

@@ -16,7 +16,10 @@
 //!
 //! A write refused because another coordinator took the journal over (a newer term on
 //! disk, see `journal_file`) **fences** the owner: it refuses every later change at once,
-//! writes nothing more, and says so to [`Owner::fenced`], on which the daemon stops.
+//! writes nothing more, and says so to [`Owner::fenced`], on which the daemon stops. The
+//! changes refused are answered as by a coordinator that cannot be reached (retryable):
+//! the one fenced is this coordinator, not the agent or the rank that asked, which goes
+//! on to the coordinator `cluster.json` names — an agent told "fenced" would exit.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::{Deref, DerefMut};
@@ -55,10 +58,11 @@ pub(super) struct State {
     pub lease_renewed: Option<Instant>,
     /// The cluster's time bounds (`cluster.json`).
     pub deadlines: Deadlines,
-    /// When this coordinator started, and the nodes of its journal that have not
+    /// Since when nodes are awaited — this coordinator's start, or its hearing agents again
+    /// after a silence of its own beyond the partition grace — and those that have not
     /// registered since: awaited, not lost, for an agent's longest reconnection from then
     /// ([`State::awaited`]).
-    pub started: Instant,
+    pub awaiting_since: Instant,
     pub unregistered: BTreeSet<String>,
 }
 
@@ -84,7 +88,7 @@ impl State {
             flush: FlushState::new(flushed),
             lease_renewed,
             deadlines,
-            started: Instant::now(),
+            awaiting_since: Instant::now(),
             unregistered,
         }
     }
@@ -210,6 +214,12 @@ impl Owner {
     }
 }
 
+/// The answer to a change refused because a newer coordinator took the journal over
+/// (`why`): the asker is to look for that one, as for a coordinator it cannot reach.
+fn superseded(why: &str) -> ClusterError {
+    ClusterError::Unreachable(format!("{why}; ask the coordinator cluster.json names now"))
+}
+
 /// A journal write in flight: the draft, what to answer, and the blocking write.
 struct Commit {
     draft: Journal,
@@ -234,7 +244,7 @@ async fn own(
                     journal: state.journal.clone(),
                     changed: false,
                 };
-                change(&mut state, &mut draft)(Err(ClusterError::Fenced(why.clone())));
+                change(&mut state, &mut draft)(Err(superseded(why)));
             }
         }
         if writing.is_none() && !waiting.is_empty() {
@@ -305,9 +315,13 @@ fn finish_commit(
         }
         Err(e) => {
             tracing::error!(error = %e, changes = commit.answers.len(), "the journal write failed: nothing it carried is decided");
-            if e.kind() == eckpt_cluster_api::ErrorKind::Fenced {
-                fence.send_replace(Some(e.to_string()));
-            }
+            let e = if e.kind() == eckpt_cluster_api::ErrorKind::Fenced {
+                let why = e.to_string();
+                fence.send_replace(Some(why.clone()));
+                superseded(&why)
+            } else {
+                e
+            };
             let wire = WireError::from(&e);
             let mut first = Some(e);
             for answer in commit.answers {
@@ -402,7 +416,8 @@ mod tests {
 
     /// A coordinator whose journal another coordinator took over (a newer term on disk)
     /// decides nothing more: the change that found out is refused, so is every later one
-    /// without a write, and the daemon is told to stop.
+    /// without a write, and the daemon is told to stop. The askers are told to try again
+    /// (at the newer coordinator), not that they are fenced.
     #[tokio::test]
     async fn a_journal_taken_over_by_a_newer_term_fences_the_owner() {
         let dir = tempfile::tempdir().unwrap();
@@ -415,13 +430,18 @@ mod tests {
         let taken_over = std::fs::read(&path).unwrap();
 
         let e = owner.change(|_, j| j.committed = 2).await.unwrap_err();
-        assert_eq!(e.kind(), eckpt_cluster_api::ErrorKind::Fenced, "{e}");
+        assert!(
+            e.kind().is_retryable(),
+            "the asker looks for the new coordinator: {e}"
+        );
+        assert!(e.to_string().contains("has taken this journal over"), "{e}");
         let why = tokio::time::timeout(std::time::Duration::from_secs(5), owner.fenced())
             .await
             .expect("the owner says it is fenced");
         assert!(why.contains("has taken this journal over"), "{why}");
         let e = owner.change(|_, j| j.committed = 3).await.unwrap_err();
-        assert_eq!(e.kind(), eckpt_cluster_api::ErrorKind::Fenced, "{e}");
+        assert!(e.kind().is_retryable(), "{e}");
+        assert!(e.to_string().contains("has taken this journal over"), "{e}");
         assert_eq!(std::fs::read(&path).unwrap(), taken_over, "a fenced owner wrote");
         assert_eq!(
             owner.visit(|s| s.journal().committed).await,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use eckpt_proto::Connection;
 
 use super::protection::check_protection;
-use super::recovery_plan::plan_recovery;
+use super::recovery_plan::{plan_recovery, RecoveryPlan};
 use super::{Coordinator, Journal};
 use crate::debug::pause_point_async;
 use eckpt_cluster_api::msg::{
@@ -22,6 +22,38 @@ use eckpt_cluster_api::{ClusterError, ErrorKind};
 
 /// A member to rebuild: its position, the node decoding it, and what that node does with it.
 type Rebuild = (usize, NodeInfo, Deliver);
+
+/// What a recovery may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scope {
+    /// Whatever it takes (`eckpt recover`, `eckpt run`): lost nodes rebuilt, ranks moved, a
+    /// restore from the flush.
+    All,
+    /// Parity alone, every rank staying where it is: the coordinator's own repair, which
+    /// may run while a job does (`repair.rs`).
+    Parity,
+}
+
+/// Refuses, for [`Scope::Parity`], a recovery that needs more than parity encoded anew:
+/// rebuilding or moving ranks, or a restore from the flush, is for `eckpt recover` and the
+/// job's supervisor, which stop the ranks first.
+fn parity_only(
+    cannot_serve: Option<&str>,
+    planned: &Result<RecoveryPlan, ClusterError>,
+) -> Result<(), ClusterError> {
+    let beyond = |what: String| Err(ClusterError::Invalid(format!("{what}: left for `eckpt recover`")));
+    if let Some(reason) = cannot_serve {
+        return beyond(reason.to_string());
+    }
+    let Ok(plan) = planned else {
+        return Ok(());
+    };
+    let rebuilds = plan.repairs.iter().any(|r| !r.rebuild.is_empty());
+    if rebuilds || !plan.rebuilt.is_empty() || !plan.moves.is_empty() {
+        return beyond("rank data must be rebuilt or moved".to_string());
+    }
+    Ok(())
+}
 
 /// What the decode tasks of a recovery cost: their wall time, and the payload bytes each
 /// node sent and received (benchmarks compare the busiest link with the link rate).
@@ -93,6 +125,87 @@ impl Coordinator {
             }
         }
         damaged
+    }
+
+    /// Asks every holder of `groups`, just encoded anew and committed, to verify its part of
+    /// their objects (a scrub of those objects alone). A recovery reports a group's
+    /// redundancy restored only when each holder confirms it: an agent that registered again
+    /// in the middle of the recovery resolved its store against the journal of that moment
+    /// and dropped the parity it had prepared, and its commit then found nothing to commit.
+    /// A holder that does not confirm is marked damaged (`status` says so, and the
+    /// coordinator's repair encodes the group again). Returns the ids of the confirmed
+    /// groups, and a line for each other.
+    async fn confirm_parity(&self, groups: &[GroupRecord], epoch: u64) -> (Vec<u64>, Vec<String>) {
+        let (journal, alive) = self.read(|s| (s.journal().clone(), s.alive())).await;
+        let mut requests = Vec::new();
+        let mut asked = Vec::new();
+        let mut unconfirmed: BTreeMap<u64, Vec<(String, String)>> = BTreeMap::new();
+        for rec in groups {
+            let ids: Vec<_> = rec.objects.iter().map(|o| o.id).collect();
+            for name in &rec.group.members {
+                let objects: Vec<_> = journal
+                    .held_objects(name)
+                    .into_iter()
+                    .filter(|id| ids.contains(id))
+                    .collect();
+                if objects.is_empty() {
+                    continue;
+                }
+                let Some(info) = alive.get(name) else {
+                    let down = "down".to_string();
+                    unconfirmed
+                        .entry(rec.group.id)
+                        .or_default()
+                        .push((name.clone(), down));
+                    continue;
+                };
+                asked.push((rec.group.id, name.clone()));
+                requests.push((
+                    info.clone(),
+                    AgentRequest::Scrub {
+                        ranks: Vec::new(),
+                        epoch,
+                        objects,
+                    },
+                ));
+            }
+        }
+        for ((group, name), answer) in asked.into_iter().zip(self.ask_all(requests).await) {
+            let problem = match answer {
+                Ok(AgentResponse::Damage { objects, .. }) if objects.is_empty() => continue,
+                Ok(AgentResponse::Damage { objects, .. }) => objects
+                    .iter()
+                    .map(|(o, e)| format!("object {o}: {e}"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                Ok(other) => format!("unexpected answer {other:?}"),
+                Err(e) => e.to_string(),
+            };
+            unconfirmed.entry(group).or_default().push((name, problem));
+        }
+        let marked: Vec<(String, String)> = unconfirmed.values().flatten().cloned().collect();
+        self.read(move |s| {
+            for (node, what) in marked {
+                s.lacks_objects(&node, what);
+            }
+        })
+        .await;
+        let confirmed = groups
+            .iter()
+            .map(|rec| rec.group.id)
+            .filter(|id| !unconfirmed.contains_key(id))
+            .collect();
+        let lines = unconfirmed
+            .into_iter()
+            .map(|(group, holders)| {
+                let holders: Vec<String> = holders.iter().map(|(n, what)| format!("{n} ({what})")).collect();
+                format!(
+                    "group {group} is not protected yet: its parity is not confirmed by {}; the coordinator encodes it again",
+                    holders.join(", ")
+                )
+            })
+            .collect();
+        (confirmed, lines)
     }
 
     /// Decodes the shards of `rebuild` members of `rec` (every object of its chain) at the
@@ -201,10 +314,25 @@ impl Coordinator {
         let _op = self.op.lock().await;
         self.abort_open_epoch("aborted by recovery: re-checkpoint on the ranks' new nodes")
             .await;
-        // A coordinator just restarted or replaced rebuilds no node whose agent may still be
-        // on its way to it: the wait ends when every node registered, or with the
-        // reconnection bound (`State::awaited`).
-        if !self.read(|s| s.awaited().is_empty()).await {
+        self.recover_held(progress, relocation, Scope::All).await
+    }
+
+    /// A recovery within `scope`, by a caller holding the `op` lock.
+    pub(super) async fn recover_held(
+        self: &Arc<Self>,
+        progress: &mut impl Progress,
+        relocation: Relocation,
+        scope: Scope,
+    ) -> Result<RecoveryReport, ClusterError> {
+        // A coordinator just restarted or replaced, or that has just heard agents again after
+        // a silence of its own, rebuilds no node whose agent may still be on its way to it:
+        // the wait ends when every node registered, or with its bound (`State::awaited`).
+        let awaited = self.read(|s| s.awaited()).await;
+        if !awaited.is_empty() {
+            tracing::info!(
+                nodes = listed(&awaited),
+                "recovery waits for nodes that may come back before judging what is lost"
+            );
             progress.step("waiting for the agents to register", 0, 3).await;
             while !self.read(|s| s.awaited().is_empty()).await {
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -245,6 +373,9 @@ impl Coordinator {
             }
             _ => None,
         };
+        if scope == Scope::Parity {
+            parity_only(cannot_serve.as_deref(), &planned)?;
+        }
         if let (Some(reason), Some(config)) = (cannot_serve, self.flush_config.clone()) {
             progress.step("restoring from the flush", 1, 3).await;
             let restore = self.restore_from_flush(&config, reason).await?;
@@ -335,12 +466,18 @@ impl Coordinator {
                 let e = r?;
                 commit.extend(e.commit.clone());
                 next.groups[i] = e.record;
-                report.reencoded.push(next.groups[i].group.id);
             }
         }
         check_protection(&next, &plan.lost_groups)?;
+        pause_point_async(
+            &self.dir.debug(),
+            crate::debug::Phase::BeforeCommit,
+            "coordinator",
+        )
+        .await;
         // The commit point of the recovery: one journal write, with the task counter as it
         // stands now (tasks were handed out while decoding and encoding).
+        let reencoded: Vec<GroupRecord> = plan.reencode.iter().map(|&i| next.groups[i].clone()).collect();
         self.update(move |j| {
             next.next_task = j.next_task;
             **j = next;
@@ -349,6 +486,18 @@ impl Coordinator {
         self.clear_damage(damaged_before).await;
         report.encode_seconds = started.elapsed().as_secs_f64();
         self.send_commit(epoch, &commit, false).await;
+        if epoch > 0 {
+            let (confirmed, unconfirmed) = self.confirm_parity(&reencoded, epoch).await;
+            report.reencoded = confirmed;
+            if !unconfirmed.is_empty() {
+                report.warnings.extend(unconfirmed);
+                // Scope::Parity is the repair itself: what it could not restore waits for
+                // the next registration or `eckpt recover`, rather than a loop of repairs.
+                if scope == Scope::All {
+                    self.repair_soon();
+                }
+            }
+        }
         progress.step("done", 3, 3).await;
         report.rebuilt = plan.rebuilt;
         report.repaired = plan.repaired;
@@ -483,8 +632,16 @@ mod tests {
         for survivor in ["n0", "n2", "n3", "n4", "n5"] {
             let asked = c.agents.asked(survivor);
             assert_eq!(asked.first(), Some(&Kind::Scrub), "{survivor}: {asked:?}");
-            assert_eq!(asked.last(), Some(&Kind::Commit), "{survivor}: {asked:?}");
+            // Holders of the new parity confirm it after the commit: they verify it.
+            let holds_parity = !journal.held_objects(survivor).is_empty();
+            let after_commit = if holds_parity {
+                [Kind::Commit, Kind::Scrub].as_slice()
+            } else {
+                [Kind::Commit].as_slice()
+            };
+            assert!(asked.ends_with(after_commit), "{survivor}: {asked:?}");
         }
+        assert_eq!(report.reencoded.len(), journal.groups.len(), "{report:?}");
         // The rebuilt ranks are decoded and installed before the new group is encoded.
         let order: Vec<Kind> = ["n0", "n2", "n3", "n4", "n5"]
             .iter()
@@ -556,6 +713,34 @@ mod tests {
             "{e}"
         );
         assert_eq!(decisions(&c).await, before);
+    }
+
+    /// A holder of the new parity that cannot show it after the commit (it dropped what it
+    /// prepared when it registered again in the middle of the recovery): the recovery does
+    /// not report its group protected, and says so.
+    #[tokio::test]
+    async fn a_group_whose_holder_does_not_confirm_its_parity_is_not_reported_protected() {
+        let c = one_lost().await;
+        for node in ["n0", "n2", "n3", "n4", "n5"] {
+            c.agents.fault(
+                node,
+                Fault::FailAfter(Kind::Commit, Kind::Scrub, "object g9-e1 is missing"),
+            );
+        }
+        let report = recover(&c).await.unwrap();
+        assert!(report.reencoded.is_empty(), "{report:?}");
+        let journal = c.coord.snapshot().await;
+        for rec in &journal.groups {
+            let id = rec.group.id;
+            assert!(
+                report
+                    .warnings
+                    .iter()
+                    .any(|w| w.contains(&format!("group {id} is not protected yet"))
+                        && w.contains("is missing")),
+                "{report:?}"
+            );
+        }
     }
 
     #[tokio::test]

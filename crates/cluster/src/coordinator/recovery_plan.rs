@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::state::{natural_key, Journal};
-use eckpt_cluster_api::msg::{Group, GroupRecord, Relocation};
+use eckpt_cluster_api::msg::{GroupRecord, Relocation};
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::geometry::Geometry;
 
@@ -124,8 +124,6 @@ pub fn plan_recovery(
         .filter(|(name, e)| !e.removed && !members.contains(*name) && alive.contains(*name))
         .map(|(name, _)| name.clone())
         .collect();
-    spares.sort_by_key(|n| natural_key(n));
-    spares.reverse();
     let lost_names: BTreeSet<String> = damage
         .iter()
         .flat_map(|(gi, d)| {
@@ -160,9 +158,17 @@ pub fn plan_recovery(
     let mut replaced: BTreeMap<String, String> = BTreeMap::new();
     let mut added: BTreeMap<String, usize> = BTreeMap::new();
     for (gi, d) in damage.iter().filter(|(gi, _)| !hopeless.contains(gi)) {
+        let group = &journal.groups[*gi].group.members;
+        let mut staying: Vec<String> = (0..group.len())
+            .filter(|x| !d.lost.contains(x))
+            .map(|x| group[x].clone())
+            .collect();
         for &x in &d.lost {
-            let Some(spare) = spares.pop() else { break };
-            let name = &journal.groups[*gi].group.members[x];
+            let Some(spare) = journal.take_spare(&mut spares, &staying) else {
+                break;
+            };
+            staying.push(spare.clone());
+            let name = &group[x];
             if journal.holds_data(name) {
                 added.insert(spare.clone(), journal.ranks_on(name).len());
                 hosts.push(spare.clone());
@@ -509,41 +515,12 @@ fn regroup_around_ranks(
             relocate(plan, rank, &to);
         }
     }
-    let free: Vec<String> = nodes.iter().filter(|n| !hosting.contains(n)).cloned().collect();
-    let mut fill = hosting.into_iter().chain(free);
-    // Data positions first (every hosting node, then free ones), parity positions last.
-    let mut assigned: Vec<Vec<Option<String>>> = data_at.iter().map(|d| vec![None; d.len()]).collect();
-    for (g, slots) in data_at.iter().enumerate() {
-        for (x, &is_data) in slots.iter().enumerate() {
-            if is_data {
-                assigned[g][x] = fill.next();
-            }
-        }
-    }
-    for (g, slots) in data_at.iter().enumerate() {
-        for (x, &is_data) in slots.iter().enumerate() {
-            if !is_data {
-                assigned[g][x] = fill.next();
-            }
-        }
-    }
-    let mut groups = Vec::with_capacity(shapes.len() + keep_unrecoverable.len());
-    for ((gk, _), members) in shapes.into_iter().zip(assigned) {
-        let id = plan.next.next_group;
-        plan.next.next_group += 1;
-        groups.push(GroupRecord {
-            group: Group {
-                id,
-                k: gk,
-                m,
-                members: members
-                    .into_iter()
-                    .map(|n| n.expect("as many positions as nodes"))
-                    .collect(),
-            },
-            objects: Vec::new(),
-        });
-    }
+    // Hosting nodes at data positions, the groups spread over the failure domains.
+    let hosting: BTreeSet<String> = hosting.into_iter().collect();
+    let seated = journal
+        .seat(&nodes, &hosting)
+        .expect("no more hosting nodes than data positions");
+    let mut groups = plan.next.numbered(seated);
     for rec in &groups {
         if rec.group.k < k {
             plan.warnings.push(format!(

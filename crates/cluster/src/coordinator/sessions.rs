@@ -10,6 +10,11 @@
 //! name is alive, or when its store is not the node's (another token, and not a new store).
 //! A node whose store lacks committed data it should hold is alive but **damaged**, so that
 //! recovery rebuilds it instead of the cluster calling its group healthy.
+//!
+//! A silence of the coordinator's own that outlasts the grace declares its nodes dead, but
+//! not lost: until it hears agents again (for at most another grace and an agent's
+//! reconnection) and for an agent's longest reconnection after, those nodes are *awaited*,
+//! so that no recovery judges a group lost before its members had the chance to come back.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
@@ -37,15 +42,26 @@ pub(super) struct Live {
     /// then is it counted alive.
     checked: bool,
     /// Committed data it should hold and does not.
-    damage: Option<String>,
+    damage: Option<Missing>,
     /// The first decision (an epoch) the agent was not told: it registers again.
     missed: Option<u64>,
+}
+
+/// What a node should hold of the committed state and does not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Missing {
+    /// What, in one line (`status`, logs).
+    pub what: String,
+    /// Whether committed rank data is among it. When it is not, only coded objects are
+    /// missing, which the coordinator re-encodes by itself without moving any rank
+    /// (`repair.rs`).
+    pub ranks: bool,
 }
 
 /// What `node` should hold of the journal's committed state and does not, by its
 /// inventory: each of its ranks at the committed epoch, and every coded object its
 /// position holds something of.
-pub(super) fn missing(journal: &Journal, node: &str, held: &Inventory) -> Option<String> {
+pub(super) fn missing(journal: &Journal, node: &str, held: &Inventory) -> Option<Missing> {
     if journal.committed == 0 {
         return None;
     }
@@ -60,22 +76,44 @@ pub(super) fn missing(journal: &Journal, node: &str, held: &Inventory) -> Option
             None => problems.push(format!("no committed epoch of rank {rank}")),
         }
     }
+    let ranks = !problems.is_empty();
     for id in journal.held_objects(node) {
         if !held.objects.contains(&id) {
             problems.push(format!("no coded object {id}"));
         }
     }
-    (!problems.is_empty()).then(|| problems.join("; "))
+    (!problems.is_empty()).then(|| Missing {
+        what: problems.join("; "),
+        ranks,
+    })
 }
 
 impl State {
-    /// The latest moment any agent was heard from, and whether the coordinator hears
-    /// nobody since (longer than the liveness period, for at most the partition grace).
-    fn silence(&self) -> Option<Instant> {
+    /// The latest moment any agent was heard from, when the coordinator has heard nobody
+    /// since for longer than the liveness period (however long).
+    fn isolated_since(&self) -> Option<Instant> {
         let latest = self.live.values().map(|l| l.last_seen).max()?;
+        (latest.elapsed() >= self.deadlines.liveness()).then_some(latest)
+    }
+
+    /// [`State::isolated_since`] while the silence is within the partition grace: the
+    /// coordinator suspects its own link and declares nobody dead.
+    fn silence(&self) -> Option<Instant> {
         let (liveness, grace) = (self.deadlines.liveness(), self.deadlines.partition_grace());
-        let silent = latest.elapsed();
-        (silent >= liveness && silent < liveness + grace).then_some(latest)
+        self.isolated_since()
+            .filter(|latest| latest.elapsed() < liveness + grace)
+    }
+
+    /// The nodes alive when a silence that began after `latest` began: heard within a
+    /// liveness period of the last agent heard (a node already dead then is not the
+    /// silence's). Removed nodes are not awaited by anyone.
+    fn silenced(&self, latest: Instant) -> impl Iterator<Item = &String> {
+        let liveness = self.deadlines.liveness();
+        self.live
+            .iter()
+            .filter(move |(_, l)| latest.duration_since(l.last_seen) < liveness)
+            .map(|(n, _)| n)
+            .filter(|n| self.journal().nodes.get(*n).is_some_and(|e| !e.removed))
     }
 
     /// Seconds the coordinator has heard from no agent, while it suspects its own link.
@@ -104,26 +142,68 @@ impl State {
             .collect()
     }
 
-    /// Nodes of the journal that have not registered since this coordinator started, while
-    /// it is young: every agent gets its longest reconnection (`Deadlines::reconnection`)
-    /// to find a coordinator that was restarted or replaced on another host, so until then
-    /// one not heard from is down but not lost — nobody rebuilds a node whose agent is on
-    /// its way back.
+    /// Nodes down but not lost, that nobody rebuilds because their agents may be on their
+    /// way back:
+    /// - nodes of the journal that have not registered since this coordinator started, or
+    ///   since it heard agents again after a silence of its own beyond the partition grace
+    ///   ([`State::end_silence`]), for an agent's longest reconnection
+    ///   (`Deadlines::reconnection`) from then: to find a coordinator that was restarted or
+    ///   replaced on another host, or a link that came back;
+    /// - while the coordinator still hears nobody past the grace (for at most another
+    ///   grace and an agent's reconnection), the nodes alive when that silence began: what
+    ///   they hold is judged once the link is back, not while nothing can be heard.
     pub(super) fn awaited(&self) -> BTreeSet<String> {
-        if self.started.elapsed() >= self.deadlines.reconnection() {
-            return BTreeSet::new();
+        let (liveness, grace) = (self.deadlines.liveness(), self.deadlines.partition_grace());
+        let mut awaited = if self.awaiting_since.elapsed() < self.deadlines.reconnection() {
+            self.unregistered.clone()
+        } else {
+            BTreeSet::new()
+        };
+        if let Some(latest) = self.isolated_since() {
+            let silent = latest.elapsed();
+            let judged = liveness + 2 * grace + self.deadlines.reconnection();
+            if silent >= liveness + grace && silent < judged {
+                awaited.extend(self.silenced(latest).cloned());
+            }
         }
-        self.unregistered.clone()
+        // One heard on its old session is alive meanwhile; it stays awaited should that
+        // session end before the agent registers again.
+        let alive = self.alive();
+        awaited.retain(|n| !alive.contains_key(n));
+        awaited
     }
 
     /// Alive nodes missing committed data, with what is missing.
     pub(super) fn damaged(&self) -> BTreeMap<String, String> {
+        self.missing_now()
+            .map(|(n, m)| (n.clone(), m.what.clone()))
+            .collect()
+    }
+
+    /// Whether some alive node misses coded objects and every damaged node misses nothing
+    /// but coded objects: what the coordinator repairs by itself (`repair.rs`).
+    pub(super) fn parity_gaps_only(&self) -> bool {
+        let mut damaged = self.missing_now().peekable();
+        damaged.peek().is_some() && damaged.all(|(_, m)| !m.ranks)
+    }
+
+    /// Alive nodes missing committed data.
+    fn missing_now(&self) -> impl Iterator<Item = (&String, &Missing)> {
         let alive = self.alive();
         self.live
             .iter()
-            .filter(|(n, _)| alive.contains_key(*n))
-            .filter_map(|(n, l)| Some((n.clone(), l.damage.clone()?)))
-            .collect()
+            .filter(move |(n, _)| alive.contains_key(*n))
+            .filter_map(|(n, l)| Some((n, l.damage.as_ref()?)))
+    }
+
+    /// Marks `node` damaged, missing coded objects (`what`): a check after a recovery found
+    /// that it does not hold the parity it was told to commit. Its next registration
+    /// compares what it holds with the journal again.
+    pub(super) fn lacks_objects(&mut self, node: &str, what: String) {
+        if let Some(l) = self.live.get_mut(node) {
+            tracing::warn!(node = %node, missing = %what, "node does not hold the parity it committed: damaged");
+            l.damage = Some(Missing { what, ranks: false });
+        }
     }
 
     /// Forgets the damage of `nodes`: a recovery rebuilt what they were missing.
@@ -209,12 +289,18 @@ impl State {
         entry.info = Some(info.clone());
         entry.token = Some(reg.token.clone());
         if let Some(domain) = reg.domain.as_ref().filter(|d| entry.domain.as_ref() != Some(*d)) {
-            // Groups are formed across domains at the next regrouping (a recovery); until
-            // then `status` says whether this move left a group exposed.
             if let Some(before) = &entry.domain {
                 tracing::warn!(node = %name, from = %before, to = %domain, "node says it moved to another failure domain");
             }
             entry.domain = Some(domain.clone());
+            // Before anything is coded (and while no encode reads the groups) the groups
+            // are formed anew across the domains as now known; after, at the next
+            // regrouping (a recovery), and until then `status` says whether a group is
+            // exposed.
+            if !self.epochs.running && journal.spread_before_coding() {
+                let groups: Vec<&Vec<String>> = journal.groups.iter().map(|g| &g.group.members).collect();
+                tracing::info!(node = %name, ?groups, "groups formed anew across the failure domains agents registered with");
+            }
         }
         self.ended.remove(name);
         self.live.insert(
@@ -246,7 +332,14 @@ impl State {
     pub(super) fn heard_from(&mut self, node: &str, session: u64) -> Result<(), ClusterError> {
         self.end_silence();
         let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) else {
-            return Ok(());
+            // Another agent registered as this node meanwhile (this one was stopped past
+            // its liveness and replaced), or the session was forgotten: its agent must
+            // register again, which refuses one that was replaced — it exits, and lets go
+            // of its store and its ports.
+            return Err(ClusterError::Node {
+                node: node.into(),
+                reason: "this session is no longer the node's: register again".into(),
+            });
         };
         l.heard = Instant::now();
         if let Some(missed) = l.missed {
@@ -302,41 +395,54 @@ impl State {
 
     /// Called as the coordinator hears an agent: if it had heard nobody for longer than the
     /// liveness period, the silence was its own link's, so every node alive when it began
-    /// gets a new start — an agent's longest reconnection (`Deadlines::reconnection`) from
-    /// now — to be heard again (their connections come back one by one: an agent whose
-    /// heartbeat or connection waits out TCP's retransmission backoff gives up after one
-    /// liveness period and opens a new session).
+    /// gets an agent's longest reconnection (`Deadlines::reconnection`) from now to be heard
+    /// again (their connections come back one by one: an agent whose heartbeat or
+    /// connection waits out TCP's retransmission backoff gives up after one liveness period
+    /// and opens a new session). Within the partition grace they stay alive meanwhile; past
+    /// it they were declared dead, and are awaited ([`State::awaited`]) until they register.
     fn end_silence(&mut self) {
-        let liveness = self.deadlines.liveness();
-        let Some(latest) = self.silence() else {
+        let (liveness, grace) = (self.deadlines.liveness(), self.deadlines.partition_grace());
+        let Some(latest) = self.isolated_since() else {
             return;
         };
-        let restart = Instant::now() + self.deadlines.reconnection();
-        for l in self.live.values_mut() {
-            if latest.duration_since(l.last_seen) < liveness {
-                l.last_seen = restart;
+        let silent = latest.elapsed();
+        if silent < liveness + grace {
+            let restart = Instant::now() + self.deadlines.reconnection();
+            for l in self.live.values_mut() {
+                if latest.duration_since(l.last_seen) < liveness {
+                    l.last_seen = restart;
+                }
             }
+        } else {
+            let silenced: Vec<String> = self.silenced(latest).cloned().collect();
+            self.unregistered.extend(silenced);
+            self.awaiting_since = Instant::now();
         }
         tracing::warn!(
-            silent_s = latest.elapsed().as_secs_f64(),
+            silent_s = silent.as_secs_f64(),
             "heard from an agent again after hearing from none: the silence was this coordinator's"
         );
     }
 
     /// Compares what the agent holds with the journal; from now on it counts as alive.
-    pub(super) fn check_holdings(&mut self, node: &str, session: u64, held: &Inventory) {
+    /// Whether it misses coded objects only: then the coordinator re-encodes them by
+    /// itself (`repair.rs`).
+    pub(super) fn check_holdings(&mut self, node: &str, session: u64, held: &Inventory) -> bool {
         let damage = missing(self.journal(), node, held);
-        if let Some(what) = &damage {
-            tracing::warn!(node = %node, missing = %what, "node holds less than the journal says: damaged");
+        if let Some(m) = &damage {
+            tracing::warn!(node = %node, missing = %m.what, "node holds less than the journal says: damaged");
         }
-        if let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) {
-            // One that missed a decision meanwhile resolved against an older journal.
-            l.checked = l.missed.is_none();
-            l.damage = damage;
-            l.last_seen = Instant::now();
-            l.heard = l.last_seen;
-            self.unregistered.remove(node);
-        }
+        let parity_gap = damage.as_ref().is_some_and(|m| !m.ranks);
+        let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) else {
+            return false;
+        };
+        // One that missed a decision meanwhile resolved against an older journal.
+        l.checked = l.missed.is_none();
+        l.damage = damage;
+        l.last_seen = Instant::now();
+        l.heard = l.last_seen;
+        self.unregistered.remove(node);
+        parity_gap
     }
 
     /// The session of each of `nodes` that has one now: what [`State::same_sessions`]
@@ -370,12 +476,14 @@ impl State {
     }
 
     /// Forgets the agent, unless a newer session of it replaced this one — or unless the
-    /// coordinator is hearing nobody, or has just heard agents again after such a silence:
+    /// coordinator is hearing nobody (within the partition grace or past it: past it, the
+    /// node must still count among those the silence took, [`State::end_silence`]), or has
+    /// just heard agents again after such a silence:
     /// then a session that ends is the old connection of a partition dying (its FIN or RST
     /// arrives once the link is back, often before the agent's new session), not the agent.
     /// The node is then judged by when it was last heard, as during the silence.
     pub(super) fn end_session(&mut self, node: &str, session: u64) {
-        let in_silence = self.silence().is_some();
+        let in_silence = self.isolated_since().is_some();
         let Some(l) = self.live.get(node).filter(|l| l.session == session) else {
             return;
         };
@@ -471,7 +579,7 @@ pub(super) async fn session(
 /// Answers the agent's session requests (what it holds, heartbeats) until the connection
 /// drops or it sends anything else.
 async fn requests(
-    coord: &Coordinator,
+    coord: &Arc<Coordinator>,
     conn: &mut Connection,
     node: &str,
     session: u64,
@@ -487,8 +595,11 @@ async fn requests(
                 }
             }
             CoordRequest::Holds(held) => {
-                coord.read(move |s| s.check_holdings(&node, session, &held)).await;
+                let parity_gap = coord.read(move |s| s.check_holdings(&node, session, &held)).await;
                 coord.changed.notify_waiters();
+                if parity_gap {
+                    coord.repair_soon();
+                }
             }
             other => {
                 return Err(ClusterError::Protocol(format!(
@@ -755,6 +866,104 @@ mod tests {
         assert!(alive_now(&c, "n2").await, "registered again");
     }
 
+    /// An agent stopped past its liveness and replaced meanwhile (another agent registered
+    /// as its node, with a new store) is told, when it heartbeats again over its old
+    /// session, that the session is no longer the node's; registering again, it is refused
+    /// as a second agent of the node, and exits.
+    #[tokio::test]
+    async fn an_agent_replaced_while_stopped_is_refused_when_it_continues() {
+        let c = TestCluster::start(6, CodingConfig::default()).await;
+        let old = c.session_of("n2");
+        c.stop("n2");
+        let stopped = std::time::Instant::now();
+        while alive_now(&c, "n2").await {
+            assert!(stopped.elapsed() < 10 * LIVENESS, "still alive");
+            tokio::time::sleep(LIVENESS / 10).await;
+        }
+        let mut replacement = registration("n2", "token-of-a-new-store", 77);
+        replacement.fresh = true;
+        c.register(replacement).await.0.unwrap();
+        let e = c.coord.read(move |s| s.heard_from("n2", old)).await.unwrap_err();
+        assert!(e.to_string().contains("no longer the node's"), "{e}");
+        let (again, _) = c.register(registration("n2", "token-n2", 1)).await;
+        let e = again.unwrap_err();
+        assert_eq!(e.kind(), eckpt_cluster_api::ErrorKind::Fenced, "{e}");
+    }
+
+    /// Past the partition grace, a coordinator that hears nobody declares its nodes dead
+    /// but awaits them: none is lost before the link is back, and once it hears an agent
+    /// again each of the others has an agent's reconnection to register — one whose old
+    /// connection ended meanwhile too (found by an attack: a recovery asked as the link
+    /// came back declared a whole group lost, and seconds later every node was back whole).
+    #[tokio::test]
+    async fn nodes_silenced_past_the_grace_are_awaited_until_they_register_again() {
+        let c = TestCluster::with_grace(6, CodingConfig::default(), LIVENESS).await;
+        let n5 = c.session_of("n5");
+        for i in 0..6 {
+            c.stop(&format!("n{i}"));
+        }
+        let stopped = std::time::Instant::now();
+        while !c.coord.alive().await.is_empty() {
+            assert!(stopped.elapsed() < 10 * LIVENESS, "still alive past the grace");
+            tokio::time::sleep(LIVENESS / 10).await;
+        }
+        let awaited = |c: &TestCluster| {
+            let coord = c.coord.clone();
+            async move { coord.read(|s| s.awaited()).await }
+        };
+        assert_eq!(
+            awaited(&c).await,
+            names(6).into_iter().collect(),
+            "down, not lost"
+        );
+        c.coord.read(move |s| s.end_session("n5", n5)).await;
+        assert!(
+            awaited(&c).await.contains("n5"),
+            "an old connection ending during the silence is not the agent"
+        );
+        c.join("n0").await;
+        let others: BTreeSet<String> = names(6).into_iter().skip(1).collect();
+        assert_eq!(
+            awaited(&c).await,
+            others,
+            "the link is back: the others may register"
+        );
+        for node in ["n1", "n2", "n3", "n4"] {
+            c.join(node).await;
+        }
+        assert_eq!(awaited(&c).await, BTreeSet::from(["n5".to_string()]));
+    }
+
+    /// While the coordinator still hears nobody, it awaits its nodes for one more grace and
+    /// an agent's reconnection at most: a cluster whose every node died is judged lost in the
+    /// end (a job then restarts from its flush, or ends).
+    #[tokio::test]
+    async fn a_coordinator_that_hears_nobody_awaits_its_nodes_one_more_grace_at_most() {
+        let c = TestCluster::with_grace(6, CodingConfig::default(), LIVENESS).await;
+        for i in 0..6 {
+            c.stop(&format!("n{i}"));
+        }
+        let stopped = std::time::Instant::now();
+        while !c.coord.alive().await.is_empty() {
+            assert!(stopped.elapsed() < 10 * LIVENESS, "still alive past the grace");
+            tokio::time::sleep(LIVENESS / 10).await;
+        }
+        assert!(!c.coord.read(|s| s.awaited()).await.is_empty());
+        let bound = c
+            .coord
+            .read(|s| 3 * s.deadlines.liveness() + s.deadlines.reconnection())
+            .await;
+        while !c.coord.read(|s| s.awaited()).await.is_empty() {
+            assert!(stopped.elapsed() < bound + 5 * LIVENESS, "awaited for ever");
+            tokio::time::sleep(LIVENESS / 10).await;
+        }
+        assert!(
+            stopped.elapsed() >= 2 * LIVENESS,
+            "no longer awaited {:?} after the silence began",
+            stopped.elapsed()
+        );
+    }
+
     async fn alive_now(c: &TestCluster, node: &str) -> bool {
         c.coord.alive().await.contains_key(node)
     }
@@ -783,7 +992,7 @@ mod tests {
             ranks: vec![(0, Some(4))],
             objects: Vec::new(),
         };
-        let what = missing(&j, "n0", &behind).unwrap();
+        let what = missing(&j, "n0", &behind).unwrap().what;
         assert!(
             what.contains("rank 0 is at epoch 4") && what.contains("rank 1"),
             "{what}"

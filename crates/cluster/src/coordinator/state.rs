@@ -137,14 +137,147 @@ impl Journal {
         eckpt_coding::policy::form_groups(nodes, self.coding.k, self.coding.m, |n| self.domain_of(n))
     }
 
-    /// The failure domain of which group `group` holds more than `m` members, and how many.
-    pub fn overexposed(&self, group: &Group) -> Option<(String, usize)> {
-        eckpt_coding::policy::overexposed(&group.members, group.m, |n| self.domain_of(n))
+    /// Which positions of a group of `k` data members out of `size` hold data.
+    fn data_positions(&self, k: usize, size: usize) -> Vec<bool> {
+        let geometry = Geometry::new(self.coding.layout, k, size - k, 1);
+        (0..size).map(|x| geometry.holds_data(x)).collect()
     }
 
-    /// New groups (with fresh ids, no objects) over `nodes`.
-    pub fn regroup(&mut self, nodes: &[String]) -> Vec<GroupRecord> {
-        self.form_groups(nodes)
+    /// How `nodes` form groups across their failure domains ([`Journal::form_groups`]) with
+    /// every node of `hosting` (those hosting ranks, at most as many as the data positions)
+    /// at a data position: `(data members, members by position)` per group. A group given
+    /// more hosting nodes than it has data positions trades the extra ones for nodes hosting
+    /// nothing of a group with room, of the same failure domain where there is one, so the
+    /// spread over the domains survives the trade. `None` when the hosting nodes outnumber
+    /// the data positions.
+    pub fn seat(&self, nodes: &[String], hosting: &BTreeSet<String>) -> Option<Vec<(usize, Vec<String>)>> {
+        let mut groups = self.form_groups(nodes);
+        let room = |groups: &[(usize, Vec<String>)], g: usize| -> isize {
+            let (k, members) = &groups[g];
+            let slots = self
+                .data_positions(*k, members.len())
+                .iter()
+                .filter(|d| **d)
+                .count();
+            slots as isize - members.iter().filter(|n| hosting.contains(*n)).count() as isize
+        };
+        while let Some(over) = (0..groups.len()).find(|&g| room(&groups, g) < 0) {
+            let (x, y) = groups[over]
+                .1
+                .iter()
+                .filter(|n| hosting.contains(*n))
+                .flat_map(|x| {
+                    let groups = &groups;
+                    (0..groups.len())
+                        .filter(move |&g| room(groups, g) > 0)
+                        .flat_map(move |g| {
+                            groups[g]
+                                .1
+                                .iter()
+                                .filter(|n| !hosting.contains(*n))
+                                .map(move |y| (x, g, y))
+                        })
+                })
+                .min_by_key(|(x, g, y)| {
+                    let (dx, dy) = (self.domain_of(x), self.domain_of(y));
+                    (
+                        dx.is_none() || dx != dy,
+                        self.alike(&groups[*g].1, &dx),
+                        self.alike(&groups[over].1, &dy),
+                        natural_key(x),
+                        natural_key(y),
+                    )
+                })
+                .map(|(x, _, y)| (x.clone(), y.clone()))?;
+            for (_, members) in groups.iter_mut() {
+                for member in members.iter_mut() {
+                    if *member == x {
+                        *member = y.clone();
+                    } else if *member == y {
+                        *member = x.clone();
+                    }
+                }
+            }
+        }
+        let seated = groups
+            .into_iter()
+            .map(|(k, members)| {
+                let data = self.data_positions(k, members.len());
+                let (mut first, mut rest): (Vec<String>, Vec<String>) =
+                    members.into_iter().partition(|n| hosting.contains(n));
+                first.sort_by_key(|n| natural_key(n));
+                rest.sort_by_key(|n| natural_key(n));
+                let (mut first, mut rest) = (first.into_iter(), rest.into_iter());
+                let seated = data
+                    .iter()
+                    .map(|&is_data| {
+                        let next = if is_data {
+                            first.next().or_else(|| rest.next())
+                        } else {
+                            rest.next()
+                        };
+                        next.expect("as many positions as members")
+                    })
+                    .collect();
+                (k, seated)
+            })
+            .collect();
+        Some(seated)
+    }
+
+    /// How many of `members` are in failure domain `domain` (none when it is unknown: a node
+    /// without a domain is a domain of its own).
+    fn alike(&self, members: &[String], domain: &Option<String>) -> usize {
+        domain.as_ref().map_or(0, |d| {
+            members
+                .iter()
+                .filter(|n| self.domain_of(n).as_ref() == Some(d))
+                .count()
+        })
+    }
+
+    /// Takes from `spares` the one to join a group whose members are `staying`: of the
+    /// failure domain with the fewest of them (a spare in the domain of most of the group
+    /// would put more of it at the mercy of one rack), the first by name among equals.
+    pub fn take_spare(&self, spares: &mut Vec<String>, staying: &[String]) -> Option<String> {
+        let at = (0..spares.len()).min_by_key(|&i| {
+            let domain = self.domain_of(&spares[i]);
+            (self.alike(staying, &domain), natural_key(&spares[i]))
+        })?;
+        Some(spares.remove(at))
+    }
+
+    /// Before anything is coded, forms the groups anew over the same members, across the
+    /// failure domains as they are known now (agents say theirs as they register, often
+    /// after the groups were formed), keeping the nodes that host ranks at data positions;
+    /// whether the groups changed. Once an object is coded the groups stay: a recovery is
+    /// the next regrouping.
+    pub fn spread_before_coding(&mut self) -> bool {
+        if self.committed > 0 || self.groups.iter().any(|g| !g.objects.is_empty()) {
+            return false;
+        }
+        let mut members: Vec<String> = self.members().into_iter().collect();
+        members.sort_by_key(|n| natural_key(n));
+        let hosting: BTreeSet<String> = self.placement.values().cloned().collect();
+        let Some(seated) = self.seat(&members, &hosting) else {
+            return false;
+        };
+        let same = seated.len() == self.groups.len()
+            && seated
+                .iter()
+                .zip(&self.groups)
+                .all(|((k, members), g)| *k == g.group.k && *members == g.group.members);
+        if same {
+            return false;
+        }
+        self.groups = self.numbered(seated);
+        true
+    }
+
+    /// Groups of the given members (`(data members, members by position)`) with fresh ids
+    /// and no objects.
+    pub fn numbered(&mut self, groups: Vec<(usize, Vec<String>)>) -> Vec<GroupRecord> {
+        groups
             .into_iter()
             .map(|(k, members)| {
                 let id = self.next_group;
@@ -160,6 +293,17 @@ impl Journal {
                 }
             })
             .collect()
+    }
+
+    /// The failure domain of which group `group` holds more than `m` members, and how many.
+    pub fn overexposed(&self, group: &Group) -> Option<(String, usize)> {
+        eckpt_coding::policy::overexposed(&group.members, group.m, |n| self.domain_of(n))
+    }
+
+    /// New groups (with fresh ids, no objects) over `nodes`.
+    pub fn regroup(&mut self, nodes: &[String]) -> Vec<GroupRecord> {
+        let groups = self.form_groups(nodes);
+        self.numbered(groups)
     }
 
     /// Loads a journal, checking its checksum (see `journal_file`: a damaged journal is
@@ -321,6 +465,142 @@ mod tests {
             let back = Journal::load(&path).unwrap();
             assert_eq!(back.job.finished_unix, j.job.finished_unix);
         }
+    }
+
+    /// A journal of `n` nodes of a `k`+`m` code, node `i` in failure domain `d(i/per)`
+    /// (said after the groups were formed, in name order).
+    fn in_racks(n: usize, k: usize, m: usize, per: usize) -> Journal {
+        let coding = CodingConfig {
+            k,
+            m,
+            ..CodingConfig::default()
+        };
+        let mut j = Journal::new(coding, &names(n), &[]);
+        for i in 0..n {
+            j.nodes.get_mut(&format!("n{i}")).unwrap().domain = Some(format!("d{}", i / per));
+        }
+        j
+    }
+
+    /// No group holds more than `m` members of one domain.
+    fn assert_spread(j: &Journal) {
+        for g in &j.groups {
+            assert_eq!(j.overexposed(&g.group), None, "{:?}", g.group.members);
+        }
+    }
+
+    /// Agents registering with their racks after `up` formed the groups in name order (12
+    /// nodes, 4 racks of 3, k=4 m=2: `[n0..n5] [n6..n11]` hold whole racks): before
+    /// anything is coded the groups are formed anew, with the nodes hosting ranks still at
+    /// data positions; once an object is coded they stay.
+    #[test]
+    fn groups_spread_over_the_domains_agents_register_with_before_anything_is_coded() {
+        let mut j = in_racks(12, 4, 2, 3);
+        j.placement = (0..8).map(|r| (r, format!("n{}", r / 4 * 6 + r % 4))).collect();
+        assert!(
+            j.overexposed(&j.groups[0].group).is_some(),
+            "formed in name order"
+        );
+        assert!(j.spread_before_coding());
+        assert_spread(&j);
+        for node in j.placement.values() {
+            assert!(j.holds_data(node), "{node} hosts ranks at a parity position");
+        }
+        assert!(!j.spread_before_coding(), "spread already: nothing changes");
+
+        let mut coded = in_racks(12, 4, 2, 6);
+        coded.committed = 1;
+        let before = coded.groups.clone();
+        assert!(!coded.spread_before_coding());
+        assert_eq!(
+            serde_json::to_value(&coded.groups).unwrap(),
+            serde_json::to_value(&before).unwrap()
+        );
+    }
+
+    /// Four racks of two, k=3 m=1: groups `[n0 n2 n4 n6] [n1 n3 n5 n7]`, one node per rack.
+    /// Hosting n0, n2, n4 and n6 (more than the first group's three data positions), it
+    /// trades one with the node of the same rack in the other group: still one per rack.
+    #[test]
+    fn seating_trades_a_hosting_node_within_its_rack() {
+        let j = in_racks(8, 3, 1, 2);
+        let hosting: BTreeSet<String> = ["n0", "n2", "n4", "n6", "n1"].map(String::from).into();
+        let seated = j.seat(&names(8), &hosting).unwrap();
+        for (k, members) in &seated {
+            assert_eq!(
+                eckpt_coding::policy::overexposed(members, 1, |n| j.domain_of(n)),
+                None,
+                "{members:?}"
+            );
+            assert!(
+                members[..*k].iter().filter(|n| hosting.contains(*n)).count()
+                    == members.iter().filter(|n| hosting.contains(*n)).count(),
+                "{members:?}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever nodes host ranks (no more than the data positions): each at a data
+        /// position, every node in exactly one group of the sizes `form_groups` gives, and,
+        /// with nobody hosting, the groups `form_groups` forms.
+        #[test]
+        fn seating_puts_hosting_nodes_at_data_positions(
+            n in 2usize..30,
+            k in 1usize..6,
+            m in 1usize..3,
+            per in 1usize..5,
+            pick in proptest::collection::vec(proptest::bool::ANY, 30),
+        ) {
+            let j = in_racks(n, k, m, per);
+            let nodes = names(n);
+            let formed = j.form_groups(&nodes);
+            let slots: usize = formed.iter().map(|(gk, g)| j.data_positions(*gk, g.len()).iter().filter(|d| **d).count()).sum();
+            let hosting: BTreeSet<String> = nodes.iter().zip(&pick).filter(|(_, p)| **p).map(|(n, _)| n.clone()).take(slots).collect();
+            let seated = j.seat(&nodes, &hosting).unwrap();
+            let mut all: Vec<String> = seated.iter().flat_map(|(_, g)| g.clone()).collect();
+            all.sort_by_key(|n| natural_key(n));
+            if !formed.is_empty() {
+                proptest::prop_assert_eq!(&all, &nodes);
+            }
+            for ((gk, members), (fk, formed)) in seated.iter().zip(&formed) {
+                proptest::prop_assert_eq!((gk, members.len()), (fk, formed.len()));
+                let data = j.data_positions(*gk, members.len());
+                for (x, node) in members.iter().enumerate() {
+                    proptest::prop_assert!(data[x] || !hosting.contains(node), "{} at parity position {}", node, x);
+                }
+            }
+            if hosting.is_empty() {
+                proptest::prop_assert_eq!(seated, formed);
+            }
+        }
+    }
+
+    /// A spare replacing a lost member comes from the domain the group holds fewest of.
+    #[test]
+    fn a_spare_of_another_domain_replaces_a_lost_member() {
+        let mut j = in_racks(3, 2, 1, 1);
+        for (name, domain) in [("s0", "d1"), ("s1", "d0"), ("s2", "d7")] {
+            j.nodes.insert(
+                name.into(),
+                NodeEntry {
+                    info: None,
+                    spare: true,
+                    removed: false,
+                    token: None,
+                    domain: Some(domain.into()),
+                },
+            );
+        }
+        let mut spares = vec!["s0".to_string(), "s1".to_string(), "s2".to_string()];
+        // n0 (d0) lost: n1 (d1) and n2 (d2) stay; s0 would put two of d1 in the group.
+        let staying = ["n1".to_string(), "n2".to_string()];
+        assert_eq!(j.take_spare(&mut spares, &staying).as_deref(), Some("s1"));
+        assert_eq!(spares, ["s0", "s2"]);
+        let staying = ["n1".to_string(), "s1".to_string()];
+        assert_eq!(j.take_spare(&mut spares, &staying).as_deref(), Some("s2"));
+        assert_eq!(j.take_spare(&mut spares, &staying).as_deref(), Some("s0"));
+        assert_eq!(j.take_spare(&mut spares, &staying), None);
     }
 
     #[test]

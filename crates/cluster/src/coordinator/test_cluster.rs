@@ -61,6 +61,8 @@ pub fn kind(request: &AgentRequest) -> Kind {
 pub enum Fault {
     /// Answers requests of this kind with this error (its own failure, not a broken link).
     Fail(Kind, &'static str),
+    /// As `Fail`, once the agent was asked a request of the first kind.
+    FailAfter(Kind, Kind, &'static str),
     /// Its parts of this kind wait for a peer's stream that never comes: each ends only
     /// when its task is cancelled (`CancelTask`), with the link error a real part gives.
     AwaitPeers(Kind),
@@ -138,6 +140,9 @@ impl Agents for MemoryAgents {
         let fault = agent.faults.iter().find(|f| match f {
             Fault::Stopped => true,
             Fault::AwaitPeers(k) | Fault::Fail(k, _) | Fault::Slow(k, _) => *k == kind(&request),
+            Fault::FailAfter(after, k, _) => {
+                *k == kind(&request) && agent.asked.iter().any(|r| kind(r) == *after)
+            }
         });
         match fault.cloned() {
             Some(Fault::Stopped) => Box::pin(std::future::pending()),
@@ -160,7 +165,7 @@ impl Agents for MemoryAgents {
                     Ok(answer)
                 })
             }
-            Some(Fault::Fail(_, message)) => {
+            Some(Fault::Fail(_, message) | Fault::FailAfter(_, _, message)) => {
                 let e = WireError {
                     kind: ErrorKind::Io,
                     message: message.into(),
@@ -245,6 +250,11 @@ pub const LIVENESS: Duration = Duration::from_millis(600);
 impl TestCluster {
     /// `nodes` agents (`n0`, `n1`, …) in groups of `coding`, registered and alive.
     pub async fn start(nodes: usize, coding: CodingConfig) -> TestCluster {
+        Self::with_grace(nodes, coding, Deadlines::default().partition_grace()).await
+    }
+
+    /// [`TestCluster::start`] with a partition grace of `grace`.
+    pub async fn with_grace(nodes: usize, coding: CodingConfig, grace: Duration) -> TestCluster {
         let root = tempfile::tempdir().unwrap();
         let dir = ClusterDir::new(root.path()).unwrap();
         std::fs::create_dir_all(dir.coordinator()).unwrap();
@@ -252,6 +262,7 @@ impl TestCluster {
         let journal = Journal::new(coding, &names, &[]);
         let deadlines = Deadlines {
             liveness_ms: LIVENESS.as_millis() as u64,
+            partition_grace_ms: grace.as_millis() as u64,
             ..Deadlines::default()
         };
         let agents = Arc::new(MemoryAgents::default());

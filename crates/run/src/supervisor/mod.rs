@@ -22,7 +22,9 @@ use eckpt_cluster::launch;
 use eckpt_cluster_api::dirs::{ClusterDir, ClusterFile, Deadlines, NetnsConfig};
 #[cfg(feature = "fault-injection")]
 use eckpt_cluster_api::msg::NodeInfo;
-use eckpt_cluster_api::msg::{FlushRestore, JobClaim, LeaseHolder, RecoveryReport, StatusReport};
+use eckpt_cluster_api::msg::{
+    EpochOutcome, FlushRestore, JobClaim, LeaseHolder, RecoveryReport, StatusReport,
+};
 use eckpt_cluster_api::ErrorKind;
 use eckpt_coding::Layout;
 
@@ -34,7 +36,6 @@ use crate::host::NodeHost;
 use crate::launcher::{kill_launch, Ending, Launch, LaunchSpec};
 use crate::lease::Lease;
 use crate::placement::{self, Host, Slots, Unplaced};
-#[cfg(feature = "fault-injection")]
 use crate::procs;
 use crate::record::{AttemptRecord, EpochRecord, FailureRecord, RecoveryRecord, RunRecord, RECORD_FORMAT};
 use crate::session::{Outcome, Session};
@@ -197,12 +198,15 @@ pub fn run(options: &RunOptions, events: &mut dyn FnMut(Event)) -> Result<(i32, 
         Err(e) => {
             // A cluster this run started must not outlive a run that could not begin.
             let outcome = Outcome::Unfinished { job: None };
-            let _ = session.close(options.keep, &outcome, &mut |text| events(Event::Note(text)));
+            let _ = session.close(options.keep, &outcome, 0, &mut |text| events(Event::Note(text)));
             return Err(e);
         }
     };
     let mut result = supervisor.run(events);
-    let flushed = supervisor.flush_at_end(events);
+    // A run that lost the job leaves its last epoch to whoever runs it now.
+    let lost_the_job = matches!(result, Err(RunError::Superseded { .. } | RunError::LeaseLost(_)));
+    let flushed = !lost_the_job && supervisor.flush_at_end(events);
+    let generation = supervisor.lease.as_ref().map_or(0, Lease::generation);
     // Every rank is stopped by now: the guard has nothing left to do, and the lease goes
     // (a job whose every rank exited 0 is recorded as finished).
     guard.release();
@@ -238,7 +242,9 @@ pub fn run(options: &RunOptions, events: &mut dyn FnMut(Event)) -> Result<(i32, 
             job: Some(supervisor.job.clone()).filter(|job| !job.is_empty()),
         }
     };
-    session.close(options.keep, &outcome, &mut |text| events(Event::Note(text)))?;
+    session.close(options.keep, &outcome, generation, &mut |text| {
+        events(Event::Note(text))
+    })?;
     result.map(|code| (code, record))
 }
 
@@ -297,6 +303,9 @@ struct Supervisor<'a> {
     run_id: String,
     /// The job's lease, once claimed.
     lease: Option<Lease>,
+    /// The generation the claim got (0 before): this run's attempts have the generations
+    /// from it to the lease's current one, and only their epochs are this run's.
+    first_generation: u64,
     /// The job's id, once claimed.
     job: String,
     /// The cluster's time bounds.
@@ -384,6 +393,7 @@ impl<'a> Supervisor<'a> {
             recovered: None,
             run_id: format!("{:x}-{}", now_unix as u64, std::process::id()),
             lease: None,
+            first_generation: 0,
             job: String::new(),
             deadlines: file.deadlines,
             isolation_said: false,
@@ -455,11 +465,13 @@ impl<'a> Supervisor<'a> {
             pid: std::process::id(),
             since_unix: self.record.started_unix,
             command: self.options.command.join(" "),
+            run: Some(self.run_id.clone()),
         };
         let claim = JobClaim {
             job: self.options.job.clone(),
             holder,
             start: self.options.start,
+            world: Some(self.options.ranks),
         };
         let (lease, grant) = Lease::claim(&self.cluster, claim, &self.deadlines, &mut |text| {
             events(Event::Note(text))
@@ -470,10 +482,35 @@ impl<'a> Supervisor<'a> {
                 grant.job
             )));
         }
+        if let Some(predecessor) = &grant.superseded {
+            self.end_superseded(predecessor, events);
+        }
         self.record.job = Some(grant.job.clone());
         self.job = grant.job;
+        self.first_generation = grant.generation;
         self.lease = Some(lease);
         Ok(())
+    }
+
+    /// Ends the processes of the run whose lease this claim replaced, before anything is
+    /// launched: a supervisor stopped (SIGSTOP) or killed with its guard leaves ranks that
+    /// would go on writing the job's files beside this run's until their next request to
+    /// the coordinator. Those on this host are found by the run's launch ids; those
+    /// elsewhere are refused at their next request and end themselves.
+    fn end_superseded(&self, predecessor: &LeaseHolder, events: &mut dyn FnMut(Event)) {
+        let Some(run) = &predecessor.run else { return };
+        if predecessor.host != eckpt_cluster_api::net::host_name() {
+            events(Event::Note(format!(
+                "the job's previous supervisor ({predecessor}) lost its lease: its ranks on other hosts are refused at their next request"
+            )));
+            return;
+        }
+        let killed = procs::end_run(run, Instant::now() + self.deadlines.liveness());
+        if killed > 0 {
+            events(Event::Note(format!(
+                "ended {killed} process(es) left by the job's previous supervisor ({predecessor}), whose lease expired"
+            )));
+        }
     }
 
     fn lease(&self) -> Result<&Lease, RunError> {
@@ -482,8 +519,33 @@ impl<'a> Supervisor<'a> {
             .as_ref()
             .ok_or_else(|| RunError::Launch("the job's lease is not held".into()))?;
         match lease.lost() {
-            Some(why) => Err(RunError::LeaseLost(why)),
+            Some(why) => {
+                if let Ok(status) = self.cluster.status() {
+                    self.check_superseded(&status)?;
+                }
+                Err(RunError::LeaseLost(why))
+            }
             None => Ok(lease),
+        }
+    }
+
+    /// Refuses to go on when `status` says a newer generation runs the job: another run
+    /// took it over while this one could not renew its lease (stopped, or cut off). Checked
+    /// before any decision on an attempt's end, since the successor's takeover is what ends
+    /// this run's ranks.
+    fn check_superseded(&self, status: &StatusReport) -> Result<(), RunError> {
+        let ours = self.lease.as_ref().map_or(0, Lease::generation);
+        match &status.job {
+            Some(job) if ours > 0 && job.generation > ours => Err(RunError::Superseded {
+                generation: job.generation,
+                ours,
+                job: job.id.clone(),
+                holder: job
+                    .holder
+                    .as_ref()
+                    .map_or("its lease since released".to_string(), ToString::to_string),
+            }),
+            _ => Ok(()),
         }
     }
 
@@ -1055,6 +1117,9 @@ impl<'a> Supervisor<'a> {
         #[cfg(not(feature = "fault-injection"))]
         let _ = events;
         while let Ok(outcome) = self.watch.outcomes.try_recv() {
+            if !self.ours(&outcome) {
+                continue;
+            }
             self.record.epochs.push(EpochRecord::new(&outcome, self.now()));
             #[cfg(feature = "fault-injection")]
             let before = *self.epochs_before.get_or_insert(outcome.epoch.saturating_sub(1));
@@ -1074,6 +1139,16 @@ impl<'a> Supervisor<'a> {
         Ok(())
     }
 
+    /// Whether `outcome` is of an epoch of this run's ranks: decided under one of its
+    /// generations (not a predecessor's, before the claim, nor a successor's); one the
+    /// coordinator no longer knows the generation of is counted.
+    fn ours(&self, outcome: &EpochOutcome) -> bool {
+        let current = self.lease.as_ref().map_or(0, Lease::generation);
+        outcome
+            .generation
+            .is_none_or(|g| (self.first_generation..=current).contains(&g) && current > 0)
+    }
+
     fn watch_attempt(
         &mut self,
         attempt: &mut dyn crate::launcher::Attempt,
@@ -1084,7 +1159,11 @@ impl<'a> Supervisor<'a> {
             self.check_interrupt()?;
             self.lease()?;
             self.take_epochs(events)?;
-            match attempt.poll() {
+            let ending = attempt.poll();
+            if ending.is_some() {
+                self.check_superseded(&self.cluster.status()?)?;
+            }
+            match ending {
                 None => {}
                 Some(Ending::Done) => {
                     self.check_no_epoch_left_open(&self.cluster.status()?, None)?;
@@ -1109,6 +1188,7 @@ impl<'a> Supervisor<'a> {
             }
             if tick.is_multiple_of(4) {
                 let status = self.cluster.status()?;
+                self.check_superseded(&status)?;
                 self.say_isolation(&status, events);
                 let lost = Self::lost(&status);
                 if !lost.is_empty() {

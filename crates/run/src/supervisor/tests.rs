@@ -199,6 +199,7 @@ impl Coordinator for Scripted {
             generation: w.generation,
             committed: w.committed,
             discarded: None,
+            superseded: None,
         })
     }
 
@@ -323,6 +324,7 @@ fn options(dir: &std::path::Path) -> RunOptions {
                 agents: true,
                 bind: None,
                 flush: None,
+                job: None,
                 deadlines: Deadlines::default(),
                 domains: Default::default(),
                 agent_placement: Default::default(),
@@ -690,6 +692,7 @@ fn a_restarted_supervisor_takes_the_job_over_once_its_dead_predecessors_lease_ex
         pid: 1,
         since_unix: 0.0,
         command: "eckpt run".into(),
+        run: None,
     };
     let renewed = Instant::now() - std::time::Duration::from_secs(2);
     let started = Instant::now();
@@ -708,4 +711,36 @@ fn a_restarted_supervisor_takes_the_job_over_once_its_dead_predecessors_lease_ex
         "{:?}",
         run.events
     );
+}
+
+#[test]
+fn a_run_whose_job_a_newer_generation_took_over_ends_naming_it_not_with_its_ranks_status() {
+    // Another run took the job while this one was stopped: its ranks, refused by the
+    // coordinator, exit 1 — which is not the program's answer.
+    let successor = LeaseHolder {
+        host: "elsewhere".into(),
+        pid: 2,
+        since_unix: 0.0,
+        command: "eckpt run".into(),
+        run: None,
+    };
+    let taken_over: Script = Box::new(move |look, world| {
+        (look == 2).then(|| {
+            world.generation += 1;
+            world.holder = Some((successor.clone(), Instant::now(), 10.0));
+            Ending::Failed {
+                rank: Some(0),
+                code: 1,
+            }
+        })
+    });
+    let run = supervise(vec![taken_over], |_| {});
+    let now = run.world.lock().unwrap().generation;
+    match run.result {
+        Err(RunError::Superseded { generation, ours, .. }) => {
+            assert_eq!((generation, ours), (now, now - 1));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(run.placements.len(), 1, "no relaunch under the successor");
 }

@@ -215,6 +215,7 @@ pub fn run(args: Args) -> Result<i32> {
         agents: true,
         bind: None,
         flush: None,
+        job: None,
         deadlines: Default::default(),
         domains: Default::default(),
         agent_placement: args.agent_placement(),
