@@ -466,7 +466,8 @@ pub fn run_status(args: StatusArgs) -> Result<i32> {
                 (Some(holder), _) => format!(": lease of {holder} EXPIRED (a new run may take the job over)"),
                 (None, _) => String::new(),
             },
-            if job.finished_unix.is_some() {
+            // A finished job a run resumes shows as run by it until that run moves it on.
+            if job.finished_unix.is_some() && job.holder.is_none() {
                 ", finished"
             } else {
                 ""

@@ -237,6 +237,8 @@ impl Coordinator {
                     self.update_if_same_sessions(sessions, move |j| {
                         j.committed = next.committed;
                         j.next_epoch = next.next_epoch;
+                        // An epoch after the job finished: the job moved on from its finish.
+                        j.job.finished_unix = None;
                         j.groups = next.groups;
                         j.record_pace(epoch, pace);
                     })

@@ -6,7 +6,9 @@
 //! whose supervisor died — is refused ([`Coordinator::fence`]), so no second writer ever
 //! commits into the job's epochs. A job that finished (every rank exited 0) is recorded as
 //! finished, so that running it again is refused unless the user says `--resume` or
-//! `--fresh`.
+//! `--fresh`. The mark stays until the job moves on — an epoch commits, or `--fresh`
+//! discards it — so a resumed run refused after its claim (its ranks do not fit, its
+//! restored world differs) leaves the job finished, as it found it.
 //!
 //! The id, the generation, the holder and the finished mark are journaled; when the lease
 //! was last renewed is not: a restarted coordinator gives the holder a whole lease from its
@@ -236,7 +238,6 @@ impl Coordinator {
                 j.job.id = Some(claimed);
                 j.job.generation += 1;
                 j.job.holder = Some(holder);
-                j.job.finished_unix = None;
                 s.lease_renewed = Some(Instant::now());
                 (j.job.generation, j.committed)
             })
@@ -314,13 +315,17 @@ impl Coordinator {
         Ok(next)
     }
 
-    /// `ReleaseJob`.
+    /// `ReleaseJob`. A release that is not a finish leaves the finished mark as it is: a run
+    /// of a finished job that was refused, or ended, before it committed an epoch has not
+    /// moved the job on (an epoch's commit clears the mark).
     pub(super) async fn release_job(&self, generation: u64, finished: bool) -> Result<(), ClusterError> {
         self.state
             .change(move |s, j| {
                 s.check_holder(generation)?;
                 j.job.holder = None;
-                j.job.finished_unix = finished.then(unix_now);
+                if finished {
+                    j.job.finished_unix = Some(unix_now());
+                }
                 s.lease_renewed = None;
                 Ok(())
             })
@@ -368,6 +373,7 @@ impl Coordinator {
                 group.objects.clear();
             }
             j.job.fresh_from = j.next_epoch.saturating_sub(1).max(newest_flushed);
+            j.job.finished_unix = None;
         })
         .await?;
         let requests = alive.into_values().map(|n| (n, AgentRequest::Discard)).collect();
@@ -377,5 +383,59 @@ impl Coordinator {
         // `discarded=11`, or no field when nothing had been committed.
         tracing::info!(discarded, "job discarded (--fresh)");
         Ok(discarded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use eckpt_cluster_api::msg::{JobClaim, JobStart, LeaseHolder};
+    use eckpt_coding::config::CodingConfig;
+
+    use super::super::test_cluster::TestCluster;
+
+    fn claim(start: JobStart) -> JobClaim {
+        JobClaim {
+            job: Some("job".into()),
+            holder: LeaseHolder {
+                host: "host".into(),
+                pid: 1,
+                since_unix: 0.0,
+                command: "app".into(),
+                run: None,
+            },
+            start,
+            world: Some(2),
+        }
+    }
+
+    async fn finished(c: &TestCluster) -> bool {
+        c.coord.snapshot().await.job.finished_unix.is_some()
+    }
+
+    #[tokio::test]
+    async fn a_finished_job_stays_finished_until_an_epoch_moves_it_on() {
+        let c = TestCluster::start(6, CodingConfig::default()).await;
+        let first = c.coord.claim_job(claim(JobStart::Default)).await.unwrap();
+        c.coord.release_job(first.generation, true).await.unwrap();
+        assert!(finished(&c).await);
+
+        // A resumed run that ends before it commits an epoch (refused after its claim: its
+        // ranks did not fit) leaves the job finished: a plain run is still refused.
+        let resumed = c.coord.claim_job(claim(JobStart::Resume)).await.unwrap();
+        c.coord.release_job(resumed.generation, false).await.unwrap();
+        assert!(
+            finished(&c).await,
+            "a resume that changed nothing unfinished the job"
+        );
+        let plain = c.coord.claim_job(claim(JobStart::Default)).await.unwrap_err();
+        assert!(plain.to_string().contains("--resume"), "{plain}");
+
+        // An epoch committed after the finish: the job moved on, and a plain run resumes it.
+        assert!(c.checkpoint(2).await.committed);
+        assert!(
+            !finished(&c).await,
+            "a job that committed past its finish is still marked finished"
+        );
+        c.coord.claim_job(claim(JobStart::Default)).await.unwrap();
     }
 }
