@@ -8,6 +8,16 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+
+/// The tests of this file write executables (a copy of `eckpt`, a harness) and run them.
+/// A process one test forks while another still has a file open for writing inherits that
+/// descriptor until its `exec`, and running the file then fails with "Text file busy"
+/// (ETXTBSY): so they take turns.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -68,6 +78,7 @@ fn report(out: &Output) -> serde_json::Value {
 
 #[test]
 fn a_harness_planted_in_a_directory_others_can_write_is_not_run() {
+    let _turn = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     // A world-writable sticky directory, as /tmp.
     let open = tmp.path().canonicalize().unwrap().join("open");
@@ -114,6 +125,7 @@ fn a_harness_planted_in_a_directory_others_can_write_is_not_run() {
 
 #[test]
 fn a_default_harness_in_a_private_directory_runs() {
+    let _turn = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let private = tmp.path().canonicalize().unwrap().join("private");
     std::fs::create_dir(&private).unwrap();

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use cluster::programs::{assert_failure_free, build_c, reference, text};
 use cluster::{
-    bytes, eckpt, finish_job, is_root, node_of_rank, nodes_without, ok, run, run_job, spawn_job, wait_for,
-    Cluster, PurgeAtEnd,
+    bytes, eckpt, finish_job, is_root, node_of_rank, nodes_without, ok, processes_with, run, run_job,
+    spawn_job, wait_for, Cluster, PurgeAtEnd,
 };
 use serde_json::Value;
 
@@ -28,22 +28,6 @@ fn status(d: &str) -> Value {
 /// The last line a failed command printed.
 fn last_line(out: &Output) -> String {
     text(&out.stderr).lines().last().unwrap_or_default().to_string()
-}
-
-/// Pids of live processes whose environment holds `key=value`.
-fn processes_with(key: &str, value: &str) -> Vec<i32> {
-    let wanted = format!("{key}={value}");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == wanted.as_bytes()))
-                && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
-        })
-        .collect()
 }
 
 fn mode(path: &Path) -> u32 {

@@ -890,6 +890,20 @@ mod tests {
         assert_eq!(e.kind(), eckpt_cluster_api::ErrorKind::Fenced, "{e}");
     }
 
+    /// Stops the heartbeats of all `nodes` nodes and waits until the grace has passed and
+    /// none is alive; when they were stopped.
+    async fn silence_every_node(c: &TestCluster, nodes: usize) -> std::time::Instant {
+        for i in 0..nodes {
+            c.stop(&format!("n{i}"));
+        }
+        let stopped = std::time::Instant::now();
+        while !c.coord.alive().await.is_empty() {
+            assert!(stopped.elapsed() < 10 * LIVENESS, "still alive past the grace");
+            tokio::time::sleep(LIVENESS / 10).await;
+        }
+        stopped
+    }
+
     /// Past the partition grace, a coordinator that hears nobody declares its nodes dead
     /// but awaits them: none is lost before the link is back, and once it hears an agent
     /// again each of the others has an agent's reconnection to register — one whose old
@@ -899,14 +913,7 @@ mod tests {
     async fn nodes_silenced_past_the_grace_are_awaited_until_they_register_again() {
         let c = TestCluster::with_grace(6, CodingConfig::default(), LIVENESS).await;
         let n5 = c.session_of("n5");
-        for i in 0..6 {
-            c.stop(&format!("n{i}"));
-        }
-        let stopped = std::time::Instant::now();
-        while !c.coord.alive().await.is_empty() {
-            assert!(stopped.elapsed() < 10 * LIVENESS, "still alive past the grace");
-            tokio::time::sleep(LIVENESS / 10).await;
-        }
+        silence_every_node(&c, 6).await;
         let awaited = |c: &TestCluster| {
             let coord = c.coord.clone();
             async move { coord.read(|s| s.awaited()).await }
@@ -940,14 +947,7 @@ mod tests {
     #[tokio::test]
     async fn a_coordinator_that_hears_nobody_awaits_its_nodes_one_more_grace_at_most() {
         let c = TestCluster::with_grace(6, CodingConfig::default(), LIVENESS).await;
-        for i in 0..6 {
-            c.stop(&format!("n{i}"));
-        }
-        let stopped = std::time::Instant::now();
-        while !c.coord.alive().await.is_empty() {
-            assert!(stopped.elapsed() < 10 * LIVENESS, "still alive past the grace");
-            tokio::time::sleep(LIVENESS / 10).await;
-        }
+        let stopped = silence_every_node(&c, 6).await;
         assert!(!c.coord.read(|s| s.awaited()).await.is_empty());
         let bound = c
             .coord
