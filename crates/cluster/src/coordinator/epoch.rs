@@ -175,6 +175,26 @@ impl Coordinator {
         });
     }
 
+    /// Domains agents declared while an earlier first encode ran were not spread then (the
+    /// groups do not change under an encode): until something is coded, each epoch's encode
+    /// first forms the groups across the domains as now known. The journal is copied only
+    /// before the first commit.
+    async fn spread_before_first_encode(&self, epoch: u64) {
+        let unspread = self
+            .read(|s| s.journal().committed == 0 && s.journal().clone().spread_before_coding())
+            .await;
+        if !unspread {
+            return;
+        }
+        match self.update(|j| j.spread_before_coding()).await {
+            Ok(_) => tracing::info!(
+                epoch,
+                "groups formed anew across the failure domains before the first encode"
+            ),
+            Err(e) => tracing::warn!(epoch, error = %e, "groups not formed anew across the failure domains"),
+        }
+    }
+
     /// Runs epoch `epoch` once every rank is ready: encode, then commit or abort.
     pub(super) async fn run_epoch(self: Arc<Self>, epoch: u64) {
         let _op = self.op.lock().await;
@@ -187,6 +207,7 @@ impl Coordinator {
         }
         let debug = self.dir.debug();
         pause_point_async(&debug, crate::debug::Phase::BeforeEncode, "coordinator").await;
+        self.spread_before_first_encode(epoch).await;
         let (journal, reports) = self
             .read(|s| (s.journal().clone(), s.epochs.reports.clone()))
             .await;
@@ -281,6 +302,36 @@ mod tests {
     /// Six nodes, one group of k=4 m=2: n0–n3 hold data, n4 and n5 parity.
     async fn cluster() -> TestCluster {
         TestCluster::start(6, CodingConfig::default()).await
+    }
+
+    /// Racks the agents declared while the first encode ran (no regrouping under an
+    /// encode; that epoch then aborted): the next first encode spreads the groups, so that
+    /// no group holds more than m members of one rack.
+    #[tokio::test]
+    async fn the_first_encode_spreads_groups_over_domains_declared_during_an_earlier_one() {
+        let c = TestCluster::start(12, CodingConfig::default()).await;
+        c.coord
+            .update(|j| {
+                for i in 0..12 {
+                    j.nodes.get_mut(&format!("n{i}")).unwrap().domain = Some(format!("rack{}", i / 3));
+                }
+            })
+            .await
+            .unwrap();
+        let exposed = |j: &crate::coordinator::state::Journal| {
+            j.groups
+                .iter()
+                .filter(|g| j.overexposed(&g.group).is_some())
+                .count()
+        };
+        assert_eq!(
+            exposed(&c.coord.snapshot().await),
+            2,
+            "formed in name order: whole racks"
+        );
+        assert!(c.checkpoint(8).await.committed);
+        let journal = c.coord.snapshot().await;
+        assert_eq!(exposed(&journal), 0, "{:?}", journal.groups);
     }
 
     #[tokio::test]
