@@ -12,7 +12,9 @@
 //!
 //! The id, the generation, the holder and the finished mark are journaled; when the lease
 //! was last renewed is not: a restarted coordinator gives the holder a whole lease from its
-//! own start.
+//! own start. Leases run on the time the coordinator ran (`run_clock.rs`): a coordinator
+//! stopped or starved for longer than a lease has not heard its holder renew, and does not
+//! take the job from it on waking.
 //!
 //! A claim is decided before it changes anything: a live holder, another job's checkpoint,
 //! a finished job without `--resume`, or a job checkpointed with another number of ranks is
@@ -23,7 +25,7 @@
 //! cluster that is stopping.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -100,7 +102,7 @@ impl State {
     /// The lease's holder and how long ago it renewed, while the lease runs.
     pub(super) fn live_lease(&self) -> Option<(LeaseHolder, Duration)> {
         let holder = self.journal().job.holder.clone()?;
-        let ago = self.lease_renewed?.elapsed();
+        let ago = self.clock.since(self.lease_renewed?);
         (ago < self.deadlines.lease()).then_some((holder, ago))
     }
 
@@ -113,9 +115,13 @@ impl State {
             id,
             generation: job.generation,
             holder: job.holder.clone(),
-            renewed_seconds_ago: renewed.map(|r| r.elapsed().as_secs_f64()),
-            lease_left_seconds: renewed
-                .map(|r| self.deadlines.lease().saturating_sub(r.elapsed()).as_secs_f64()),
+            renewed_seconds_ago: renewed.map(|r| self.clock.since(r).as_secs_f64()),
+            lease_left_seconds: renewed.map(|r| {
+                self.deadlines
+                    .lease()
+                    .saturating_sub(self.clock.since(r))
+                    .as_secs_f64()
+            }),
             finished_unix: job.finished_unix,
         })
     }
@@ -238,7 +244,7 @@ impl Coordinator {
                 j.job.id = Some(claimed);
                 j.job.generation += 1;
                 j.job.holder = Some(holder);
-                s.lease_renewed = Some(Instant::now());
+                s.lease_renewed = Some(s.clock.now());
                 (j.job.generation, j.committed)
             })
             .await?;
@@ -293,7 +299,7 @@ impl Coordinator {
     pub(super) async fn renew_lease(&self, generation: u64) -> Result<(), ClusterError> {
         self.read(move |s| {
             s.check_holder(generation)?;
-            s.lease_renewed = Some(Instant::now());
+            s.lease_renewed = Some(s.clock.now());
             Ok(())
         })
         .await
@@ -307,7 +313,7 @@ impl Coordinator {
             .change(move |s, j| {
                 s.check_holder(generation)?;
                 j.job.generation += 1;
-                s.lease_renewed = Some(Instant::now());
+                s.lease_renewed = Some(s.clock.now());
                 Ok::<_, ClusterError>(j.job.generation)
             })
             .await??;
@@ -388,6 +394,9 @@ impl Coordinator {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use eckpt_cluster_api::dirs::Deadlines;
     use eckpt_cluster_api::msg::{JobClaim, JobStart, LeaseHolder};
     use eckpt_coding::config::CodingConfig;
 
@@ -406,6 +415,29 @@ mod tests {
             start,
             world: Some(2),
         }
+    }
+
+    /// A coordinator that did not run for longer than the lease (stopped, starved) did not
+    /// hear its holder renew meanwhile: on waking, the lease is still the holder's. A holder
+    /// silent for a lease while the coordinator runs loses it.
+    #[tokio::test]
+    async fn a_lease_outlives_a_stall_of_the_coordinator_but_not_a_silent_holder() {
+        let deadlines = Deadlines {
+            lease_ms: 1_000,
+            ..TestCluster::deadlines()
+        };
+        let c = TestCluster::with_deadlines(6, CodingConfig::default(), deadlines).await;
+        let grant = c.coord.claim_job(claim(JobStart::Default)).await.unwrap();
+        // The runtime, and the coordinator on it, stops for three leases.
+        std::thread::sleep(Duration::from_secs(3));
+        c.coord
+            .renew_lease(grant.generation)
+            .await
+            .expect("the holder keeps its lease through the coordinator's stall");
+
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let lost = c.coord.renew_lease(grant.generation).await.unwrap_err();
+        assert!(lost.to_string().contains("expired"), "{lost}");
     }
 
     async fn finished(c: &TestCluster) -> bool {

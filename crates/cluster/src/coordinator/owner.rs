@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::epoch_state::EpochState;
 use super::flush::FlushState;
 use super::pace::PacePoints;
+use super::run_clock::{RunClock, RunTime};
 use super::sessions::Live;
 use super::Journal;
 use eckpt_cluster_api::dirs::Deadlines;
@@ -54,8 +55,11 @@ pub(super) struct State {
     pub pace_points: PacePoints,
     /// The flush running and the last ones.
     pub flush: FlushState,
-    /// When the job's lease holder last renewed it (`None`: no holder).
-    pub lease_renewed: Option<Instant>,
+    /// When the job's lease holder last renewed it (`None`: no holder), on the time the
+    /// coordinator ran (`clock`).
+    pub lease_renewed: Option<RunTime>,
+    /// The time the coordinator ran: what leases are judged on ([`RunClock`]).
+    pub clock: RunClock,
     /// The cluster's time bounds (`cluster.json`).
     pub deadlines: Deadlines,
     /// Since when nodes are awaited — this coordinator's start, or its hearing agents again
@@ -72,7 +76,8 @@ impl State {
     pub fn new(journal: Journal, deadlines: Deadlines, flushed: Vec<u64>) -> State {
         // A holder the journal names gets a whole lease from this start: it renews with the
         // restarted coordinator as soon as it reaches it.
-        let lease_renewed = journal.job.holder.as_ref().map(|_| Instant::now());
+        let clock = RunClock::start();
+        let lease_renewed = journal.job.holder.as_ref().map(|_| clock.now());
         let unregistered = journal
             .nodes
             .iter()
@@ -87,6 +92,7 @@ impl State {
             pace_points: PacePoints::default(),
             flush: FlushState::new(flushed),
             lease_renewed,
+            clock,
             deadlines,
             awaiting_since: Instant::now(),
             unregistered,

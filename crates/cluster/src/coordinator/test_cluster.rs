@@ -255,16 +255,28 @@ impl TestCluster {
 
     /// [`TestCluster::start`] with a partition grace of `grace`.
     pub async fn with_grace(nodes: usize, coding: CodingConfig, grace: Duration) -> TestCluster {
+        let deadlines = Deadlines {
+            partition_grace_ms: grace.as_millis() as u64,
+            ..Self::deadlines()
+        };
+        Self::with_deadlines(nodes, coding, deadlines).await
+    }
+
+    /// The deadlines of a test cluster: the defaults, with a short liveness period.
+    pub fn deadlines() -> Deadlines {
+        Deadlines {
+            liveness_ms: LIVENESS.as_millis() as u64,
+            ..Deadlines::default()
+        }
+    }
+
+    /// [`TestCluster::start`] with `deadlines`.
+    pub async fn with_deadlines(nodes: usize, coding: CodingConfig, deadlines: Deadlines) -> TestCluster {
         let root = tempfile::tempdir().unwrap();
         let dir = ClusterDir::new(root.path()).unwrap();
         std::fs::create_dir_all(dir.coordinator()).unwrap();
         let names: Vec<String> = (0..nodes).map(|i| format!("n{i}")).collect();
         let journal = Journal::new(coding, &names, &[]);
-        let deadlines = Deadlines {
-            liveness_ms: LIVENESS.as_millis() as u64,
-            partition_grace_ms: grace.as_millis() as u64,
-            ..Deadlines::default()
-        };
         let agents = Arc::new(MemoryAgents::default());
         let coord = Arc::new(Coordinator::new(
             dir,
