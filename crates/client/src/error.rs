@@ -146,6 +146,7 @@ fn cluster_code(e: &ClusterError) -> i32 {
         | ClusterError::Protocol(_)
         | ClusterError::Node { .. }
         | ClusterError::Unreachable(_)
+        | ClusterError::NoAnswer(_)
         | ClusterError::Link(_)
         | ClusterError::Proto(_) => capi::ECKPT_ECLUSTER,
         ClusterError::Internal(_) => capi::ECKPT_EINTERNAL,

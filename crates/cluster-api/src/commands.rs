@@ -7,22 +7,22 @@ use std::path::Path;
 use eckpt_proto::{Connection, FrameKind};
 use serde::Serialize;
 
-use crate::dirs::ClusterDir;
+use crate::dirs::{ClusterDir, Deadlines};
 use crate::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, EpochOutcome, Hello};
 use crate::msg::{DATA_FRAME, FILE_ITEM};
 use crate::net::{host_identity, open, open_node};
 use crate::ClusterError;
 
 /// Opens a control connection to the coordinator of the cluster in `dir`, waiting at most
-/// the cluster's connection wait (`Deadlines::connect`).
-pub async fn coordinator(dir: &ClusterDir) -> Result<Connection, ClusterError> {
+/// the cluster's connection wait (`Deadlines::connect`); with the cluster's deadlines.
+async fn coordinator(dir: &ClusterDir) -> Result<(Connection, Deadlines), ClusterError> {
     let file = dir.load()?;
     let secret = dir.load_secret()?;
     let endpoint = file.coordinator_from(&host_identity());
     let wait = file.deadlines.connect();
     let opened = tokio::time::timeout(wait, open(endpoint, &secret, &Hello::Control)).await;
     let why = match opened {
-        Ok(Ok(conn)) => return Ok(conn),
+        Ok(Ok(conn)) => return Ok((conn, file.deadlines)),
         Ok(Err(e)) => e.to_string(),
         Err(_) => format!("no answer within {:.1} s", wait.as_secs_f64()),
     };
@@ -32,28 +32,66 @@ pub async fn coordinator(dir: &ClusterDir) -> Result<Connection, ClusterError> {
     )))
 }
 
-/// Sends one request to the coordinator; progress reports go to `on_progress`; an error
-/// answer becomes an error.
+/// Sends one request to the coordinator of the cluster in `dir` ([`ask_coordinator`]),
+/// reaching it within `Deadlines::connect` and waiting for each of its words at most
+/// `Deadlines::answer`.
 pub async fn coordinator_call(
     dir: &ClusterDir,
     request: &CoordRequest,
+    on_progress: impl FnMut(&CoordResponse),
+) -> Result<CoordResponse, ClusterError> {
+    let (mut conn, deadlines) = coordinator(dir).await?;
+    let who = format!("the coordinator of {}", dir.root().display());
+    ask_coordinator(&mut conn, &who, request, deadlines.answer(), on_progress).await
+}
+
+/// Sends `request` on `conn`, an open control connection to the coordinator (`who` names
+/// it in errors), and reads its answer: progress reports go to `on_progress`, an error
+/// answer becomes the error. Each word is awaited at most `answer`: a coordinator at work
+/// on a long request says so every `Deadlines::keepalive` ([`CoordResponse::Working`]), so
+/// only one that stopped or was cut off lets that pass ([`ClusterError::NoAnswer`]).
+pub async fn ask_coordinator(
+    conn: &mut Connection,
+    who: &str,
+    request: &CoordRequest,
+    answer: std::time::Duration,
     mut on_progress: impl FnMut(&CoordResponse),
 ) -> Result<CoordResponse, ClusterError> {
-    let mut conn = coordinator(dir).await?;
-    conn.send_control(request).await?;
+    let unanswered = |why: String| ClusterError::NoAnswer(format!("{who} took the request and {why}"));
+    conn.send_control(request)
+        .await
+        .map_err(|e| unanswered(format!("then the connection failed ({e})")))?;
     loop {
-        match conn.recv_control().await? {
-            p @ CoordResponse::Progress { .. } => on_progress(&p),
-            CoordResponse::Error(e) => return Err(ClusterError::from_coordinator(e)),
-            other => return Ok(other),
+        let word = tokio::time::timeout(answer, conn.recv_control())
+            .await
+            .map_err(|_| {
+                unanswered(format!(
+                    "then said nothing for {:.1} s (stopped, or cut off)",
+                    answer.as_secs_f64()
+                ))
+            })?;
+        match word {
+            Ok(CoordResponse::Working) => {}
+            Ok(p @ CoordResponse::Progress { .. }) => on_progress(&p),
+            Ok(CoordResponse::Error(e)) => return Err(ClusterError::from_coordinator(e)),
+            Ok(other) => return Ok(other),
+            Err(e) => {
+                let e = ClusterError::from(e);
+                return Err(if e.is_retryable() {
+                    unanswered(format!("the connection failed before the answer ({e})"))
+                } else {
+                    e
+                });
+            }
         }
     }
 }
 
 /// [`coordinator_call`], tried again for up to `retry` while the coordinator cannot be
 /// reached — restarting, being replaced on another host, cut off for a while — with pauses
-/// growing from 0.1 to 2 s. Only a coordinator never reached is tried again: the request
-/// was not sent, so any request may be.
+/// growing from 0.1 to 2 s. A coordinator never reached is tried again for any request (it
+/// was not sent); one that took the request and did not answer, only for a request that may
+/// be sent twice ([`CoordRequest::may_repeat`]).
 pub async fn coordinator_call_retrying(
     dir: &ClusterDir,
     request: &CoordRequest,
@@ -62,13 +100,17 @@ pub async fn coordinator_call_retrying(
     let deadline = std::time::Instant::now() + retry;
     let mut pause = std::time::Duration::from_millis(100);
     loop {
-        match coordinator_call(dir, request, |_| {}).await {
-            Err(ClusterError::Unreachable(_)) if std::time::Instant::now() + pause < deadline => {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(std::time::Duration::from_secs(2));
-            }
-            answer => return answer,
+        let answer = coordinator_call(dir, request, |_| {}).await;
+        let again = match &answer {
+            Err(ClusterError::Unreachable(_)) => true,
+            Err(ClusterError::NoAnswer(_)) => request.may_repeat(),
+            _ => false,
+        };
+        if !again || std::time::Instant::now() + pause >= deadline {
+            return answer;
         }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_secs(2));
     }
 }
 
@@ -134,7 +176,10 @@ pub async fn checkpoint_file(
         )));
     }
     let len = meta.len();
-    let opened = coordinator_call(
+    // A rank rides out what ranks linking the library ride out: a coordinator restarting,
+    // stalled or cut off for up to the retry window.
+    let retry = dir.load()?.deadlines.coordinator_retry();
+    let opened = coordinator_call_retrying(
         dir,
         &CoordRequest::OpenEpoch {
             rank,
@@ -143,7 +188,7 @@ pub async fn checkpoint_file(
             epoch,
             generation,
         },
-        |_| {},
+        retry,
     )
     .await?;
     let CoordResponse::Opened { epoch, node, .. } = opened else {
@@ -174,7 +219,7 @@ pub async fn checkpoint_file(
         other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
     }
     let outcome = if wait {
-        match coordinator_call(dir, &CoordRequest::WaitEpoch { epoch }, |_| {}).await? {
+        match coordinator_call_retrying(dir, &CoordRequest::WaitEpoch { epoch }, retry).await? {
             CoordResponse::Outcome(o) => Some(o),
             other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
         }

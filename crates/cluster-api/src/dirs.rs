@@ -244,6 +244,22 @@ impl Deadlines {
         3 * self.liveness() + 2 * self.heartbeat() + self.registration()
     }
 
+    /// How often the coordinator tells a caller waiting on a long request that it is still
+    /// at work on it ([`CoordResponse::Working`](crate::msg::CoordResponse::Working)): as
+    /// often as agents heartbeat.
+    pub fn keepalive(&self) -> Duration {
+        self.heartbeat()
+    }
+
+    /// How long a caller waits for the coordinator's next word once its request was sent:
+    /// the retry window ([`Deadlines::coordinator_retry`]: as long as the cluster bears with
+    /// a coordinator it cannot reach), and never less than a connection's wait. A
+    /// coordinator silent that long stopped or was cut off: the call ends, and is tried
+    /// again where that is safe ([`CoordRequest::may_repeat`](crate::msg::CoordRequest::may_repeat)).
+    pub fn answer(&self) -> Duration {
+        self.coordinator_retry().max(self.connect())
+    }
+
     /// How long a rank retries a coordinator it cannot reach.
     pub fn coordinator_retry(&self) -> Duration {
         self.partition_grace() + self.liveness()

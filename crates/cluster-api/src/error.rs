@@ -34,6 +34,12 @@ pub enum ClusterError {
     /// retry within the cluster's deadlines.
     #[error("{0}")]
     Unreachable(String),
+    /// The coordinator took the request and then fell silent past the answer's deadline
+    /// (stopped, or cut off), or dropped the connection before answering: whether the
+    /// request took effect is unknown, so only a request that may be repeated is tried
+    /// again.
+    #[error("{0}")]
+    NoAnswer(String),
     /// A link to a peer broke or never came up: usually a symptom of a failure elsewhere (a
     /// peer that died or gave up), not the cause.
     #[error("{0}")]
@@ -136,7 +142,9 @@ impl ClusterError {
             ClusterError::Invalid(_) => ErrorKind::Invalid,
             ClusterError::Mismatch(_) => ErrorKind::Mismatch,
             ClusterError::Protocol(_) => ErrorKind::Protocol,
-            ClusterError::Node { .. } | ClusterError::Unreachable(_) => ErrorKind::Node,
+            ClusterError::Node { .. } | ClusterError::Unreachable(_) | ClusterError::NoAnswer(_) => {
+                ErrorKind::Node
+            }
             ClusterError::Link(_) => ErrorKind::Link,
             ClusterError::Remote { kind, .. } => *kind,
             ClusterError::Internal(_) => ErrorKind::Internal,

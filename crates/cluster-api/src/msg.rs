@@ -1007,6 +1007,29 @@ pub enum CoordRequest {
     },
 }
 
+impl CoordRequest {
+    /// Whether sending the request again, after its answer was lost (a coordinator that
+    /// stopped answering, a connection that broke), does nothing the first did not: reads,
+    /// the lease's renewal, and what a rank asks (the coordinator answers a rank's repeated
+    /// `OpenEpoch`, `RankReady` or `Pace` as it did the first). The others change what
+    /// a repeat would find — a claim, a new attempt, a release, a recovery, a flush, a stop —
+    /// and end with the error instead.
+    pub fn may_repeat(&self) -> bool {
+        matches!(
+            self,
+            CoordRequest::Status
+                | CoordRequest::Nodes
+                | CoordRequest::OpenEpoch { .. }
+                | CoordRequest::RankReady { .. }
+                | CoordRequest::Pace { .. }
+                | CoordRequest::WaitEpoch { .. }
+                | CoordRequest::Locate { .. }
+                | CoordRequest::WaitFlush
+                | CoordRequest::RenewLease { .. }
+        )
+    }
+}
+
 /// What the coordinator answers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum CoordResponse {
@@ -1049,6 +1072,12 @@ pub enum CoordResponse {
     Flushed(FlushReport),
     /// `WaitFlush`: the flushing now that none runs (`None`: the cluster does not flush).
     FlushState(Option<FlushStatus>),
+    /// The coordinator is still at work on the request: sent every
+    /// [`Deadlines::keepalive`](crate::dirs::Deadlines::keepalive) until the answer, so that
+    /// a caller tells a coordinator at work on a long request (a recovery, a flush, an epoch
+    /// waited for) from one that stopped, and gives up on the second within
+    /// [`Deadlines::answer`](crate::dirs::Deadlines::answer).
+    Working,
     /// Progress of a long request (sent before the final answer).
     Progress {
         /// What is happening.

@@ -3,8 +3,8 @@
 //! of a live job is refused; a run whose supervisor died may take the job over once the
 //! dead supervisor's lease has expired (it waits that long, at most one lease period, when
 //! the holder has stopped renewing). Each attempt's generation comes from the coordinator
-//! ([`Lease::next_attempt`]) under the same lock the renewals take, so a renewal never
-//! carries a generation the coordinator has just replaced.
+//! ([`Lease::next_attempt`]) under the lock the renewals read it under, so a renewal refused
+//! for carrying a generation the coordinator has just replaced is known for what it is.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -109,9 +109,15 @@ impl Lease {
                         std::thread::sleep(Duration::from_millis(20));
                         continue;
                     }
-                    next = Instant::now() + every;
-                    let held = generation.lock().expect("generation lock");
-                    match cluster.renew_lease(*held) {
+                    // Not held across the call: a renewal waits out a coordinator that does
+                    // not answer (up to its retry window), and the supervisor reads the
+                    // generation meanwhile.
+                    let held = *generation.lock().expect("generation lock");
+                    match cluster.renew_lease(held) {
+                        // A new attempt's generation replaced this one while it was renewed
+                        // (`next_attempt` holds the lock until it has the new one): the
+                        // next renewal carries the new generation.
+                        Err(e) if fenced(&e) && *generation.lock().expect("generation lock") != held => {}
                         Err(e) if fenced(&e) => {
                             *lost.lock().expect("lost lock") = Some(e.to_string());
                             return;
@@ -121,6 +127,7 @@ impl Lease {
                         Err(e) => tracing::warn!(error = %e, "renewing the job's lease"),
                         Ok(()) => {}
                     }
+                    next = Instant::now() + every;
                 }
             })
             .map_err(|e| RunError::Launch(format!("starting the lease thread: {e}")))

@@ -23,6 +23,7 @@ use eckpt_store::{Options, Store};
 
 use crate::parity_store::ParityStore;
 use crate::{background, blocking};
+use eckpt_cluster_api::commands::ask_coordinator;
 use eckpt_cluster_api::dirs::{check_node_name, ClusterDir, ClusterFile};
 use eckpt_cluster_api::msg::DATA_FRAME;
 use eckpt_cluster_api::msg::{
@@ -494,25 +495,24 @@ async fn handle(
             })
             .await?;
             let mut coord = open(&agent.coordinator(), &agent.secret, &Hello::Control).await?;
-            match call(
-                &mut coord,
-                &CoordRequest::RankReady {
-                    rank,
-                    epoch,
-                    node: agent.info.name.clone(),
-                    report: RankReport {
-                        image_bytes: len,
-                        stored_bytes: len,
-                        pace: None,
-                    },
-                    generation,
+            let ready = CoordRequest::RankReady {
+                rank,
+                epoch,
+                node: agent.info.name.clone(),
+                report: RankReport {
+                    image_bytes: len,
+                    stored_bytes: len,
+                    pace: None,
                 },
-            )
-            .await?
-            {
-                CoordResponse::Ok => AgentResponse::Ok,
-                CoordResponse::Error(e) => AgentResponse::Error(e),
-                other => AgentResponse::Error(WireError::from(&ClusterError::Protocol(format!(
+                generation,
+            };
+            let answer = agent.cluster.deadlines.answer();
+            match ask_coordinator(&mut coord, "the coordinator", &ready, answer, |_| {}).await {
+                Ok(CoordResponse::Ok) => AgentResponse::Ok,
+                // The coordinator's refusal goes to the rank as the coordinator said it.
+                Err(e @ ClusterError::Remote { .. }) => AgentResponse::Error(WireError::from(&e)),
+                Err(e) => return Err(e),
+                Ok(other) => AgentResponse::Error(WireError::from(&ClusterError::Protocol(format!(
                     "unexpected answer {other:?}"
                 )))),
             }

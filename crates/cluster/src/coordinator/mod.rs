@@ -25,6 +25,7 @@ mod protection;
 mod recovery;
 mod recovery_plan;
 mod repair;
+mod run_clock;
 mod sessions;
 mod state;
 #[cfg(test)]
@@ -543,10 +544,7 @@ async fn serve(
                 CoordRequest::Shutdown { by_run } | CoordRequest::Purge { by_run } => Some(by_run),
                 _ => None,
             };
-            let response = match handle(&coord, &mut conn, request).await {
-                Ok(r) => r,
-                Err(e) => CoordResponse::Error(WireError::from(&e)),
-            };
+            let response = answer_keeping_alive(&coord, &mut conn, request).await?;
             conn.send_control(&response).await?;
             if let Some(by_run) = by_run {
                 if !matches!(response, CoordResponse::Error(_)) {
@@ -567,9 +565,46 @@ async fn serve(
     }
 }
 
-async fn handle(
+/// Where a request's handler reports its progress: `answer_keeping_alive` forwards the
+/// reports to the caller.
+type ProgressReports = tokio::sync::mpsc::UnboundedSender<CoordResponse>;
+
+/// Handles `request`, forwarding its progress to the caller and telling it every keepalive
+/// that the request is still being worked on ([`CoordResponse::Working`]), so that a caller
+/// bounds its wait for each word rather than for the whole of a long request. A caller gone
+/// meanwhile does not stop the handler: it runs to its end, and the error is returned then.
+async fn answer_keeping_alive(
     coord: &Arc<Coordinator>,
     conn: &mut Connection,
+    request: CoordRequest,
+) -> Result<CoordResponse, ClusterError> {
+    let (mut progress, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let handled = handle(coord, &mut progress, request);
+    tokio::pin!(handled);
+    let mut keepalive = tokio::time::interval(coord.deadlines.keepalive());
+    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    keepalive.tick().await;
+    let mut caller: Result<(), eckpt_proto::ProtoError> = Ok(());
+    loop {
+        tokio::select! {
+            biased;
+            answer = &mut handled => {
+                // Progress reported just before the answer reaches the caller before it.
+                while let (Ok(()), Ok(report)) = (&caller, reports.try_recv()) {
+                    caller = conn.send_control(&report).await;
+                }
+                caller?;
+                return Ok(answer.unwrap_or_else(|e| CoordResponse::Error(WireError::from(&e))));
+            }
+            Some(report) = reports.recv(), if caller.is_ok() => caller = conn.send_control(&report).await,
+            _ = keepalive.tick(), if caller.is_ok() => caller = conn.send_control(&CoordResponse::Working).await,
+        }
+    }
+}
+
+async fn handle(
+    coord: &Arc<Coordinator>,
+    progress: &mut ProgressReports,
     request: CoordRequest,
 ) -> Result<CoordResponse, ClusterError> {
     Ok(match request {
@@ -626,7 +661,7 @@ async fn handle(
             CoordResponse::Purged(coord.purge().await)
         }
         CoordRequest::Recover { relocation } => {
-            CoordResponse::Recovered(coord.recover(conn, relocation).await?)
+            CoordResponse::Recovered(coord.recover(progress, relocation).await?)
         }
         CoordRequest::Export { rank, epoch } => coord.export(rank, epoch).await?,
         CoordRequest::Flush { epoch } => CoordResponse::Flushed(coord.flush_now(epoch).await?),

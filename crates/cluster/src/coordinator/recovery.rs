@@ -8,8 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eckpt_proto::Connection;
-
 use super::protection::check_protection;
 use super::recovery_plan::{plan_recovery, RecoveryPlan};
 use super::{Coordinator, Journal};
@@ -69,17 +67,15 @@ pub(super) trait Progress: Send {
     fn step(&mut self, what: &str, done: u64, total: u64) -> impl std::future::Future<Output = ()> + Send;
 }
 
-/// The client's connection: `eckpt recover` draws the steps. A client gone meanwhile does
-/// not stop the recovery.
-impl Progress for Connection {
+/// The reports the client's connection forwards: `eckpt recover` draws the steps. A client
+/// gone meanwhile does not stop the recovery.
+impl Progress for tokio::sync::mpsc::UnboundedSender<CoordResponse> {
     async fn step(&mut self, what: &str, done: u64, total: u64) {
-        let _ = self
-            .send_control(&CoordResponse::Progress {
-                what: what.to_string(),
-                done,
-                total,
-            })
-            .await;
+        let _ = self.send(CoordResponse::Progress {
+            what: what.to_string(),
+            done,
+            total,
+        });
     }
 }
 

@@ -1,0 +1,176 @@
+//! A coordinator that stops running (SIGSTOP, a host suspended or starved) under a live
+//! `eckpt run`. A stall shorter than the retry window must cost the job nothing: the lease
+//! is judged on the time the coordinator ran, so waking does not take the job from its
+//! supervisor, and ranks checkpointing with `eckpt checkpoint` ride it out. A stall past
+//! the window must end the run with one line naming the coordinator, within the window —
+//! never leave it waiting on an answer until someone sends SIGCONT. Real coordinator,
+//! agent, supervisor and rank processes.
+
+mod cluster;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cluster::programs::text;
+use cluster::{finish_job, ok, spawn_job, wait_for, PurgeAtEnd};
+
+fn signal(pid: &str, signal: &str) {
+    assert!(Command::new("kill")
+        .args([signal, pid])
+        .status()
+        .unwrap()
+        .success());
+}
+
+fn coordinator_pid(dir: &Path) -> String {
+    // The pid, then the host it runs on.
+    let file = std::fs::read_to_string(dir.join("coordinator/pid")).unwrap();
+    file.lines().next().unwrap().trim().to_string()
+}
+
+/// Sends SIGCONT to the stopped coordinator when the test ends, whatever happened, so that
+/// its cluster can be taken down.
+struct ContinueAtEnd(String);
+
+impl Drop for ContinueAtEnd {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.0]).status();
+    }
+}
+
+/// Steps each rank has completed, by the `step<R>.<i>` files it leaves.
+fn steps(work: &Path, rank: u32) -> usize {
+    std::fs::read_dir(work)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("step{rank}."))
+        })
+        .count()
+}
+
+#[test]
+fn a_coordinator_stopped_for_several_leases_neither_ends_the_job_nor_fails_its_ranks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let dir = tmp.path().join("cluster");
+    let d = dir.to_str().unwrap();
+    let _purge = PurgeAtEnd(d.to_string());
+    // Each rank checkpoints a file 30 times with `eckpt checkpoint --wait`. An epoch the
+    // stall aborted is checkpointed again (exit 1); any other failure ends the rank (9).
+    const STEPS: usize = 30;
+    let script = format!(
+        "i=0; while [ $i -lt {STEPS} ]; do i=$((i+1)); printf \"rank $ECKPT_RANK step $i\" > state$ECKPT_RANK; \
+         while :; do {eckpt} checkpoint --wait state$ECKPT_RANK >/dev/null; rc=$?; [ $rc = 0 ] && break; [ $rc = 1 ] || exit 9; done; \
+         touch step$ECKPT_RANK.$i; done",
+        eckpt = env!("CARGO_BIN_EXE_eckpt")
+    );
+    let args = [
+        "--dir", d, "--nodes", "3", "--k", "2", "--m", "1", "--lease", "2s", "-n", "2", "--", "sh", "-c",
+        &script,
+    ];
+    let job = spawn_job(&work, &args);
+    wait_for(Duration::from_secs(120), "both ranks checkpointing", || {
+        steps(&work, 0) >= 3 && steps(&work, 1) >= 3
+    });
+    // Six leases, and more than a connection's wait (5 s) of a rank that does not retry.
+    let coordinator = coordinator_pid(&dir);
+    let _continue = ContinueAtEnd(coordinator.clone());
+    let before = (steps(&work, 0), steps(&work, 1));
+    signal(&coordinator, "-STOP");
+    std::thread::sleep(Duration::from_secs(12));
+    signal(&coordinator, "-CONT");
+    assert!(
+        steps(&work, 0) + steps(&work, 1) <= before.0 + before.1 + 2,
+        "the ranks went on checkpointing while the coordinator was stopped"
+    );
+
+    let out = finish_job(job, Duration::from_secs(240));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("lost the job's lease"), "{stderr}");
+    assert_eq!((steps(&work, 0), steps(&work, 1)), (STEPS, STEPS), "{stderr}");
+    let log = std::fs::read_to_string(dir.join("coordinator/log")).unwrap_or_default();
+    assert!(
+        log.contains("the coordinator did not run for"),
+        "the coordinator did not notice its stall: {log}"
+    );
+}
+
+#[test]
+fn a_coordinator_stopped_past_the_retry_window_ends_the_run_with_one_line_instead_of_holding_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let dir = tmp.path().join("cluster");
+    let d = dir.to_str().unwrap();
+    let flush = tmp.path().join("flush");
+    let f = flush.to_str().unwrap();
+    let _purge = PurgeAtEnd(d.to_string());
+    let go = work.join("go");
+    // Each rank checkpoints once, when the test says go, and ends: the run's last act is
+    // the flush of that epoch (the only flush: --flush-every 0).
+    let script = format!(
+        "while [ ! -e {go} ]; do sleep 0.05; done; printf \"rank $ECKPT_RANK\" > state$ECKPT_RANK && {eckpt} checkpoint --wait state$ECKPT_RANK",
+        go = go.display(),
+        eckpt = env!("CARGO_BIN_EXE_eckpt")
+    );
+    // The retry window: the partition grace and the liveness period, 3 s.
+    let args = [
+        "--dir",
+        d,
+        "--nodes",
+        "3",
+        "--k",
+        "2",
+        "--m",
+        "1",
+        "--liveness",
+        "1s",
+        "--partition-grace",
+        "2s",
+        "--flush-dir",
+        f,
+        "--flush-every",
+        "0",
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let job = spawn_job(&work, &args);
+    wait_for(Duration::from_secs(120), "the run's cluster", || {
+        cluster::run(&["status", "--dir", d, "--json"]).status.success()
+    });
+    // The coordinator holds the run's flush before publishing it, then stops for good.
+    ok(&["debug", "pause", "--dir", d, "--at", "before-publish"]);
+    std::fs::write(&go, "").unwrap();
+    ok(&["debug", "wait", "--dir", d, "--timeout", "120"]);
+    let coordinator = coordinator_pid(&dir);
+    let _continue = ContinueAtEnd(coordinator.clone());
+    signal(&coordinator, "-STOP");
+    let stopped = Instant::now();
+
+    let out = finish_job(job, Duration::from_secs(120));
+    let took = stopped.elapsed();
+    let stderr = text(&out.stderr);
+    // The flush's wait ends after the window (5 s, a connection's wait at least), and each
+    // later call after a connection's wait and the window: far within a minute.
+    assert!(
+        took < Duration::from_secs(60),
+        "the run ended {took:?} after the stall: {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "could not flush epoch 1 at the end of the run: the coordinator of {d} took the request and then said nothing for 5.0 s"
+        )),
+        "{stderr}"
+    );
+    ok(&["debug", "resume", "--dir", d]);
+}
