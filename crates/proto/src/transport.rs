@@ -25,6 +25,14 @@ use crate::io::{BoxRead, BoxWrite, FrameReader, FrameWriter};
 /// kernel caps the value at `net.core.wmem_max` / `rmem_max`.
 const UNIX_SOCKET_BUFFER: libc::c_int = 4 << 20;
 
+/// How long a TCP connection to a peer whose host vanished (powered off, cut off) lives:
+/// data unacknowledged this long closes it (`TCP_USER_TIMEOUT`), and an idle one is probed
+/// after 10 s and every 5 s, four unanswered probes closing it (keepalive). The kernel's
+/// defaults are about 15 minutes of retransmissions, and an idle connection for ever. A peer
+/// process that is only stopped (SIGSTOP) still has its kernel acknowledging: the callers'
+/// own deadlines bound a wait on it.
+const DEAD_PEER: Duration = Duration::from_secs(30);
+
 /// Longest Unix socket path the kernel accepts (`sun_path` is 108 bytes with the NUL).
 const MAX_UNIX_PATH: usize = 107;
 
@@ -239,6 +247,20 @@ impl Connection {
     }
 }
 
+/// Every TCP connection's options: no Nagle delay (control frames are small and awaited),
+/// and a dead peer detected within [`DEAD_PEER`].
+fn tune_tcp(stream: &TcpStream) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let socket = socket2::SockRef::from(stream);
+    socket.set_tcp_keepalive(
+        &socket2::TcpKeepalive::new()
+            .with_time(Duration::from_secs(10))
+            .with_interval(Duration::from_secs(5))
+            .with_retries(4),
+    )?;
+    socket.set_tcp_user_timeout(Some(DEAD_PEER))
+}
+
 /// Connects to `endpoint` and authenticates both sides with `secret`. Connecting and the
 /// handshake are each bounded by [`HANDSHAKE_TIMEOUT`].
 pub async fn connect(endpoint: &Endpoint, secret: &ClusterSecret) -> Result<Connection, ProtoError> {
@@ -251,9 +273,7 @@ pub async fn connect(endpoint: &Endpoint, secret: &ClusterSecret) -> Result<Conn
                 .await
                 .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
                 .map_err(io_ctx(format!("connecting to {peer}")))?;
-            stream
-                .set_nodelay(true)
-                .map_err(io_ctx(format!("setting TCP_NODELAY on {peer}")))?;
+            tune_tcp(&stream).map_err(io_ctx(format!("setting the TCP options of {peer}")))?;
             match secret.tls() {
                 Some(tls) => {
                     let session = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.connect(stream))
@@ -414,9 +434,7 @@ impl Listener {
                     .accept()
                     .await
                     .map_err(io_ctx(format!("accepting on {}", self.local)))?;
-                stream
-                    .set_nodelay(true)
-                    .map_err(io_ctx(format!("setting TCP_NODELAY for {addr}")))?;
+                tune_tcp(&stream).map_err(io_ctx(format!("setting the TCP options of {addr}")))?;
                 if self.secret.tls().is_some() {
                     (Accepted::Tls(stream), addr.to_string())
                 } else {
@@ -527,6 +545,31 @@ impl Incoming {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both ends of a TCP connection find a peer whose host vanished within `DEAD_PEER`,
+    /// not the kernel's quarter of an hour.
+    #[test]
+    fn tcp_connections_bound_how_long_a_vanished_peer_holds_them() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+            let (server, _) = listener.accept().await.unwrap();
+            for stream in [&client, &server] {
+                tune_tcp(stream).unwrap();
+                let socket = socket2::SockRef::from(stream);
+                assert!(socket.keepalive().unwrap());
+                assert_eq!(socket.tcp_user_timeout().unwrap(), Some(DEAD_PEER));
+                let probing = socket.tcp_keepalive_time().unwrap()
+                    + socket.tcp_keepalive_interval().unwrap() * socket.tcp_keepalive_retries().unwrap();
+                assert!(probing <= DEAD_PEER, "{probing:?}");
+                assert!(stream.nodelay().unwrap());
+            }
+        });
+    }
 
     #[test]
     fn endpoints_parse_and_display_roundtrip() {
