@@ -3,10 +3,14 @@
 //! `mpirun` or srun the ranks' lines arrive on its pipes tagged (`--tag-output`,
 //! `--label`) and are re-tagged the same way.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Where a program's lines go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,7 +22,7 @@ pub enum Sink {
 }
 
 impl Sink {
-    fn write_line(self, prefix: &str, line: &[u8]) {
+    pub(crate) fn write_line(self, prefix: &str, line: &[u8]) {
         let mut text = Vec::with_capacity(prefix.len() + line.len() + 1);
         text.extend_from_slice(prefix.as_bytes());
         text.extend_from_slice(line);
@@ -43,10 +47,93 @@ pub struct Sinks {
     pub err: Sink,
 }
 
+/// A thread forwarding a child's pipe, and the pipe's inode, by which the processes still
+/// holding it open are found ([`drain`]).
+pub struct Forwarder {
+    thread: JoinHandle<()>,
+    pipe: Option<u64>,
+}
+
+impl Forwarder {
+    fn start(
+        from: impl Read + AsFd + Send + 'static,
+        forward: impl FnOnce(BufReader<Box<dyn Read + Send>>) + Send + 'static,
+    ) -> Forwarder {
+        let pipe = from
+            .as_fd()
+            .try_clone_to_owned()
+            .ok()
+            .and_then(|fd| std::fs::File::from(fd).metadata().ok())
+            .map(|m| m.ino());
+        let from: Box<dyn Read + Send> = Box::new(from);
+        Forwarder {
+            thread: std::thread::spawn(move || forward(BufReader::new(from))),
+            pipe,
+        }
+    }
+}
+
+/// Joins the forwarders of processes that exited, as each reaches the end of its pipe, for
+/// at most `within`: a process they left behind holding a pipe open (an `mpirun` or srun
+/// helper, a daemon a rank started) would otherwise hold the run for as long as it lives.
+/// Past `within`, the forwarders still reading are left to end with their pipes, and the
+/// line returned names who holds them.
+pub fn drain(forwarders: &mut Vec<Forwarder>, within: Duration) -> Option<String> {
+    let deadline = Instant::now() + within;
+    while forwarders.iter().any(|f| !f.thread.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (ended, held): (Vec<Forwarder>, Vec<Forwarder>) =
+        forwarders.drain(..).partition(|f| f.thread.is_finished());
+    for forwarder in ended {
+        let _ = forwarder.thread.join();
+    }
+    if held.is_empty() {
+        return None;
+    }
+    let holders: BTreeSet<String> = held
+        .iter()
+        .filter_map(|f| f.pipe)
+        .flat_map(pipe_holders)
+        .collect();
+    let who = if holders.is_empty() {
+        "a process".to_string()
+    } else {
+        holders.into_iter().collect::<Vec<_>>().join(", ")
+    };
+    Some(format!(
+        "the ranks' output is still held open {:.1} s after they ended, by {who}: not waiting for it",
+        within.as_secs_f64()
+    ))
+}
+
+/// The processes (`pid (command)`) other than this one holding pipe `inode` open.
+fn pipe_holders(inode: u64) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let target = format!("pipe:[{inode}]");
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    processes
+        .flatten()
+        .map(|p| p.file_name().to_string_lossy().into_owned())
+        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()) && *pid != me)
+        .filter(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.flatten()
+                    .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str()))
+            })
+        })
+        .map(|pid| {
+            let command = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("{pid} ({})", command.trim())
+        })
+        .collect()
+}
+
 /// Forwards `from` line by line to `sink`, each line prefixed with `prefix`.
-pub fn forward(from: impl Read + Send + 'static, prefix: String, sink: Sink) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(from);
+pub fn forward(from: impl Read + AsFd + Send + 'static, prefix: String, sink: Sink) -> Forwarder {
+    Forwarder::start(from, move |mut reader| {
         let mut line = Vec::new();
         while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
             sink.write_line(&prefix, &line);
@@ -115,14 +202,13 @@ impl Tags {
 /// sink for its stream, and other lines (the launcher's own) to `own`. Sets `crashed` when
 /// the launcher reports a rank killed by a signal.
 pub fn forward_tagged(
-    from: impl Read + Send + 'static,
+    from: impl Read + AsFd + Send + 'static,
     tags: Tags,
     sinks: Sinks,
     own: Sink,
     crashed: Arc<AtomicBool>,
-) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(from);
+) -> Forwarder {
+    Forwarder::start(from, move |mut reader| {
         let mut line = Vec::new();
         while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
             let text = String::from_utf8_lossy(&line);
@@ -205,5 +291,40 @@ mod tests {
         );
         assert!(out.says_crashed("=   KILLED BY SIGNAL: 9 (Killed)"));
         assert!(!out.says_crashed("=   EXIT CODE: 2"));
+    }
+
+    /// A process left behind holding a launcher's pipe (a shell's background job) does not
+    /// hold whoever waits for the output: the wait ends after its bound, naming the holder.
+    #[test]
+    fn output_held_open_by_a_process_left_behind_is_given_up_after_its_bound() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 60 & echo started"])
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let group = child.id() as i32;
+        let mut forwarders = vec![forward(child.stdout.take().unwrap(), "[0] ".into(), Sink::Stderr)];
+        child.wait().unwrap();
+        let started = Instant::now();
+        let said = drain(&mut forwarders, Duration::from_millis(300));
+        let waited = started.elapsed();
+        // SAFETY: kill(2) of the process group this test started.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+        assert!(waited < Duration::from_secs(3), "{waited:?}");
+        let said = said.expect("the pipe is still held open");
+        assert!(said.contains("(sleep)"), "{said}");
+        assert!(forwarders.is_empty());
+
+        // Output whose writers all ended is read to its end.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "echo done"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut forwarders = vec![forward(child.stdout.take().unwrap(), "[0] ".into(), Sink::Stderr)];
+        child.wait().unwrap();
+        assert_eq!(drain(&mut forwarders, Duration::from_secs(30)), None);
     }
 }

@@ -3,10 +3,10 @@
 
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
-use std::thread::JoinHandle;
+use std::time::Duration;
 
-use super::{ending, kill_group, kill_launch, own_process_group, Attempt, Ending, LaunchSpec};
-use crate::output::forward;
+use super::{end_output, ending, kill_group, kill_launch, own_process_group, Attempt, Ending, LaunchSpec};
+use crate::output::{forward, Forwarder};
 use crate::RunError;
 
 /// The ranks of one attempt.
@@ -14,7 +14,9 @@ pub struct LocalAttempt {
     launch: String,
     ranks: Vec<(u32, Child)>,
     finished: Vec<u32>,
-    forwarders: Vec<JoinHandle<()>>,
+    forwarders: Vec<Forwarder>,
+    /// How long the ranks' output is read once they ended.
+    output_drain: Duration,
     stopped: bool,
 }
 
@@ -25,6 +27,7 @@ pub fn start(spec: &LaunchSpec<'_>) -> Result<LocalAttempt, RunError> {
         ranks: Vec::new(),
         finished: Vec::new(),
         forwarders: Vec::new(),
+        output_drain: spec.output_drain,
         stopped: false,
     };
     for (&rank, node) in spec.placement {
@@ -106,9 +109,7 @@ impl Attempt for LocalAttempt {
         for (_, child) in &mut self.ranks {
             let _ = child.wait();
         }
-        for forwarder in self.forwarders.drain(..) {
-            let _ = forwarder.join();
-        }
+        end_output(&mut self.forwarders, self.output_drain);
     }
 }
 

@@ -12,9 +12,10 @@ pub mod whole_job;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::host::NodeHost;
-use crate::output::Sinks;
+use crate::output::{drain, Forwarder, Sink, Sinks};
 use crate::procs;
 use crate::RunError;
 
@@ -106,6 +107,17 @@ pub struct LaunchSpec<'a> {
     pub subnet: Option<String>,
     /// Where the attempt may keep files (`mpirun`'s host file).
     pub scratch: PathBuf,
+    /// How long the ranks' output is still read once they (or the launcher) ended: a
+    /// process left behind holding the pipes does not hold the run longer.
+    pub output_drain: Duration,
+}
+
+/// Reads what is left of the output of processes that ended, for at most `within`; says who
+/// holds it open past that ([`crate::output::drain`]).
+fn end_output(forwarders: &mut Vec<Forwarder>, within: Duration) {
+    if let Some(line) = drain(forwarders, within) {
+        Sink::Stderr.write_line("eckpt run: ", line.as_bytes());
+    }
 }
 
 /// How an attempt ended.

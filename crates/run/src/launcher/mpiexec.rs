@@ -57,6 +57,7 @@ pub fn start(spec: &LaunchSpec<'_>) -> Result<WholeJob, RunError> {
     WholeJob::spawn(
         command(spec)?,
         spec.launch_id,
+        spec.output_drain,
         spec.sinks,
         [
             Tags::Hydra { from_stderr: false },

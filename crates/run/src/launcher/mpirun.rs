@@ -94,6 +94,7 @@ pub fn start(spec: &LaunchSpec<'_>) -> Result<WholeJob, RunError> {
     WholeJob::spawn(
         command(spec)?,
         spec.launch_id,
+        spec.output_drain,
         spec.sinks,
         [Tags::OpenMpi; 2],
         "install Open MPI: `apt-get install openmpi-bin`, or `make setup`",

@@ -53,6 +53,7 @@ pub fn start(spec: &LaunchSpec<'_>) -> Result<WholeJob, RunError> {
     WholeJob::spawn(
         command(spec)?,
         spec.launch_id,
+        spec.output_drain,
         spec.sinks,
         [
             Tags::Srun { from_stderr: false },

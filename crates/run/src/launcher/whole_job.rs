@@ -7,10 +7,10 @@ use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::time::Duration;
 
-use super::{ending, kill_group, kill_launch, own_process_group, Attempt, Ending};
-use crate::output::{forward_tagged, Sink, Sinks, Tags};
+use super::{end_output, ending, kill_group, kill_launch, own_process_group, Attempt, Ending};
+use crate::output::{forward_tagged, Forwarder, Sink, Sinks, Tags};
 use crate::procs;
 use crate::RunError;
 
@@ -23,7 +23,9 @@ pub struct WholeJob {
     launch: String,
     child: Child,
     crashed: Arc<AtomicBool>,
-    forwarders: Vec<JoinHandle<()>>,
+    forwarders: Vec<Forwarder>,
+    /// How long its output is read once it exited.
+    output_drain: Duration,
     ended: bool,
     /// Ranks seen running on this host (`exited` compares with what runs now).
     seen: BTreeSet<u32>,
@@ -31,11 +33,13 @@ pub struct WholeJob {
 }
 
 impl WholeJob {
-    /// Spawns `command` in a process group of its own, its output forwarded by `tags`;
-    /// `install` says how to get the launcher when it cannot be started.
+    /// Spawns `command` in a process group of its own, its output forwarded by `tags` and
+    /// read for at most `output_drain` after it exited; `install` says how to get the
+    /// launcher when it cannot be started.
     pub fn spawn(
         mut command: Command,
         launch: &str,
+        output_drain: Duration,
         sinks: Sinks,
         tags: [Tags; 2],
         install: &str,
@@ -61,6 +65,7 @@ impl WholeJob {
             child,
             crashed,
             forwarders,
+            output_drain,
             ended: false,
             seen: BTreeSet::new(),
             cancel,
@@ -68,9 +73,7 @@ impl WholeJob {
     }
 
     fn join_output(&mut self) {
-        for forwarder in self.forwarders.drain(..) {
-            let _ = forwarder.join();
-        }
+        end_output(&mut self.forwarders, self.output_drain);
     }
 }
 

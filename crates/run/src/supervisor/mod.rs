@@ -967,6 +967,7 @@ impl<'a> Supervisor<'a> {
                 format!("10.{}.{}.0/24", net.subnet.0, net.subnet.1)
             }),
             scratch: self.dir.root().join("runs").join(&launch_id),
+            output_drain: self.deadlines.liveness(),
         };
         let mut attempt = self.launcher.start(&spec)?;
         self.launch = Some(launch_id.clone());
