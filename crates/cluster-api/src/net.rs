@@ -165,6 +165,12 @@ impl Inbox {
         }
     }
 
+    /// How long a task waits for a peer: for its stream to connect, and on an established
+    /// stream for each frame (the cluster's `peer_wait`).
+    pub fn peer_wait(&self) -> Duration {
+        self.inner.peer_wait
+    }
+
     /// Parks the stream from participant `from` for `task` in `phase`.
     pub fn put(&self, task: u64, phase: u32, from: usize, reader: FrameReader) {
         let mut streams = self.inner.streams.lock().expect("inbox lock");

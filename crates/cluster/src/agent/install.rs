@@ -293,6 +293,17 @@ pub async fn ship(
         .get(&rank)
         .cloned()
         .ok_or_else(|| ClusterError::Invalid(format!("rank {rank} is not here to ship")))?;
+    // A receiver that stops (SIGSTOP, a hung host) still has its kernel acknowledging: each
+    // frame, and its answer, get the peer wait, so the move fails naming it instead of
+    // holding the recovery until someone wakes it.
+    let peer_wait = agent.inbox.peer_wait();
+    let stalled = |did: &str| ClusterError::Node {
+        node: node.name.clone(),
+        reason: format!(
+            "shipping rank {rank} to it: it {did} for {:.1} s",
+            peer_wait.as_secs_f64()
+        ),
+    };
     let mut conn = open_node(node, &agent.host, &agent.secret).await?;
     conn.send_control(&AgentRequest::ImportRank {
         rank,
@@ -311,11 +322,16 @@ pub async fn ship(
                 Ok(piece)
             })
             .await?;
-            conn.send_data(&piece).await?;
+            tokio::time::timeout(peer_wait, conn.send_data(&piece))
+                .await
+                .map_err(|_| stalled("took nothing of it"))??;
             offset += n as u64;
         }
     }
-    match conn.recv_control().await? {
+    let answer = tokio::time::timeout(peer_wait, conn.recv_control())
+        .await
+        .map_err(|_| stalled("did not say it installed it"))?;
+    match answer? {
         AgentResponse::Ok => Ok(()),
         AgentResponse::Error(e) => Err(ClusterError::remote(&node.name, e)),
         other => Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),

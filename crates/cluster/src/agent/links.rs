@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use eckpt_proto::{ClusterSecret, Endpoint};
 use tokio::sync::mpsc;
@@ -130,8 +131,9 @@ impl TaskLinks {
             phase: plan.phase,
         };
         let (secret, fail, buffers) = (agent.secret.clone(), failure.clone(), self.buffers.clone());
+        let peer_wait = agent.inbox.peer_wait();
         let writer = tokio::spawn(async move {
-            let result = write_stream(endpoint, secret, hello, rx, buffers).await;
+            let result = write_stream(endpoint, secret, hello, rx, buffers, peer_wait).await;
             if let Err(e) = &result {
                 *fail.lock().expect("failure lock") = Some(e.to_string());
             }
@@ -224,18 +226,29 @@ impl Links<ClusterError> for TaskLinks {
     }
 }
 
+/// A stream whose peer `did` for the peer wait: a link error, which the task reports with
+/// the peer's name.
+fn stalled(did: &str, peer_wait: Duration) -> ClusterError {
+    ClusterError::Link(format!("the peer {did} for {:.1} s", peer_wait.as_secs_f64()))
+}
+
 /// Connects with `hello` and sends every message of `rx` until it closes, giving each
-/// buffer sent back to `buffers`.
+/// buffer sent back to `buffers`. A peer that takes nothing for `peer_wait` (stopped, its
+/// host hung: its kernel may still acknowledge, so TCP does not end the connection) fails
+/// the stream, whether or not the coordinator is there to cancel the task.
 async fn write_stream(
     endpoint: Endpoint,
     secret: ClusterSecret,
     hello: Hello,
     mut rx: mpsc::Receiver<Vec<u8>>,
     buffers: Buffers,
+    peer_wait: Duration,
 ) -> Result<(), ClusterError> {
     let mut conn = open(&endpoint, &secret, &hello).await?;
     while let Some(message) = rx.recv().await {
-        conn.send_data(&message).await?;
+        tokio::time::timeout(peer_wait, conn.send_data(&message))
+            .await
+            .map_err(|_| stalled("took nothing of the stream", peer_wait))??;
         buffers.give(message);
     }
     conn.shutdown().await?;
@@ -254,9 +267,13 @@ async fn read_stream(
     buffers: Buffers,
 ) -> Result<(), ClusterError> {
     let mut reader = inbox.take(task, phase, from).await?;
+    let peer_wait = inbox.peer_wait();
     loop {
         let mut buf = buffers.take().unwrap_or_default();
-        match reader.recv_data(&mut buf).await {
+        let received = tokio::time::timeout(peer_wait, reader.recv_data(&mut buf))
+            .await
+            .map_err(|_| stalled("sent nothing more on its stream", peer_wait))?;
+        match received {
             Ok(()) => {
                 if tx.send(buf).await.is_err() {
                     return Ok(());
