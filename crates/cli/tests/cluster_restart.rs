@@ -46,11 +46,25 @@ fn ended(pid: &str) -> bool {
 /// commit byte-exact, and the next epoch commits.
 #[test]
 fn a_coordinator_that_panics_aborts_and_its_restart_serves_the_commit() {
-    let mut c = small_cluster();
+    // A short partition grace: a rank waiting for its epoch retries a coordinator it lost
+    // for the grace and a liveness period, 6 s here.
+    let mut c = Cluster::up(&[
+        "--nodes",
+        "4",
+        "--k",
+        "2",
+        "--m",
+        "2",
+        "--block-size",
+        "8KiB",
+        "--partition-grace",
+        "3s",
+    ]);
     epoch_of(&mut c, &data(2, 1));
     let pid = c.pid("coordinator");
     ok(&["debug", "panic", "--dir", c.d(), "--at", "after-commit"]);
-    // The last rank's wait ends with the coordinator, whatever it reports.
+    // The last rank's wait ends when its retries of the dead coordinator run out, whatever
+    // it reports.
     c.checkpoint(data(2, 2), true);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !ended(&pid) {
