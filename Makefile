@@ -8,10 +8,9 @@ setup:
 	@bash scripts/setup.sh
 
 # The released build: the eckpt binary without fault injection (no `eckpt debug`, no
-# `eckpt run --kill-at`, no pause points in the daemons).
+# `eckpt run --kill-at`, no pause points in the daemons), which is the default build.
 build: setup
-	$(CARGO) build --release --workspace --exclude eckpt
-	$(CARGO) build --release -p eckpt --no-default-features
+	$(CARGO) build --release --workspace
 	@$(MAKE) --no-print-directory klauspost || echo "make: the klauspost harness did not build; eckpt bench codec runs without it"
 
 # The klauspost/reedsolomon harness that `eckpt bench codec` compares the codec with
@@ -24,9 +23,9 @@ klauspost:
 	  echo "cd bench/klauspost && $(GO) build -o ../../target/klauspost-bench ."; \
 	  cd bench/klauspost && $(GO) build -o ../../target/klauspost-bench .
 
-# The demo build keeps fault injection: the demo kills nodes with `eckpt run --kill-at`.
+# The demo build has fault injection: the demo kills nodes with `eckpt run --kill-at`.
 demo: setup
-	$(CARGO) build --release --workspace
+	$(CARGO) build --release --workspace --features eckpt/fault-injection
 	bash scripts/demo.sh
 
 # The eckpt command (the released build, as `make build` builds it: no fault injection; built
@@ -42,14 +41,17 @@ install: setup
 wheel: setup
 	bash scripts/wheel.sh
 
-# Every test; the system ISA-L comparison must run, not skip.
+# Every test; the system ISA-L comparison must run, not skip. With fault injection, which the
+# tests that pause daemons or kill nodes require (crates/cli/Cargo.toml: required-features): it
+# also leaves target/release/eckpt built with it for the Python tests' `eckpt run --kill-at`.
+# Clippy checks both builds: the test build (every target) and the product.
 test: setup
-	ECKPT_REQUIRE_SYSTEM_ISAL=1 $(CARGO) test --release --workspace
+	ECKPT_REQUIRE_SYSTEM_ISAL=1 $(CARGO) test --release --workspace --features eckpt/fault-injection
 	bash scripts/python-test.sh
 	bash scripts/install-test.sh
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
-	$(CARGO) clippy --release -p eckpt --no-default-features -- -D warnings
+	$(CARGO) clippy --release --workspace --all-targets --features eckpt/fault-injection -- -D warnings
+	$(CARGO) clippy --release -p eckpt -- -D warnings
 
 # Coverage-guided fuzzing of the untrusted-input parsers (needs nightly and cargo-fuzz). Each
 # target grows its corpus in fuzz/corpus/<target>/ (kept in git: `make test` replays it); an

@@ -33,10 +33,10 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 eckpt=${ECKPT:-$repo/target/release/eckpt}
-# The recovery runs kill nodes with --kill-at: a build with fault injection (cargo build
-# --release, make demo), not the released binary of make build.
+# The recovery runs kill nodes with --kill-at: a build with fault injection (make demo, make
+# test), not the released binary of make build.
 "$eckpt" run --help | grep -q -- --kill-at ||
-  { echo "bench-run.sh: $eckpt has no --kill-at (built by make build); run cargo build --release first" >&2; exit 1; }
+  { echo "bench-run.sh: $eckpt has no --kill-at (the released build); run cargo build --release -p eckpt --features fault-injection first" >&2; exit 1; }
 what=${1:-all}
 reps=${REPS:-3}
 steps=${STEPS:-3000}

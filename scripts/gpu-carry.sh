@@ -11,7 +11,8 @@ python_version=${GPU_PYTHON:-3.12}
 out=target/gpu-carry
 export PATH="$HOME/.cargo/bin:$PATH"
 
-cargo build --release -p eckpt -p eckpt-client
+# With fault injection: gpu-check.sh kills a node with `eckpt run --kill-at`.
+cargo build --release -p eckpt -p eckpt-client --features eckpt/fault-injection
 config=$(mktemp)
 trap 'rm -f "$config"' EXIT
 printf 'implementation=CPython\nversion=%s\nshared=true\nabi3=false\npointer_width=64\nbuild_flags=\nsuppress_build_script_link_lines=false\n' \

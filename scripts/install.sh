@@ -18,7 +18,7 @@
 # are written by the eckpt being installed (scripts/released-eckpt.sh), so they describe that
 # binary. The libraries come from target/release: `make install` builds them first (`cargo
 # build --release -p eckpt-client`); the command is built here (scripts/released-eckpt.sh: `cargo
-# build --release -p eckpt --no-default-features`, then target/release/eckpt is put back).
+# build --release -p eckpt`, without fault injection, then target/release/eckpt is put back).
 #
 #   scripts/install.sh [PREFIX]        # make install [PREFIX=/usr/local] [DESTDIR=]
 set -euo pipefail

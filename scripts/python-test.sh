@@ -2,7 +2,8 @@
 # Builds the Python wheel (scripts/wheel.sh, as `make wheel` does), installs it into the
 # repository's venv, .venv, and runs the binding's pytest suite (crates/py/tests) against the
 # installed package. Idempotent: a rerun reuses the venv, the installed tools and the cargo
-# build. Extra arguments go to pytest.
+# build. Extra arguments go to pytest. test_run.py runs target/release/eckpt (ECKPT_BIN) with
+# `--kill-at`: the build with fault injection that `make test`'s cargo test leaves there.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

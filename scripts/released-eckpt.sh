@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the released eckpt command — without fault injection: no `eckpt debug`, no `eckpt run
-# --kill-at`, no pause points in the daemons (`cargo build --release -p eckpt
-# --no-default-features`, as `make build` does) — copies it to BIN stripped of its symbols and
+# --kill-at`, no pause points in the daemons (`cargo build --release -p eckpt`: the feature
+# `fault-injection` is off by default) — copies it to BIN stripped of its symbols and
 # debug information, and has that copy write its man pages and shell completions below SHARE, in
 # the layout of PREFIX/share (ECKPT_GENERATE_DOCS: crates/cli/src/docs.rs). For scripts/install.sh
 # (make install: PREFIX/bin/eckpt) and scripts/wheel.sh (the wheel's eckpt command).
@@ -9,8 +9,9 @@
 #   scripts/released-eckpt.sh BIN SHARE
 #
 # cargo writes every build of the eckpt crate to the same target/release/eckpt, which the tests
-# run expecting the build with fault injection (`cargo test`'s CARGO_BIN_EXE_eckpt,
-# crates/py/tests/test_run.py's --kill-at): the binary that was there before is put back.
+# run expecting the build with fault injection (`make test`'s `cargo test --features
+# eckpt/fault-injection`: CARGO_BIN_EXE_eckpt, crates/py/tests/test_run.py's --kill-at): the
+# binary that was there before is put back.
 set -euo pipefail
 
 fail() {
@@ -25,7 +26,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 built="${CARGO_TARGET_DIR:-$repo/target}/release/eckpt"
-build=(cargo build --release -p eckpt --no-default-features)
+build=(cargo build --release -p eckpt)
 command -v strip >/dev/null || fail "strip is missing (binutils; make setup installs it)"
 
 tmp="$(mktemp -d)"

@@ -16,7 +16,9 @@ HEAT_ARGS = ["--steps", "240", "--size", "96", "--snapshot", "--sleep", "0.002"]
 
 
 def eckpt_run(cwd, *args, timeout=300):
-    assert ECKPT.exists(), f"{ECKPT} is missing: build it with `cargo build --release`"
+    # --kill-at: a build with fault injection, as `make test` leaves in target/release.
+    build = "cargo build --release -p eckpt --features fault-injection"
+    assert ECKPT.exists(), f"{ECKPT} is missing: build it with `{build}`"
     return subprocess.run(
         [str(ECKPT), "run", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout
     )

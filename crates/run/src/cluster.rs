@@ -190,8 +190,9 @@ pub struct EpochWatch {
 }
 
 impl EpochWatch {
-    /// Outcomes the caller sends (a coordinator in a test).
-    pub fn fed_by(outcomes: Receiver<EpochOutcome>) -> EpochWatch {
+    /// Outcomes the caller sends: the supervisor's tests, standing in for a coordinator.
+    #[cfg(test)]
+    pub(crate) fn fed_by(outcomes: Receiver<EpochOutcome>) -> EpochWatch {
         EpochWatch {
             outcomes,
             stop: Arc::new(AtomicBool::new(false)),

@@ -388,58 +388,6 @@ fn ratio_forces_full_image() {
 }
 
 #[test]
-fn two_phase_prepare_resume_abort() {
-    let dir = tempfile::tempdir().unwrap();
-    // Refused at once rather than after the default wait for the lock.
-    let store = Store::open(dir.path())
-        .unwrap()
-        .with_lock_wait(std::time::Duration::ZERO);
-    let mut w = store.writer(1, 1).unwrap();
-    w.put_full("x", b"first").unwrap();
-    w.commit().unwrap();
-
-    let mut w = store.writer(1, 2).unwrap();
-    w.put_full("x", b"second").unwrap();
-    let prepared = w.prepare().unwrap();
-    assert_eq!(prepared.epoch(), 2);
-    // While prepared: locked, not committed, but the cluster can already diff it.
-    assert!(matches!(store.writer(1, 3), Err(StoreError::Busy { rank: 1 })));
-    assert_eq!(store.latest_committed(1).unwrap(), Some(1));
-    let xor = store.dirty_xor(1, 2).unwrap();
-    assert_eq!(xor.len(), 1);
-    let want: Vec<u8> = b"first\0".iter().zip(b"second").map(|(a, b)| a ^ b).collect();
-    assert_eq!(xor[0].bytes, want);
-    drop(prepared); // as if the process died between prepare and commit
-
-    let reopened = Store::open(dir.path()).unwrap();
-    assert_eq!(reopened.prepared_epochs(1).unwrap(), [2]);
-    assert_eq!(reopened.ranks().unwrap(), [1]);
-    assert_eq!(reopened.latest_committed(1).unwrap(), Some(1));
-    assert!(
-        reopened.read_image(1, 2).is_err(),
-        "prepared epochs are not readable as committed"
-    );
-    reopened.resume_prepared(1, 2).unwrap().commit().unwrap();
-    assert_eq!(reopened.latest_committed(1).unwrap(), Some(2));
-    assert_eq!(reopened.read_image(1, 2).unwrap().items["x"], b"second");
-
-    let mut w = reopened.writer(1, 3).unwrap();
-    w.put_full("x", b"third").unwrap();
-    w.prepare().unwrap().abort().unwrap();
-    assert!(reopened.prepared_epochs(1).unwrap().is_empty());
-    assert_eq!(reopened.latest_committed(1).unwrap(), Some(2));
-
-    // A new writer discards an undecided prepared epoch.
-    let mut w = reopened.writer(1, 3).unwrap();
-    w.put_full("x", b"third").unwrap();
-    drop(w.prepare().unwrap());
-    let w = reopened.writer(1, 4).unwrap();
-    assert!(reopened.prepared_epochs(1).unwrap().is_empty());
-    drop(w); // abandoned: leaves nothing behind
-    assert_eq!(dir_entries(&reopened, 1).len(), 3, "lock + epochs 1 and 2");
-}
-
-#[test]
 fn writer_rejects_bad_requests() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();

@@ -1,6 +1,7 @@
 //! `eckpt debug pause|wait|resume`: the cluster's fault-injection pause points, for tests
-//! and demos. Only in builds with the `fault-injection` feature (the default for `cargo
-//! test` and `make demo`; the released binary of `make build` has no `debug`).
+//! and demos. Only in builds with the `fault-injection` feature, which is off by default:
+//! `make test` and `make demo` turn it on; the product (`cargo build`, `make build`, `make
+//! install`) has no `debug`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
