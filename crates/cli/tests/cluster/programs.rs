@@ -23,7 +23,9 @@ pub fn lib_dir() -> PathBuf {
 }
 
 /// Compiles `source` with `compiler` into `out/<name>`, warnings as errors, linked to
-/// libeckpt.so by rpath.
+/// libeckpt.so by rpath — an old-style `DT_RPATH`, which the loader searches before
+/// `LD_LIBRARY_PATH`: cargo runs tests with `target/<profile>` on that path, where an older
+/// `cargo build` may have left an older libeckpt.so than the one this build made.
 fn build(compiler: &str, source: &Path, out: &Path, name: &str) -> PathBuf {
     let lib = lib_dir();
     let exe = out.join(name);
@@ -35,7 +37,7 @@ fn build(compiler: &str, source: &Path, out: &Path, name: &str) -> PathBuf {
         .arg(&exe)
         .arg("-L")
         .arg(&lib)
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg(format!("-Wl,--disable-new-dtags,-rpath,{}", lib.display()))
         .args(["-leckpt", "-lm"])
         .output()
         .unwrap_or_else(|e| panic!("cannot run {compiler}: {e} (`make setup` installs it)"));
