@@ -361,12 +361,22 @@ fn a_stall_of_the_coordinator_during_a_recovery_leaves_no_group_without_its_pari
     let out = recovery.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).expect("recovery report");
-    let group = c.status()["groups"][0]["id"].as_u64().unwrap();
-    let group_in_report = report["reencoded"].as_array().unwrap().contains(&group.into());
-    assert!(
-        group_in_report == holds_object(&c, &holder, group, 1),
-        "the recovery reports group {group} protected only if its holder has its parity: {report}"
-    );
+    // A group the recovery reports protected has its parity at its holder. One it does not
+    // report is named in a warning; the coordinator encodes that one again by itself, and
+    // may be done (under a new group id) before the status below is read.
+    let reencoded = report["reencoded"].as_array().unwrap();
+    for group in reencoded.iter().map(|g| g.as_u64().unwrap()) {
+        assert!(
+            holds_object(&c, &holder, group, 1),
+            "the recovery reports group {group} protected, but {holder} lacks its parity: {report}"
+        );
+    }
+    if reencoded.is_empty() {
+        assert!(
+            report["warnings"].to_string().contains("is not protected yet"),
+            "a group left without its parity is not said to be: {report}"
+        );
+    }
     // Until the coordinator has encoded the group again, `status` says something is wrong;
     // once it calls every node healthy, the parity is there.
     wait_for(
