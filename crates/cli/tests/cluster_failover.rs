@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello};
+use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, Hello, Nodes};
 use eckpt_cluster_api::net::{call, host_identity, open_node_as};
 use eckpt_cluster_api::{commands, ErrorKind};
 
@@ -64,13 +64,7 @@ fn ask_as_coordinator_of(dir: &str, node: &str, term: u64) -> AgentResponse {
         .build()
         .unwrap();
     rt.block_on(async {
-        let nodes = match commands::coordinator_call(&dir, &CoordRequest::Nodes, |_| {})
-            .await
-            .unwrap()
-        {
-            CoordResponse::Nodes(nodes) => nodes,
-            other => panic!("expected nodes, got {other:?}"),
-        };
+        let nodes = commands::coordinator_call(&dir, Nodes, |_| {}).await.unwrap();
         let info = nodes
             .into_iter()
             .find(|n| n.name == node)

@@ -9,10 +9,11 @@ mod cluster;
 use std::process::Command;
 use std::time::Duration;
 
+use eckpt_cluster_api::commands::ask_coordinator;
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
-    AgentRequest, AgentResponse, CodingTask, CoordRequest, CoordResponse, DecodeSpec, Group, Hello, NodeInfo,
-    ObjectKind, ObjectRecord, ShardRecord, UpdateTask,
+    AgentRequest, AgentResponse, CodingTask, DecodeSpec, Group, Hello, NodeInfo, Nodes, ObjectKind,
+    ObjectRecord, ShardRecord, UpdateTask,
 };
 use eckpt_cluster_api::net::{call, host_identity, open, open_node};
 use eckpt_cluster_api::CodingConfig;
@@ -41,10 +42,10 @@ impl Peer {
         let mut coord = open(&file.coordinator_unix, &secret, &Hello::Control)
             .await
             .unwrap();
-        let nodes = match call(&mut coord, &CoordRequest::Nodes).await.unwrap() {
-            CoordResponse::Nodes(nodes) => nodes,
-            other => panic!("expected nodes, got {other:?}"),
-        };
+        let answer = Duration::from_secs(30);
+        let nodes = ask_coordinator(&mut coord, "the coordinator", Nodes, answer, |_| {})
+            .await
+            .unwrap();
         let status = c.status();
         let g = &status["groups"][0];
         Peer {

@@ -11,11 +11,15 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use cluster::{bytes, Cluster};
+use eckpt_cluster_api::commands::ask_coordinator;
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, Hello};
+use eckpt_cluster_api::msg::{Hello, Status};
 use eckpt_cluster_api::net::open;
 use eckpt_cluster_api::ClusterError;
 use eckpt_proto::{ClusterSecret, Endpoint};
+
+/// How long the tests wait for the coordinator's answer.
+const ANSWER: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Opens `endpoint` with the cluster's secret but without its TLS identity.
 fn open_without_tls(dir: &ClusterDir, endpoint: &Endpoint) -> Result<(), ClusterError> {
@@ -26,7 +30,7 @@ fn open_without_tls(dir: &ClusterDir, endpoint: &Endpoint) -> Result<(), Cluster
         .unwrap();
     rt.block_on(async {
         let mut conn = open(endpoint, &plain, &Hello::Control).await?;
-        let _: CoordResponse = eckpt_cluster_api::net::call(&mut conn, &CoordRequest::Status).await?;
+        ask_coordinator(&mut conn, "the coordinator", Status, ANSWER, |_| {}).await?;
         Ok(())
     })
 }
@@ -83,9 +87,7 @@ fn a_cluster_with_tls_recovers_and_refuses_peers_without_it() {
     let secret = dir.load_secret().unwrap();
     rt.block_on(async {
         let mut conn = open(&coordinator, &secret, &Hello::Control).await.unwrap();
-        let answer: CoordResponse = eckpt_cluster_api::net::call(&mut conn, &CoordRequest::Status)
-            .await
-            .unwrap();
-        assert!(matches!(answer, CoordResponse::Status(_)), "{answer:?}");
+        let status = ask_coordinator(&mut conn, "the coordinator", Status, ANSWER, |_| {}).await;
+        assert!(status.is_ok(), "{status:?}");
     });
 }

@@ -12,10 +12,12 @@
 use std::path::Path;
 use std::time::Duration;
 
+use eckpt_cluster_api::call::ToCoordinator;
 use eckpt_cluster_api::commands::coordinator_call_retrying;
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
-    CoordRequest, CoordResponse, EpochOutcome, NodeInfo, PaceReport, PaceStats, RankReport,
+    EpochOutcome, Locate, NodeInfo, OpenEpoch, Opened, Pace, PaceReport, PaceStats, RankReady, RankReport,
+    WaitEpoch,
 };
 use eckpt_cluster_api::{ClusterError, ErrorKind};
 
@@ -64,9 +66,9 @@ impl ClusterLink {
 
     /// One request for `rank`: retried while the coordinator cannot be reached (within the
     /// retry window), bounded as a whole; a refused generation ends the process.
-    fn call(&self, rank: u32, request: CoordRequest) -> Result<CoordResponse, Error> {
+    fn call<C: ToCoordinator>(&self, rank: u32, request: C) -> Result<C::Answer, Error> {
         let limit = self.open_wait + 2 * self.retry;
-        let call = coordinator_call_retrying(&self.dir, &request, self.retry);
+        let call = coordinator_call_retrying(&self.dir, request, self.retry);
         let answer = self
             .runtime
             .block_on(async { tokio::time::timeout(limit, call).await })
@@ -92,34 +94,29 @@ impl ClusterLink {
         rank: u32,
         launched_on: Option<&str>,
     ) -> Result<(u64, NodeInfo, Option<PaceStats>), Error> {
-        match self.call(
+        let open = OpenEpoch {
             rank,
-            CoordRequest::OpenEpoch {
-                rank,
-                world: self.world,
-                node: launched_on.map(String::from),
-                epoch: None,
-                generation: self.generation,
-            },
-        )? {
-            CoordResponse::Opened { epoch, node, pace } => Ok((epoch, node, pace)),
-            other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
-        }
+            world: self.world,
+            node: launched_on.map(String::from),
+            epoch: None,
+            generation: self.generation,
+        };
+        let Opened { epoch, node, pace } = self.call(rank, open)?;
+        Ok((epoch, node, pace))
     }
 
     /// Reports the rank's epoch prepared on `node`, with its sizes and pace.
     pub(crate) fn ready(&self, rank: u32, epoch: u64, node: &str, report: RankReport) -> Result<(), Error> {
         self.call(
             rank,
-            CoordRequest::RankReady {
+            RankReady {
                 rank,
                 epoch,
                 node: node.to_string(),
                 report,
                 generation: self.generation,
             },
-        )?;
-        Ok(())
+        )
     }
 
     /// Meets every rank of launch `launch` at pace point `round`; the job's pace.
@@ -130,9 +127,9 @@ impl ClusterLink {
         round: u64,
         report: PaceReport,
     ) -> Result<PaceStats, Error> {
-        match self.call(
+        self.call(
             rank,
-            CoordRequest::Pace {
+            Pace {
                 rank,
                 world: self.world,
                 launch: launch.to_string(),
@@ -140,34 +137,25 @@ impl ClusterLink {
                 report,
                 generation: self.generation,
             },
-        )? {
-            CoordResponse::Paced(pace) => Ok(pace),
-            other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
-        }
+        )
     }
 
     /// The node holding the rank's latest committed epoch, and that epoch; `None` when the
     /// cluster has none. The coordinator refuses (an error) when the rank's node is down or
     /// the job size is not the checkpointed one.
     pub(crate) fn locate(&self, rank: u32) -> Result<Option<(NodeInfo, u64)>, Error> {
-        match self.call(
+        self.call(
             rank,
-            CoordRequest::Locate {
+            Locate {
                 rank,
                 world: self.world,
                 generation: self.generation,
             },
-        )? {
-            CoordResponse::Located(found) => Ok(found),
-            other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
-        }
+        )
     }
 
     /// Waits until `rank`'s `epoch` is committed or aborted.
     pub(crate) fn wait(&self, rank: u32, epoch: u64) -> Result<EpochOutcome, Error> {
-        match self.call(rank, CoordRequest::WaitEpoch { epoch })? {
-            CoordResponse::Outcome(o) => Ok(o),
-            other => Err(Error::Cluster(format!("unexpected answer {other:?}"))),
-        }
+        self.call(rank, WaitEpoch { epoch })
     }
 }

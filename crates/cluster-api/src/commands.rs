@@ -7,8 +7,10 @@ use std::path::Path;
 use eckpt_proto::{Connection, FrameKind};
 use serde::Serialize;
 
+use crate::call::{answer_of, ToCoordinator};
 use crate::dirs::{ClusterDir, Deadlines};
 use crate::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, EpochOutcome, Hello};
+use crate::msg::{ExportFrom, ExportRank, OpenEpoch, Opened, WaitEpoch};
 use crate::msg::{DATA_FRAME, FILE_ITEM};
 use crate::net::{host_identity, open, open_node};
 use crate::ClusterError;
@@ -35,22 +37,47 @@ async fn coordinator(dir: &ClusterDir) -> Result<(Connection, Deadlines), Cluste
 /// Sends one request to the coordinator of the cluster in `dir` ([`ask_coordinator`]),
 /// reaching it within `Deadlines::connect` and waiting for each of its words at most
 /// `Deadlines::answer`.
-pub async fn coordinator_call(
+pub async fn coordinator_call<C: ToCoordinator>(
     dir: &ClusterDir,
+    call: C,
+    on_progress: impl FnMut(&CoordResponse),
+) -> Result<C::Answer, ClusterError> {
+    let who = who(dir);
+    let answer = call_once(dir, &who, &call.request(), on_progress).await?;
+    answer_of::<C>(&who, answer)
+}
+
+fn who(dir: &ClusterDir) -> String {
+    format!("the coordinator of {}", dir.root().display())
+}
+
+async fn call_once(
+    dir: &ClusterDir,
+    who: &str,
     request: &CoordRequest,
     on_progress: impl FnMut(&CoordResponse),
 ) -> Result<CoordResponse, ClusterError> {
     let (mut conn, deadlines) = coordinator(dir).await?;
-    let who = format!("the coordinator of {}", dir.root().display());
-    ask_coordinator(&mut conn, &who, request, deadlines.answer(), on_progress).await
+    ask(&mut conn, who, request, deadlines.answer(), on_progress).await
 }
 
-/// Sends `request` on `conn`, an open control connection to the coordinator (`who` names
-/// it in errors), and reads its answer: progress reports go to `on_progress`, an error
-/// answer becomes the error. Each word is awaited at most `answer`: a coordinator at work
-/// on a long request says so every `Deadlines::keepalive` ([`CoordResponse::Working`]), so
-/// only one that stopped or was cut off lets that pass ([`ClusterError::NoAnswer`]).
-pub async fn ask_coordinator(
+/// Sends `call` on `conn`, an open control connection to the coordinator (`who` names it
+/// in errors), and reads its answer: progress reports go to `on_progress`, an error answer
+/// becomes the error. Each word is awaited at most `answer`: a coordinator at work on a
+/// long request says so every `Deadlines::keepalive` ([`CoordResponse::Working`]), so only
+/// one that stopped or was cut off lets that pass ([`ClusterError::NoAnswer`]).
+pub async fn ask_coordinator<C: ToCoordinator>(
+    conn: &mut Connection,
+    who: &str,
+    call: C,
+    answer: std::time::Duration,
+    on_progress: impl FnMut(&CoordResponse),
+) -> Result<C::Answer, ClusterError> {
+    let response = ask(conn, who, &call.request(), answer, on_progress).await?;
+    answer_of::<C>(who, response)
+}
+
+async fn ask(
     conn: &mut Connection,
     who: &str,
     request: &CoordRequest,
@@ -92,22 +119,24 @@ pub async fn ask_coordinator(
 /// growing from 0.1 to 2 s. A coordinator never reached is tried again for any request (it
 /// was not sent); one that took the request and did not answer, only for a request that may
 /// be sent twice ([`CoordRequest::may_repeat`]).
-pub async fn coordinator_call_retrying(
+pub async fn coordinator_call_retrying<C: ToCoordinator>(
     dir: &ClusterDir,
-    request: &CoordRequest,
+    call: C,
     retry: std::time::Duration,
-) -> Result<CoordResponse, ClusterError> {
+) -> Result<C::Answer, ClusterError> {
+    let who = who(dir);
+    let request = call.request();
     let deadline = std::time::Instant::now() + retry;
     let mut pause = std::time::Duration::from_millis(100);
     loop {
-        let answer = coordinator_call(dir, request, |_| {}).await;
+        let answer = call_once(dir, &who, &request, |_| {}).await;
         let again = match &answer {
             Err(ClusterError::Unreachable(_)) => true,
             Err(ClusterError::NoAnswer(_)) => request.may_repeat(),
             _ => false,
         };
         if !again || std::time::Instant::now() + pause >= deadline {
-            return answer;
+            return answer_of::<C>(&who, answer?);
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(std::time::Duration::from_secs(2));
@@ -179,21 +208,14 @@ pub async fn checkpoint_file(
     // A rank rides out what ranks linking the library ride out: a coordinator restarting,
     // stalled or cut off for up to the retry window.
     let retry = dir.load()?.deadlines.coordinator_retry();
-    let opened = coordinator_call_retrying(
-        dir,
-        &CoordRequest::OpenEpoch {
-            rank,
-            world,
-            node,
-            epoch,
-            generation,
-        },
-        retry,
-    )
-    .await?;
-    let CoordResponse::Opened { epoch, node, .. } = opened else {
-        return Err(ClusterError::Protocol(format!("unexpected answer {opened:?}")));
+    let open = OpenEpoch {
+        rank,
+        world,
+        node,
+        epoch,
+        generation,
     };
+    let Opened { epoch, node, .. } = coordinator_call_retrying(dir, open, retry).await?;
     let secret = dir.load_secret()?;
     let mut conn = open_node(&node, &host_identity(), &secret).await?;
     conn.send_control(&AgentRequest::PutRank {
@@ -219,10 +241,7 @@ pub async fn checkpoint_file(
         other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
     }
     let outcome = if wait {
-        match coordinator_call_retrying(dir, &CoordRequest::WaitEpoch { epoch }, retry).await? {
-            CoordResponse::Outcome(o) => Some(o),
-            other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
-        }
+        Some(coordinator_call_retrying(dir, WaitEpoch { epoch }, retry).await?)
     } else {
         None
     };
@@ -300,10 +319,8 @@ pub async fn restore(
     out: &Path,
 ) -> Result<RestoreReport, ClusterError> {
     refuse_directory(out)?;
-    let answer = coordinator_call(dir, &CoordRequest::Export { rank, epoch }, |_| {}).await?;
-    let CoordResponse::ExportFrom { node, epoch, scratch } = answer else {
-        return Err(ClusterError::Protocol(format!("unexpected answer {answer:?}")));
-    };
+    let ExportFrom { node, epoch, scratch } =
+        coordinator_call(dir, ExportRank { rank, epoch }, |_| {}).await?;
     let secret = dir.load_secret()?;
     let mut conn = open_node(&node, &host_identity(), &secret).await?;
     conn.send_control(&AgentRequest::Export { rank, epoch, scratch })

@@ -2,7 +2,8 @@
 //! serve it: a rank library links this crate, never agent or coordinator code.
 //!
 //! - [`dirs`]: the cluster directory (configuration, secret, sockets, journal paths).
-//! - [`msg`]: what agents and the coordinator understand; [`net`]: connecting and calling.
+//! - [`msg`]: what agents and the coordinator understand; [`call`]: which answer each
+//!   request gets; [`net`]: connecting and calling.
 //! - [`commands`]: what `eckpt` commands and ranks do against a running cluster
 //!   (status, checkpoints, exports, imports).
 //! - [`shard_layout`]: where each rank's items sit in a node's image shard.
@@ -10,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+pub mod call;
 mod checks;
 pub mod commands;
 pub mod dirs;

@@ -867,144 +867,216 @@ pub struct RecoveryReport {
     pub from_flush: Option<FlushRestore>,
 }
 
-/// Requests the coordinator serves.
+/// Requests the coordinator serves: each carries its request type, which names the
+/// answer it gets ([`Call`](crate::call::Call)).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum CoordRequest {
     /// An agent is alive (on its session).
-    Heartbeat,
+    Heartbeat(Heartbeat),
     /// What an agent holds (the first request of its session).
     Holds(Inventory),
     /// Report.
-    Status,
+    Status(Status),
     /// How to reach every alive agent.
-    Nodes,
-    /// Where and as which epoch rank `rank` checkpoints next (waits while the rank's
-    /// previous checkpoint is undecided).
-    OpenEpoch {
-        /// Rank.
-        rank: u32,
-        /// World size.
-        world: u32,
-        /// Node the rank must live on (first checkpoint only).
-        node: Option<String>,
-        /// The epoch the caller expects, if any.
-        epoch: Option<u64>,
-        /// The generation of the attempt the rank belongs to (`eckpt run` sets it).
-        #[serde(default)]
-        generation: Option<u64>,
-    },
-    /// Rank `rank`'s epoch is prepared on `node`.
-    RankReady {
-        /// Rank.
-        rank: u32,
-        /// Epoch.
-        epoch: u64,
-        /// Node.
-        node: String,
-        /// Sizes and pace (absent from `eckpt checkpoint FILE`).
-        #[serde(default)]
-        report: RankReport,
-        /// The rank's attempt generation.
-        #[serde(default)]
-        generation: Option<u64>,
-    },
-    /// A pace point of `snapshot()` without a checkpoint: waits until every rank of the job
-    /// reached the same point (`round` of launch `launch`) and answers the job's pace.
-    Pace {
-        /// Rank.
-        rank: u32,
-        /// World size.
-        world: u32,
-        /// Which launch of the job (ranks of another launch never meet this one's).
-        launch: String,
-        /// The rank's count of pace points in this launch.
-        round: u64,
-        /// The rank's measurements.
-        report: PaceReport,
-        /// The rank's attempt generation.
-        #[serde(default)]
-        generation: Option<u64>,
-    },
-    /// Wait until `epoch` is decided.
-    WaitEpoch {
-        /// Epoch.
-        epoch: u64,
-    },
-    /// Where rank `rank` of a job of `world` ranks finds its latest committed epoch. An
-    /// error when the committed epoch cannot be read now (the rank's node is down) or the job
-    /// size is not the checkpointed job's: a restarting rank must never take either for a
-    /// fresh start.
-    Locate {
-        /// Rank.
-        rank: u32,
-        /// World size the restarting job runs with.
-        world: u32,
-        /// The rank's attempt generation.
-        #[serde(default)]
-        generation: Option<u64>,
-    },
+    Nodes(Nodes),
+    /// Where and as which epoch a rank checkpoints next.
+    OpenEpoch(OpenEpoch),
+    /// A rank's epoch is prepared on a node.
+    RankReady(RankReady),
+    /// A pace point of `snapshot()` without a checkpoint.
+    Pace(Pace),
+    /// Wait until an epoch is decided.
+    WaitEpoch(WaitEpoch),
+    /// Where a rank finds its latest committed epoch.
+    Locate(Locate),
     /// Rebuild every lost node's data and restore redundancy.
-    Recover {
-        /// Where the ranks of lost nodes go when no spare replaces them.
-        #[serde(default)]
-        relocation: Relocation,
-    },
-    /// Prepare an export of rank `rank` at `epoch` (decoding if its node is gone).
-    Export {
-        /// Rank.
-        rank: u32,
-        /// Epoch (default: the committed one).
-        epoch: Option<u64>,
-    },
-    /// Flush `epoch` (default: the committed one) now and answer when it is published.
-    Flush {
-        /// The epoch (committed and still in the node stores).
-        epoch: Option<u64>,
-    },
-    /// Wait until no flush is running; answers the flush status.
-    WaitFlush,
-    /// Remove a node on purpose (its data is rebuilt elsewhere on the next recover).
-    Leave {
-        /// Node.
-        node: String,
-    },
-    /// Take the job's lease for a supervisor (`eckpt run`): refused while another holds it.
+    Recover(Recover),
+    /// Prepare an export of a rank's image.
+    Export(ExportRank),
+    /// Flush an epoch now.
+    Flush(FlushEpoch),
+    /// Wait until no flush is running.
+    WaitFlush(WaitFlush),
+    /// Remove a node on purpose.
+    Leave(Leave),
+    /// Take the job's lease for a supervisor (`eckpt run`).
     ClaimJob(JobClaim),
-    /// Renew the lease of generation `generation`.
-    RenewLease {
-        /// The holder's generation.
-        generation: u64,
-    },
-    /// A new attempt of the job (a relaunch): a new generation; the ranks of older ones are
-    /// refused from now on.
-    NextAttempt {
-        /// The holder's generation.
-        generation: u64,
-    },
-    /// Give the lease up; `finished`: every rank exited 0, so a run of the job again is
-    /// refused unless `--resume` or `--fresh`.
-    ReleaseJob {
-        /// The holder's generation.
-        generation: u64,
-        /// The job finished.
-        finished: bool,
-    },
-    /// Delete every agent's node-local data (store, parity, token), then stop every agent
-    /// and the coordinator (`eckpt down --purge`).
-    Purge {
-        /// Who asks: see [`CoordRequest::Shutdown`].
-        #[serde(default)]
-        by_run: Option<u64>,
-    },
+    /// Renew a job lease.
+    RenewLease(RenewLease),
+    /// A new attempt of the job.
+    NextAttempt(NextAttempt),
+    /// Give a job lease up.
+    ReleaseJob(ReleaseJob),
+    /// Delete every agent's node-local data, then stop the cluster.
+    Purge(PurgeCluster),
     /// Stop every agent and the coordinator.
-    Shutdown {
-        /// `None`: the operator (`eckpt down`), obeyed. `Some(g)`: the `eckpt run` that
-        /// started the cluster, with its job generation (0: it never held the lease),
-        /// refused while another generation holds a live job lease — the cluster is then
-        /// left to its idle rule, not stopped under the run that took the job over.
-        #[serde(default)]
-        by_run: Option<u64>,
-    },
+    Shutdown(StopCluster),
+}
+
+/// An agent is alive (on its session); answered [`CoordResponse::Alive`].
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Heartbeat;
+
+/// The cluster's report.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Status;
+
+/// How to reach every alive agent.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Nodes;
+
+/// Where and as which epoch rank `rank` checkpoints next (waits while the rank's previous
+/// checkpoint is undecided).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpenEpoch {
+    /// Rank.
+    pub rank: u32,
+    /// World size.
+    pub world: u32,
+    /// Node the rank must live on (first checkpoint only).
+    pub node: Option<String>,
+    /// The epoch the caller expects, if any.
+    pub epoch: Option<u64>,
+    /// The generation of the attempt the rank belongs to (`eckpt run` sets it).
+    #[serde(default)]
+    pub generation: Option<u64>,
+}
+
+/// Rank `rank`'s epoch is prepared on `node`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankReady {
+    /// Rank.
+    pub rank: u32,
+    /// Epoch.
+    pub epoch: u64,
+    /// Node.
+    pub node: String,
+    /// Sizes and pace (absent from `eckpt checkpoint FILE`).
+    #[serde(default)]
+    pub report: RankReport,
+    /// The rank's attempt generation.
+    #[serde(default)]
+    pub generation: Option<u64>,
+}
+
+/// A pace point of `snapshot()` without a checkpoint: waits until every rank of the job
+/// reached the same point (`round` of launch `launch`) and answers the job's pace.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Pace {
+    /// Rank.
+    pub rank: u32,
+    /// World size.
+    pub world: u32,
+    /// Which launch of the job (ranks of another launch never meet this one's).
+    pub launch: String,
+    /// The rank's count of pace points in this launch.
+    pub round: u64,
+    /// The rank's measurements.
+    pub report: PaceReport,
+    /// The rank's attempt generation.
+    #[serde(default)]
+    pub generation: Option<u64>,
+}
+
+/// Wait until `epoch` is decided.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct WaitEpoch {
+    /// Epoch.
+    pub epoch: u64,
+}
+
+/// Where rank `rank` of a job of `world` ranks finds its latest committed epoch. An error
+/// when the committed epoch cannot be read now (the rank's node is down) or the job size is
+/// not the checkpointed job's: a restarting rank must never take either for a fresh start.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Locate {
+    /// Rank.
+    pub rank: u32,
+    /// World size the restarting job runs with.
+    pub world: u32,
+    /// The rank's attempt generation.
+    #[serde(default)]
+    pub generation: Option<u64>,
+}
+
+/// Rebuild every lost node's data and restore redundancy.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Recover {
+    /// Where the ranks of lost nodes go when no spare replaces them.
+    #[serde(default)]
+    pub relocation: Relocation,
+}
+
+/// Prepare an export of rank `rank` at `epoch` (decoding if its node is gone).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct ExportRank {
+    /// Rank.
+    pub rank: u32,
+    /// Epoch (default: the committed one).
+    pub epoch: Option<u64>,
+}
+
+/// Flush `epoch` (default: the committed one) now and answer when it is published.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct FlushEpoch {
+    /// The epoch (committed and still in the node stores).
+    pub epoch: Option<u64>,
+}
+
+/// Wait until no flush is running; answers the flush status.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct WaitFlush;
+
+/// Remove a node on purpose (its data is rebuilt elsewhere on the next recover).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Leave {
+    /// Node.
+    pub node: String,
+}
+
+/// Renew the lease of generation `generation`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct RenewLease {
+    /// The holder's generation.
+    pub generation: u64,
+}
+
+/// A new attempt of the job (a relaunch): a new generation; the ranks of older ones are
+/// refused from now on.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct NextAttempt {
+    /// The holder's generation.
+    pub generation: u64,
+}
+
+/// Give the lease up; `finished`: every rank exited 0, so a run of the job again is refused
+/// unless `--resume` or `--fresh`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct ReleaseJob {
+    /// The holder's generation.
+    pub generation: u64,
+    /// The job finished.
+    pub finished: bool,
+}
+
+/// Delete every agent's node-local data (store, parity, token), then stop every agent and
+/// the coordinator (`eckpt down --purge`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct PurgeCluster {
+    /// Who asks: see [`StopCluster::by_run`].
+    #[serde(default)]
+    pub by_run: Option<u64>,
+}
+
+/// Stop every agent and the coordinator.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct StopCluster {
+    /// `None`: the operator (`eckpt down`), obeyed. `Some(g)`: the `eckpt run` that started
+    /// the cluster, with its job generation (0: it never held the lease), refused while
+    /// another generation holds a live job lease — the cluster is then left to its idle
+    /// rule, not stopped under the run that took the job over.
+    #[serde(default)]
+    pub by_run: Option<u64>,
 }
 
 impl CoordRequest {
@@ -1017,15 +1089,15 @@ impl CoordRequest {
     pub fn may_repeat(&self) -> bool {
         matches!(
             self,
-            CoordRequest::Status
-                | CoordRequest::Nodes
-                | CoordRequest::OpenEpoch { .. }
-                | CoordRequest::RankReady { .. }
-                | CoordRequest::Pace { .. }
-                | CoordRequest::WaitEpoch { .. }
-                | CoordRequest::Locate { .. }
-                | CoordRequest::WaitFlush
-                | CoordRequest::RenewLease { .. }
+            CoordRequest::Status(_)
+                | CoordRequest::Nodes(_)
+                | CoordRequest::OpenEpoch(_)
+                | CoordRequest::RankReady(_)
+                | CoordRequest::Pace(_)
+                | CoordRequest::WaitEpoch(_)
+                | CoordRequest::Locate(_)
+                | CoordRequest::WaitFlush(_)
+                | CoordRequest::RenewLease(_)
         )
     }
 }
@@ -1042,30 +1114,15 @@ pub enum CoordResponse {
     /// `Nodes`.
     Nodes(Vec<NodeInfo>),
     /// `OpenEpoch`.
-    Opened {
-        /// Epoch to write.
-        epoch: u64,
-        /// Node hosting the rank.
-        node: NodeInfo,
-        /// The job's pace as of the previous epoch (every rank of it reported), if known.
-        #[serde(default)]
-        pace: Option<PaceStats>,
-    },
+    Opened(Opened),
     /// `Pace`: the job's pace at that point.
     Paced(PaceStats),
     /// `WaitEpoch`.
     Outcome(EpochOutcome),
     /// `Locate`: the node and epoch, or `None` when the cluster has no committed epoch.
     Located(Option<(NodeInfo, u64)>),
-    /// `Export`: read the rank from this agent (from a scratch store if `scratch`).
-    ExportFrom {
-        /// Agent to read from.
-        node: NodeInfo,
-        /// Epoch.
-        epoch: u64,
-        /// Scratch task, when decoded.
-        scratch: Option<u64>,
-    },
+    /// `Export`.
+    ExportFrom(ExportFrom),
     /// `Recover`.
     Recovered(RecoveryReport),
     /// `Flush`: the flush published.
@@ -1087,21 +1144,8 @@ pub enum CoordResponse {
         /// Total.
         total: u64,
     },
-    /// Answer to `Session` registration: what the agent must resolve from before it
-    /// restarted.
-    Registered {
-        /// The coordinator's term: every coordinator started on a cluster's journal takes
-        /// the next one, so that after a failover the one replaced, if it still runs, is
-        /// refused by the agents that follow its successor.
-        #[serde(default)]
-        term: u64,
-        /// Latest committed epoch.
-        committed: u64,
-        /// Objects this node must keep.
-        keep: Vec<ObjectId>,
-        /// Update versions committed per object (apply staged updates up to them).
-        versions: Vec<(ObjectId, u64)>,
-    },
+    /// Answer to `Session` registration.
+    Registered(Registered),
     /// Heartbeat acknowledgement.
     Alive,
     /// `ClaimJob`.
@@ -1110,6 +1154,47 @@ pub enum CoordResponse {
     Generation(u64),
     /// `Purge`: what each node deleted.
     Purged(Vec<NodePurge>),
+}
+
+/// Answer to an agent's registration ([`Hello::Session`]): what the agent must resolve
+/// from before it restarted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Registered {
+    /// The coordinator's term: every coordinator started on a cluster's journal takes the
+    /// next one, so that after a failover the one replaced, if it still runs, is refused by
+    /// the agents that follow its successor.
+    #[serde(default)]
+    pub term: u64,
+    /// Latest committed epoch.
+    pub committed: u64,
+    /// Objects this node must keep.
+    pub keep: Vec<ObjectId>,
+    /// Update versions committed per object (apply staged updates up to them).
+    pub versions: Vec<(ObjectId, u64)>,
+}
+
+/// Answer to [`OpenEpoch`]: where and as which epoch the rank checkpoints.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Opened {
+    /// Epoch to write.
+    pub epoch: u64,
+    /// Node hosting the rank.
+    pub node: NodeInfo,
+    /// The job's pace as of the previous epoch (every rank of it reported), if known.
+    #[serde(default)]
+    pub pace: Option<PaceStats>,
+}
+
+/// Answer to [`ExportRank`]: read the rank from this agent (from a scratch store if
+/// `scratch`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExportFrom {
+    /// Agent to read from.
+    pub node: NodeInfo,
+    /// Epoch.
+    pub epoch: u64,
+    /// Scratch task, when decoded.
+    pub scratch: Option<u64>,
 }
 
 /// Summary of the cluster configuration for `eckpt up`.

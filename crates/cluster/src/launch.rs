@@ -20,7 +20,7 @@ use eckpt_cluster_api::dirs::{
     FlushConfig, NetnsConfig, CLUSTER_FORMAT,
 };
 use eckpt_cluster_api::msg::{
-    CoordRequest, CoordResponse, FlushRestore, NodePurge, Relocation, StatusReport, UpSummary,
+    FlushRestore, NodePurge, PurgeCluster, Recover, Relocation, Status, StatusReport, StopCluster, UpSummary,
 };
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::config::CodingConfig;
@@ -166,10 +166,8 @@ pub(crate) fn status_now(dir: &ClusterDir) -> Option<StatusReport> {
         .enable_all()
         .build()
         .ok()?;
-    match rt.block_on(commands::coordinator_call(dir, &CoordRequest::Status, |_| {})) {
-        Ok(CoordResponse::Status(s)) => Some(*s),
-        _ => None,
-    }
+    let status = rt.block_on(commands::coordinator_call(dir, Status, |_| {}));
+    status.ok().map(|s| *s)
 }
 
 /// An agent this command started: its node, its process and its log.
@@ -396,13 +394,12 @@ fn resume_flushed_job(dir: &ClusterDir, file: &ClusterFile) -> Result<Option<Flu
         .enable_all()
         .build()
         .map_err(|e| ClusterError::Internal(format!("starting a runtime: {e}")))?;
-    let request = CoordRequest::Recover {
+    let recover = Recover {
         relocation: Relocation::Process,
     };
-    match rt.block_on(commands::coordinator_call(dir, &request, |_| {}))? {
-        CoordResponse::Recovered(report) => Ok(report.from_flush),
-        other => Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
-    }
+    Ok(rt
+        .block_on(commands::coordinator_call(dir, recover, |_| {}))?
+        .from_flush)
 }
 
 /// `up` on a directory that holds a cluster: starts what is not running — the coordinator
@@ -762,20 +759,17 @@ fn ask_to_stop(dir: &ClusterDir, purge: Purge, by_run: Option<u64>) -> Result<Ve
         .enable_all()
         .build()
         .map_err(|e| ClusterError::Internal(format!("starting a runtime: {e}")))?;
-    let request = if purge == Purge::Nothing {
-        CoordRequest::Shutdown { by_run }
-    } else {
-        CoordRequest::Purge { by_run }
+    let stop = async {
+        if purge == Purge::Nothing {
+            let stopped = commands::coordinator_call(dir, StopCluster { by_run }, |_| {}).await;
+            stopped.map(|()| Vec::new())
+        } else {
+            commands::coordinator_call(dir, PurgeCluster { by_run }, |_| {}).await
+        }
     };
-    let answer = rt.block_on(async {
-        tokio::time::timeout(
-            Duration::from_secs(30),
-            commands::coordinator_call(dir, &request, |_| {}),
-        )
-        .await
-    });
+    let answer = rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), stop).await });
     Ok(match answer {
-        Ok(Ok(CoordResponse::Purged(nodes))) => nodes,
+        Ok(Ok(nodes)) => nodes,
         Ok(Err(refused)) if refused.kind() == eckpt_cluster_api::ErrorKind::Fenced => return Err(refused),
         _ => Vec::new(),
     })

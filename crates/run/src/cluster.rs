@@ -10,13 +10,14 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
+use eckpt_cluster_api::call::ToCoordinator;
 use eckpt_cluster_api::commands::{coordinator_call, coordinator_call_retrying};
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
-    CoordRequest, CoordResponse, EpochOutcome, FlushReport, FlushStatus, JobClaim, JobGrant, NodeInfo,
-    RecoveryReport, Relocation, StatusReport,
+    EpochOutcome, FlushEpoch, FlushReport, FlushStatus, JobClaim, JobGrant, Leave, NextAttempt, NodeInfo,
+    Nodes, Recover, RecoveryReport, ReleaseJob, Relocation, RenewLease, Status, StatusReport, WaitEpoch,
+    WaitFlush,
 };
-use eckpt_cluster_api::ClusterError;
 
 use crate::RunError;
 
@@ -79,10 +80,6 @@ fn shared_runtime() -> Result<tokio::runtime::Runtime, RunError> {
         .map_err(|e| RunError::Launch(format!("starting a runtime: {e}")))
 }
 
-fn unexpected(other: CoordResponse) -> RunError {
-    RunError::Cluster(ClusterError::Protocol(format!("unexpected answer {other:?}")))
-}
-
 impl Cluster {
     /// The cluster in `dir`.
     pub fn new(dir: &ClusterDir) -> Result<Cluster, RunError> {
@@ -98,83 +95,55 @@ impl Cluster {
         &self.dir
     }
 
-    fn call(&self, request: &CoordRequest) -> Result<CoordResponse, RunError> {
+    fn call<C: ToCoordinator>(&self, call: C) -> Result<C::Answer, RunError> {
         Ok(self
             .runtime
-            .block_on(coordinator_call_retrying(&self.dir, request, self.retry))?)
+            .block_on(coordinator_call_retrying(&self.dir, call, self.retry))?)
     }
 }
 
 impl Coordinator for Cluster {
     fn status(&self) -> Result<StatusReport, RunError> {
-        match self.call(&CoordRequest::Status)? {
-            CoordResponse::Status(s) => Ok(*s),
-            other => Err(unexpected(other)),
-        }
+        Ok(*self.call(Status)?)
     }
 
     fn nodes(&self) -> Result<BTreeMap<String, NodeInfo>, RunError> {
-        match self.call(&CoordRequest::Nodes)? {
-            CoordResponse::Nodes(nodes) => Ok(nodes.into_iter().map(|n| (n.name.clone(), n)).collect()),
-            other => Err(unexpected(other)),
-        }
+        let nodes = self.call(Nodes)?;
+        Ok(nodes.into_iter().map(|n| (n.name.clone(), n)).collect())
     }
 
     fn wait_flush(&self) -> Result<Option<FlushStatus>, RunError> {
-        match self.call(&CoordRequest::WaitFlush)? {
-            CoordResponse::FlushState(state) => Ok(state),
-            other => Err(unexpected(other)),
-        }
+        self.call(WaitFlush)
     }
 
     fn flush_now(&self) -> Result<FlushReport, RunError> {
-        match self.call(&CoordRequest::Flush { epoch: None })? {
-            CoordResponse::Flushed(report) => Ok(report),
-            other => Err(unexpected(other)),
-        }
+        self.call(FlushEpoch { epoch: None })
     }
 
     fn recover(&self, relocation: Relocation) -> Result<RecoveryReport, RunError> {
-        match self.call(&CoordRequest::Recover { relocation })? {
-            CoordResponse::Recovered(r) => Ok(r),
-            other => Err(unexpected(other)),
-        }
+        self.call(Recover { relocation })
     }
 
     fn leave(&self, node: &str) -> Result<(), RunError> {
-        match self.call(&CoordRequest::Leave {
+        self.call(Leave {
             node: node.to_string(),
-        })? {
-            CoordResponse::Ok => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        })
     }
+
     fn claim_job(&self, claim: JobClaim) -> Result<JobGrant, RunError> {
-        match self.call(&CoordRequest::ClaimJob(claim))? {
-            CoordResponse::JobGranted(grant) => Ok(grant),
-            other => Err(unexpected(other)),
-        }
+        self.call(claim)
     }
 
     fn renew_lease(&self, generation: u64) -> Result<(), RunError> {
-        match self.call(&CoordRequest::RenewLease { generation })? {
-            CoordResponse::Ok => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        self.call(RenewLease { generation })
     }
 
     fn next_attempt(&self, generation: u64) -> Result<u64, RunError> {
-        match self.call(&CoordRequest::NextAttempt { generation })? {
-            CoordResponse::Generation(next) => Ok(next),
-            other => Err(unexpected(other)),
-        }
+        self.call(NextAttempt { generation })
     }
 
     fn release_job(&self, generation: u64, finished: bool) -> Result<(), RunError> {
-        match self.call(&CoordRequest::ReleaseJob { generation, finished })? {
-            CoordResponse::Ok => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        self.call(ReleaseJob { generation, finished })
     }
 
     fn watch_epochs(&self, first: u64) -> Result<EpochWatch, RunError> {
@@ -223,8 +192,7 @@ impl Drop for EpochWatch {
 /// every 200 ms.
 async fn watch(dir: ClusterDir, mut epoch: u64, send: Sender<EpochOutcome>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::SeqCst) {
-        let request = CoordRequest::WaitEpoch { epoch };
-        let call = coordinator_call(&dir, &request, |_| {});
+        let call = coordinator_call(&dir, WaitEpoch { epoch }, |_| {});
         tokio::pin!(call);
         let answer = loop {
             tokio::select! {
@@ -237,7 +205,7 @@ async fn watch(dir: ClusterDir, mut epoch: u64, send: Sender<EpochOutcome>, stop
             }
         };
         match answer {
-            Ok(CoordResponse::Outcome(outcome)) => {
+            Ok(outcome) => {
                 if send.send(outcome).is_err() {
                     return;
                 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use eckpt_cluster::launch::{self, Purge, UpOptions};
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, FlushRestore};
+use eckpt_cluster_api::msg::{FlushRestore, Status};
 use eckpt_cluster_api::ErrorKind;
 
 use crate::placement::{self, Slots};
@@ -92,10 +92,10 @@ fn answers(dir: &ClusterDir) -> bool {
         return false;
     };
     runtime.block_on(async {
-        let call = eckpt_cluster_api::commands::coordinator_call(dir, &CoordRequest::Status, |_| {});
+        let call = eckpt_cluster_api::commands::coordinator_call(dir, Status, |_| {});
         matches!(
             tokio::time::timeout(Duration::from_secs(10), call).await,
-            Ok(Ok(CoordResponse::Status(_)))
+            Ok(Ok(_))
         )
     })
 }

@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use eckpt_cluster::netns::parse_rate;
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::{ClusterDir, ClusterFile};
-use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, NodeInfo};
+use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, NodeInfo, Nodes};
 use eckpt_cluster_api::net::{call, host_identity, open_node};
 use eckpt_codec::LinearMap;
 use eckpt_model::machine::{netns_burst, Cpu, Hosts, Machine, SHARED_HOST_SHARE, TCP_PAYLOAD};
@@ -116,10 +116,7 @@ pub fn calibrate(dir: &ClusterDir) -> Result<Calibration> {
     let rate = file.netns.as_ref().and_then(|n| n.rate.clone());
     let nominal = rate.as_deref().map(parse_rate).transpose()?.map(|b| b as f64);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let nodes = match rt.block_on(commands::coordinator_call(dir, &CoordRequest::Nodes, |_| {}))? {
-        CoordResponse::Nodes(n) => n,
-        other => bail!("unexpected answer {other:?}"),
-    };
+    let nodes = rt.block_on(commands::coordinator_call(dir, Nodes, |_| {}))?;
     if nodes.len() < 2 {
         bail!(
             "calibration needs two running agents, the cluster has {}",

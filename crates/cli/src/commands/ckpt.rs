@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, Relocation};
+use eckpt_cluster_api::msg::{CoordResponse, FlushEpoch, Recover, Relocation};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::cluster::block_on;
@@ -119,7 +119,7 @@ pub fn run_recover(args: RecoverArgs) -> Result<i32> {
     };
     let answer = block_on(commands::coordinator_call(
         &dir,
-        &CoordRequest::Recover {
+        Recover {
             relocation: args.relocation,
         },
         |p| {
@@ -131,9 +131,7 @@ pub fn run_recover(args: RecoverArgs) -> Result<i32> {
         },
     ));
     bar.finish_and_clear();
-    let CoordResponse::Recovered(report) = answer?? else {
-        bail!("unexpected answer from the coordinator");
-    };
+    let report = answer??;
     if args.json {
         print_json(&report);
         return Ok(0);
@@ -248,11 +246,8 @@ pub struct FlushArgs {
 
 pub fn run_flush(args: FlushArgs) -> Result<i32> {
     let dir = ClusterDir::new(&args.dir)?;
-    let request = CoordRequest::Flush { epoch: args.epoch };
-    let CoordResponse::Flushed(report) = block_on(commands::coordinator_call(&dir, &request, |_| {}))??
-    else {
-        bail!("unexpected answer from the coordinator");
-    };
+    let request = FlushEpoch { epoch: args.epoch };
+    let report = block_on(commands::coordinator_call(&dir, request, |_| {}))??;
     if args.json {
         print_json(&report);
     } else {

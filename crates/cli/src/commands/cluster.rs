@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::{AgentPlacement, ClusterDir, Deadlines, FlushConfig};
-use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, StatusReport};
+use eckpt_cluster_api::msg::{Leave, Status, StatusReport};
 use eckpt_codec::CodeKind;
 use eckpt_coding::{CodingConfig, Layout, Mode, Topology};
 
@@ -430,10 +430,7 @@ pub struct StatusArgs {
 
 pub fn status(dir: &std::path::Path) -> Result<StatusReport> {
     let dir = ClusterDir::new(dir)?;
-    match block_on(commands::coordinator_call(&dir, &CoordRequest::Status, |_| {}))?? {
-        CoordResponse::Status(s) => Ok(*s),
-        other => bail!("unexpected answer {other:?}"),
-    }
+    Ok(*block_on(commands::coordinator_call(&dir, Status, |_| {}))??)
 }
 
 pub fn run_status(args: StatusArgs) -> Result<i32> {
@@ -599,7 +596,7 @@ pub fn run_leave(args: LeaveArgs) -> Result<i32> {
     let dir = ClusterDir::new(&args.dir)?;
     block_on(commands::coordinator_call(
         &dir,
-        &CoordRequest::Leave {
+        Leave {
             node: args.node.clone(),
         },
         |_| {},

@@ -23,11 +23,13 @@ use eckpt_store::{Options, Store};
 
 use crate::parity_store::ParityStore;
 use crate::{background, blocking};
+use eckpt_cluster_api::call::{coordinator_answer, ToCoordinator};
 use eckpt_cluster_api::commands::ask_coordinator;
 use eckpt_cluster_api::dirs::{check_node_name, ClusterDir, ClusterFile};
 use eckpt_cluster_api::msg::DATA_FRAME;
 use eckpt_cluster_api::msg::{
-    AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello, NodeInfo, RankReport, Registration,
+    AgentRequest, AgentResponse, CoordResponse, Heartbeat, Hello, NodeInfo, RankReady, RankReport,
+    Registered, Registration,
 };
 use eckpt_cluster_api::net::{
     accept_loop, call, host_identity, listen_for_cluster, next_request, open, Inbox,
@@ -235,7 +237,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
 }
 
 /// What the session thread tells the agent's start about its first registration.
-type Registered = std::sync::mpsc::Sender<Result<(), ClusterError>>;
+type FirstRegistration = std::sync::mpsc::Sender<Result<(), ClusterError>>;
 
 /// Registers with the coordinator, resolves what was left undecided, says what the node
 /// holds, and heartbeats; on a broken session, tries again every second. A refusal (another
@@ -245,7 +247,7 @@ type Registered = std::sync::mpsc::Sender<Result<(), ClusterError>>;
 /// coordinator `cluster.json` names then.
 async fn session_loop(
     agent: Arc<Agent>,
-    first: Registered,
+    first: FirstRegistration,
     refused: tokio::sync::mpsc::Sender<ClusterError>,
 ) {
     let mut first = Some(first);
@@ -287,7 +289,7 @@ async fn within<T>(
     })
 }
 
-async fn session(agent: &Arc<Agent>, first: &mut Option<Registered>) -> Result<(), ClusterError> {
+async fn session(agent: &Arc<Agent>, first: &mut Option<FirstRegistration>) -> Result<(), ClusterError> {
     let deadlines = agent.cluster.deadlines;
     let registration = Registration {
         info: agent.info.clone(),
@@ -309,55 +311,45 @@ async fn session(agent: &Arc<Agent>, first: &mut Option<Registered>) -> Result<(
         Ok(conn.recv_control::<CoordResponse>().await?)
     })
     .await?;
-    match registered {
-        CoordResponse::Registered {
-            term,
-            committed,
-            keep,
-            versions,
-        } => {
-            // An older coordinator's view of what is committed must not be resolved from:
-            // the session is tried again, with the coordinator `cluster.json` names then.
-            agent
-                .follow_coordinator(term)
-                .map_err(ClusterError::Unreachable)?;
-            let a = agent.clone();
-            let held = blocking(move || {
-                a.resolve(committed, &keep, &versions)?;
-                a.inventory()
-            })
-            .await?;
-            match within(
-                register_wait,
-                "what this node holds",
-                call(&mut conn, &CoordRequest::Holds(held)),
-            )
-            .await?
-            {
-                CoordResponse::Alive => {}
-                other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
-            }
-            if let Some(first) = first.take() {
-                let _ = first.send(Ok(()));
-            }
-        }
-        CoordResponse::Error(e) => return Err(ClusterError::from_coordinator(e)),
-        other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
+    let Registered {
+        term,
+        committed,
+        keep,
+        versions,
+    } = coordinator_answer::<Registration>(COORDINATOR, registered)?;
+    // An older coordinator's view of what is committed must not be resolved from: the
+    // session is tried again, with the coordinator `cluster.json` names then.
+    agent
+        .follow_coordinator(term)
+        .map_err(ClusterError::Unreachable)?;
+    let a = agent.clone();
+    let held = blocking(move || {
+        a.resolve(committed, &keep, &versions)?;
+        a.inventory()
+    })
+    .await?;
+    session_call(&mut conn, register_wait, "what this node holds", held).await?;
+    if let Some(first) = first.take() {
+        let _ = first.send(Ok(()));
     }
     loop {
         tokio::time::sleep(deadlines.heartbeat()).await;
-        match within(
-            deadlines.liveness(),
-            "a heartbeat",
-            call(&mut conn, &CoordRequest::Heartbeat),
-        )
-        .await?
-        {
-            CoordResponse::Alive => {}
-            CoordResponse::Error(e) => return Err(ClusterError::from_coordinator(e)),
-            other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
-        }
+        session_call(&mut conn, deadlines.liveness(), "a heartbeat", Heartbeat).await?;
     }
+}
+
+/// How the coordinator is named in the errors of an agent's calls.
+const COORDINATOR: &str = "the coordinator";
+
+/// Sends `request` on the agent's session and reads its answer, within `wait`.
+async fn session_call<C: ToCoordinator>(
+    conn: &mut Connection,
+    wait: Duration,
+    what: &str,
+    request: C,
+) -> Result<C::Answer, ClusterError> {
+    let answer = within(wait, what, call(conn, &request.request())).await?;
+    coordinator_answer::<C>(COORDINATOR, answer)
 }
 
 async fn serve(
@@ -495,7 +487,7 @@ async fn handle(
             })
             .await?;
             let mut coord = open(&agent.coordinator(), &agent.secret, &Hello::Control).await?;
-            let ready = CoordRequest::RankReady {
+            let ready = RankReady {
                 rank,
                 epoch,
                 node: agent.info.name.clone(),
@@ -507,14 +499,14 @@ async fn handle(
                 generation,
             };
             let answer = agent.cluster.deadlines.answer();
-            match ask_coordinator(&mut coord, "the coordinator", &ready, answer, |_| {}).await {
-                Ok(CoordResponse::Ok) => AgentResponse::Ok,
-                // The coordinator's refusal goes to the rank as the coordinator said it.
-                Err(e @ ClusterError::Remote { .. }) => AgentResponse::Error(WireError::from(&e)),
+            match ask_coordinator(&mut coord, COORDINATOR, ready, answer, |_| {}).await {
+                Ok(()) => AgentResponse::Ok,
+                // The coordinator's refusal, or an answer of another kind, goes to the rank
+                // as it is.
+                Err(e @ (ClusterError::Remote { .. } | ClusterError::Protocol(_))) => {
+                    AgentResponse::Error(WireError::from(&e))
+                }
                 Err(e) => return Err(e),
-                Ok(other) => AgentResponse::Error(WireError::from(&ClusterError::Protocol(format!(
-                    "unexpected answer {other:?}"
-                )))),
             }
         }
         AgentRequest::ImportRank { rank, epoch, items } => {

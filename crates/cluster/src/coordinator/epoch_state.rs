@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::owner::{Draft, State};
 use super::pace::check_policy;
 use super::Coordinator;
-use eckpt_cluster_api::msg::{AgentRequest, CoordResponse, EpochOutcome, NodeInfo, PaceStats, RankReport};
+use eckpt_cluster_api::msg::{AgentRequest, EpochOutcome, NodeInfo, Opened, PaceStats, RankReport};
 use eckpt_cluster_api::ClusterError;
 
 /// Ranks' progress through the open epoch.
@@ -226,7 +226,7 @@ impl Coordinator {
         node: Option<String>,
         expected: Option<u64>,
         generation: Option<u64>,
-    ) -> Result<CoordResponse, ClusterError> {
+    ) -> Result<Opened, ClusterError> {
         let who = format!("rank {rank}");
         self.fence(generation, who.clone()).await?;
         let (alive, target) = self
@@ -247,7 +247,7 @@ impl Coordinator {
         let pace = self
             .read(move |s| s.journal().pace.get(&(target - 1)).copied())
             .await;
-        Ok(CoordResponse::Opened {
+        Ok(Opened {
             epoch: target,
             node: info,
             pace,

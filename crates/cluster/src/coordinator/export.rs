@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{Coordinator, Journal};
-use eckpt_cluster_api::msg::{CoordResponse, Deliver};
+use eckpt_cluster_api::msg::{Deliver, ExportFrom};
 use eckpt_cluster_api::ClusterError;
 
 impl Coordinator {
@@ -18,7 +18,7 @@ impl Coordinator {
         self: &Arc<Self>,
         rank: u32,
         epoch: Option<u64>,
-    ) -> Result<CoordResponse, ClusterError> {
+    ) -> Result<ExportFrom, ClusterError> {
         let _op = self.op.lock().await;
         let (journal, alive) = self.read(|s| (s.journal().clone(), s.alive())).await;
         let committed = journal.committed;
@@ -37,7 +37,7 @@ impl Coordinator {
             .get(&rank)
             .ok_or_else(|| ClusterError::Invalid(format!("rank {rank} never checkpointed")))?;
         if let Some(info) = alive.get(node) {
-            return Ok(CoordResponse::ExportFrom {
+            return Ok(ExportFrom {
                 node: info.clone(),
                 epoch,
                 scratch: None,
@@ -114,7 +114,7 @@ impl Coordinator {
                 }
             }
         };
-        Ok(CoordResponse::ExportFrom {
+        Ok(ExportFrom {
             node: helper,
             epoch,
             scratch: Some(task),
@@ -125,7 +125,7 @@ impl Coordinator {
 #[cfg(test)]
 mod tests {
     use super::super::test_cluster::{Fault, Kind, TestCluster};
-    use eckpt_cluster_api::msg::{AgentRequest, CoordResponse, Deliver};
+    use eckpt_cluster_api::msg::{AgentRequest, Deliver, ExportFrom};
     use eckpt_cluster_api::ErrorKind;
     use eckpt_coding::config::CodingConfig;
 
@@ -141,14 +141,11 @@ mod tests {
     async fn a_rank_on_an_alive_node_is_read_from_it_with_nothing_decoded() {
         let c = committed().await;
         let node = c.coord.snapshot().await.placement[&3].clone();
-        let CoordResponse::ExportFrom {
+        let ExportFrom {
             node: from,
             epoch,
             scratch,
-        } = c.coord.export(3, None).await.unwrap()
-        else {
-            panic!("not an export")
-        };
+        } = c.coord.export(3, None).await.unwrap();
         assert_eq!((from.name, epoch, scratch), (node, 1, None));
         assert!(
             (0..6).all(|i| c.agents.asked(&format!("n{i}")).is_empty()),
@@ -166,14 +163,11 @@ mod tests {
         let c = committed().await;
         let lost = c.coord.snapshot().await.placement[&1].clone();
         c.kill(&lost).await;
-        let CoordResponse::ExportFrom {
+        let ExportFrom {
             node: helper,
             scratch,
             ..
-        } = c.coord.export(1, None).await.unwrap()
-        else {
-            panic!("not an export")
-        };
+        } = c.coord.export(1, None).await.unwrap();
         assert_ne!(helper.name, lost);
         assert!(
             scratch.is_some(),
@@ -209,10 +203,7 @@ mod tests {
             Fault::Fail(Kind::Scrub, "injected: parity chunk fails its checksum"),
         );
         let exported = c.coord.export(1, None).await.unwrap();
-        assert!(
-            matches!(exported, CoordResponse::ExportFrom { scratch: Some(_), .. }),
-            "{exported:?}"
-        );
+        assert!(exported.scratch.is_some(), "{exported:?}");
         let n5 = c.agents.asked("n5");
         assert_eq!(
             n5.iter().filter(|k| **k == Kind::Decode).count(),

@@ -44,10 +44,15 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use agents::{Agents, SocketAgents};
+use eckpt_cluster_api::call::Call;
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines, FlushConfig};
 use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, CoordRequest, CoordResponse, GroupRecord, GroupStatus, Hello, NodeInfo,
     NodePurge, NodeStatus, StatusReport,
+};
+use eckpt_cluster_api::msg::{
+    ExportRank, FlushEpoch, JobClaim, Leave, Locate, NextAttempt, Nodes, OpenEpoch, Pace, PurgeCluster,
+    RankReady, Recover, ReleaseJob, RenewLease, Status, StopCluster, WaitEpoch, WaitFlush,
 };
 use eckpt_cluster_api::net::{accept_loop, host_identity, listen_for_cluster, next_request};
 use eckpt_cluster_api::{ClusterError, WireError};
@@ -284,7 +289,7 @@ impl Coordinator {
         rank: u32,
         world: u32,
         generation: Option<u64>,
-    ) -> Result<CoordResponse, ClusterError> {
+    ) -> Result<Option<(NodeInfo, u64)>, ClusterError> {
         self.read(move |s| {
             s.fence(generation, &format!("rank {rank}"))?;
             let journal = s.journal();
@@ -292,7 +297,7 @@ impl Coordinator {
                 format!("the job was checkpointed with {w} ranks but restarts with {world}")
             })?;
             let Some(name) = journal.placement.get(&rank).filter(|_| journal.committed > 0) else {
-                return Ok(CoordResponse::Located(None));
+                return Ok(None);
             };
             let info = s.alive().remove(name).ok_or_else(|| {
                 ClusterError::Invalid(format!("rank {rank}'s node {name} is down: run `eckpt recover`"))
@@ -302,7 +307,7 @@ impl Coordinator {
                     "rank {rank}'s node {name} lacks committed data ({what}): run `eckpt recover`"
                 )));
             }
-            Ok(CoordResponse::Located(Some((info, journal.committed))))
+            Ok(Some((info, journal.committed)))
         })
         .await
     }
@@ -541,7 +546,8 @@ async fn serve(
                 return Ok(());
             };
             let by_run = match request {
-                CoordRequest::Shutdown { by_run } | CoordRequest::Purge { by_run } => Some(by_run),
+                CoordRequest::Shutdown(StopCluster { by_run })
+                | CoordRequest::Purge(PurgeCluster { by_run }) => Some(by_run),
                 _ => None,
             };
             let response = answer_keeping_alive(&coord, &mut conn, request).await?;
@@ -608,65 +614,62 @@ async fn handle(
     request: CoordRequest,
 ) -> Result<CoordResponse, ClusterError> {
     Ok(match request {
-        CoordRequest::Heartbeat | CoordRequest::Holds(_) => {
+        CoordRequest::Heartbeat(_) | CoordRequest::Holds(_) => {
             return Err(ClusterError::Protocol("heartbeats belong on a session".into()))
         }
-        CoordRequest::Status => CoordResponse::Status(Box::new(coord.status().await)),
-        CoordRequest::Nodes => CoordResponse::Nodes(coord.alive().await.into_values().collect()),
-        CoordRequest::OpenEpoch {
+        CoordRequest::Status(_) => Status::reply(Box::new(coord.status().await)),
+        CoordRequest::Nodes(_) => Nodes::reply(coord.alive().await.into_values().collect()),
+        CoordRequest::OpenEpoch(OpenEpoch {
             rank,
             world,
             node,
             epoch,
             generation,
-        } => coord.open_epoch(rank, world, node, epoch, generation).await?,
-        CoordRequest::RankReady {
+        }) => OpenEpoch::reply(coord.open_epoch(rank, world, node, epoch, generation).await?),
+        CoordRequest::RankReady(RankReady {
             rank,
             epoch,
             node,
             report,
             generation,
-        } => {
-            coord.rank_ready(rank, epoch, node, report, generation).await?;
-            CoordResponse::Ok
-        }
-        CoordRequest::Pace {
+        }) => RankReady::reply(coord.rank_ready(rank, epoch, node, report, generation).await?),
+        CoordRequest::Pace(Pace {
             rank,
             world,
             launch,
             round,
             report,
             generation,
-        } => CoordResponse::Paced(coord.pace(rank, world, launch, round, report, generation).await?),
-        CoordRequest::WaitEpoch { epoch } => CoordResponse::Outcome(coord.wait_epoch(epoch).await),
-        CoordRequest::Locate {
+        }) => Pace::reply(coord.pace(rank, world, launch, round, report, generation).await?),
+        CoordRequest::WaitEpoch(WaitEpoch { epoch }) => WaitEpoch::reply(coord.wait_epoch(epoch).await),
+        CoordRequest::Locate(Locate {
             rank,
             world,
             generation,
-        } => coord.locate(rank, world, generation).await?,
-        CoordRequest::ClaimJob(claim) => CoordResponse::JobGranted(coord.claim_job(claim).await?),
-        CoordRequest::RenewLease { generation } => {
-            coord.renew_lease(generation).await?;
-            CoordResponse::Ok
+        }) => Locate::reply(coord.locate(rank, world, generation).await?),
+        CoordRequest::ClaimJob(claim) => JobClaim::reply(coord.claim_job(claim).await?),
+        CoordRequest::RenewLease(RenewLease { generation }) => {
+            RenewLease::reply(coord.renew_lease(generation).await?)
         }
-        CoordRequest::NextAttempt { generation } => {
-            CoordResponse::Generation(coord.next_attempt(generation).await?)
+        CoordRequest::NextAttempt(NextAttempt { generation }) => {
+            NextAttempt::reply(coord.next_attempt(generation).await?)
         }
-        CoordRequest::ReleaseJob { generation, finished } => {
-            coord.release_job(generation, finished).await?;
-            CoordResponse::Ok
+        CoordRequest::ReleaseJob(ReleaseJob { generation, finished }) => {
+            ReleaseJob::reply(coord.release_job(generation, finished).await?)
         }
-        CoordRequest::Purge { by_run } => {
+        CoordRequest::Purge(PurgeCluster { by_run }) => {
             coord.begin_stop(by_run.into()).await?;
-            CoordResponse::Purged(coord.purge().await)
+            PurgeCluster::reply(coord.purge().await)
         }
-        CoordRequest::Recover { relocation } => {
-            CoordResponse::Recovered(coord.recover(progress, relocation).await?)
+        CoordRequest::Recover(Recover { relocation }) => {
+            Recover::reply(coord.recover(progress, relocation).await?)
         }
-        CoordRequest::Export { rank, epoch } => coord.export(rank, epoch).await?,
-        CoordRequest::Flush { epoch } => CoordResponse::Flushed(coord.flush_now(epoch).await?),
-        CoordRequest::WaitFlush => CoordResponse::FlushState(coord.wait_flush().await),
-        CoordRequest::Leave { node } => {
+        CoordRequest::Export(ExportRank { rank, epoch }) => {
+            ExportRank::reply(coord.export(rank, epoch).await?)
+        }
+        CoordRequest::Flush(FlushEpoch { epoch }) => FlushEpoch::reply(coord.flush_now(epoch).await?),
+        CoordRequest::WaitFlush(_) => WaitFlush::reply(coord.wait_flush().await),
+        CoordRequest::Leave(Leave { node }) => {
             let info = coord
                 .alive()
                 .await
@@ -675,11 +678,10 @@ async fn handle(
             for r in coord.ask_all(vec![(info, AgentRequest::Shutdown)]).await {
                 r?;
             }
-            CoordResponse::Ok
+            Leave::reply(())
         }
-        CoordRequest::Shutdown { by_run } => {
-            coord.begin_stop(by_run.into()).await?;
-            CoordResponse::Ok
+        CoordRequest::Shutdown(StopCluster { by_run }) => {
+            StopCluster::reply(coord.begin_stop(by_run.into()).await?)
         }
     })
 }

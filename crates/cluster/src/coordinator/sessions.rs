@@ -25,7 +25,10 @@ use eckpt_proto::Connection;
 
 use super::owner::{Draft, State};
 use super::{Coordinator, Journal, NodeEntry};
-use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, Inventory, NodeInfo, Registration};
+use eckpt_cluster_api::call::Call;
+use eckpt_cluster_api::msg::{
+    CoordRequest, CoordResponse, Heartbeat, Inventory, NodeInfo, Registered, Registration,
+};
 use eckpt_cluster_api::{ClusterError, WireError};
 
 /// An agent's session as the coordinator sees it.
@@ -245,7 +248,7 @@ impl State {
         journal: &mut Draft,
         reg: &Registration,
         session: u64,
-    ) -> Result<CoordResponse, ClusterError> {
+    ) -> Result<Registered, ClusterError> {
         let info = &reg.info;
         let name = &info.name;
         self.end_silence();
@@ -316,7 +319,7 @@ impl State {
                 missed: None,
             },
         );
-        Ok(CoordResponse::Registered {
+        Ok(Registered {
             term: journal.term,
             committed: journal.committed,
             keep: journal.keep_of(name),
@@ -569,7 +572,7 @@ pub(super) async fn session(
         }
     };
     tracing::info!(node = %name, "agent registered");
-    conn.send_control(&registered).await?;
+    conn.send_control(&Registration::reply(registered)).await?;
     let result = requests(&coord, &mut conn, &name, id).await;
     let node = name.clone();
     coord.read(move |s| s.end_session(&node, id)).await;
@@ -587,7 +590,7 @@ async fn requests(
     loop {
         let node = node.to_string();
         match conn.recv_control::<CoordRequest>().await? {
-            CoordRequest::Heartbeat => {
+            CoordRequest::Heartbeat(_) => {
                 if let Err(e) = coord.read(move |s| s.heard_from(&node, session)).await {
                     conn.send_control(&CoordResponse::Error(WireError::from(&e)))
                         .await?;
@@ -607,7 +610,7 @@ async fn requests(
                 )));
             }
         }
-        conn.send_control(&CoordResponse::Alive).await?;
+        conn.send_control(&Heartbeat::reply(())).await?;
     }
 }
 

@@ -13,8 +13,8 @@ use super::agents::{Agents, Answer};
 use super::{Coordinator, Journal};
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
 use eckpt_cluster_api::msg::{
-    AgentRequest, AgentResponse, CoordResponse, EpochOutcome, Inventory, NodeInfo, RankReport, Registration,
-    ShardInfo, TaskReport,
+    AgentRequest, AgentResponse, EpochOutcome, Inventory, NodeInfo, Opened, RankReport, Registered,
+    Registration, ShardInfo, TaskReport,
 };
 use eckpt_cluster_api::shard_layout::ShardLayout;
 use eckpt_cluster_api::{ClusterError, ErrorKind, WireError};
@@ -318,7 +318,7 @@ impl TestCluster {
     }
 
     /// Registers `reg` as a new session; the coordinator's answer and the session.
-    pub async fn register(&self, reg: Registration) -> (Result<CoordResponse, ClusterError>, u64) {
+    pub async fn register(&self, reg: Registration) -> (Result<Registered, ClusterError>, u64) {
         let session = self.coord.next_session.fetch_add(1, Ordering::Relaxed);
         let answer = self
             .coord
@@ -338,10 +338,7 @@ impl TestCluster {
             domain: None,
         };
         let (answer, session) = self.register(reg).await;
-        assert!(
-            matches!(answer, Ok(CoordResponse::Registered { .. })),
-            "{answer:?}"
-        );
+        assert!(answer.is_ok(), "{answer:?}");
         let (node, journal) = (name.to_string(), self.coord.snapshot().await);
         let held = Inventory {
             ranks: journal
@@ -403,9 +400,7 @@ impl TestCluster {
                 .open_epoch(rank, world, None, None, None)
                 .await
                 .unwrap();
-            let CoordResponse::Opened { epoch: e, node, .. } = opened else {
-                panic!("{opened:?}")
-            };
+            let Opened { epoch: e, node, .. } = opened;
             epoch = e;
             let report = RankReport {
                 image_bytes: RANK_BYTES,

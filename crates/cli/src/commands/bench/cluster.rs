@@ -11,9 +11,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster::netns::parse_rate;
+use eckpt_cluster_api::call::ToCoordinator;
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::{AgentPlacement, ClusterDir};
-use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, EpochOutcome, NodeInfo};
+use eckpt_cluster_api::msg::{EpochOutcome, NodeInfo, Nodes, Status, WaitEpoch};
 use eckpt_coding::geometry::Geometry;
 use eckpt_coding::CodingConfig;
 use serde::Serialize;
@@ -165,8 +166,8 @@ pub(super) fn scratch() -> Result<tempfile::TempDir> {
 }
 
 /// Asks the coordinator of the benchmark's cluster.
-pub(super) async fn coordinator(dir: &ClusterDir, request: CoordRequest) -> Result<CoordResponse> {
-    Ok(commands::coordinator_call(dir, &request, |_| {}).await?)
+pub(super) async fn coordinator<C: ToCoordinator>(dir: &ClusterDir, request: C) -> Result<C::Answer> {
+    Ok(commands::coordinator_call(dir, request, |_| {}).await?)
 }
 
 /// Sends `bytes` from `from` to `to` and returns Gbit/s (best of three).
@@ -182,11 +183,11 @@ async fn link_gbps(dir: &ClusterDir, from: &NodeInfo, to: &NodeInfo, bytes: u64)
 /// Checkpoints every rank's file concurrently and waits for the epoch's decision.
 /// The coordinator's outcome of `epoch`, which must have committed.
 async fn outcome(dir: &ClusterDir, epoch: u64) -> Result<EpochOutcome> {
-    match coordinator(dir, CoordRequest::WaitEpoch { epoch }).await? {
-        CoordResponse::Outcome(o) if o.committed => Ok(o),
-        CoordResponse::Outcome(o) => bail!("epoch {epoch} aborted: {}", o.reason.unwrap_or_default()),
-        other => bail!("unexpected answer {other:?}"),
+    let o = coordinator(dir, WaitEpoch { epoch }).await?;
+    if !o.committed {
+        bail!("epoch {epoch} aborted: {}", o.reason.unwrap_or_default());
     }
+    Ok(o)
 }
 
 pub fn run(args: Args) -> Result<i32> {
@@ -281,13 +282,8 @@ fn measure(
 ) -> Result<Report> {
     let dir = ClusterDir::new(dir_path)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let status = match rt.block_on(coordinator(&dir, CoordRequest::Status))? {
-        CoordResponse::Status(s) => *s,
-        other => bail!("unexpected answer {other:?}"),
-    };
-    let CoordResponse::Nodes(infos) = rt.block_on(coordinator(&dir, CoordRequest::Nodes))? else {
-        bail!("no node list");
-    };
+    let status = rt.block_on(coordinator(&dir, Status))?;
+    let infos = rt.block_on(coordinator(&dir, Nodes))?;
     let info = |name: &str| {
         infos
             .iter()

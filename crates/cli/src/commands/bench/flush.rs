@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster_api::commands::coordinator_call;
 use eckpt_cluster_api::dirs::{ClusterDir, FlushConfig};
-use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, FlushReport, StatusReport};
+use eckpt_cluster_api::msg::{FlushEpoch, FlushReport, Status, StatusReport};
 use eckpt_coding::CodingConfig;
 use eckpt_flush::WriteBehind;
 use serde::Serialize;
@@ -110,21 +110,15 @@ struct Report {
 }
 
 fn status(dir: &ClusterDir) -> Result<StatusReport> {
-    match block_on(coordinator_call(dir, &CoordRequest::Status, |_| {}))?? {
-        CoordResponse::Status(s) => Ok(*s),
-        other => bail!("unexpected answer {other:?}"),
-    }
+    Ok(*block_on(coordinator_call(dir, Status, |_| {}))??)
 }
 
 fn flush(dir: &ClusterDir) -> Result<FlushReport> {
-    match block_on(coordinator_call(
+    Ok(block_on(coordinator_call(
         dir,
-        &CoordRequest::Flush { epoch: None },
+        FlushEpoch { epoch: None },
         |_| {},
-    ))?? {
-        CoordResponse::Flushed(r) => Ok(r),
-        other => bail!("unexpected answer {other:?}"),
-    }
+    ))??)
 }
 
 /// Writes `shares[i]` bytes to `dir/reference-<i>` from one thread each, removes the files,

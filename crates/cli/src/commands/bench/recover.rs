@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use eckpt_cluster::launch;
 use eckpt_cluster_api::dirs::{read_pid_file, ClusterDir};
-use eckpt_cluster_api::msg::{CoordRequest, CoordResponse, RecoveryReport, Relocation};
+use eckpt_cluster_api::msg::{Recover, RecoveryReport, Relocation, Status};
 use serde::Serialize;
 
 use super::cgroup::MemoryCgroup;
@@ -77,9 +77,7 @@ pub fn confine(
     cgroups: &mut Vec<(String, MemoryCgroup, u32)>,
 ) -> Result<()> {
     let dir = ClusterDir::new(dir_path)?;
-    let CoordResponse::Status(status) = rt.block_on(coordinator(&dir, CoordRequest::Status))? else {
-        bail!("no status");
-    };
+    let status = rt.block_on(coordinator(&dir, Status))?;
     for node in status.nodes.iter().filter(|n| n.alive && !lost.contains(&n.name)) {
         let Some(pid) = read_pid_file(&dir.node(&node.name)) else {
             bail!("no pid of agent {} on this host", node.name);
@@ -117,9 +115,7 @@ pub fn recover(
     }
     rt.block_on(wait_gone(&dir, lost))?;
     let detect_seconds = killed.elapsed().as_secs_f64();
-    let CoordResponse::Status(status) = rt.block_on(coordinator(&dir, CoordRequest::Status))? else {
-        bail!("no status");
-    };
+    let status = rt.block_on(coordinator(&dir, Status))?;
     let agents: Vec<u32> = status
         .nodes
         .iter()
@@ -127,15 +123,12 @@ pub fn recover(
         .map(|n| agent_pid(&dir, &n.name))
         .collect::<Result<_>>()?;
     let cpu_before = cpu_seconds_of_all(&agents)?;
-    let report = match rt.block_on(coordinator(
+    let report = rt.block_on(coordinator(
         &dir,
-        CoordRequest::Recover {
+        Recover {
             relocation: Relocation::Process,
         },
-    ))? {
-        CoordResponse::Recovered(r) => r,
-        other => bail!("recover: unexpected answer {other:?}"),
-    };
+    ))?;
     let restored_seconds = killed.elapsed().as_secs_f64();
     let cpu = cpu_seconds_of_all(&agents)? - cpu_before;
     let mut recovery = summarize(
@@ -211,9 +204,7 @@ fn peak_rss(pid: u32) -> Result<u64> {
 async fn wait_gone(dir: &ClusterDir, lost: &[String]) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let CoordResponse::Status(status) = coordinator(dir, CoordRequest::Status).await? else {
-            bail!("no status");
-        };
+        let status = coordinator(dir, Status).await?;
         let gone = lost
             .iter()
             .all(|n| status.nodes.iter().any(|s| &s.name == n && !s.alive));
