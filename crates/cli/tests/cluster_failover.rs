@@ -12,8 +12,9 @@ mod cluster;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use eckpt_cluster_api::call::Call;
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, Hello, Nodes};
+use eckpt_cluster_api::msg::{Abort, AgentResponse, Hello, Nodes};
 use eckpt_cluster_api::net::{call, host_identity, open_node_as};
 use eckpt_cluster_api::{commands, ErrorKind};
 
@@ -72,7 +73,7 @@ fn ask_as_coordinator_of(dir: &str, node: &str, term: u64) -> AgentResponse {
         let mut conn = open_node_as(&info, &host_identity(), &secret, &Hello::Coordinator { term })
             .await
             .unwrap();
-        call(&mut conn, &AgentRequest::Abort { epoch: u64::MAX })
+        call(&mut conn, &Abort { epoch: u64::MAX }.request())
             .await
             .unwrap()
     })

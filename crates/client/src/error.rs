@@ -30,7 +30,7 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The cluster could not be reached or refused (cluster mode), in the client's own words
-    /// (an unexpected answer, an aborted epoch).
+    /// (an aborted epoch).
     #[error("cluster: {0}")]
     Cluster(String),
     /// A call into the cluster layer failed (cluster mode); kept whole so that its kind picks
@@ -323,7 +323,10 @@ mod tests {
                 ClusterError::Invalid("rank 3's node n1 is down".into()),
                 ECKPT_ECLUSTER,
             ),
-            (ClusterError::Protocol("unexpected answer".into()), ECKPT_ECLUSTER),
+            (
+                ClusterError::Protocol("the coordinator answered Status with Ok".into()),
+                ECKPT_ECLUSTER,
+            ),
             (
                 // The coordinator's answer to a restart with another number of ranks.
                 ClusterError::from_coordinator(eckpt_cluster_api::WireError {

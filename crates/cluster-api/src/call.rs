@@ -7,6 +7,11 @@
 use std::fmt::Debug;
 
 use crate::msg::{
+    Abort, AgentRequest, AgentResponse, CancelTask, CodingTask, Commit, Damage, DescribeRequest, Discard,
+    ExportItems, FlushPart, FlushRanks, ImportFlushed, ImportRank, Install, LinkSink, LinkTest, MoveRank,
+    PurgeNode, PutRank, Scrub, ShardInfo, StopAgent, TaskReport, UpdateTask,
+};
+use crate::msg::{
     CoordRequest, CoordResponse, EpochOutcome, ExportFrom, ExportRank, FlushEpoch, FlushReport, FlushStatus,
     Heartbeat, Hello, Inventory, JobClaim, JobGrant, Leave, Locate, NextAttempt, NodeInfo, NodePurge, Nodes,
     OpenEpoch, Opened, Pace, PaceStats, PurgeCluster, RankReady, Recover, RecoveryReport, Registered,
@@ -42,6 +47,22 @@ where
     C::Response: Debug,
 {
     C::answer(response).map_err(|other| mismatch(who, short_name::<C>(), &other))
+}
+
+/// A request to an agent.
+pub trait ToAgent: Call<Request = AgentRequest, Response = AgentResponse> {}
+
+impl<C: Call<Request = AgentRequest, Response = AgentResponse>> ToAgent for C {}
+
+/// `C`'s answer in what the agent of node `node` sent: its error answer becomes the error.
+pub fn agent_answer<C>(node: &str, response: AgentResponse) -> Result<C::Answer, ClusterError>
+where
+    C: Call<Response = AgentResponse>,
+{
+    match response {
+        AgentResponse::Error(e) => Err(ClusterError::remote(node, e)),
+        other => answer_of::<C>(&format!("node {node}"), other),
+    }
 }
 
 /// `C`'s answer in what the coordinator (`who`) sent: its error answer becomes the error.
@@ -134,6 +155,26 @@ call!(CoordRequest::NextAttempt(NextAttempt) => CoordResponse::Generation(u64));
 call!(CoordRequest::ReleaseJob(ReleaseJob) => CoordResponse::Ok);
 call!(CoordRequest::Purge(PurgeCluster) => CoordResponse::Purged(Vec<NodePurge>));
 call!(CoordRequest::Shutdown(StopCluster) => CoordResponse::Ok);
+
+call!(AgentRequest::PutRank(PutRank) => AgentResponse::Ok);
+call!(AgentRequest::ImportRank(ImportRank) => AgentResponse::Ok);
+call!(AgentRequest::Describe(DescribeRequest) => AgentResponse::Shard(ShardInfo));
+call!(AgentRequest::Code(CodingTask) => AgentResponse::Task(TaskReport));
+call!(AgentRequest::Update(UpdateTask) => AgentResponse::Task(TaskReport));
+call!(AgentRequest::Install(Install) => AgentResponse::Ok);
+call!(AgentRequest::Commit(Commit) => AgentResponse::Ok);
+call!(AgentRequest::Abort(Abort) => AgentResponse::Ok);
+call!(AgentRequest::Scrub(Scrub) => AgentResponse::Damage(Damage));
+call!(AgentRequest::CancelTask(CancelTask) => AgentResponse::Ok);
+call!(AgentRequest::MoveRank(MoveRank) => AgentResponse::Ok);
+call!(AgentRequest::Export(ExportItems) => AgentResponse::Items(Vec<(String, u64)>));
+call!(AgentRequest::Flush(FlushRanks) => AgentResponse::Flushed(FlushPart));
+call!(AgentRequest::ImportFlushed(ImportFlushed) => AgentResponse::Ok);
+call!(AgentRequest::LinkTest(LinkTest) => AgentResponse::Link(f64));
+call!(AgentRequest::LinkSink(LinkSink) => AgentResponse::Ok);
+call!(AgentRequest::Purge(PurgeNode) => AgentResponse::Purged(Vec<std::path::PathBuf>));
+call!(AgentRequest::Discard(Discard) => AgentResponse::Ok);
+call!(AgentRequest::Shutdown(StopAgent) => AgentResponse::Ok);
 
 #[cfg(test)]
 mod tests {

@@ -7,12 +7,12 @@ use std::path::Path;
 use eckpt_proto::{Connection, FrameKind};
 use serde::Serialize;
 
-use crate::call::{answer_of, ToCoordinator};
+use crate::call::{agent_answer, answer_of, Call, ToCoordinator};
 use crate::dirs::{ClusterDir, Deadlines};
-use crate::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, EpochOutcome, Hello};
-use crate::msg::{ExportFrom, ExportRank, OpenEpoch, Opened, WaitEpoch};
+use crate::msg::{AgentResponse, CoordRequest, CoordResponse, EpochOutcome, Hello};
+use crate::msg::{ExportFrom, ExportItems, ExportRank, OpenEpoch, Opened, PutRank, WaitEpoch};
 use crate::msg::{DATA_FRAME, FILE_ITEM};
-use crate::net::{host_identity, open, open_node};
+use crate::net::{ask_agent, host_identity, open, open_node};
 use crate::ClusterError;
 
 /// Opens a control connection to the coordinator of the cluster in `dir`, waiting at most
@@ -218,14 +218,14 @@ pub async fn checkpoint_file(
     let Opened { epoch, node, .. } = coordinator_call_retrying(dir, open, retry).await?;
     let secret = dir.load_secret()?;
     let mut conn = open_node(&node, &host_identity(), &secret).await?;
-    conn.send_control(&AgentRequest::PutRank {
+    let put = PutRank {
         rank,
         epoch,
         item: FILE_ITEM.into(),
         len,
         generation,
-    })
-    .await?;
+    };
+    conn.send_control(&put.request()).await?;
     let mut buf = vec![0u8; DATA_FRAME];
     let mut sent = 0u64;
     while sent < len {
@@ -235,11 +235,7 @@ pub async fn checkpoint_file(
         sent += n as u64;
         on_bytes(sent, len);
     }
-    match conn.recv_control().await? {
-        AgentResponse::Ok => {}
-        AgentResponse::Error(e) => return Err(ClusterError::remote(&node.name, e)),
-        other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
-    }
+    agent_answer::<PutRank>(&node.name, conn.recv_control().await?)?;
     let outcome = if wait {
         Some(coordinator_call_retrying(dir, WaitEpoch { epoch }, retry).await?)
     } else {
@@ -323,13 +319,7 @@ pub async fn restore(
         coordinator_call(dir, ExportRank { rank, epoch }, |_| {}).await?;
     let secret = dir.load_secret()?;
     let mut conn = open_node(&node, &host_identity(), &secret).await?;
-    conn.send_control(&AgentRequest::Export { rank, epoch, scratch })
-        .await?;
-    let items = match conn.recv_control().await? {
-        AgentResponse::Items(items) => items,
-        AgentResponse::Error(e) => return Err(ClusterError::remote(&node.name, e)),
-        other => return Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
-    };
+    let items = ask_agent(&mut conn, &node.name, ExportItems { rank, epoch, scratch }).await?;
     let names: Vec<&str> = items.iter().map(|(n, _)| n.as_str()).collect();
     let wanted = choose_item(rank, &names, item)?;
     let tmp = temp_output(out);

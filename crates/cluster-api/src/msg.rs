@@ -373,149 +373,214 @@ pub struct TaskReport {
     pub seconds: f64,
 }
 
-/// Requests an agent serves.
+/// Requests an agent serves: each carries its request type, which names the answer it
+/// gets ([`Call`](crate::call::Call)).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum AgentRequest {
-    /// Store `item` (`len` bytes, sent as data frames next) as rank `rank`'s prepared epoch
-    /// `epoch`, then report it ready (`eckpt checkpoint`).
-    PutRank {
-        /// Rank.
-        rank: u32,
-        /// Epoch.
-        epoch: u64,
-        /// Item name.
-        item: String,
-        /// Bytes that follow.
-        len: u64,
-        /// The writer's attempt generation, passed on with the rank's `RankReady`.
-        #[serde(default)]
-        generation: Option<u64>,
-    },
-    /// Install an image as committed epoch `epoch` of `rank`; the items follow as data
-    /// frames in order.
-    ImportRank {
-        /// Rank.
-        rank: u32,
-        /// Epoch.
-        epoch: u64,
-        /// `(item, length)` in the order sent.
-        items: Vec<(String, u64)>,
-    },
+    /// Store a rank's file as its prepared epoch (`eckpt checkpoint`).
+    PutRank(PutRank),
+    /// Install an image as a rank's committed epoch.
+    ImportRank(ImportRank),
     /// Describe this node's shard for an encode.
     Describe(DescribeRequest),
     /// Take part in an encode or decode.
     Code(CodingTask),
     /// Take part in an update.
     Update(UpdateTask),
-    /// After decode tasks: verify this node's rebuilt shards of `member` (one per object of
-    /// the chain) and deliver the ranks.
-    Install {
-        /// Tasks whose rebuilt shards to use, in chain order, with their object records.
-        parts: Vec<(u64, ObjectRecord)>,
-        /// Member position rebuilt.
-        member: usize,
-        /// Epoch of the resulting images.
-        epoch: u64,
-        /// What to do with them.
-        deliver: Deliver,
-    },
-    /// The coordinator's decision: commit `epoch` for `ranks`, commit the prepared
-    /// objects listed (and apply staged updates to `version`), keep only `keep`.
-    Commit {
-        /// Epoch.
-        epoch: u64,
-        /// Ranks whose prepared epoch to commit.
-        ranks: Vec<u32>,
-        /// Objects to commit: `(id, staged update version or None)`.
-        objects: Vec<(ObjectId, Option<u64>)>,
-        /// Objects this node keeps; others are removed.
-        keep: Vec<ObjectId>,
-    },
-    /// The coordinator's decision: abort `epoch` (prepared rank epochs, prepared objects,
-    /// staged updates).
-    Abort {
-        /// Epoch.
-        epoch: u64,
-    },
-    /// Verify every committed rank epoch and coded object held; report damage.
-    Scrub {
-        /// Ranks and the epoch to check.
-        ranks: Vec<u32>,
-        /// Epoch.
-        epoch: u64,
-        /// Objects to check.
-        objects: Vec<ObjectId>,
-    },
-    /// Stop waiting for peer streams of `task`: a participant is gone (sent by the
-    /// coordinator, so the survivors fail at once instead of after the peer wait).
-    CancelTask {
-        /// Task id.
-        task: u64,
-        /// Why, for the participants' errors.
-        reason: String,
-    },
-    /// Copy rank `rank`'s committed image of `epoch` to node `to` (recovery moves ranks off a
-    /// node that becomes a parity-only member of the re-formed groups).
-    MoveRank {
-        /// Rank.
-        rank: u32,
-        /// Epoch (committed).
-        epoch: u64,
-        /// The node that hosts the rank from now on.
-        to: NodeInfo,
-    },
-    /// Stream a rank's items at `epoch` (from a scratch store left by a decode when
-    /// `scratch` names its task).
-    Export {
-        /// Rank.
-        rank: u32,
-        /// Epoch.
-        epoch: u64,
-        /// Scratch task, if the image was decoded.
-        scratch: Option<u64>,
-    },
-    /// Copy committed `epoch` of each of `ranks` (deltas resolved) into the flush's staging
-    /// directory, pinned in the store meanwhile, at most `rate` bytes per second.
-    Flush {
-        /// The epoch (committed).
-        epoch: u64,
-        /// The ranks this node hosts.
-        ranks: Vec<u32>,
-        /// The staging directory of the flush (on storage every node sees).
-        staging: PathBuf,
-        /// Bytes per second at most (`None`: unbounded).
-        rate: Option<u64>,
-    },
-    /// Prepare flushed epoch `epoch` of each of `ranks`, read from the flush directory
-    /// `flush` and verified, as this node's epoch `as_epoch` (committed on the
-    /// coordinator's decision like any epoch).
-    ImportFlushed {
-        /// The flush directory.
-        flush: PathBuf,
-        /// The flushed epoch.
-        epoch: u64,
-        /// The epoch number the images take in the cluster.
-        as_epoch: u64,
-        /// The ranks this node hosts from now on.
-        ranks: Vec<u32>,
-    },
-    /// Send `bytes` to `peer` as fast as possible: the link reference of benchmarks.
-    LinkTest {
-        /// Receiver.
-        peer: NodeInfo,
-        /// Bytes to send.
-        bytes: u64,
-    },
-    /// Receive and discard a link test (sent by the tester on its own connection).
-    LinkSink,
-    /// Delete the node-local data (store, parity, token) and exit (`eckpt down --purge`).
-    Purge,
-    /// Delete every rank's epochs and every coded object: the job starts over (`eckpt run
-    /// --fresh`; the coordinator's journal already forgot them).
-    Discard,
+    /// Verify rebuilt shards and deliver the ranks.
+    Install(Install),
+    /// The coordinator's decision to commit an epoch.
+    Commit(Commit),
+    /// The coordinator's decision to abort an epoch.
+    Abort(Abort),
+    /// Verify what is held; report damage.
+    Scrub(Scrub),
+    /// Stop waiting for the peer streams of a task.
+    CancelTask(CancelTask),
+    /// Copy a rank's committed image to another node.
+    MoveRank(MoveRank),
+    /// Stream a rank's items.
+    Export(ExportItems),
+    /// Copy committed images into a flush's staging directory.
+    Flush(FlushRanks),
+    /// Prepare flushed images as an epoch of this node.
+    ImportFlushed(ImportFlushed),
+    /// Send bytes to a peer as fast as possible.
+    LinkTest(LinkTest),
+    /// Receive and discard a link test.
+    LinkSink(LinkSink),
+    /// Delete the node-local data and exit.
+    Purge(PurgeNode),
+    /// Delete every rank's epochs and every coded object.
+    Discard(Discard),
     /// Exit.
-    Shutdown,
+    Shutdown(StopAgent),
 }
+
+/// Store `item` (`len` bytes, sent as data frames next) as rank `rank`'s prepared epoch
+/// `epoch`, then report it ready (`eckpt checkpoint`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PutRank {
+    /// Rank.
+    pub rank: u32,
+    /// Epoch.
+    pub epoch: u64,
+    /// Item name.
+    pub item: String,
+    /// Bytes that follow.
+    pub len: u64,
+    /// The writer's attempt generation, passed on with the rank's `RankReady`.
+    #[serde(default)]
+    pub generation: Option<u64>,
+}
+
+/// Install an image as committed epoch `epoch` of `rank`; the items follow as data
+/// frames in order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ImportRank {
+    /// Rank.
+    pub rank: u32,
+    /// Epoch.
+    pub epoch: u64,
+    /// `(item, length)` in the order sent.
+    pub items: Vec<(String, u64)>,
+}
+
+/// After decode tasks: verify this node's rebuilt shards of `member` (one per object of
+/// the chain) and deliver the ranks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Install {
+    /// Tasks whose rebuilt shards to use, in chain order, with their object records.
+    pub parts: Vec<(u64, ObjectRecord)>,
+    /// Member position rebuilt.
+    pub member: usize,
+    /// Epoch of the resulting images.
+    pub epoch: u64,
+    /// What to do with them.
+    pub deliver: Deliver,
+}
+
+/// The coordinator's decision: commit `epoch` for `ranks`, commit the prepared
+/// objects listed (and apply staged updates to `version`), keep only `keep`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Commit {
+    /// Epoch.
+    pub epoch: u64,
+    /// Ranks whose prepared epoch to commit.
+    pub ranks: Vec<u32>,
+    /// Objects to commit: `(id, staged update version or None)`.
+    pub objects: Vec<(ObjectId, Option<u64>)>,
+    /// Objects this node keeps; others are removed.
+    pub keep: Vec<ObjectId>,
+}
+
+/// The coordinator's decision: abort `epoch` (prepared rank epochs, prepared objects,
+/// staged updates).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Abort {
+    /// Epoch.
+    pub epoch: u64,
+}
+
+/// Verify every committed rank epoch and coded object held; report damage.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Scrub {
+    /// Ranks and the epoch to check.
+    pub ranks: Vec<u32>,
+    /// Epoch.
+    pub epoch: u64,
+    /// Objects to check.
+    pub objects: Vec<ObjectId>,
+}
+
+/// Stop waiting for peer streams of `task`: a participant is gone (sent by the
+/// coordinator, so the survivors fail at once instead of after the peer wait).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CancelTask {
+    /// Task id.
+    pub task: u64,
+    /// Why, for the participants' errors.
+    pub reason: String,
+}
+
+/// Copy rank `rank`'s committed image of `epoch` to node `to` (recovery moves ranks off a
+/// node that becomes a parity-only member of the re-formed groups).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MoveRank {
+    /// Rank.
+    pub rank: u32,
+    /// Epoch (committed).
+    pub epoch: u64,
+    /// The node that hosts the rank from now on.
+    pub to: NodeInfo,
+}
+
+/// Stream a rank's items at `epoch` (from a scratch store left by a decode when
+/// `scratch` names its task).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExportItems {
+    /// Rank.
+    pub rank: u32,
+    /// Epoch.
+    pub epoch: u64,
+    /// Scratch task, if the image was decoded.
+    pub scratch: Option<u64>,
+}
+
+/// Copy committed `epoch` of each of `ranks` (deltas resolved) into the flush's staging
+/// directory, pinned in the store meanwhile, at most `rate` bytes per second.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlushRanks {
+    /// The epoch (committed).
+    pub epoch: u64,
+    /// The ranks this node hosts.
+    pub ranks: Vec<u32>,
+    /// The staging directory of the flush (on storage every node sees).
+    pub staging: PathBuf,
+    /// Bytes per second at most (`None`: unbounded).
+    pub rate: Option<u64>,
+}
+
+/// Prepare flushed epoch `epoch` of each of `ranks`, read from the flush directory
+/// `flush` and verified, as this node's epoch `as_epoch` (committed on the
+/// coordinator's decision like any epoch).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ImportFlushed {
+    /// The flush directory.
+    pub flush: PathBuf,
+    /// The flushed epoch.
+    pub epoch: u64,
+    /// The epoch number the images take in the cluster.
+    pub as_epoch: u64,
+    /// The ranks this node hosts from now on.
+    pub ranks: Vec<u32>,
+}
+
+/// Send `bytes` to `peer` as fast as possible: the link reference of benchmarks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LinkTest {
+    /// Receiver.
+    pub peer: NodeInfo,
+    /// Bytes to send.
+    pub bytes: u64,
+}
+
+/// Receive and discard a link test (sent by the tester on its own connection).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct LinkSink;
+
+/// Delete the node-local data (store, parity, token) and exit (`eckpt down --purge`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct PurgeNode;
+
+/// Delete every rank's epochs and every coded object: the job starts over (`eckpt run
+/// --fresh`; the coordinator's journal already forgot them).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Discard;
+
+/// Exit.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct StopAgent;
 
 /// What an agent answers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -528,13 +593,8 @@ pub enum AgentResponse {
     Shard(ShardInfo),
     /// Answer to `Code` and `Update`.
     Task(TaskReport),
-    /// Answer to `Scrub`: damaged ranks and objects, each with what is wrong.
-    Damage {
-        /// Ranks whose committed epoch fails verification.
-        ranks: Vec<(u32, String)>,
-        /// Objects failing verification.
-        objects: Vec<(ObjectId, String)>,
-    },
+    /// Answer to `Scrub`.
+    Damage(Damage),
     /// Answer to `Export`: items and lengths, followed by data frames.
     Items(Vec<(String, u64)>),
     /// Answer to `LinkTest`: seconds taken.
@@ -1154,6 +1214,15 @@ pub enum CoordResponse {
     Generation(u64),
     /// `Purge`: what each node deleted.
     Purged(Vec<NodePurge>),
+}
+
+/// Answer to [`Scrub`]: damaged ranks and objects, each with what is wrong.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Damage {
+    /// Ranks whose committed epoch fails verification.
+    pub ranks: Vec<(u32, String)>,
+    /// Objects failing verification.
+    pub objects: Vec<(ObjectId, String)>,
 }
 
 /// Answer to an agent's registration ([`Hello::Session`]): what the agent must resolve

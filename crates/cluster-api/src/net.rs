@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::Notify;
 
+use crate::call::{agent_answer, ToAgent};
 use crate::dirs::Deadlines;
 use crate::msg::{Hello, NodeInfo};
 use crate::ClusterError;
@@ -92,6 +93,17 @@ pub async fn call<Q: Serialize, R: DeserializeOwned>(
 ) -> Result<R, ClusterError> {
     conn.send_control(request).await?;
     Ok(conn.recv_control().await?)
+}
+
+/// Sends `request` to the agent of node `node` on `conn` and reads its answer; the agent's
+/// error answer becomes the error.
+pub async fn ask_agent<C: ToAgent>(
+    conn: &mut Connection,
+    node: &str,
+    request: C,
+) -> Result<C::Answer, ClusterError> {
+    let answer = call(conn, &request.request()).await?;
+    agent_answer::<C>(node, answer)
 }
 
 /// Accepts connections forever: each is authenticated in a task of its own (a slow or

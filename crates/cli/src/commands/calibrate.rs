@@ -16,8 +16,8 @@ use anyhow::{bail, Context, Result};
 use eckpt_cluster::netns::parse_rate;
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::{ClusterDir, ClusterFile};
-use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, NodeInfo, Nodes};
-use eckpt_cluster_api::net::{call, host_identity, open_node};
+use eckpt_cluster_api::msg::{LinkTest, NodeInfo, Nodes};
+use eckpt_cluster_api::net::{ask_agent, host_identity, open_node};
 use eckpt_codec::LinearMap;
 use eckpt_model::machine::{netns_burst, Cpu, Hosts, Machine, SHARED_HOST_SHARE, TCP_PAYLOAD};
 use serde::{Deserialize, Serialize};
@@ -76,15 +76,13 @@ pub fn path_in(dir: &Path) -> PathBuf {
 pub async fn link_test(dir: &ClusterDir, from: &NodeInfo, to: &NodeInfo, bytes: u64) -> Result<f64> {
     let secret = dir.load_secret()?;
     let mut conn = open_node(from, &host_identity(), &secret).await?;
-    let request = AgentRequest::LinkTest {
+    let request = LinkTest {
         peer: to.clone(),
         bytes,
     };
-    match call(&mut conn, &request).await? {
-        AgentResponse::Link(seconds) => Ok(seconds),
-        AgentResponse::Error(e) => bail!("link test from {}: {}", from.name, e.message),
-        other => bail!("link test: unexpected answer {other:?}"),
-    }
+    ask_agent(&mut conn, &from.name, request)
+        .await
+        .with_context(|| format!("link test from {}", from.name))
 }
 
 /// Every node sends `bytes` to the next at once, as every member of a pipeline does.

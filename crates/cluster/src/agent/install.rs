@@ -11,7 +11,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, NodeInfo, ObjectKind, ObjectRecord, DATA_FRAME};
+use eckpt_cluster_api::call::{agent_answer, Call};
+use eckpt_cluster_api::msg::{ImportRank, NodeInfo, ObjectKind, ObjectRecord, DATA_FRAME};
 use eckpt_cluster_api::net::open_node;
 use eckpt_cluster_api::shard_layout::ShardLayout;
 use eckpt_cluster_api::{io_at, ClusterError};
@@ -305,12 +306,12 @@ pub async fn ship(
         ),
     };
     let mut conn = open_node(node, &agent.host, &agent.secret).await?;
-    conn.send_control(&AgentRequest::ImportRank {
+    let import = ImportRank {
         rank,
         epoch,
         items: items.clone(),
-    })
-    .await?;
+    };
+    conn.send_control(&import.request()).await?;
     for (name, len) in items {
         let mut offset = 0;
         while offset < len {
@@ -331,11 +332,7 @@ pub async fn ship(
     let answer = tokio::time::timeout(peer_wait, conn.recv_control())
         .await
         .map_err(|_| stalled("did not say it installed it"))?;
-    match answer? {
-        AgentResponse::Ok => Ok(()),
-        AgentResponse::Error(e) => Err(ClusterError::remote(&node.name, e)),
-        other => Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
-    }
+    agent_answer::<ImportRank>(&node.name, answer?)
 }
 
 /// Receives a rank image another agent ships (`items` announced, then their bytes as data

@@ -12,8 +12,6 @@ mod links;
 mod ranks;
 mod update;
 
-pub use ranks::expect_ok;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,13 +21,15 @@ use eckpt_store::{Options, Store};
 
 use crate::parity_store::ParityStore;
 use crate::{background, blocking};
-use eckpt_cluster_api::call::{coordinator_answer, ToCoordinator};
+use eckpt_cluster_api::call::{agent_answer, coordinator_answer, Call, ToCoordinator};
 use eckpt_cluster_api::commands::ask_coordinator;
 use eckpt_cluster_api::dirs::{check_node_name, ClusterDir, ClusterFile};
 use eckpt_cluster_api::msg::DATA_FRAME;
 use eckpt_cluster_api::msg::{
-    AgentRequest, AgentResponse, CoordResponse, Heartbeat, Hello, NodeInfo, RankReady, RankReport,
-    Registered, Registration,
+    Abort, AgentRequest, AgentResponse, CancelTask, CodingTask, Commit, CoordResponse, DescribeRequest,
+    Discard, ExportItems, FlushRanks, Heartbeat, Hello, ImportFlushed, ImportRank, Install, LinkSink,
+    LinkTest, MoveRank, NodeInfo, PurgeNode, PutRank, RankReady, RankReport, Registered, Registration, Scrub,
+    StopAgent, UpdateTask,
 };
 use eckpt_cluster_api::net::{
     accept_loop, call, host_identity, listen_for_cluster, next_request, open, Inbox,
@@ -397,7 +397,7 @@ async fn serve_requests(
         let Some(request) = next_request::<AgentRequest>(&mut conn).await? else {
             return Ok(());
         };
-        let shutdown = matches!(request, AgentRequest::Shutdown | AgentRequest::Purge);
+        let shutdown = matches!(request, AgentRequest::Shutdown(_) | AgentRequest::Purge(_));
         let response = match handle(&agent, &mut conn, request).await {
             Ok(r) => r,
             Err(e) => Some(AgentResponse::Error(WireError::from(&e))),
@@ -433,7 +433,7 @@ async fn export(
         Ok((store, items))
     })
     .await?;
-    conn.send_control(&AgentResponse::Items(items.clone())).await?;
+    conn.send_control(&ExportItems::reply(items.clone())).await?;
     for (name, len) in items {
         let mut offset = 0u64;
         while offset < len {
@@ -473,13 +473,13 @@ async fn handle(
 ) -> Result<Option<AgentResponse>, ClusterError> {
     let a = agent.clone();
     Ok(Some(match request {
-        AgentRequest::PutRank {
+        AgentRequest::PutRank(PutRank {
             rank,
             epoch,
             item,
             len,
             generation,
-        } => {
+        }) => {
             let what = format!("rank {rank}'s item {item:?}");
             frames::check_room(agent.store.root(), &what, len)?;
             frames::receive(conn, len, what, move |frames| {
@@ -500,7 +500,7 @@ async fn handle(
             };
             let answer = agent.cluster.deadlines.answer();
             match ask_coordinator(&mut coord, COORDINATOR, ready, answer, |_| {}).await {
-                Ok(()) => AgentResponse::Ok,
+                Ok(()) => PutRank::reply(()),
                 // The coordinator's refusal, or an answer of another kind, goes to the rank
                 // as it is.
                 Err(e @ (ClusterError::Remote { .. } | ClusterError::Protocol(_))) => {
@@ -509,56 +509,46 @@ async fn handle(
                 Err(e) => return Err(e),
             }
         }
-        AgentRequest::ImportRank { rank, epoch, items } => {
-            install::receive(agent, conn, rank, epoch, items).await?;
-            AgentResponse::Ok
+        AgentRequest::ImportRank(ImportRank { rank, epoch, items }) => {
+            ImportRank::reply(install::receive(agent, conn, rank, epoch, items).await?)
         }
-        AgentRequest::CancelTask { task, reason } => {
-            agent.inbox.cancel(task, reason);
-            AgentResponse::Ok
+        AgentRequest::CancelTask(CancelTask { task, reason }) => {
+            CancelTask::reply(agent.inbox.cancel(task, reason))
         }
-        AgentRequest::MoveRank { rank, epoch, to } => {
-            agent.move_rank(rank, epoch, &to).await?;
-            AgentResponse::Ok
+        AgentRequest::MoveRank(MoveRank { rank, epoch, to }) => {
+            MoveRank::reply(agent.move_rank(rank, epoch, &to).await?)
         }
-        AgentRequest::Describe(req) => AgentResponse::Shard(blocking(move || a.describe(&req)).await?),
+        AgentRequest::Describe(req) => DescribeRequest::reply(blocking(move || a.describe(&req)).await?),
         AgentRequest::Code(task) => {
             let id = task.task;
-            AgentResponse::Task(until_cancelled(agent, id, coding::run(a, task)).await?)
+            CodingTask::reply(until_cancelled(agent, id, coding::run(a, task)).await?)
         }
         AgentRequest::Update(task) => {
             let id = task.task;
-            AgentResponse::Task(until_cancelled(agent, id, update::run(a, task)).await?)
+            UpdateTask::reply(until_cancelled(agent, id, update::run(a, task)).await?)
         }
-        AgentRequest::Install {
+        AgentRequest::Install(Install {
             parts,
             member,
             epoch,
             deliver,
-        } => {
+        }) => {
             let rebuilt = blocking(move || install::rebuilt(&a, &parts, member, epoch)).await?;
-            agent.deliver(rebuilt, epoch, &deliver).await?;
-            AgentResponse::Ok
+            Install::reply(agent.deliver(rebuilt, epoch, &deliver).await?)
         }
-        AgentRequest::Commit {
+        AgentRequest::Commit(Commit {
             epoch,
             ranks,
             objects,
             keep,
-        } => {
-            blocking(move || a.commit(epoch, &ranks, &objects, &keep)).await?;
-            AgentResponse::Ok
-        }
-        AgentRequest::Abort { epoch } => {
-            blocking(move || a.abort(epoch)).await?;
-            AgentResponse::Ok
-        }
-        AgentRequest::Scrub {
+        }) => Commit::reply(blocking(move || a.commit(epoch, &ranks, &objects, &keep)).await?),
+        AgentRequest::Abort(Abort { epoch }) => Abort::reply(blocking(move || a.abort(epoch)).await?),
+        AgentRequest::Scrub(Scrub {
             ranks,
             epoch,
             objects,
-        } => blocking(move || Ok(a.scrub(&ranks, epoch, &objects))).await?,
-        AgentRequest::Export { rank, epoch, scratch } => {
+        }) => Scrub::reply(blocking(move || Ok(a.scrub(&ranks, epoch, &objects))).await?),
+        AgentRequest::Export(ExportItems { rank, epoch, scratch }) => {
             let streamed = export(agent, conn, rank, epoch, scratch).await;
             // A decoded image is kept only for the one restore that asked for it.
             if let Some(task) = scratch {
@@ -567,24 +557,23 @@ async fn handle(
             streamed?;
             return Ok(None);
         }
-        AgentRequest::Flush {
+        AgentRequest::Flush(FlushRanks {
             epoch,
             ranks,
             staging,
             rate,
-        } => AgentResponse::Flushed(background(move || a.flush(epoch, &ranks, &staging, rate)).await?),
-        AgentRequest::ImportFlushed {
+        }) => FlushRanks::reply(background(move || a.flush(epoch, &ranks, &staging, rate)).await?),
+        AgentRequest::ImportFlushed(ImportFlushed {
             flush,
             epoch,
             as_epoch,
             ranks,
-        } => {
-            blocking(move || a.import_flushed(&flush, epoch, as_epoch, &ranks)).await?;
-            AgentResponse::Ok
+        }) => {
+            ImportFlushed::reply(blocking(move || a.import_flushed(&flush, epoch, as_epoch, &ranks)).await?)
         }
-        AgentRequest::LinkTest { peer, bytes } => {
+        AgentRequest::LinkTest(LinkTest { peer, bytes }) => {
             let mut peer_conn = eckpt_cluster_api::net::open_node(&peer, &agent.host, &agent.secret).await?;
-            peer_conn.send_control(&AgentRequest::LinkSink).await?;
+            peer_conn.send_control(&LinkSink.request()).await?;
             let block = vec![0x5Au8; 1 << 20];
             let started = Instant::now();
             let mut sent = 0u64;
@@ -594,10 +583,10 @@ async fn handle(
                 sent += n as u64;
             }
             peer_conn.send_data(&[]).await?;
-            let _: AgentResponse = peer_conn.recv_control().await?;
-            AgentResponse::Link(started.elapsed().as_secs_f64())
+            agent_answer::<LinkSink>(&peer.name, peer_conn.recv_control().await?)?;
+            LinkTest::reply(started.elapsed().as_secs_f64())
         }
-        AgentRequest::LinkSink => {
+        AgentRequest::LinkSink(_) => {
             let mut buf = Vec::new();
             loop {
                 conn.recv_data(&mut buf).await?;
@@ -605,9 +594,9 @@ async fn handle(
                     break;
                 }
             }
-            AgentResponse::Ok
+            LinkSink::reply(())
         }
-        AgentRequest::Purge => {
+        AgentRequest::Purge(_) => {
             let created_local = agent.identity.created_local;
             let store = agent.store.root().to_path_buf();
             let purged = blocking(move || identity::purge(&store, created_local)).await?;
@@ -618,12 +607,9 @@ async fn handle(
                     crate::created::listing(root, &purged.foreign)
                 );
             }
-            AgentResponse::Purged(purged.removed)
+            PurgeNode::reply(purged.removed)
         }
-        AgentRequest::Discard => {
-            blocking(move || a.discard()).await?;
-            AgentResponse::Ok
-        }
-        AgentRequest::Shutdown => AgentResponse::Ok,
+        AgentRequest::Discard(_) => Discard::reply(blocking(move || a.discard()).await?),
+        AgentRequest::Shutdown(_) => StopAgent::reply(()),
     }))
 }

@@ -10,10 +10,7 @@ use super::install::{self, Rebuilt, StoreImages};
 use super::{blocking, Agent};
 use crate::shard::node_items;
 use crate::stripe_blob::{parse_stripe_blob, StripePlan};
-use eckpt_cluster_api::msg::{
-    AgentRequest, AgentResponse, Deliver, DescribeRequest, Inventory, NodeInfo, ShardInfo,
-};
-use eckpt_cluster_api::net::call;
+use eckpt_cluster_api::msg::{Damage, Deliver, DescribeRequest, Inventory, NodeInfo, ShardInfo};
 use eckpt_cluster_api::shard_layout::ShardLayout;
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::config::Mode;
@@ -222,7 +219,7 @@ impl Agent {
     }
 
     /// Verifies committed `epoch` of each rank (every block) and each object's parity.
-    pub fn scrub(&self, ranks: &[u32], epoch: u64, objects: &[ObjectId]) -> AgentResponse {
+    pub fn scrub(&self, ranks: &[u32], epoch: u64, objects: &[ObjectId]) -> Damage {
         let mut bad_ranks = Vec::new();
         for &rank in ranks {
             if let Err(e) = self.store.verify(rank, epoch) {
@@ -244,7 +241,7 @@ impl Agent {
                 bad_objects.push((id, p));
             }
         }
-        AgentResponse::Damage {
+        Damage {
             ranks: bad_ranks,
             objects: bad_objects,
         }
@@ -323,17 +320,4 @@ fn check_blob(path: &std::path::Path) -> Result<(), ClusterError> {
     // SAFETY: committed blobs are never written again; only retention removes them.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(eckpt_cluster_api::io_at(path))?;
     parse_stripe_blob(&map).map(|_| ())
-}
-
-/// Asks an agent and expects `Ok`.
-pub async fn expect_ok(
-    conn: &mut eckpt_proto::Connection,
-    node: &str,
-    request: &AgentRequest,
-) -> Result<(), ClusterError> {
-    match call(conn, request).await? {
-        AgentResponse::Ok => Ok(()),
-        AgentResponse::Error(e) => Err(ClusterError::remote(node, e)),
-        other => Err(ClusterError::Protocol(format!("unexpected answer {other:?}"))),
-    }
 }

@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use super::Coordinator;
-use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, NodeInfo};
+use eckpt_cluster_api::call::ToAgent;
+use eckpt_cluster_api::msg::{CancelTask, NodeInfo};
 use eckpt_cluster_api::ClusterError;
 
 /// How often a running task's participants are checked for a lost agent.
@@ -17,9 +18,7 @@ pub(super) const WATCH_EVERY: Duration = Duration::from_millis(200);
 /// The failure to report among a task's results: the first that is not a link symptom
 /// (a full disk, a checksum, a refusal), else the first; `Ok` with every answer when none
 /// failed.
-pub(super) fn root_cause(
-    results: Vec<Result<AgentResponse, ClusterError>>,
-) -> Result<Vec<AgentResponse>, ClusterError> {
+pub(super) fn root_cause<T>(results: Vec<Result<T, ClusterError>>) -> Result<Vec<T>, ClusterError> {
     let mut answers = Vec::with_capacity(results.len());
     let mut symptom = None;
     for r in results {
@@ -50,11 +49,11 @@ impl Coordinator {
     /// them by two liveness periods. If any failed, fails with the node that broke it: a
     /// member that is gone or stopped heartbeating, else the first failure, unless another
     /// is not a link symptom. Answers in request order.
-    pub(super) async fn run_task(
+    pub(super) async fn run_task<C: ToAgent>(
         &self,
         task: u64,
-        requests: Vec<(NodeInfo, AgentRequest)>,
-    ) -> Result<Vec<AgentResponse>, ClusterError> {
+        requests: Vec<(NodeInfo, C)>,
+    ) -> Result<Vec<C::Answer>, ClusterError> {
         let nodes: Vec<NodeInfo> = requests.iter().map(|(n, _)| n.clone()).collect();
         let (failed, mut first_failure) = tokio::sync::mpsc::unbounded_channel();
         let answers = self.ask_each(requests, move |node, answer| {
@@ -89,7 +88,7 @@ impl Coordinator {
             .map(|n| {
                 (
                     n.clone(),
-                    AgentRequest::CancelTask {
+                    CancelTask {
                         task,
                         reason: reason.clone(),
                     },
@@ -115,12 +114,12 @@ impl Coordinator {
     /// A task's outcome from its answers: every answer, or the failure of the node that
     /// broke it — one not alive, else `first_failed`'s (the others' are the echoes of its
     /// cancellation) unless another is not a link symptom.
-    async fn blame(
+    async fn blame<T>(
         &self,
         nodes: &[NodeInfo],
-        mut results: Vec<Result<AgentResponse, ClusterError>>,
+        mut results: Vec<Result<T, ClusterError>>,
         first_failed: Option<&str>,
-    ) -> Result<Vec<AgentResponse>, ClusterError> {
+    ) -> Result<Vec<T>, ClusterError> {
         if results.iter().any(Result::is_err) {
             let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
             let absent = self.absent(names.clone()).await;
@@ -143,7 +142,7 @@ mod tests {
     use super::*;
     use eckpt_cluster_api::{ErrorKind, WireError};
 
-    fn node(name: &str, kind: ErrorKind, message: &str) -> Result<AgentResponse, ClusterError> {
+    fn node(name: &str, kind: ErrorKind, message: &str) -> Result<(), ClusterError> {
         Err(ClusterError::remote(
             name,
             WireError {
@@ -157,7 +156,7 @@ mod tests {
     fn the_cause_is_preferred_over_the_broken_links_it_left() {
         let results = vec![
             node("n0", ErrorKind::Link, "node n1: Broken pipe (os error 32)"),
-            Ok(AgentResponse::Ok),
+            Ok(()),
             node("n3", ErrorKind::Link, "node n4: stream ended early"),
             node(
                 "n4",
@@ -181,10 +180,8 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().starts_with("node n0"), "{e}");
         assert_eq!(
-            root_cause(vec![Ok(AgentResponse::Ok), Ok(AgentResponse::Ok)])
-                .unwrap()
-                .len(),
-            2
+            root_cause(vec![Ok::<_, ClusterError>(1), Ok(2)]).unwrap(),
+            vec![1, 2]
         );
     }
 }

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use eckpt_cluster_api::msg::{
-    AgentResponse, CodingTask, DescribeRequest, Group, GroupRecord, NodeInfo, ObjectKind, ObjectRecord,
-    ShardInfo, ShardRecord, TaskReport, UpdateTask,
+    CodingTask, DescribeRequest, Group, GroupRecord, NodeInfo, ObjectKind, ObjectRecord, ShardInfo,
+    ShardRecord, TaskReport, UpdateTask,
 };
 use eckpt_cluster_api::shard_layout::ShardLayout;
 use eckpt_cluster_api::ClusterError;
@@ -254,17 +254,8 @@ impl EncodePlan {
     }
 }
 
-fn expect_task(r: AgentResponse) -> Result<TaskReport, ClusterError> {
-    match r {
-        AgentResponse::Task(t) => Ok(t),
-        other => Err(ClusterError::Protocol(format!(
-            "expected a task report, got {other:?}"
-        ))),
-    }
-}
-
 /// One answer per member, in position order.
-fn check_count(group: &Group, answers: &[AgentResponse]) -> Result<(), ClusterError> {
+fn check_count(group: &Group, answers: &[TaskReport]) -> Result<(), ClusterError> {
     if answers.len() == group.members.len() {
         return Ok(());
     }
@@ -292,13 +283,12 @@ impl UpdatePlan {
     /// The group's record after the update, from the members' answers by position: the
     /// object moves to the new version, data members get their new layouts, and each
     /// changed chunk its CRC (a chunk outside the shard is a protocol error).
-    pub fn fold(&self, answers: Vec<AgentResponse>) -> Result<Encoded, ClusterError> {
+    pub fn fold(&self, answers: Vec<TaskReport>) -> Result<Encoded, ClusterError> {
         check_count(&self.group, &answers)?;
         let mut object = self.base.clone();
         object.version = self.epoch;
         let mut bytes_sent = BTreeMap::new();
-        for (x, r) in answers.into_iter().enumerate() {
-            let report = expect_task(r)?;
+        for (x, report) in answers.into_iter().enumerate() {
             bytes_sent.insert(self.group.members[x].clone(), report.bytes_sent);
             let shard = object
                 .shards
@@ -345,12 +335,11 @@ impl FullPlan {
 
     /// The group's record after the encode, from the members' answers by position: each
     /// data member must report the CRC of every chunk of its shard, once and in order.
-    pub fn fold(&self, answers: Vec<AgentResponse>) -> Result<Encoded, ClusterError> {
+    pub fn fold(&self, answers: Vec<TaskReport>) -> Result<Encoded, ClusterError> {
         check_count(&self.group, &answers)?;
         let mut object = self.object.clone();
         let mut bytes_sent = BTreeMap::new();
-        for (x, r) in answers.into_iter().enumerate() {
-            let report = expect_task(r)?;
+        for (x, report) in answers.into_iter().enumerate() {
             bytes_sent.insert(self.group.members[x].clone(), report.bytes_sent);
             if self.geometry.holds_data(x) {
                 object.shards[x].crcs = self.shard_crcs(x, report.crcs)?;
@@ -456,12 +445,12 @@ mod tests {
         }
     }
 
-    fn report(bytes_sent: u64, crcs: Vec<(u64, u32)>) -> AgentResponse {
-        AgentResponse::Task(TaskReport {
+    fn report(bytes_sent: u64, crcs: Vec<(u64, u32)>) -> TaskReport {
+        TaskReport {
             bytes_sent,
             crcs,
             ..TaskReport::default()
-        })
+        }
     }
 
     /// An update-mode plan of epoch 2 over a committed image of epoch 1.
@@ -615,8 +604,6 @@ mod tests {
         assert!(is_protocol(&out_of_range.unwrap_err()));
         let too_few = u.fold(vec![report(0, vec![]), report(0, vec![])]);
         assert!(is_protocol(&too_few.unwrap_err()));
-        let not_a_report = u.fold(vec![AgentResponse::Ok, report(0, vec![]), report(0, vec![])]);
-        assert!(is_protocol(&not_a_report.unwrap_err()));
         assert!(is_protocol(&plan.choose(&describe[..1]).unwrap_err()));
 
         let Choice::Full(f) = update_plan(true).choose(&describe).unwrap() else {

@@ -13,7 +13,7 @@ use super::pace::aggregate;
 use super::protection::check_protection;
 use super::Coordinator;
 use crate::debug::pause_point_async;
-use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, EpochOutcome, GroupRecord, NodeInfo, ShardInfo};
+use eckpt_cluster_api::msg::{Commit, EpochOutcome, GroupRecord, NodeInfo, ShardInfo};
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::ObjectId;
 
@@ -37,18 +37,12 @@ impl Coordinator {
         match plan.choose(&shards)? {
             Choice::Update(update) => {
                 let task = update.task(self.task_id().await, coding, &infos);
-                let requests = infos
-                    .iter()
-                    .map(|i| (i.clone(), AgentRequest::Update(task.clone())))
-                    .collect();
+                let requests = infos.iter().map(|i| (i.clone(), task.clone())).collect();
                 update.fold(self.run_task(task.task, requests).await?)
             }
             Choice::Full(full) => {
                 let task = full.task(self.task_id().await, coding, &infos);
-                let requests = infos
-                    .iter()
-                    .map(|i| (i.clone(), AgentRequest::Code(task.clone())))
-                    .collect();
+                let requests = infos.iter().map(|i| (i.clone(), task.clone())).collect();
                 full.fold(self.run_task(task.task, requests).await?)
             }
         }
@@ -63,16 +57,9 @@ impl Coordinator {
         let requests = plan
             .describe()
             .into_iter()
-            .map(|(x, d)| (infos[x].clone(), AgentRequest::Describe(d)))
+            .map(|(x, d)| (infos[x].clone(), d))
             .collect();
-        let mut shards = Vec::with_capacity(plan.data.len());
-        for r in self.ask_all(requests).await {
-            match r? {
-                AgentResponse::Shard(s) => shards.push(s),
-                other => return Err(ClusterError::Protocol(format!("expected a shard, got {other:?}"))),
-            }
-        }
-        Ok(shards)
+        self.ask_all(requests).await.into_iter().collect()
     }
 
     /// Encodes every group concurrently.
@@ -125,7 +112,7 @@ impl Coordinator {
                     .collect();
                 (
                     info.clone(),
-                    AgentRequest::Commit {
+                    Commit {
                         epoch,
                         ranks: if ranks {
                             journal.ranks_on(&info.name)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::owner::{Draft, State};
 use super::pace::check_policy;
 use super::Coordinator;
-use eckpt_cluster_api::msg::{AgentRequest, EpochOutcome, NodeInfo, Opened, PaceStats, RankReport};
+use eckpt_cluster_api::msg::{Abort, EpochOutcome, NodeInfo, Opened, PaceStats, RankReport};
 use eckpt_cluster_api::ClusterError;
 
 /// Ranks' progress through the open epoch.
@@ -359,7 +359,7 @@ impl Coordinator {
             .alive()
             .await
             .into_values()
-            .map(|n| (n, AgentRequest::Abort { epoch }))
+            .map(|n| (n, Abort { epoch }))
             .collect();
         self.ask_all(requests).await;
     }

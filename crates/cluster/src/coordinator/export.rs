@@ -125,7 +125,7 @@ impl Coordinator {
 #[cfg(test)]
 mod tests {
     use super::super::test_cluster::{Fault, Kind, TestCluster};
-    use eckpt_cluster_api::msg::{AgentRequest, Deliver, ExportFrom};
+    use eckpt_cluster_api::msg::{AgentRequest, Deliver, ExportFrom, Install};
     use eckpt_cluster_api::ErrorKind;
     use eckpt_coding::config::CodingConfig;
 
@@ -177,10 +177,10 @@ mod tests {
         assert!(
             decoded.iter().any(|r| matches!(
                 r,
-                AgentRequest::Install {
+                AgentRequest::Install(Install {
                     deliver: Deliver::Export { rank: 1 },
                     ..
-                }
+                })
             )),
             "{decoded:?}"
         );

@@ -21,7 +21,7 @@ use super::Coordinator;
 use crate::blocking;
 use crate::debug::{pause_point_async, Phase};
 use eckpt_cluster_api::dirs::FlushConfig;
-use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, FlushReport, FlushStatus};
+use eckpt_cluster_api::msg::{FlushRanks, FlushReport, FlushStatus};
 use eckpt_cluster_api::ClusterError;
 use eckpt_flush::{FlushDir, FlushedJob, JobFilter, Manifest, BLOCK_SIZE, NO_JOB};
 
@@ -285,7 +285,7 @@ impl Coordinator {
         let requests = hosts
             .into_iter()
             .map(|(info, ranks)| {
-                let request = AgentRequest::Flush {
+                let request = FlushRanks {
                     epoch,
                     ranks,
                     staging: staging.path().to_path_buf(),
@@ -303,12 +303,7 @@ impl Coordinator {
         };
         let mut ranks = Vec::new();
         let (mut bytes, mut slowest) = (0u64, 0f64);
-        for answer in parts {
-            let AgentResponse::Flushed(part) = answer else {
-                return Err(ClusterError::Protocol(format!(
-                    "expected a flushed part, got {answer:?}"
-                )));
-            };
+        for part in parts {
             ranks.extend(part.ranks);
             bytes += part.bytes;
             slowest = slowest.max(part.seconds);

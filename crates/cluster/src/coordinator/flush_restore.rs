@@ -24,7 +24,7 @@ use super::protection::check_protection;
 use super::Coordinator;
 use crate::blocking;
 use eckpt_cluster_api::dirs::FlushConfig;
-use eckpt_cluster_api::msg::{AgentRequest, FlushRestore};
+use eckpt_cluster_api::msg::{FlushRestore, ImportFlushed};
 use eckpt_cluster_api::{ClusterError, ErrorKind};
 use eckpt_coding::ObjectId;
 use eckpt_flush::{FlushDir, JobFilter};
@@ -188,7 +188,7 @@ impl Coordinator {
                 node: node.clone(),
                 reason: "down: run `eckpt recover` again".into(),
             })?;
-            let request = AgentRequest::ImportFlushed {
+            let request = ImportFlushed {
                 flush: dir.root().to_path_buf(),
                 epoch: flushed,
                 as_epoch: epoch,

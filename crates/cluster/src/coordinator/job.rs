@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use super::owner::State;
 use super::Coordinator;
-use eckpt_cluster_api::msg::{AgentRequest, JobClaim, JobGrant, JobStart, JobStatus, LeaseHolder};
+use eckpt_cluster_api::msg::{Discard, JobClaim, JobGrant, JobStart, JobStatus, LeaseHolder};
 use eckpt_cluster_api::ClusterError;
 
 /// Who asks the cluster to stop.
@@ -382,7 +382,7 @@ impl Coordinator {
             j.job.finished_unix = None;
         })
         .await?;
-        let requests = alive.into_values().map(|n| (n, AgentRequest::Discard)).collect();
+        let requests = alive.into_values().map(|n| (n, Discard)).collect();
         for answer in self.ask_all(requests).await {
             answer?;
         }

@@ -44,11 +44,11 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use agents::{Agents, SocketAgents};
-use eckpt_cluster_api::call::Call;
+use eckpt_cluster_api::call::{agent_answer, Call, ToAgent};
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines, FlushConfig};
 use eckpt_cluster_api::msg::{
-    AgentRequest, AgentResponse, CoordRequest, CoordResponse, GroupRecord, GroupStatus, Hello, NodeInfo,
-    NodePurge, NodeStatus, StatusReport,
+    CoordRequest, CoordResponse, GroupRecord, GroupStatus, Hello, NodeInfo, NodePurge, NodeStatus, PurgeNode,
+    StatusReport, StopAgent,
 };
 use eckpt_cluster_api::msg::{
     ExportRank, FlushEpoch, JobClaim, Leave, Locate, NextAttempt, Nodes, OpenEpoch, Pace, PurgeCluster,
@@ -179,22 +179,22 @@ impl Coordinator {
     /// liveness period: a hung host never answers, and its listener would hold a connection
     /// for the whole handshake timeout) gets an error instead of an answer — so that no
     /// decision waits on a node that will not answer.
-    async fn ask_all(
+    async fn ask_all<C: ToAgent>(
         &self,
-        requests: Vec<(NodeInfo, AgentRequest)>,
-    ) -> Vec<Result<AgentResponse, ClusterError>> {
+        requests: Vec<(NodeInfo, C)>,
+    ) -> Vec<Result<C::Answer, ClusterError>> {
         self.ask_each(requests, |_, _| {}).await
     }
 
     /// [`Coordinator::ask_all`], telling `answered` each node's result as it comes in (a
     /// task reacts to its first failure while the others still run).
-    async fn ask_each(
+    async fn ask_each<C: ToAgent>(
         &self,
-        requests: Vec<(NodeInfo, AgentRequest)>,
-        mut answered: impl FnMut(&str, &Result<AgentResponse, ClusterError>),
-    ) -> Vec<Result<AgentResponse, ClusterError>> {
+        requests: Vec<(NodeInfo, C)>,
+        mut answered: impl FnMut(&str, &Result<C::Answer, ClusterError>),
+    ) -> Vec<Result<C::Answer, ClusterError>> {
         let mut set = JoinSet::new();
-        let mut out: Vec<Option<Result<AgentResponse, ClusterError>>> =
+        let mut out: Vec<Option<Result<C::Answer, ClusterError>>> =
             (0..requests.len()).map(|_| None).collect();
         let names: Vec<String> = requests.iter().map(|(n, _)| n.name.clone()).collect();
         let mut absent_when_asked = self.absent(names).await;
@@ -208,7 +208,7 @@ impl Coordinator {
                 continue;
             }
             let name = node.name.clone();
-            let answer = self.agents.ask(node, request);
+            let answer = self.agents.ask(node, request.request());
             let call = set.spawn(async move { (i, answer.await) });
             pending.insert(i, (name, call));
         }
@@ -218,9 +218,11 @@ impl Coordinator {
                 joined = set.join_next() => match joined {
                     None => break,
                     Some(Ok((i, r))) => {
-                        if let Some((name, _)) = pending.remove(&i) {
-                            answered(&name, &r);
-                        }
+                        let Some((name, _)) = pending.remove(&i) else {
+                            continue;
+                        };
+                        let r = r.and_then(|answer| agent_answer::<C>(&name, answer));
+                        answered(&name, &r);
                         out[i] = Some(r);
                     }
                     Some(Err(e)) if e.is_cancelled() => {}
@@ -320,17 +322,13 @@ impl Coordinator {
     async fn purge(&self) -> Vec<NodePurge> {
         let alive = self.alive().await;
         let names: Vec<String> = alive.keys().cloned().collect();
-        let requests = alive.into_values().map(|n| (n, AgentRequest::Purge)).collect();
+        let requests = alive.into_values().map(|n| (n, PurgeNode)).collect();
         let mut out: Vec<NodePurge> = names
             .into_iter()
             .zip(self.ask_all(requests).await)
             .map(|(node, answer)| NodePurge {
                 node,
-                result: match answer {
-                    Ok(AgentResponse::Purged(dirs)) => Ok(dirs),
-                    Ok(other) => Err(format!("unexpected answer {other:?}")),
-                    Err(e) => Err(e.to_string()),
-                },
+                result: answer.map_err(|e| e.to_string()),
             })
             .collect();
         for name in self.snapshot().await.nodes.keys() {
@@ -491,7 +489,7 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
         .alive()
         .await
         .into_values()
-        .map(|n| (n, AgentRequest::Shutdown))
+        .map(|n| (n, StopAgent))
         .collect();
     coord.ask_all(requests).await;
     Ok(())
@@ -675,7 +673,7 @@ async fn handle(
                 .await
                 .remove(&node)
                 .ok_or_else(|| ClusterError::Invalid(format!("node {node} is not running")))?;
-            for r in coord.ask_all(vec![(info, AgentRequest::Shutdown)]).await {
+            for r in coord.ask_all(vec![(info, StopAgent)]).await {
                 r?;
             }
             Leave::reply(())

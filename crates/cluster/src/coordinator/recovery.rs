@@ -13,8 +13,8 @@ use super::recovery_plan::{plan_recovery, RecoveryPlan};
 use super::{Coordinator, Journal};
 use crate::debug::pause_point_async;
 use eckpt_cluster_api::msg::{
-    AgentRequest, AgentResponse, CodingTask, CoordResponse, DecodeSpec, Deliver, GroupRecord, NodeInfo,
-    RecoveryReport, Relocation,
+    CodingTask, CoordResponse, Damage, DecodeSpec, Deliver, GroupRecord, Install, MoveRank, NodeInfo,
+    RecoveryReport, Relocation, Scrub,
 };
 use eckpt_cluster_api::{ClusterError, ErrorKind};
 
@@ -92,7 +92,7 @@ impl Coordinator {
             names.push(name.clone());
             requests.push((
                 alive[&name].clone(),
-                AgentRequest::Scrub {
+                Scrub {
                     ranks: journal.ranks_on(&name),
                     epoch: journal.committed,
                     objects: journal.held_objects(&name),
@@ -102,8 +102,8 @@ impl Coordinator {
         let mut damaged = BTreeMap::new();
         for (name, r) in names.into_iter().zip(self.ask_all(requests).await) {
             match r {
-                Ok(AgentResponse::Damage { ranks, objects }) if ranks.is_empty() && objects.is_empty() => {}
-                Ok(AgentResponse::Damage { ranks, objects }) => {
+                Ok(Damage { ranks, objects }) if ranks.is_empty() && objects.is_empty() => {}
+                Ok(Damage { ranks, objects }) => {
                     let what = ranks
                         .iter()
                         .map(|(r, e)| format!("rank {r}: {e}"))
@@ -111,9 +111,6 @@ impl Coordinator {
                         .collect::<Vec<_>>()
                         .join("; ");
                     damaged.insert(name, what);
-                }
-                Ok(other) => {
-                    damaged.insert(name, format!("unexpected scrub answer {other:?}"));
                 }
                 Err(e) => {
                     damaged.insert(name, e.to_string());
@@ -158,7 +155,7 @@ impl Coordinator {
                 asked.push((rec.group.id, name.clone()));
                 requests.push((
                     info.clone(),
-                    AgentRequest::Scrub {
+                    Scrub {
                         ranks: Vec::new(),
                         epoch,
                         objects,
@@ -168,13 +165,12 @@ impl Coordinator {
         }
         for ((group, name), answer) in asked.into_iter().zip(self.ask_all(requests).await) {
             let problem = match answer {
-                Ok(AgentResponse::Damage { objects, .. }) if objects.is_empty() => continue,
-                Ok(AgentResponse::Damage { objects, .. }) => objects
+                Ok(Damage { objects, .. }) if objects.is_empty() => continue,
+                Ok(Damage { objects, .. }) => objects
                     .iter()
                     .map(|(o, e)| format!("object {o}: {e}"))
                     .collect::<Vec<_>>()
                     .join("; "),
-                Ok(other) => format!("unexpected answer {other:?}"),
                 Err(e) => e.to_string(),
             };
             unconfirmed.entry(group).or_default().push((name, problem));
@@ -265,18 +261,16 @@ impl Coordinator {
             let requests: Vec<_> = participants
                 .iter()
                 .flatten()
-                .map(|p| (p.clone(), AgentRequest::Code(task.clone())))
+                .map(|p| (p.clone(), task.clone()))
                 .collect();
             let names: Vec<String> = requests.iter().map(|(p, _)| p.name.clone()).collect();
             let started = Instant::now();
             let answers = self.run_task(task.task, requests).await?;
             cost.seconds += started.elapsed().as_secs_f64();
-            for (name, answer) in names.into_iter().zip(answers) {
-                if let AgentResponse::Task(t) = answer {
-                    let traffic = cost.traffic.entry(name).or_default();
-                    traffic.0 += t.bytes_sent;
-                    traffic.1 += t.bytes_received;
-                }
+            for (name, t) in names.into_iter().zip(answers) {
+                let traffic = cost.traffic.entry(name).or_default();
+                traffic.0 += t.bytes_sent;
+                traffic.1 += t.bytes_received;
             }
             parts.push((task.task, object.clone()));
         }
@@ -285,7 +279,7 @@ impl Coordinator {
             .map(|(member, target, deliver)| {
                 (
                     target.clone(),
-                    AgentRequest::Install {
+                    Install {
                         parts: parts.clone(),
                         member: *member,
                         epoch,
@@ -434,7 +428,7 @@ impl Coordinator {
                 .map(|m| {
                     Ok((
                         node(&m.from)?,
-                        AgentRequest::MoveRank {
+                        MoveRank {
                             rank: m.rank,
                             epoch,
                             to: node(&m.to)?,

@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use super::agents::{Agents, Answer};
 use super::{Coordinator, Journal};
+use eckpt_cluster_api::call::Call;
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
 use eckpt_cluster_api::msg::{
-    AgentRequest, AgentResponse, EpochOutcome, Inventory, NodeInfo, Opened, RankReport, Registered,
-    Registration, ShardInfo, TaskReport,
+    AgentRequest, AgentResponse, CancelTask, Damage, EpochOutcome, Inventory, NodeInfo, Opened, RankReport,
+    Registered, Registration, Scrub, ShardInfo, TaskReport,
 };
 use eckpt_cluster_api::shard_layout::ShardLayout;
 use eckpt_cluster_api::{ClusterError, ErrorKind, WireError};
@@ -132,7 +133,7 @@ impl Agents for MemoryAgents {
         let mut agents = self.agents.lock().unwrap();
         let agent = agents.entry(node.name.clone()).or_default();
         agent.asked.push(request.clone());
-        if let AgentRequest::CancelTask { task, reason } = &request {
+        if let AgentRequest::CancelTask(CancelTask { task, reason }) = &request {
             for (_, part) in agent.waiting.extract_if(.., |(t, _)| t == task) {
                 let _ = part.send(reason.clone());
             }
@@ -226,10 +227,7 @@ fn healthy_answer(node: &str, request: AgentRequest) -> AgentResponse {
                 ..TaskReport::default()
             })
         }
-        AgentRequest::Scrub { .. } => AgentResponse::Damage {
-            ranks: Vec::new(),
-            objects: Vec::new(),
-        },
+        AgentRequest::Scrub(_) => Scrub::reply(Damage::default()),
         _ => AgentResponse::Ok,
     }
 }
