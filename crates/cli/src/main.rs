@@ -150,25 +150,40 @@ fn main() {
     }
 }
 
-/// The exit status of a failure that may pass by itself (a coordinator or node that could
-/// not be reached, a broken link): `EX_TEMPFAIL` of sysexits.h, so that a batch script can
-/// retry on it and give up on anything else.
-const EXIT_RETRYABLE: i32 = 75;
-
 /// Says why in one line and exits with [`exit_status`].
 fn fail(e: &anyhow::Error) -> ! {
     eprintln!("eckpt: error: {}", one_line(e));
     std::process::exit(exit_status(e));
 }
 
-/// [`EXIT_RETRYABLE`] when the cause is a cluster failure that may pass, 1 otherwise.
+/// The exit status of a failure, by what a script can do about it: for a cluster failure,
+/// its kind's code of sysexits.h ([`exit_code_of`]); 1 for any other.
 fn exit_status(e: &anyhow::Error) -> i32 {
-    let cause = e
-        .chain()
-        .find_map(|c| c.downcast_ref::<eckpt_cluster_api::ClusterError>());
-    match cause.is_some_and(eckpt_cluster_api::ClusterError::is_retryable) {
-        true => EXIT_RETRYABLE,
-        false => 1,
+    e.chain()
+        .find_map(|c| c.downcast_ref::<eckpt_cluster_api::ClusterError>())
+        .map_or(1, |cause| exit_code_of(cause.kind()))
+}
+
+/// The exit code of each kind of cluster failure (the table in the README).
+fn exit_code_of(kind: eckpt_cluster_api::ErrorKind) -> i32 {
+    use eckpt_cluster_api::ErrorKind as K;
+    match kind {
+        // EX_TEMPFAIL: may pass by itself; try again.
+        K::Node | K::Link => 75,
+        // EX_USAGE: the arguments, or the job's size, must change.
+        K::Invalid | K::Mismatch => 64,
+        // EX_NOINPUT: what was named does not exist.
+        K::NotFound => 66,
+        // EX_UNAVAILABLE: the cluster must change first, as the message says.
+        K::Refused => 69,
+        // EX_NOPERM: not the owner (a superseded run, another job's writer).
+        K::Fenced => 77,
+        // EX_DATAERR: the data cannot serve; restore from a flush.
+        K::Corrupt | K::Unrecoverable => 65,
+        // EX_IOERR: a disk is full or unwritable.
+        K::Io => 74,
+        // EX_SOFTWARE: a bug, or a peer of another version.
+        K::Protocol | K::Internal => 70,
     }
 }
 
@@ -216,14 +231,32 @@ mod tests {
     use eckpt_cluster_api::ClusterError;
 
     #[test]
-    fn only_a_failure_that_may_pass_exits_with_the_retry_status() {
+    fn a_cluster_failure_exits_with_the_code_of_its_kind_and_any_other_with_1() {
         let unreachable: anyhow::Result<()> = Err(ClusterError::Unreachable(
             "no coordinator at 10.0.0.1:7000".into(),
         ))
         .context("eckpt checkpoint");
-        assert_eq!(exit_status(&unreachable.unwrap_err()), EXIT_RETRYABLE);
-        let mismatch = anyhow::Error::from(ClusterError::Mismatch("the job has 3 ranks".into()));
-        assert_eq!(exit_status(&mismatch), 1);
+        assert_eq!(exit_status(&unreachable.unwrap_err()), 75);
+        let cases = [
+            (ClusterError::Mismatch("the job has 3 ranks".into()), 64),
+            (ClusterError::NotFound("rank 9 never checkpointed".into()), 66),
+            (
+                ClusterError::Refused("node n1 is down: run `eckpt recover`".into()),
+                69,
+            ),
+            (ClusterError::Fenced("superseded by generation 4".into()), 77),
+            (ClusterError::Unrecoverable("group 0 lost 3 of 4".into()), 65),
+            (ClusterError::Internal("a worker thread panicked".into()), 70),
+        ];
+        for (e, code) in cases {
+            let remote = ClusterError::from_coordinator(eckpt_cluster_api::WireError::from(&e));
+            assert_eq!(exit_status(&anyhow::Error::from(e)), code);
+            assert_eq!(
+                exit_status(&anyhow::Error::from(remote)),
+                code,
+                "the same across the wire"
+            );
+        }
         assert_eq!(exit_status(&anyhow::anyhow!("--nodes must be at least 2")), 1);
     }
 }

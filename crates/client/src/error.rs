@@ -143,6 +143,8 @@ fn cluster_code(e: &ClusterError) -> i32 {
         ClusterError::Codec(CodecError::Kernel(_)) => capi::ECKPT_EINVAL,
         // Refusals, unreachable nodes and broken connections.
         ClusterError::Invalid(_)
+        | ClusterError::NotFound(_)
+        | ClusterError::Refused(_)
         | ClusterError::Protocol(_)
         | ClusterError::Node { .. }
         | ClusterError::Unreachable(_)
@@ -165,6 +167,8 @@ fn cluster_code(e: &ClusterError) -> i32 {
             ErrorKind::Fenced => capi::ECKPT_EFENCED,
             ErrorKind::Mismatch => capi::ECKPT_EMISMATCH,
             ErrorKind::Invalid
+            | ErrorKind::NotFound
+            | ErrorKind::Refused
             | ErrorKind::Protocol
             | ErrorKind::Node
             | ErrorKind::Link
@@ -320,7 +324,7 @@ mod tests {
     fn cluster_errors_map_by_kind() {
         let cases = [
             (
-                ClusterError::Invalid("rank 3's node n1 is down".into()),
+                ClusterError::Refused("rank 3's node n1 is down".into()),
                 ECKPT_ECLUSTER,
             ),
             (
@@ -401,7 +405,7 @@ mod tests {
 
     #[test]
     fn cluster_errors_keep_their_message() {
-        let error = Error::from(ClusterError::Invalid(
+        let error = Error::from(ClusterError::Refused(
             "rank 3's node n1 is down: run `eckpt recover`".into(),
         ));
         assert_eq!(

@@ -14,8 +14,9 @@ use crate::msg::{CodingTask, Group, NodeInfo, ObjectKind, ObjectRecord, UpdateTa
 use crate::shard_layout::ShardLayout;
 use crate::ClusterError;
 
-fn invalid<T>(why: String) -> Result<T, ClusterError> {
-    Err(ClusterError::Invalid(why))
+/// A task no correct coordinator sends.
+fn malformed<T>(why: String) -> Result<T, ClusterError> {
+    Err(ClusterError::Protocol(why))
 }
 
 impl CodingTask {
@@ -29,7 +30,7 @@ impl CodingTask {
         let n = geometry.members();
         let extra = self.decode.as_ref().map_or(0, |d| d.rebuild.len());
         if self.participants.len() < n || self.participants.len() - n > extra {
-            return invalid(format!(
+            return malformed(format!(
                 "task {} has {} participants for a group of {n} and {extra} rebuilt members",
                 self.task,
                 self.participants.len()
@@ -39,7 +40,7 @@ impl CodingTask {
         if let Some(spec) = &self.decode {
             for &(member, target) in &spec.rebuild {
                 if !matches!(self.participants.get(target), Some(Some(_))) {
-                    return invalid(format!(
+                    return malformed(format!(
                         "member {member} is rebuilt at participant {target}, which is none"
                     ));
                 }
@@ -57,10 +58,10 @@ impl UpdateTask {
         let geometry = object_geometry(&self.group, &self.coding, &self.object)?;
         let n = geometry.members();
         if self.object.kind != ObjectKind::Image {
-            return invalid(format!("update task {} of a stripe object", self.task));
+            return malformed(format!("update task {} of a stripe object", self.task));
         }
         if self.participants.len() != n || self.layouts.len() != n {
-            return invalid(format!(
+            return malformed(format!(
                 "update task {} has {} participants and {} layouts for a group of {n}",
                 self.task,
                 self.participants.len(),
@@ -82,11 +83,13 @@ fn object_geometry(
     coding: &CodingConfig,
     object: &ObjectRecord,
 ) -> Result<Geometry, ClusterError> {
-    coding.validate()?;
-    let geometry = Geometry::try_new(coding.layout, group.k, group.m, object.data_chunks)?;
+    let shape = |e: ClusterError| ClusterError::Protocol(e.to_string());
+    coding.validate().map_err(|e| shape(e.into()))?;
+    let geometry = Geometry::try_new(coding.layout, group.k, group.m, object.data_chunks)
+        .map_err(|e| shape(e.into()))?;
     let n = geometry.members();
     if group.members.len() != n {
-        return invalid(format!(
+        return malformed(format!(
             "group {} of k={} m={} lists {} members",
             group.id,
             group.k,
@@ -96,13 +99,13 @@ fn object_geometry(
     }
     let (lo, hi) = CHUNK_RANGE;
     if !(lo..=hi).contains(&object.chunk) {
-        return invalid(format!(
+        return malformed(format!(
             "object {} has {}-byte chunks, outside {lo}..={hi}",
             object.id, object.chunk
         ));
     }
     if object.shards.len() != n {
-        return invalid(format!(
+        return malformed(format!(
             "object {} has {} shard records for a group of {n}",
             object.id,
             object.shards.len()
@@ -111,7 +114,7 @@ fn object_geometry(
     for (x, shard) in object.shards.iter().enumerate() {
         check_shard(&geometry, object.chunk, x, shard.len, &shard.layout)?;
         if shard.crcs.len() as u64 > geometry.data_chunks(x) {
-            return invalid(format!(
+            return malformed(format!(
                 "member {x} of object {} has {} chunk checksums for {} chunks",
                 object.id,
                 shard.crcs.len(),
@@ -136,7 +139,7 @@ fn check_shard(
     let room = geometry.data_chunks(x) * u64::from(chunk);
     let longest = len.max(layout.len());
     if longest > room {
-        return invalid(format!(
+        return malformed(format!(
             "member {x}'s shard of {longest} bytes does not fit its {} chunks of {chunk} bytes",
             geometry.data_chunks(x)
         ));
@@ -149,7 +152,7 @@ fn distinct<'a>(nodes: impl Iterator<Item = &'a NodeInfo>) -> Result<(), Cluster
     let mut seen = HashSet::new();
     for node in nodes {
         if !seen.insert(node.name.as_str()) {
-            return invalid(format!("node {} takes part twice", node.name));
+            return malformed(format!("node {} takes part twice", node.name));
         }
     }
     Ok(())
@@ -240,7 +243,7 @@ mod tests {
             let mut task = decode_task();
             spoil(&mut task);
             assert!(
-                matches!(task.check(), Err(ClusterError::Invalid(_))),
+                matches!(task.check(), Err(ClusterError::Protocol(_))),
                 "{what} accepted"
             );
         }

@@ -351,7 +351,7 @@ fn choose_item(rank: u32, names: &[&str], item: Option<&str>) -> Result<String, 
         }
     };
     if !names.contains(&wanted.as_str()) {
-        return Err(ClusterError::Invalid(format!(
+        return Err(ClusterError::NotFound(format!(
             "rank {rank} has no item {wanted:?} (it has {})",
             names.join(", ")
         )));
@@ -409,7 +409,7 @@ pub fn restore_flushed(
         None => dir.newest()?.0,
     };
     let entry = flushed.manifest().rank(rank).ok_or_else(|| {
-        ClusterError::Invalid(format!(
+        ClusterError::NotFound(format!(
             "flushed epoch {} has no rank {rank} (the job had {} ranks)",
             flushed.epoch(),
             flushed.manifest().world

@@ -484,7 +484,7 @@ impl ClusterDir {
         let path = self.cluster_file();
         let bytes = std::fs::read(&path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
-                ClusterError::Invalid(format!(
+                ClusterError::NotFound(format!(
                     "{} is not a cluster directory (no cluster.json): start one with `eckpt up --dir {}`",
                     self.root.display(),
                     self.root.display()
@@ -494,14 +494,14 @@ impl ClusterDir {
             }
         })?;
         let file: ClusterFile = serde_json::from_slice(&bytes).map_err(|e| {
-            ClusterError::Invalid(format!(
+            ClusterError::Corrupt(format!(
                 "{}: unreadable ({e}); `eckpt down --dir {}` still stops the cluster's processes",
                 path.display(),
                 self.root.display()
             ))
         })?;
         if file.format != CLUSTER_FORMAT {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Refused(format!(
                 "{}: format {} (this eckpt reads {CLUSTER_FORMAT})",
                 path.display(),
                 file.format

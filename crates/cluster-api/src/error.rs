@@ -12,9 +12,20 @@ use serde::{Deserialize, Serialize};
 /// Why a cluster operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    /// A request or configuration that cannot be honoured.
+    /// Bad input: an argument, a configuration value, a name that can never be honoured as
+    /// given. The caller must change it.
     #[error("{0}")]
     Invalid(String),
+    /// What the request names does not exist: a rank that never checkpointed, an epoch not
+    /// committed, an item, a node, a cluster directory.
+    #[error("{0}")]
+    NotFound(String),
+    /// The cluster's state does not allow the request now, and waiting alone will not change
+    /// that: a node it needs is down or damaged (`eckpt recover` first), the epoch asked for
+    /// is not the open one, a directory already holds a cluster. The message says what to
+    /// do.
+    #[error("{0}")]
+    Refused(String),
     /// What the checkpoint holds does not fit the job asking for it (its number of ranks):
     /// permanent, and the user's to resolve, not the cluster's.
     #[error("{0}")]
@@ -95,8 +106,13 @@ pub enum ClusterError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ErrorKind {
-    /// A request or configuration that cannot be honoured.
+    /// Bad input.
     Invalid,
+    /// What the request names does not exist.
+    #[serde(rename = "not-found")]
+    NotFound,
+    /// The cluster's state does not allow the request now; the message says what to do.
+    Refused,
     /// The checkpoint does not fit the job asking for it.
     Mismatch,
     /// A peer broke the protocol.
@@ -140,6 +156,8 @@ impl ClusterError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             ClusterError::Invalid(_) => ErrorKind::Invalid,
+            ClusterError::NotFound(_) => ErrorKind::NotFound,
+            ClusterError::Refused(_) => ErrorKind::Refused,
             ClusterError::Mismatch(_) => ErrorKind::Mismatch,
             ClusterError::Protocol(_) => ErrorKind::Protocol,
             ClusterError::Node { .. } | ClusterError::Unreachable(_) | ClusterError::NoAnswer(_) => {
@@ -327,7 +345,9 @@ mod tests {
         }
         let mismatch = ClusterError::Mismatch("the job has 3 ranks; this checkpoint says 4".into());
         let permanent = [
-            ClusterError::Invalid("no epoch is committed yet".into()),
+            ClusterError::NotFound("no epoch is committed yet".into()),
+            ClusterError::Refused("rank 3's node n1 is down: run `eckpt recover`".into()),
+            ClusterError::Invalid("--k 0: at least 1 data member".into()),
             ClusterError::Fenced("rank 2 of generation 3: superseded by 4".into()),
             ClusterError::Corrupt("chunk 9 fails its crc32c".into()),
             ClusterError::Unrecoverable("group 0 lost 3 members, m=2".into()),
@@ -337,6 +357,16 @@ mod tests {
             assert!(!e.is_retryable(), "{e}");
             assert!(!across_the_wire(e).is_retryable(), "{e}");
         }
-        assert_eq!(across_the_wire(&permanent[4]).kind(), ErrorKind::Mismatch);
+        for (e, kind) in permanent.iter().zip([
+            ErrorKind::NotFound,
+            ErrorKind::Refused,
+            ErrorKind::Invalid,
+            ErrorKind::Fenced,
+            ErrorKind::Corrupt,
+            ErrorKind::Unrecoverable,
+            ErrorKind::Mismatch,
+        ]) {
+            assert_eq!(across_the_wire(e).kind(), kind, "{e}");
+        }
     }
 }

@@ -68,7 +68,7 @@ impl ShardLayout {
             match e.offset.checked_add(e.capacity) {
                 Some(stop) if e.offset >= end && e.len <= e.capacity => end = stop,
                 _ => {
-                    return Err(ClusterError::Invalid(format!(
+                    return Err(ClusterError::Protocol(format!(
                         "layout extent of rank {} item {:?} at {} ({} of {} bytes) overlaps, is out of \
                          order or overflows",
                         e.rank, e.item, e.offset, e.len, e.capacity

@@ -108,7 +108,7 @@ pub fn apply(placement: &AgentPlacement) -> Result<(), ClusterError> {
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
         };
         if result != 0 {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Refused(format!(
                 "agent CPUs {list:?}: {}",
                 std::io::Error::last_os_error()
             )));
@@ -117,7 +117,7 @@ pub fn apply(placement: &AgentPlacement) -> Result<(), ClusterError> {
     if let Some(nice) = placement.nice {
         // SAFETY: setpriority on the calling thread (who 0) only.
         if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Refused(format!(
                 "agent nice {nice}: {}",
                 std::io::Error::last_os_error()
             )));

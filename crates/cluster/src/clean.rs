@@ -209,7 +209,7 @@ fn clean_cluster_dir(
     if std::fs::symlink_metadata(root).is_err() {
         return Ok(());
     }
-    let refused = |why: String| ClusterError::Invalid(format!("{}: {why}; nothing deleted", root.display()));
+    let refused = |why: String| ClusterError::Refused(format!("{}: {why}; nothing deleted", root.display()));
     let held = eckpt_private_dir::check_removable(root, owner).map_err(|e| refused(e.why()))?;
     eckpt_private_dir::as_owner(held, || {
         if !dir.cluster_file().exists() {
@@ -314,15 +314,14 @@ fn clean_node_stores(
             .map_err(eckpt_cluster_api::io_at(&path))?
             .join(path)
     };
+    let bad = |why: &str| ClusterError::Invalid(format!("--node-store {pattern}: {why}"));
     let (Some(parent), Some(last)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
-        return Err(ClusterError::Invalid(format!(
-            "--node-store {pattern}: not a directory's path"
-        )));
+        return Err(bad("not a directory's path"));
     };
     if parent.to_string_lossy().contains("%n") {
-        return Err(ClusterError::Invalid(format!(
-            "--node-store {pattern}: %n (the node's name) may only be in the last part of the path"
-        )));
+        return Err(bad(
+            "%n (the node's name) may only be in the last part of the path",
+        ));
     }
     // Each candidate: the directory an agent was given, and the node it was for (any
     // node, when the path does not name it).

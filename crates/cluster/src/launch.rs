@@ -86,7 +86,7 @@ fn spawn_detached(mut command: Command, log: &Path) -> Result<Child, ClusterErro
     }
     command
         .spawn()
-        .map_err(|e| ClusterError::Invalid(format!("starting {command:?}: {e}")))
+        .map_err(|e| ClusterError::Refused(format!("starting {command:?}: {e}")))
 }
 
 /// Whether process `pid` runs: it exists and is not a zombie. A daemon started by this
@@ -126,7 +126,7 @@ fn agent_command(
             let index = *net
                 .nodes
                 .get(name)
-                .ok_or_else(|| ClusterError::Invalid(format!("node {name} has no namespace")))?;
+                .ok_or_else(|| ClusterError::Internal(format!("node {name} has no namespace")))?;
             let network = Network::for_dir(dir.root());
             let mut c = Command::new("ip");
             c.args(["netns", "exec", &network.namespace(name)]).arg(exe);
@@ -153,7 +153,7 @@ fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) ->
     let deadline = Instant::now() + timeout;
     while !check() {
         if Instant::now() > deadline {
-            return Err(ClusterError::Invalid(format!("timed out waiting for {what}")));
+            return Err(ClusterError::Unreachable(format!("timed out waiting for {what}")));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -199,7 +199,7 @@ fn wait_alive(
             })
     });
     match exited {
-        Some((name, line)) => Err(ClusterError::Invalid(format!(
+        Some((name, line)) => Err(ClusterError::Refused(format!(
             "the agent of node {name} exited before it registered: {line}"
         ))),
         None => waited,
@@ -224,7 +224,7 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         return restart(&dir, options);
     }
     let node_count = options.nodes.ok_or_else(|| {
-        ClusterError::Invalid(format!(
+        ClusterError::NotFound(format!(
             "{} holds no cluster: --nodes is needed to create one",
             dir.root().display()
         ))
@@ -342,7 +342,7 @@ fn claim_new_dir(dir: &ClusterDir) -> Result<(), ClusterError> {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         if !names.is_empty() {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Refused(format!(
                 "{} is not empty and holds no eckpt cluster (it has {}{}): a new cluster needs a new or empty directory",
                 root.display(),
                 names[..names.len().min(3)].join(", "),
@@ -411,12 +411,12 @@ fn restart(dir: &ClusterDir, options: &UpOptions) -> Result<UpSummary, ClusterEr
     let mut file = dir.load()?;
     let root = dir.root().display();
     if let Some(pid) = running(&dir.coordinator()) {
-        return Err(ClusterError::Invalid(format!(
+        return Err(ClusterError::Refused(format!(
             "{root} already holds a cluster, running (coordinator pid {pid}): `eckpt status --dir {root}` shows it, `eckpt down --dir {root}` stops it"
         )));
     }
     if options.nodes.is_some() {
-        return Err(ClusterError::Invalid(format!(
+        return Err(ClusterError::Refused(format!(
             "{root} holds a stopped cluster: `eckpt up --dir {root}` without --nodes restarts it as it was (its nodes and coding are recorded there); a new cluster needs another directory"
         )));
     }
@@ -489,7 +489,7 @@ fn ensure_namespace(dir: &ClusterDir, net: &NetnsConfig, name: &str) -> Result<(
     let index = *net
         .nodes
         .get(name)
-        .ok_or_else(|| ClusterError::Invalid(format!("node {name} has no namespace")))?;
+        .ok_or_else(|| ClusterError::Internal(format!("node {name} has no namespace")))?;
     if !Path::new("/run/netns").join(network.namespace(name)).exists() {
         network.add_node(name, index, net.rate.as_deref())?;
     }
@@ -547,7 +547,7 @@ fn start(
         exited || (dir.load().is_ok_and(|f| f.coordinator_tcp.is_some()) && status_now(dir).is_some())
     })?;
     if exited {
-        return Err(ClusterError::Invalid(format!(
+        return Err(ClusterError::Refused(format!(
             "the coordinator exited: {}",
             last_line(&log)
         )));
@@ -590,13 +590,13 @@ pub fn join(
     let mut file = dir.load()?;
     if status_now(&dir).is_none() {
         let root = dir.root().display();
-        return Err(ClusterError::Invalid(format!(
+        return Err(ClusterError::Refused(format!(
             "the cluster in {root} is stopped (its coordinator does not answer): `eckpt up --dir {root}` starts it again"
         )));
     }
     let node_dir = dir.node(name);
     if let Some(pid) = running(&node_dir) {
-        return Err(ClusterError::Invalid(format!(
+        return Err(ClusterError::Refused(format!(
             "node {name} is already running (pid {pid})"
         )));
     }
@@ -630,7 +630,7 @@ pub fn kill_node(dir: &Path, name: &str, wipe: bool) -> Result<Option<u32>, Clus
     dir.load()?;
     let node_dir = dir.node(name);
     if !node_dir.is_dir() {
-        return Err(ClusterError::Invalid(format!(
+        return Err(ClusterError::NotFound(format!(
             "no node {name} in {}",
             dir.root().display()
         )));

@@ -24,25 +24,20 @@ pub fn parse_rate(rate: &str) -> Result<u64, ClusterError> {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(lower.len()),
     );
+    let bad = |why: String| ClusterError::Invalid(format!("link rate {rate:?}{why}"));
     let value: f64 = number
         .parse()
-        .map_err(|_| ClusterError::Invalid(format!("link rate {rate:?}: expected e.g. 1gbit or 100mbit")))?;
+        .map_err(|_| bad(": expected e.g. 1gbit or 100mbit".into()))?;
     let scale = match unit {
         "gbit" | "g" => 1e9,
         "mbit" | "m" => 1e6,
         "kbit" | "k" => 1e3,
         "bit" | "" => 1.0,
-        _ => {
-            return Err(ClusterError::Invalid(format!(
-                "link rate {rate:?}: unknown unit {unit:?}"
-            )))
-        }
+        _ => return Err(bad(format!(": unknown unit {unit:?}"))),
     };
     let bits = value * scale;
     if bits.is_nan() || bits < 1e5 {
-        return Err(ClusterError::Invalid(format!(
-            "link rate {rate:?} is below 100kbit"
-        )));
+        return Err(bad(" is below 100kbit".into()));
     }
     Ok(bits as u64)
 }
@@ -51,9 +46,9 @@ fn run(program: &str, args: &[&str]) -> Result<(), ClusterError> {
     let out = Command::new(program)
         .args(args)
         .output()
-        .map_err(|e| ClusterError::Invalid(format!("{program}: {e} (install iproute2)")))?;
+        .map_err(|e| ClusterError::Refused(format!("{program}: {e} (install iproute2)")))?;
     if !out.status.success() {
-        return Err(ClusterError::Invalid(format!(
+        return Err(ClusterError::Refused(format!(
             "`{program} {}` failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()

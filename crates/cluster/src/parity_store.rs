@@ -93,7 +93,7 @@ impl ParityStore {
         [self.committed_dir(id), self.prepared_dir(id)]
             .into_iter()
             .find(|d| d.is_dir())
-            .ok_or_else(|| ClusterError::Invalid(format!("object {id} is not held here")))
+            .ok_or_else(|| ClusterError::NotFound(format!("object {id} is not held here")))
     }
 
     /// A directory for decoding into, removed when the agent next starts.
@@ -151,7 +151,7 @@ impl ParityStore {
         if path.is_file() {
             Ok(path)
         } else {
-            Err(ClusterError::Invalid(format!("object {id} has no blob here")))
+            Err(ClusterError::NotFound(format!("object {id} has no blob here")))
         }
     }
 
@@ -390,7 +390,7 @@ impl ParityWriter {
     pub fn write(&mut self, index: u64, data: &[u8], threads: usize) -> Result<(), ClusterError> {
         let chunk = self.manifest.chunk as usize;
         if data.len() != chunk || index as usize >= self.manifest.crcs.len() {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Protocol(format!(
                 "parity chunk {index} of {} bytes does not fit {} chunks of {chunk}",
                 data.len(),
                 self.manifest.crcs.len()
@@ -449,7 +449,7 @@ impl ParityReader {
     /// The recorded CRC-32C of chunk `index`.
     fn recorded_crc(&self, index: u64) -> Result<u32, ClusterError> {
         self.manifest.crcs.get(index as usize).copied().ok_or_else(|| {
-            ClusterError::Invalid(format!("parity chunk {index} of object {} out of range", self.id))
+            ClusterError::Protocol(format!("parity chunk {index} of object {} out of range", self.id))
         })
     }
 
@@ -465,7 +465,7 @@ impl ParityReader {
     /// Reads chunk `index` into `buf` (one chunk) and checks its CRC.
     pub fn read(&self, index: u64, buf: &mut [u8]) -> Result<(), ClusterError> {
         if buf.len() != self.chunk() {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Protocol(format!(
                 "a {}-byte chunk asked of object {}, whose parity has {}-byte chunks",
                 buf.len(),
                 self.id,
@@ -525,7 +525,7 @@ impl StagedUpdate {
     ) -> Result<(), ClusterError> {
         let chunk = self.reader.chunk();
         if offset.checked_add(len).is_none_or(|end| end > chunk) || index >= self.reader.chunks() {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Protocol(format!(
                 "bytes {offset}+{len} of parity chunk {index}, of {} chunks of {chunk} bytes",
                 self.reader.chunks()
             )));

@@ -67,7 +67,7 @@ impl Chunks<ClusterError> for LocalChunks {
                 let source = self
                     .data
                     .as_ref()
-                    .ok_or_else(|| ClusterError::Invalid("no data shard here".into()))?;
+                    .ok_or_else(|| ClusterError::Protocol("no data shard here".into()))?;
                 let crc = read_checksummed(buf, self.threads, |offset, part| {
                     source.read(at + offset as u64, part)
                 })?;
@@ -77,7 +77,7 @@ impl Chunks<ClusterError> for LocalChunks {
             Input::Parity(q) => self
                 .parity
                 .as_ref()
-                .ok_or_else(|| ClusterError::Invalid("no parity here".into()))?
+                .ok_or_else(|| ClusterError::Protocol("no parity here".into()))?
                 .read(q, buf),
         }
     }
@@ -91,7 +91,7 @@ impl Chunks<ClusterError> for LocalChunks {
         self.parity_out
             .as_mut()
             .ok_or_else(|| {
-                ClusterError::Invalid(format!("output stream {} is not kept here", output.stream))
+                ClusterError::Protocol(format!("output stream {} is not kept here", output.stream))
             })?
             .write(output.chunk, data, self.threads)
     }
@@ -113,7 +113,7 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
         .iter()
         .position(|p| p.as_ref().is_some_and(|n| n.name == agent.info.name))
         .ok_or_else(|| {
-            ClusterError::Invalid(format!(
+            ClusterError::Protocol(format!(
                 "{} is not a participant of task {}",
                 agent.info.name, task.task
             ))

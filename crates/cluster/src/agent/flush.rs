@@ -31,7 +31,7 @@ impl Agent {
         let mut pins = Vec::with_capacity(ranks.len());
         for &rank in ranks {
             pins.push(self.store.pin(rank, epoch).map_err(|e| match e {
-                StoreError::NoEpoch { .. } => ClusterError::Invalid(format!(
+                StoreError::NoEpoch { .. } => ClusterError::NotFound(format!(
                     "rank {rank} epoch {epoch} is not in the store of {} (committed epochs: {:?}): it cannot be flushed",
                     self.info.name,
                     self.store.list_epochs(rank).unwrap_or_default()
@@ -72,7 +72,7 @@ impl Agent {
         let flushed = FlushDir::new(flush).open(epoch)?;
         for &rank in ranks {
             let entry = flushed.manifest().rank(rank).ok_or_else(|| {
-                ClusterError::Invalid(format!(
+                ClusterError::NotFound(format!(
                     "flushed epoch {epoch} has no rank {rank} (its job had {} ranks)",
                     flushed.manifest().world
                 ))

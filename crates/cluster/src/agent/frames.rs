@@ -53,7 +53,7 @@ impl Frames {
 pub fn check_room(store: &Path, what: &str, len: u64) -> Result<(), ClusterError> {
     let free = free_bytes(store)?;
     if len > free {
-        return Err(ClusterError::Invalid(format!(
+        return Err(ClusterError::Refused(format!(
             "{what} of {len} bytes announced, more than this node's {free} bytes free for its store"
         )));
     }
@@ -64,7 +64,7 @@ pub fn check_room(store: &Path, what: &str, len: u64) -> Result<(), ClusterError
 fn free_bytes(path: &Path) -> Result<u64, ClusterError> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| ClusterError::Invalid(format!("{} holds a NUL byte", path.display())))?;
+        .map_err(|_| ClusterError::Internal(format!("{} holds a NUL byte", path.display())))?;
     // SAFETY: statvfs fills the zeroed struct we pass; the path is NUL-terminated.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {

@@ -71,7 +71,7 @@ pub fn claim(store: &Path, name: &str, created_local: bool) -> Result<Identity, 
     match std::fs::read(&path) {
         Ok(bytes) => {
             let file: IdentityFile = serde_json::from_slice(&bytes).map_err(|e| {
-                ClusterError::Invalid(format!(
+                ClusterError::Refused(format!(
                     "{}: unreadable node identity ({e}): refusing to guess whose store this is",
                     path.display()
                 ))
@@ -134,7 +134,7 @@ fn refuse_foreign(dir: &Path, made: fn(&str) -> Option<crate::created::Made>) ->
     if foreign.is_empty() {
         return Ok(());
     }
-    Err(ClusterError::Invalid(format!(
+    Err(ClusterError::Refused(format!(
         "{} holds files eckpt did not create ({}): it is not a node's store; give the agent a new or empty --store",
         dir.display(),
         crate::created::listing(dir, &foreign)

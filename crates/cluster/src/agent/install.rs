@@ -50,7 +50,7 @@ impl RebuiltShard {
         let shard = record
             .shards
             .get(member)
-            .ok_or_else(|| ClusterError::Invalid(format!("object {} has no member {member}", record.id)))?;
+            .ok_or_else(|| ClusterError::Protocol(format!("object {} has no member {member}", record.id)))?;
         let file = File::open(path).map_err(io_at(path))?;
         let file_len = file.metadata().map_err(io_at(path))?.len();
         let chunk = record.chunk as usize;
@@ -122,7 +122,7 @@ impl ImageSource for RebuiltShard {
         let e = self
             .layout
             .extent(rank, name)
-            .ok_or_else(|| ClusterError::Invalid(format!("rank {rank} has no item {name:?} here")))?;
+            .ok_or_else(|| ClusterError::NotFound(format!("rank {rank} has no item {name:?} here")))?;
         self.read(e.offset + offset, window, &format!("rank {rank} item {name:?}"))
     }
 }
@@ -164,7 +164,7 @@ impl ImageSource for StoreImages {
         let view = self
             .views
             .get(&rank)
-            .ok_or_else(|| ClusterError::Invalid(format!("rank {rank} is not here")))?;
+            .ok_or_else(|| ClusterError::NotFound(format!("rank {rank} is not here")))?;
         Ok(view.read_padded(name, offset, window)?)
     }
 }
@@ -236,7 +236,7 @@ pub fn rebuilt(
     let chain = Store::open(&dir)?;
     for (t, record) in parts {
         if record.kind == ObjectKind::Image {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Protocol(format!(
                 "object {} is an image in a stripe chain",
                 record.id
             )));
@@ -275,7 +275,7 @@ pub fn import(store: &Store, images: &dyn ImageSource, rank: u32, epoch: u64) ->
     let items = images
         .ranks()
         .get(&rank)
-        .ok_or_else(|| ClusterError::Invalid(format!("rank {rank} is not in the rebuilt shard")))?;
+        .ok_or_else(|| ClusterError::Protocol(format!("rank {rank} is not in the rebuilt shard")))?;
     store.import_image_from(rank, epoch, items, &mut |name, offset, window| {
         images.fill(rank, name, offset, window)
     })
@@ -293,7 +293,7 @@ pub async fn ship(
         .ranks()
         .get(&rank)
         .cloned()
-        .ok_or_else(|| ClusterError::Invalid(format!("rank {rank} is not here to ship")))?;
+        .ok_or_else(|| ClusterError::NotFound(format!("rank {rank} is not here to ship")))?;
     // A receiver that stops (SIGSTOP, a hung host) still has its kernel acknowledging: each
     // frame, and its answer, get the peer wait, so the move fails naming it instead of
     // holding the recovery until someone wakes it.

@@ -198,7 +198,7 @@ impl Links<ClusterError> for TaskLinks {
         let (tx, failure) = self
             .out
             .get(&to)
-            .ok_or_else(|| ClusterError::Invalid(format!("no link to participant {to}")))?;
+            .ok_or_else(|| ClusterError::Protocol(format!("no link to participant {to}")))?;
         tx.blocking_send(message)
             .map_err(|_| failure_of(failure, &self.names[&to], "connection"))
     }
@@ -207,7 +207,7 @@ impl Links<ClusterError> for TaskLinks {
         let (rx, failure) = self
             .inp
             .get_mut(&from)
-            .ok_or_else(|| ClusterError::Invalid(format!("no link from participant {from}")))?;
+            .ok_or_else(|| ClusterError::Protocol(format!("no link from participant {from}")))?;
         rx.blocking_recv()
             .ok_or_else(|| failure_of(failure, &self.names[&from], "stream"))
     }

@@ -220,7 +220,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
         .await
         .map_err(|e| ClusterError::Internal(e.to_string()))?
         .map_err(|_| {
-            ClusterError::Invalid(format!(
+            ClusterError::Unreachable(format!(
                 "the coordinator of {} did not accept this agent within {:.0} s",
                 agent.dir.root().display(),
                 start_wait.as_secs_f64()
@@ -363,7 +363,7 @@ async fn serve(
             // member), a phase a parity index: anything larger belongs to no task.
             if from >= 2 * eckpt_codec::MAX_SHARDS || phase as usize >= eckpt_codec::MAX_SHARDS {
                 let why = format!("peer stream of task {task} from participant {from} in phase {phase}");
-                conn.send_control(&AgentResponse::Error(WireError::from(&ClusterError::Invalid(
+                conn.send_control(&AgentResponse::Error(WireError::from(&ClusterError::Protocol(
                     format!("refused: {why}"),
                 ))))
                 .await?;

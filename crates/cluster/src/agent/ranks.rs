@@ -114,7 +114,7 @@ impl Agent {
             if self.store.prepared_epochs(rank)?.contains(&epoch) {
                 self.store.resume_prepared(rank, epoch)?.commit()?;
             } else if self.store.latest_committed(rank)? < Some(epoch) {
-                return Err(ClusterError::Invalid(format!(
+                return Err(ClusterError::NotFound(format!(
                     "rank {rank} has no epoch {epoch} to commit"
                 )));
             }
@@ -260,7 +260,7 @@ impl Agent {
             Deliver::Import { placement } => {
                 for &rank in images.ranks().keys() {
                     let node = placement.get(&rank).ok_or_else(|| {
-                        ClusterError::Invalid(format!("no placement for rebuilt rank {rank}"))
+                        ClusterError::Protocol(format!("no placement for rebuilt rank {rank}"))
                     })?;
                     if node.name == self.info.name {
                         let (a, images) = (self.clone(), images.clone());

@@ -103,7 +103,7 @@ impl Part {
             .iter()
             .position(|p| p.name == agent.info.name)
             .ok_or_else(|| {
-                ClusterError::Invalid(format!("{} is not in update task {}", agent.info.name, task.task))
+                ClusterError::Protocol(format!("{} is not in update task {}", agent.info.name, task.task))
             })?;
         let (k, m) = (task.group.k, task.group.m);
         let geometry = task.check()?;
@@ -363,7 +363,7 @@ impl Changes {
     ) -> Result<(), ClusterError> {
         let (geometry, me, chunk) = (&self.geometry, self.me, self.chunk);
         let extent = self.layout.extent(rank, &block.item).ok_or_else(|| {
-            ClusterError::Invalid(format!("rank {rank} item {:?} is not in the layout", block.item))
+            ClusterError::Protocol(format!("rank {rank} item {:?} is not in the layout", block.item))
         })?;
         let mut at = extent.offset + block.index * u64::from(block.block_size);
         let mut rest: &[u8] = &block.bytes;

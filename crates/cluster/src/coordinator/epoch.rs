@@ -91,7 +91,7 @@ impl Coordinator {
             }
         }
         out.into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(ClusterError::Invalid("encode task failed".into()))))
+            .map(|r| r.unwrap_or_else(|| Err(ClusterError::Internal("encode task failed".into()))))
             .collect()
     }
 

@@ -67,7 +67,7 @@ impl EpochState {
     fn target(&self, rank: u32, expected: Option<u64>) -> Result<u64, ClusterError> {
         let wrote = self.wrote(rank);
         match expected {
-            Some(e) if e == self.open && wrote => Err(ClusterError::Invalid(format!(
+            Some(e) if e == self.open && wrote => Err(ClusterError::Refused(format!(
                 "rank {rank} already wrote epoch {e}{}: its next checkpoint is epoch {}",
                 if self.running {
                     " (being committed)"
@@ -76,7 +76,7 @@ impl EpochState {
                 },
                 e + 1
             ))),
-            Some(e) if e != self.open => Err(ClusterError::Invalid(format!(
+            Some(e) if e != self.open => Err(ClusterError::Refused(format!(
                 "epoch {e} is not open (ranks write epoch {}{})",
                 self.open,
                 if wrote {
@@ -99,7 +99,7 @@ impl EpochState {
         if self.open < target {
             return None;
         }
-        Some(Err(ClusterError::Invalid(if self.open > target {
+        Some(Err(ClusterError::Refused(if self.open > target {
             format!(
                 "rank {rank} waited to write epoch {target}, but epoch {} opened meanwhile: not writing a later epoch than the one asked for",
                 self.open
@@ -124,7 +124,7 @@ impl State {
         let journal = self.journal();
         let (placed, world) = (journal.placement.get(&rank).cloned(), journal.world.unwrap_or(0));
         if placed.as_ref() != Some(&node) {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Refused(format!(
                 "rank {rank} does not live on {node}"
             )));
         }
@@ -133,7 +133,7 @@ impl State {
             return Ok(false);
         }
         if epoch != epochs.open || epochs.running {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Refused(format!(
                 "epoch {epoch} is not open for checkpoints (open: {}{})",
                 epochs.open,
                 if epochs.running { ", being committed" } else { "" }
@@ -192,7 +192,7 @@ fn place(
         .collect();
     let name = match (journal.placement.get(&rank), node) {
         (Some(placed), Some(wanted)) if *placed != wanted => {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Refused(format!(
                 "rank {rank} lives on {placed}, not {wanted}"
             )))
         }
@@ -205,7 +205,7 @@ fn place(
         (None, Some(wanted)) => wanted,
         (None, None) => journal
             .least_loaded(&candidates, &BTreeMap::new())
-            .ok_or_else(|| ClusterError::Invalid("no alive node can host ranks".into()))?,
+            .ok_or_else(|| ClusterError::Refused("no alive node can host ranks".into()))?,
     };
     if journal.world != Some(world) || journal.placement.get(&rank) != Some(&name) {
         journal.world = Some(world);
@@ -234,7 +234,7 @@ impl Coordinator {
             .await?;
         let name = self.place_rank(rank, world, node, alive.clone()).await?;
         let info = alive.get(&name).cloned().ok_or_else(|| {
-            ClusterError::Invalid(format!(
+            ClusterError::Refused(format!(
                 "rank {rank} lives on {name}, which is down: run `eckpt recover`"
             ))
         })?;
@@ -279,7 +279,7 @@ impl Coordinator {
                 return opened;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Err(ClusterError::Invalid(format!(
+                return Err(ClusterError::Refused(format!(
                     "rank {rank} already wrote epoch {}, still undecided after {:.0} s: every rank must checkpoint it before rank {rank} can write epoch {target} (see `eckpt status`)",
                     target - 1,
                     wait.as_secs_f64()

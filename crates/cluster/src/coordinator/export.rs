@@ -24,18 +24,18 @@ impl Coordinator {
         let committed = journal.committed;
         let epoch = epoch.unwrap_or(committed);
         if committed == 0 {
-            return Err(ClusterError::Invalid("no epoch is committed yet".into()));
+            return Err(ClusterError::NotFound("no epoch is committed yet".into()));
         }
         // A later epoch may be written but undecided: never served as a checkpoint.
         if epoch > committed {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::NotFound(format!(
                 "epoch {epoch} is not committed (the committed epoch is {committed})"
             )));
         }
         let node = journal
             .placement
             .get(&rank)
-            .ok_or_else(|| ClusterError::Invalid(format!("rank {rank} never checkpointed")))?;
+            .ok_or_else(|| ClusterError::NotFound(format!("rank {rank} never checkpointed")))?;
         if let Some(info) = alive.get(node) {
             return Ok(ExportFrom {
                 node: info.clone(),
@@ -44,13 +44,13 @@ impl Coordinator {
             });
         }
         if epoch != committed {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Refused(format!(
                 "rank {rank}'s node {node} is down and parity protects only epoch {committed}, not {epoch}"
             )));
         }
         let (gi, x) = journal
             .group_of(node)
-            .ok_or_else(|| ClusterError::Invalid(format!("node {node} is in no group")))?;
+            .ok_or_else(|| ClusterError::Internal(format!("node {node} is in no group")))?;
         let rec = &journal.groups[gi];
         let members = &rec.group.members;
         // Erasures: the members that are down and, once a decode failed, those whose data
@@ -64,7 +64,7 @@ impl Coordinator {
             .find_map(|n| alive.get(n))
             .or_else(|| alive.values().next())
             .cloned()
-            .ok_or_else(|| ClusterError::Invalid("no agent is alive".into()))?;
+            .ok_or_else(|| ClusterError::Refused("no agent is alive".into()))?;
         let mut scrubbed = false;
         let task = loop {
             if erasures.len() > rec.group.m || rec.objects.is_empty() {

@@ -150,7 +150,7 @@ fn check_lineage(dir: &FlushDir, journal: &Journal, config: &FlushConfig) -> Res
         Some(id) => format!("job {id}"),
         None => "ranks started outside `eckpt run`".to_string(),
     };
-    Err(ClusterError::Invalid(format!(
+    Err(ClusterError::Refused(format!(
         "the newest flushed epoch in {} ({newest}) is {}: flushing {who} there would retire that job's epochs; give {who} a flush directory of its own (a new cluster with `--restore-from-job {}` continues that job instead)",
         dir.root().display(),
         manifest.describe_job(),
@@ -192,7 +192,7 @@ impl Coordinator {
     /// and answers once it is published.
     pub(super) async fn flush_now(self: &Arc<Self>, epoch: Option<u64>) -> Result<FlushReport, ClusterError> {
         let config = self.flush_config.clone().ok_or_else(|| {
-            ClusterError::Invalid("this cluster does not flush: it was created without --flush-dir".into())
+            ClusterError::Refused("this cluster does not flush: it was created without --flush-dir".into())
         })?;
         let turn = self.flushing.turn().await;
         let (committed, flushed) = self
@@ -200,15 +200,15 @@ impl Coordinator {
             .await;
         let epoch = epoch.unwrap_or(committed);
         if committed == 0 {
-            return Err(ClusterError::Invalid("no epoch is committed yet".into()));
+            return Err(ClusterError::NotFound("no epoch is committed yet".into()));
         }
         if epoch > committed {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::NotFound(format!(
                 "epoch {epoch} is not committed (the committed epoch is {committed})"
             )));
         }
         if flushed.contains(&epoch) {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Refused(format!(
                 "epoch {epoch} is already flushed in {}",
                 config.dir.display()
             )));
@@ -259,7 +259,7 @@ impl Coordinator {
         let (journal, alive) = self.read(|s| (s.journal().clone(), s.alive())).await;
         let world = journal
             .world
-            .ok_or_else(|| ClusterError::Invalid("no job has checkpointed yet".into()))?;
+            .ok_or_else(|| ClusterError::NotFound("no job has checkpointed yet".into()))?;
         let mut per_node: BTreeMap<&String, Vec<u32>> = BTreeMap::new();
         for (rank, node) in &journal.placement {
             per_node.entry(node).or_default().push(*rank);

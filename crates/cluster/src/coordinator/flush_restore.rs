@@ -63,7 +63,7 @@ impl Coordinator {
             };
             if let Err(why) = filter.admits(&manifest, dir.root()) {
                 if i == 0 {
-                    return Err(ClusterError::Invalid(why));
+                    return Err(ClusterError::Mismatch(why));
                 }
                 skipped.push(format!("flushed epoch {flushed}: {why}"));
                 continue;
@@ -111,7 +111,7 @@ impl Coordinator {
         };
         let journal = self.snapshot().await;
         if let Some(w) = journal.world.filter(|&w| w != world) {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Mismatch(format!(
                 "flushed epoch {flushed} is of a job of {world} ranks, the cluster's job has {w}"
             )));
         }

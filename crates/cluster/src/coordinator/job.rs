@@ -360,7 +360,7 @@ impl Coordinator {
             .map(|(name, _)| name.clone())
             .collect();
         if !down.is_empty() {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Refused(format!(
                 "--fresh deletes the job's checkpoints on every node, but {} {} down: `eckpt recover` first, or start a new cluster",
                 down.join(" "),
                 if down.len() == 1 { "is" } else { "are" }

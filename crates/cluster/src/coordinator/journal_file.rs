@@ -84,7 +84,7 @@ fn parse(path: &Path, value: Value) -> Result<Journal, ClusterError> {
     let journal: Journal = serde_json::from_value(value)
         .map_err(|e| ClusterError::Corrupt(format!("{}: {e}", path.display())))?;
     if journal.format != JOURNAL_FORMAT {
-        return Err(ClusterError::Invalid(format!(
+        return Err(ClusterError::Refused(format!(
             "{}: journal format {} (this eckpt reads {JOURNAL_FORMAT})",
             path.display(),
             journal.format
@@ -113,7 +113,7 @@ fn state(journal: &Journal) -> Value {
 pub fn load(path: &Path) -> Result<Journal, ClusterError> {
     let mut damage = match open(path).and_then(|v| parse(path, v)) {
         Ok(journal) => return Ok(journal),
-        Err(e @ (ClusterError::Io { .. } | ClusterError::Invalid(_))) => return Err(e),
+        Err(e @ (ClusterError::Io { .. } | ClusterError::Refused(_))) => return Err(e),
         Err(ClusterError::Corrupt(why)) => why,
         Err(e) => e.to_string(),
     };

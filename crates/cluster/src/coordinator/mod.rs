@@ -302,10 +302,10 @@ impl Coordinator {
                 return Ok(None);
             };
             let info = s.alive().remove(name).ok_or_else(|| {
-                ClusterError::Invalid(format!("rank {rank}'s node {name} is down: run `eckpt recover`"))
+                ClusterError::Refused(format!("rank {rank}'s node {name} is down: run `eckpt recover`"))
             })?;
             if let Some(what) = s.damaged().get(name) {
-                return Err(ClusterError::Invalid(format!(
+                return Err(ClusterError::Refused(format!(
                     "rank {rank}'s node {name} lacks committed data ({what}): run `eckpt recover`"
                 )));
             }
@@ -672,7 +672,7 @@ async fn handle(
                 .alive()
                 .await
                 .remove(&node)
-                .ok_or_else(|| ClusterError::Invalid(format!("node {node} is not running")))?;
+                .ok_or_else(|| ClusterError::NotFound(format!("node {node} is not running")))?;
             for r in coord.ask_all(vec![(info, StopAgent)]).await {
                 r?;
             }

@@ -27,7 +27,7 @@ pub fn aggregate<'a>(
     for (rank, report) in reports {
         check_policy(&mut policy, rank, report)?;
         if report.calls == 0 || !report.seconds.is_finite() || report.seconds < 0.0 {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Protocol(format!(
                 "rank {rank}: a pace report needs calls > 0 and seconds ≥ 0 (got {} calls, {} s)",
                 report.calls, report.seconds
             )));
@@ -38,7 +38,7 @@ pub fn aggregate<'a>(
         }
     }
     if policy.is_none() {
-        return Err(ClusterError::Invalid("no pace reports".into()));
+        return Err(ClusterError::Internal("no pace reports".into()));
     }
     Ok(PaceStats {
         step_seconds,
@@ -58,7 +58,7 @@ pub fn check_policy<'a>(
             Ok(())
         }
         Some((_, p)) if *p == report.policy => Ok(()),
-        Some((other, p)) => Err(ClusterError::Invalid(format!(
+        Some((other, p)) => Err(ClusterError::Mismatch(format!(
             "rank {rank} checkpoints with interval {:?} but rank {other} with {p:?}: every rank of a job needs the same interval",
             report.policy
         ))),
@@ -166,7 +166,7 @@ impl Coordinator {
                 let missing = self
                     .read(move |s| s.pace_points.give_up(&point, rank, world))
                     .await;
-                return Err(ClusterError::Invalid(format!(
+                return Err(ClusterError::Refused(format!(
                     "pace point {} of the launch: {missing} rank(s) never reached it within {:.0} s",
                     key.1,
                     wait.as_secs_f64()
@@ -196,7 +196,7 @@ impl PacePoints {
             taken: BTreeSet::new(),
         });
         if entry.world != world {
-            return Err(ClusterError::Invalid(format!(
+            return Err(ClusterError::Mismatch(format!(
                 "rank {rank} says the job has {world} ranks, others {}",
                 entry.world
             )));

@@ -15,7 +15,7 @@ use eckpt_coding::geometry::Geometry;
 /// only to name what is gone) are not held to it.
 pub fn check_protection(journal: &Journal, lost_groups: &[usize]) -> Result<(), ClusterError> {
     let refuse = |why: String| {
-        Err(ClusterError::Invalid(format!(
+        Err(ClusterError::Refused(format!(
             "refusing to commit epoch {}: {why}",
             journal.committed
         )))

@@ -39,7 +39,7 @@ fn parity_only(
     cannot_serve: Option<&str>,
     planned: &Result<RecoveryPlan, ClusterError>,
 ) -> Result<(), ClusterError> {
-    let beyond = |what: String| Err(ClusterError::Invalid(format!("{what}: left for `eckpt recover`")));
+    let beyond = |what: String| Err(ClusterError::Refused(format!("{what}: left for `eckpt recover`")));
     if let Some(reason) = cannot_serve {
         return beyond(reason.to_string());
     }
