@@ -4,6 +4,15 @@
 //! printed to its log: whoever restarts it (`eckpt up`, the batch system) goes through the
 //! same path as after a crash, which is the path the journal and the stores are built for.
 
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Locks `mutex`. A lock is poisoned only by a panic while it was held, and in a daemon
+/// that panic aborted the process ([`install`]), so daemon code never meets a poisoned lock:
+/// this is not a crash point.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Makes every later panic in this process print its message and abort the process.
 pub fn install() {
     let print = std::panic::take_hook();

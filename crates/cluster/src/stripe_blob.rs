@@ -187,7 +187,7 @@ struct Counted {
 
 impl Counted {
     fn advance(&self, n: usize) {
-        self.shared.progress.lock().expect("not poisoned").written += n as u64;
+        crate::crash_only::lock(&self.shared.progress).written += n as u64;
         self.shared.moved.notify_all();
     }
 }
@@ -246,7 +246,7 @@ impl BlobTee {
                 let result = plan
                     .write(&store, &mut out, &thread_path)
                     .and_then(|_| out.file.sync_all().map_err(io_at(&thread_path)));
-                let mut progress = thread_shared.progress.lock().expect("not poisoned");
+                let mut progress = crate::crash_only::lock(&thread_shared.progress);
                 progress.ended = Some(result.as_ref().err().map(|e| e.to_string()));
                 thread_shared.moved.notify_all();
                 result
@@ -266,7 +266,7 @@ impl BlobTee {
     /// writing thread has written them.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ClusterError> {
         let need = (offset + buf.len() as u64).min(self.len);
-        let mut progress = self.shared.progress.lock().expect("not poisoned");
+        let mut progress = crate::crash_only::lock(&self.shared.progress);
         while progress.written < need {
             if let Some(ended) = &progress.ended {
                 return Err(ClusterError::Internal(format!(
@@ -277,7 +277,11 @@ impl BlobTee {
                     ended.as_deref().unwrap_or("no error")
                 )));
             }
-            progress = self.shared.moved.wait(progress).expect("not poisoned");
+            progress = self
+                .shared
+                .moved
+                .wait(progress)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
         drop(progress);
         read_padded(&self.reader, self.len, &self.path, offset, buf)
@@ -290,7 +294,7 @@ impl BlobTee {
         writer
             .join()
             .map_err(|_| ClusterError::Internal("the blob writer panicked".into()))??;
-        let written = self.shared.progress.lock().expect("not poisoned").written;
+        let written = crate::crash_only::lock(&self.shared.progress).written;
         if written != self.len {
             return Err(ClusterError::Internal(format!(
                 "the stripe blob {} has {written} bytes, {} planned",

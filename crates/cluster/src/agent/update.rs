@@ -562,7 +562,7 @@ impl ParityRole {
         let stage = Arc::try_unwrap(self.stage)
             .map_err(|_| ClusterError::Internal("update stage still shared".into()))?
             .into_inner()
-            .expect("stage lock");
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         blocking(move || stage.staged.seal()).await
     }
 }
@@ -598,7 +598,7 @@ impl StreamIn {
 
     async fn fold(&self, batch: Vec<u8>) -> Result<(), ClusterError> {
         let (stage, p) = (self.stage.clone(), self.phase);
-        blocking(move || stage.lock().expect("stage lock").fold(p, &batch)).await
+        blocking(move || crate::crash_only::lock(&stage).fold(p, &batch)).await
     }
 }
 
