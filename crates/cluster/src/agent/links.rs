@@ -67,7 +67,7 @@ pub struct TaskLinks {
 
 /// The error for a link that ended: what broke it, else that `what` ended early.
 pub fn failure_of(f: &Failure, name: &str, what: &str) -> ClusterError {
-    let reason = crate::crash_only::lock(&f).clone();
+    let reason = crate::crash_only::lock(f).clone();
     let reason = reason.unwrap_or_else(|| format!("{what} ended early"));
     ClusterError::Link(format!("node {name}: {reason}"))
 }

@@ -513,7 +513,8 @@ async fn handle(
             ImportRank::reply(install::receive(agent, conn, rank, epoch, items).await?)
         }
         AgentRequest::CancelTask(CancelTask { task, reason }) => {
-            CancelTask::reply(agent.inbox.cancel(task, reason))
+            agent.inbox.cancel(task, reason);
+            CancelTask::reply(())
         }
         AgentRequest::MoveRank(MoveRank { rank, epoch, to }) => {
             MoveRank::reply(agent.move_rank(rank, epoch, &to).await?)
