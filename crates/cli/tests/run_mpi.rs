@@ -8,15 +8,26 @@
 mod cluster;
 
 use std::path::Path;
-use std::process::Output;
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use cluster::programs::{build_stencil, stencil_checksums};
-use cluster::{is_root, run_job};
+use cluster::{eckpt, finish_job, is_root, run_job};
 
 /// Runs `eckpt run ARGS` in `work` (at most five minutes).
 fn run_in(work: &Path, args: &[&str]) -> Output {
     run_job(work, args, Duration::from_secs(300))
+}
+
+/// Every path under `dir`, for a message.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut paths = vec![dir.to_path_buf()];
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            paths.extend(walk(&entry.path()));
+        }
+    }
+    paths
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -52,9 +63,30 @@ fn the_mpi_example_survives_two_node_losses() {
     let mut args = cluster.clone();
     args.extend(["--launcher", "mpirun", "-n", "6", "--"]);
     args.extend(program);
-    let out = run_in(&reference, &args);
+    // Its temporary cluster goes in a TMPDIR of its own, which must be left without it: the
+    // attempt's host file for mpirun included.
+    let temp = tmp.path().join("temp");
+    std::fs::create_dir_all(&temp).unwrap();
+    let job = eckpt()
+        .arg("run")
+        .args(&args)
+        .env("TMPDIR", &temp)
+        .current_dir(&reference)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("eckpt runs");
+    let out = finish_job(job, Duration::from_secs(300));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let expected = checksums(&out.stdout, ranks);
+    let left: Vec<_> = std::fs::read_dir(&temp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("eckpt-run-"))
+        .map(|p| walk(&p))
+        .collect();
+    assert!(left.is_empty(), "the temporary cluster stays: {left:?}");
 
     let work = tmp.path().join("losses");
     std::fs::create_dir_all(&work).unwrap();

@@ -386,6 +386,29 @@ fn temp_base(name: &str) -> Option<&str> {
         .map(|(base, _)| base)
 }
 
+/// The host file a launch of `eckpt run` writes in its scratch directory
+/// ([`ClusterDir::launch_scratch`]) for `mpirun`, `mpiexec` or `srun`.
+pub const LAUNCH_HOSTFILE: &str = "hostfile";
+
+/// The one-line remote-shell script a launch writes beside its host file for `mpiexec`.
+pub const LAUNCH_RSH_SCRIPT: &str = "ssh";
+
+/// Whether `name` is a launch of `eckpt run`, `<run>-<attempt>` with `<run>` its start time
+/// in hexadecimal seconds and its pid (`66f1c2a0-4242-3`): the name of a scratch directory.
+pub fn is_launch_id(name: &str) -> bool {
+    let mut parts = name.split('-');
+    let time = parts
+        .next()
+        .is_some_and(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_hexdigit()));
+    let numbers = parts
+        .by_ref()
+        .take(2)
+        .filter(|n| n.parse::<u64>().is_ok())
+        .count()
+        == 2;
+    time && numbers && parts.next().is_none()
+}
+
 /// Current `cluster.json` format.
 pub const CLUSTER_FORMAT: u32 = 1;
 
@@ -429,6 +452,13 @@ impl ClusterDir {
     /// The coordinator's Unix socket.
     pub fn coordinator_socket(&self) -> PathBuf {
         self.coordinator().join("coordinator.sock")
+    }
+
+    /// The scratch directory of launch `launch_id` ([`is_launch_id`]) of `eckpt run`: what
+    /// its launcher reads ([`LAUNCH_HOSTFILE`], [`LAUNCH_RSH_SCRIPT`]), removed when the
+    /// attempt ends.
+    pub fn launch_scratch(&self, launch_id: &str) -> PathBuf {
+        self.root.join("runs").join(launch_id)
     }
 
     /// An agent's directory.
@@ -613,5 +643,20 @@ mod tests {
         }
         let file = append_baseline_file(Path::new("/d"), 3);
         assert!(is_created_entry(file.file_name().unwrap().to_str().unwrap()));
+    }
+
+    #[test]
+    fn a_launch_is_named_by_its_run_and_attempt() {
+        assert!(is_launch_id("66f1c2a0-4242-3"));
+        for name in [
+            "66f1c2a0-4242",
+            "66f1c2a0-4242-3-1",
+            "run-1-2.json",
+            "x6f-1-2",
+            "-1-2",
+            "66f1-1-x",
+        ] {
+            assert!(!is_launch_id(name), "{name}");
+        }
     }
 }

@@ -10,7 +10,9 @@
 
 use std::path::{Path, PathBuf};
 
-use eckpt_cluster_api::dirs::{check_node_name, is_created_entry, is_temp_of};
+use eckpt_cluster_api::dirs::{
+    check_node_name, is_created_entry, is_launch_id, is_temp_of, LAUNCH_HOSTFILE, LAUNCH_RSH_SCRIPT,
+};
 use eckpt_cluster_api::ClusterError;
 
 use crate::agent::identity;
@@ -111,14 +113,25 @@ pub(crate) fn cluster_entry(name: &str) -> Option<Made> {
     }
 }
 
-/// The entries of `runs/`: the run records `eckpt run` writes (`run-<time>-<pid>.json`).
+/// The entries of `runs/`: the run records `eckpt run` writes (`run-<time>-<pid>.json`),
+/// and the scratch directories of launches whose supervisor died before removing them.
 fn run_entry(name: &str) -> Option<Made> {
+    if is_launch_id(name) {
+        return Some(Made::Dir(launch_entry));
+    }
     let record = |name: &str| name.starts_with("run-") && name.ends_with(".json");
     let temp = name
         .strip_prefix('.')
         .and_then(|rest| rest.split_once(eckpt_durable::TEMP_MARK))
         .is_some_and(|(base, _)| record(base));
     (record(name) || temp).then_some(Made::File)
+}
+
+/// The entries of a launch's scratch directory.
+fn launch_entry(name: &str) -> Option<Made> {
+    [LAUNCH_HOSTFILE, LAUNCH_RSH_SCRIPT]
+        .contains(&name)
+        .then_some(Made::File)
 }
 
 /// The entries of a node's directory in the cluster directory: its process files, and its
@@ -182,7 +195,8 @@ mod tests {
         let root = tmp.path().join("cluster");
         for dir in [
             "coordinator",
-            "runs",
+            "runs/66f1c2a0-4242-1",
+            "runs/66f1c2a0-4242-2",
             "nodes/n0/store/rank.0",
             "nodes/n1/coded/obj-1",
         ] {
@@ -193,6 +207,10 @@ mod tests {
             "coordinator/journal.json",
             "runs/run-1-2.json",
             "runs/mine.txt",
+            "runs/66f1c2a0-4242-1/hostfile",
+            "runs/66f1c2a0-4242-1/ssh",
+            "runs/66f1c2a0-4242-2/hostfile",
+            "runs/66f1c2a0-4242-2/notes",
             "nodes/n0/log",
             "nodes/n0/store/node.json",
             "nodes/n0/store/rank.0/x",
@@ -207,14 +225,21 @@ mod tests {
         assert!(!remove_made(&root, cluster_entry, &mut out).unwrap());
         assert_eq!(
             listing(&root, &out.foreign),
-            "nodes/n0/store/thesis.tex, runs/mine.txt, secret"
+            "nodes/n0/store/thesis.tex, runs/66f1c2a0-4242-2/notes, runs/mine.txt, secret"
         );
         assert_eq!(names(&root), ["nodes", "runs", "secret"]);
-        assert_eq!(names(&root.join("runs")), ["mine.txt"]);
+        assert_eq!(names(&root.join("runs")), ["66f1c2a0-4242-2", "mine.txt"]);
+        assert_eq!(names(&root.join("runs/66f1c2a0-4242-2")), ["notes"]);
         assert_eq!(names(&root.join("nodes")), ["n0"]);
         assert_eq!(names(&root.join("nodes/n0")), ["store"]);
         assert_eq!(names(&root.join("nodes/n0/store")), ["thesis.tex"]);
-        for gone in ["cluster.json", "coordinator", "runs/run-1-2.json", "nodes/n1"] {
+        for gone in [
+            "cluster.json",
+            "coordinator",
+            "runs/run-1-2.json",
+            "runs/66f1c2a0-4242-1",
+            "nodes/n1",
+        ] {
             assert!(
                 out.removed.contains(&root.join(gone)),
                 "{gone} in {:?}",
@@ -224,6 +249,7 @@ mod tests {
         assert!(!out.removed.contains(&root.join("runs")), "it stays");
 
         std::fs::remove_file(root.join("runs/mine.txt")).unwrap();
+        std::fs::remove_file(root.join("runs/66f1c2a0-4242-2/notes")).unwrap();
         std::fs::remove_file(root.join("nodes/n0/store/thesis.tex")).unwrap();
         std::fs::remove_dir(root.join("secret")).unwrap();
         let mut out = Removal::default();

@@ -11,8 +11,10 @@ pub mod srun;
 pub mod whole_job;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use eckpt_cluster_api::dirs::{LAUNCH_HOSTFILE, LAUNCH_RSH_SCRIPT};
 
 use crate::host::NodeHost;
 use crate::output::{drain, Forwarder, Sink, Sinks};
@@ -197,9 +199,18 @@ fn write_hostfile<'a>(
         nodes.push(node.as_str());
     }
     std::fs::create_dir_all(&spec.scratch).map_err(|e| RunError::io(&spec.scratch, e))?;
-    let hostfile = spec.scratch.join("hostfile");
+    let hostfile = spec.scratch.join(LAUNCH_HOSTFILE);
     std::fs::write(&hostfile, lines).map_err(|e| RunError::io(&hostfile, e))?;
     Ok((hostfile, nodes))
+}
+
+/// Removes an ended attempt's scratch directory: the files a launcher writes there, then the
+/// directory, unless someone put a file of their own in it (`eckpt down --purge` reports it).
+pub(crate) fn remove_scratch(scratch: &Path) {
+    for file in [LAUNCH_HOSTFILE, LAUNCH_RSH_SCRIPT] {
+        let _ = std::fs::remove_file(scratch.join(file));
+    }
+    let _ = std::fs::remove_dir(scratch);
 }
 
 /// What every rank's environment gets from a whole-job launcher: the attempt's variables,

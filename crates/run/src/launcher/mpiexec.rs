@@ -15,6 +15,7 @@ use super::{rank_env, write_hostfile, LaunchSpec};
 use crate::host::NodeHost;
 use crate::output::Tags;
 use crate::RunError;
+use eckpt_cluster_api::dirs::LAUNCH_RSH_SCRIPT;
 
 /// Hydra's `mpiexec` as Debian's MPICH installs it.
 const MPIEXEC: &str = "mpiexec.hydra";
@@ -33,7 +34,7 @@ fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
     }
     let (hostfile, nodes) = write_hostfile(spec, |node, host| format!("{}:1", mpi_host(node, host)))?;
     // Hydra runs its launcher as one program, without a shell: a script of one line.
-    let ssh = spec.scratch.join("ssh");
+    let ssh = spec.scratch.join(LAUNCH_RSH_SCRIPT);
     let script = format!("#!/bin/sh\nexec {} \"$@\"\n", rsh_agent_command(spec));
     std::fs::write(&ssh, script).map_err(|e| RunError::io(&ssh, e))?;
     std::fs::set_permissions(&ssh, std::fs::Permissions::from_mode(0o700))

@@ -33,7 +33,7 @@ use crate::cluster::{Cluster, Coordinator, EpochWatch};
 use crate::faults::{choose_victims, GroupView, KillPlan};
 use crate::guard::Guard;
 use crate::host::NodeHost;
-use crate::launcher::{kill_launch, Ending, Launch, LaunchSpec};
+use crate::launcher::{kill_launch, remove_scratch, Ending, Launch, LaunchSpec};
 use crate::lease::Lease;
 use crate::placement::{self, Host, Slots, Unplaced};
 use crate::procs;
@@ -966,7 +966,7 @@ impl<'a> Supervisor<'a> {
                 let net = eckpt_cluster::netns::Network::for_dir(self.dir.root());
                 format!("10.{}.{}.0/24", net.subnet.0, net.subnet.1)
             }),
-            scratch: self.dir.root().join("runs").join(&launch_id),
+            scratch: self.dir.launch_scratch(&launch_id),
             output_drain: self.deadlines.liveness(),
         };
         let mut attempt = self.launcher.start(&spec)?;
@@ -1002,6 +1002,7 @@ impl<'a> Supervisor<'a> {
         let end = self.watch_attempt(&mut *attempt, events);
         attempt.stop();
         kill_launch(&launch_id);
+        remove_scratch(&self.dir.launch_scratch(&launch_id));
         self.launch = None;
         let end = end?;
         // Epochs decided at the very end (the last one, waited for by the ranks).
