@@ -278,7 +278,9 @@ fn malformed_tasks_and_huge_lengths_get_errors_and_the_agent_keeps_serving() {
             task: update.task,
             reason: "the test is done".into(),
         };
-        ask_agent(&mut peer.connect(t).await, t, cancel).await.unwrap();
+        ask_agent(&mut peer.connect(t).await, t, cancel, Duration::from_secs(30))
+            .await
+            .unwrap();
     });
 
     // The agent is still there and the cluster works as before.

@@ -12,7 +12,7 @@ use crate::dirs::{ClusterDir, Deadlines};
 use crate::msg::{AgentResponse, CoordRequest, CoordResponse, EpochOutcome, Hello};
 use crate::msg::{ExportFrom, ExportItems, ExportRank, OpenEpoch, Opened, PutRank, WaitEpoch};
 use crate::msg::{DATA_FRAME, FILE_ITEM};
-use crate::net::{ask_agent, host_identity, open, open_node};
+use crate::net::{ask_agent, host_identity, open, open_node, with_agent};
 use crate::ClusterError;
 
 /// Opens a control connection to the coordinator of the cluster in `dir`, waiting at most
@@ -207,7 +207,8 @@ pub async fn checkpoint_file(
     let len = meta.len();
     // A rank rides out what ranks linking the library ride out: a coordinator restarting,
     // stalled or cut off for up to the retry window.
-    let retry = dir.load()?.deadlines.coordinator_retry();
+    let deadlines = dir.load()?.deadlines;
+    let retry = deadlines.coordinator_retry();
     let open = OpenEpoch {
         rank,
         world,
@@ -225,17 +226,30 @@ pub async fn checkpoint_file(
         len,
         generation,
     };
-    conn.send_control(&put.request()).await?;
+    // Every frame, and the answer once the agent has the whole file, within the wait a
+    // peer's stream gets: an agent that stops mid-transfer ends the checkpoint, not the rank.
+    let limit = deadlines.peer_wait();
+    with_agent(
+        &node.name,
+        "the checkpoint",
+        limit,
+        conn.send_control(&put.request()),
+    )
+    .await?;
     let mut buf = vec![0u8; DATA_FRAME];
     let mut sent = 0u64;
     while sent < len {
         let n = ((len - sent) as usize).min(buf.len());
         input.read_exact(&mut buf[..n]).map_err(crate::io_at(file))?;
-        conn.send_data(&buf[..n]).await?;
+        with_agent(&node.name, "the checkpoint", limit, conn.send_data(&buf[..n])).await?;
         sent += n as u64;
         on_bytes(sent, len);
     }
-    agent_answer::<PutRank>(&node.name, conn.recv_control().await?)?;
+    // The agent answers once the coordinator heard the rank is ready: its own call to the
+    // coordinator may take `Deadlines::answer`.
+    let answer_wait = limit + deadlines.answer();
+    let answer = with_agent(&node.name, "the checkpoint", answer_wait, conn.recv_control()).await?;
+    agent_answer::<PutRank>(&node.name, answer)?;
     let outcome = if wait {
         Some(coordinator_call_retrying(dir, WaitEpoch { epoch }, retry).await?)
     } else {
@@ -251,13 +265,15 @@ pub async fn checkpoint_file(
 }
 
 /// Reads the streamed items, writing `wanted` to `path`; an error the agent hit mid-stream
-/// (a block failing its checksum) arrives as a control frame and becomes the error.
+/// (a block failing its checksum) arrives as a control frame and becomes the error. Each
+/// frame is awaited at most `limit`.
 async fn receive_item(
     conn: &mut Connection,
     node: &str,
     items: &[(String, u64)],
     wanted: &str,
     path: &Path,
+    limit: std::time::Duration,
 ) -> Result<u64, ClusterError> {
     let mut file = std::fs::File::create(path).map_err(crate::io_at(path))?;
     let mut written = 0u64;
@@ -265,7 +281,7 @@ async fn receive_item(
     for (name, len) in items {
         let mut got = 0u64;
         while got < *len {
-            if conn.recv_into(&mut buf).await? == FrameKind::Control {
+            if with_agent(node, "the restore", limit, conn.recv_into(&mut buf)).await? == FrameKind::Control {
                 return Err(match serde_json::from_slice(&buf) {
                     Ok(AgentResponse::Error(e)) => ClusterError::remote(node, e),
                     _ => ClusterError::Protocol("unexpected control frame in an export".into()),
@@ -318,12 +334,14 @@ pub async fn restore(
     let ExportFrom { node, epoch, scratch } =
         coordinator_call(dir, ExportRank { rank, epoch }, |_| {}).await?;
     let secret = dir.load_secret()?;
+    // The agent reads the rank from its store: as long as a peer's stream may take to come.
+    let limit = dir.load()?.deadlines.peer_wait();
     let mut conn = open_node(&node, &host_identity(), &secret).await?;
-    let items = ask_agent(&mut conn, &node.name, ExportItems { rank, epoch, scratch }).await?;
+    let items = ask_agent(&mut conn, &node.name, ExportItems { rank, epoch, scratch }, limit).await?;
     let names: Vec<&str> = items.iter().map(|(n, _)| n.as_str()).collect();
     let wanted = choose_item(rank, &names, item)?;
     let tmp = temp_output(out);
-    let received = receive_item(&mut conn, &node.name, &items, &wanted, &tmp).await;
+    let received = receive_item(&mut conn, &node.name, &items, &wanted, &tmp, limit).await;
     let written = publish_output(&tmp, out, received)?;
     Ok(RestoreReport {
         rank,

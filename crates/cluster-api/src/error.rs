@@ -45,9 +45,9 @@ pub enum ClusterError {
     /// retry within the cluster's deadlines.
     #[error("{0}")]
     Unreachable(String),
-    /// The coordinator took the request and then fell silent past the answer's deadline
-    /// (stopped, or cut off), or dropped the connection before answering: whether the
-    /// request took effect is unknown, so only a request that may be repeated is tried
+    /// The coordinator (or an agent) took the request and then fell silent past the answer's
+    /// deadline (stopped, or cut off), or dropped the connection before answering: whether
+    /// the request took effect is unknown, so only a request that may be repeated is tried
     /// again.
     #[error("{0}")]
     NoAnswer(String),

@@ -95,15 +95,38 @@ pub async fn call<Q: Serialize, R: DeserializeOwned>(
     Ok(conn.recv_control().await?)
 }
 
-/// Sends `request` to the agent of node `node` on `conn` and reads its answer; the agent's
-/// error answer becomes the error.
+/// Sends `request` to the agent of node `node` on `conn` and reads its answer, waiting at
+/// most `answer` for it ([`with_agent`]); the agent's error answer becomes the error.
 pub async fn ask_agent<C: ToAgent>(
     conn: &mut Connection,
     node: &str,
     request: C,
+    answer: Duration,
 ) -> Result<C::Answer, ClusterError> {
-    let answer = call(conn, &request.request()).await?;
-    agent_answer::<C>(node, answer)
+    let answered = with_agent(node, "the request", answer, call(conn, &request.request())).await?;
+    agent_answer::<C>(node, answered)
+}
+
+/// `step`, one exchange with the agent of node `node` (`what`: a request, a stream), given
+/// at most `limit`. The bound is what ends the exchange when the agent stops without its
+/// host going away (SIGSTOPped, wedged): its kernel still acknowledges, so neither keepalive
+/// nor `TCP_USER_TIMEOUT` ever fires, and a Unix socket has neither.
+pub async fn with_agent<T, E>(
+    node: &str,
+    what: &str,
+    limit: Duration,
+    step: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, ClusterError>
+where
+    ClusterError: From<E>,
+{
+    match tokio::time::timeout(limit, step).await {
+        Ok(done) => Ok(done?),
+        Err(_) => Err(ClusterError::NoAnswer(format!(
+            "node {node} took {what} and then said nothing for {:.1} s (stopped, or cut off)",
+            limit.as_secs_f64()
+        ))),
+    }
 }
 
 /// Accepts connections forever: each is authenticated in a task of its own (a slow or

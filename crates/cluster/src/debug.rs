@@ -37,11 +37,13 @@ pub enum Phase {
     MidFlush,
     /// Every node's part of a flush is written; the coordinator has not published it.
     BeforePublish,
+    /// An agent is streaming a rank to `eckpt restore`, after its first frame.
+    MidExport,
 }
 
 impl Phase {
     /// Every phase, in the order an epoch, a recovery and a flush reach them.
-    pub const ALL: [Phase; 8] = [
+    pub const ALL: [Phase; 9] = [
         Phase::BeforeEncode,
         Phase::MidEncode,
         Phase::MidDecode,
@@ -50,6 +52,7 @@ impl Phase {
         Phase::MidRecovery,
         Phase::MidFlush,
         Phase::BeforePublish,
+        Phase::MidExport,
     ];
 
     /// The name `eckpt debug pause --at` takes and the pause file holds.
@@ -63,6 +66,7 @@ impl Phase {
             Phase::MidRecovery => "mid-recovery",
             Phase::MidFlush => "mid-flush",
             Phase::BeforePublish => "before-publish",
+            Phase::MidExport => "mid-export",
         }
     }
 

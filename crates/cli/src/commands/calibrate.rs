@@ -72,15 +72,18 @@ pub fn path_in(dir: &Path) -> PathBuf {
     dir.join(eckpt_cluster_api::dirs::CALIBRATION_FILE)
 }
 
-/// Sends `bytes` from `from` to `to` through their links; the seconds it took.
+/// Sends `bytes` from `from` to `to` through their links; the seconds it took. `bytes` is
+/// about a second of the link's nominal rate: the answer is awaited as long as a peer's
+/// stream may take to come.
 pub async fn link_test(dir: &ClusterDir, from: &NodeInfo, to: &NodeInfo, bytes: u64) -> Result<f64> {
     let secret = dir.load_secret()?;
+    let limit = dir.load()?.deadlines.peer_wait();
     let mut conn = open_node(from, &host_identity(), &secret).await?;
     let request = LinkTest {
         peer: to.clone(),
         bytes,
     };
-    ask_agent(&mut conn, &from.name, request)
+    ask_agent(&mut conn, &from.name, request, limit)
         .await
         .with_context(|| format!("link test from {}", from.name))
 }

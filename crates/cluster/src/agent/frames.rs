@@ -7,6 +7,7 @@
 //! the store's file system is refused before anything is received.
 
 use std::path::Path;
+use std::time::Duration;
 
 use eckpt_cluster_api::{io_at, ClusterError};
 use eckpt_proto::Connection;
@@ -75,11 +76,14 @@ fn free_bytes(path: &Path) -> Result<u64, ClusterError> {
 
 /// Receives the `total` bytes of `what` as data frames from `conn` while `write` takes
 /// them in through [`Frames`] on a blocking thread; what `write` returns. More bytes than
-/// announced, or an empty frame before the end, is a protocol error.
+/// announced, or an empty frame before the end, is a protocol error. Each frame is awaited
+/// at most `peer_wait`: a sender that stopped mid-way (SIGSTOPped, wedged; its kernel still
+/// acknowledges) would otherwise hold this handler, and the rank's store lock, for ever.
 pub async fn receive<T: Send + 'static>(
     conn: &mut Connection,
     total: u64,
     what: String,
+    peer_wait: Duration,
     write: impl FnOnce(&mut Frames) -> Result<T, ClusterError> + Send + 'static,
 ) -> Result<T, ClusterError> {
     let (tx, queue) = mpsc::channel::<Vec<u8>>(QUEUE);
@@ -96,9 +100,19 @@ pub async fn receive<T: Send + 'static>(
     let mut result = Ok(());
     while received < total {
         let mut frame = reuse.try_recv().unwrap_or_default();
-        if let Err(e) = conn.recv_data(&mut frame).await {
-            result = Err(e.into());
-            break;
+        match tokio::time::timeout(peer_wait, conn.recv_data(&mut frame)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                result = Err(e.into());
+                break;
+            }
+            Err(_) => {
+                result = Err(ClusterError::Link(format!(
+                    "{what}: its sender said nothing for {:.1} s after {received} of {total} bytes (stopped, or cut off)",
+                    peer_wait.as_secs_f64()
+                )));
+                break;
+            }
         }
         if frame.is_empty() || received + frame.len() as u64 > total {
             result = Err(ClusterError::Protocol(format!(

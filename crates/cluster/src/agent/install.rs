@@ -351,9 +351,16 @@ pub async fn receive(
         .unwrap_or(u64::MAX);
     frames::check_room(agent.store.root(), &format!("image of rank {rank}"), total)?;
     let a = agent.clone();
-    frames::receive(conn, total, format!("rank {rank}'s image"), move |frames| {
-        a.store
-            .import_image_from(rank, epoch, &items, &mut |_, _, window| frames.fill(window))
-    })
+    let peer_wait = agent.inbox.peer_wait();
+    frames::receive(
+        conn,
+        total,
+        format!("rank {rank}'s image"),
+        peer_wait,
+        move |frames| {
+            a.store
+                .import_image_from(rank, epoch, &items, &mut |_, _, window| frames.fill(window))
+        },
+    )
     .await
 }

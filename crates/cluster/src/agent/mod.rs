@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use eckpt_proto::{ClusterSecret, Connection, Endpoint};
 use eckpt_store::{Options, Store};
 
+use crate::debug::{pause_point_async, Phase};
 use crate::parity_store::ParityStore;
 use crate::{background, blocking};
 use eckpt_cluster_api::call::{agent_answer, coordinator_answer, Call, ToCoordinator};
@@ -205,10 +206,17 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
     std::thread::Builder::new()
         .name("coordinator-session".into())
         .spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("the session thread's runtime starts");
+            // A runtime needs descriptors (epoll, eventfd): out of them, the agent's start
+            // fails with the reason, through the wait for the first registration below.
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = registered.send(Err(ClusterError::Internal(format!(
+                        "starting the session thread's runtime: {e}"
+                    ))));
+                    return;
+                }
+            };
             rt.block_on(session_loop(session_agent, registered, refused))
         })
         .map_err(|e| ClusterError::Internal(format!("starting the session thread: {e}")))?;
@@ -446,6 +454,10 @@ async fn export(
             })
             .await?;
             conn.send_data(&piece).await?;
+            if offset == 0 {
+                // Fault injection: the restore has its first frame, not the rest.
+                pause_point_async(&agent.dir.debug(), Phase::MidExport, &agent.info.name).await;
+            }
             offset += n as u64;
         }
     }
@@ -482,7 +494,7 @@ async fn handle(
         }) => {
             let what = format!("rank {rank}'s item {item:?}");
             frames::check_room(agent.store.root(), &what, len)?;
-            frames::receive(conn, len, what, move |frames| {
+            frames::receive(conn, len, what, agent.inbox.peer_wait(), move |frames| {
                 a.put_rank(rank, epoch, &item, len, frames)
             })
             .await?;
