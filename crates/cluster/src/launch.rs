@@ -242,6 +242,12 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         .clone()
         .map(|config| absolute_flush(config, options.job.as_deref()))
         .transpose()?;
+    if let Some(config) = flush.as_ref().filter(|c| c.dir.to_str().is_none()) {
+        return Err(ClusterError::Invalid(format!(
+            "--flush-dir {}: not UTF-8, which cluster.json cannot record",
+            config.dir.display()
+        )));
+    }
     let (k, m) = (options.coding.k, options.coding.m);
     if node_count < k + m {
         return Err(ClusterError::Invalid(format!(
@@ -472,11 +478,13 @@ fn summary(
     }
 }
 
+/// Writes `file` as `dir`'s `cluster.json`; refused when JSON cannot hold it (a
+/// `--flush-dir` that is not UTF-8).
 fn write_cluster_file(dir: &ClusterDir, file: &ClusterFile) -> Result<(), ClusterError> {
-    write_atomic(
-        &dir.cluster_file(),
-        &serde_json::to_vec_pretty(file).expect("serializes"),
-    )
+    let path = dir.cluster_file();
+    let bytes = serde_json::to_vec_pretty(file)
+        .map_err(|e| ClusterError::Invalid(format!("{}: cannot record this cluster: {e}", path.display())))?;
+    write_atomic(&path, &bytes)
 }
 
 /// Creates node `name`'s network namespace (and the bridge) unless they exist: after
@@ -607,7 +615,9 @@ pub fn join(
             net.nodes.insert(name.to_string(), index);
             write_cluster_file(&dir, &file)?;
         }
-        ensure_namespace(&dir, file.netns.as_ref().expect("netns"), name)?;
+    }
+    if let Some(net) = &file.netns {
+        ensure_namespace(&dir, net, name)?;
     }
     let command = agent_command(exe, &file, &dir, name, spare, domain)?;
     let log = ClusterDir::log_file(&node_dir);
@@ -931,4 +941,43 @@ pub(crate) fn purge_cluster_dir(dir: &ClusterDir, out: &mut Purged) -> Result<Op
         "it holds files eckpt did not create ({})",
         crate::created::listing(root, &removal.foreign)
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::ffi::OsStrExt;
+
+    use super::*;
+
+    /// A cluster.json JSON cannot hold (a flush directory that is not UTF-8) is refused as
+    /// bad input, not a panic of `up`, and nothing is written.
+    #[test]
+    fn a_cluster_file_json_cannot_hold_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = ClusterDir::new(root.path()).unwrap();
+        let mut file = ClusterFile {
+            format: CLUSTER_FORMAT,
+            coding: CodingConfig::default(),
+            coordinator_unix: Endpoint::Unix(dir.coordinator_socket()),
+            coordinator_tcp: None,
+            coordinator_host: None,
+            netns: None,
+            flush: Some(FlushConfig {
+                dir: PathBuf::from(std::ffi::OsStr::from_bytes(b"/flush/\xff")),
+                every: 1,
+                rate: None,
+                keep: 2,
+                restore_from_job: None,
+            }),
+            deadlines: Deadlines::default(),
+            agent_placement: AgentPlacement::default(),
+        };
+        let e = write_cluster_file(&dir, &file).unwrap_err();
+        assert_eq!(e.kind(), eckpt_cluster_api::ErrorKind::Invalid, "{e}");
+        assert!(e.to_string().contains("cannot record this cluster"), "{e}");
+        assert!(!dir.cluster_file().exists());
+        file.flush.as_mut().unwrap().dir = PathBuf::from("/flush");
+        write_cluster_file(&dir, &file).unwrap();
+        assert_eq!(dir.load().unwrap().flush.unwrap().dir, PathBuf::from("/flush"));
+    }
 }

@@ -676,6 +676,8 @@ impl StageRecord {
             Ok(buf)
         };
         let head = read(RECORD_HEAD, at)?;
+        // `head` is `RECORD_HEAD` (20) bytes, read just above: the slices below (at 0, 4..12,
+        // 12 and 16) are of the lengths asked.
         let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
         let index = u64::from_le_bytes(head[4..12].try_into().expect("8 bytes"));
         let (checksum, crc, count) = (word(0), word(12), word(16) as usize);
@@ -686,6 +688,7 @@ impl StageRecord {
         let mut places = Vec::with_capacity(count);
         let mut end = 0usize;
         for place in place_bytes.chunks_exact(PIECE_HEAD) {
+            // `chunks_exact` gives `PIECE_HEAD` (8) bytes: two halves of 4.
             let offset = u32::from_le_bytes(place[..4].try_into().expect("4 bytes"));
             let len = u32::from_le_bytes(place[4..].try_into().expect("4 bytes"));
             if (offset as usize) < end || offset as usize + len as usize > chunk {

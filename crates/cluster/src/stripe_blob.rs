@@ -61,6 +61,8 @@ impl StripePlan {
             header.ranks.push((rank, body, len));
             body += len;
         }
+        // Cannot fail: a list of number triples (no map, no path, no serializer of its own),
+        // written into a `Vec`.
         let header = serde_json::to_vec(&header).expect("a blob header always serializes");
         let mut head = Vec::with_capacity(16 + header.len());
         head.extend_from_slice(BLOB_MAGIC);
@@ -290,6 +292,7 @@ impl BlobTee {
     /// Waits for the thread, checks the blob has its planned length and publishes it in the
     /// (prepared) object.
     pub fn finish(mut self, coded: &ParityStore) -> Result<(), ClusterError> {
+        // Set when the tee is made; taken only here, which consumes the tee, and by `drop`.
         let writer = self.writer.take().expect("finished once");
         writer
             .join()

@@ -7,7 +7,7 @@
 //! for carrying a generation the coordinator has just replaced is known for what it is.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,15 @@ pub struct Lease {
     lost: Arc<Mutex<Option<String>>>,
     stop: Arc<AtomicBool>,
     renewer: Option<JoinHandle<()>>,
+}
+
+/// Locks `mutex`, poisoned or not. `eckpt run` is no crash-only daemon, but a poisoned lock
+/// of a [`Lease`] still holds a whole value: each guards one value replaced in one assignment
+/// (a generation, why the lease was lost), and the only lock held across a call (the
+/// supervisor's in [`Lease::next_attempt`]) assigns after the call returns. So a panic while
+/// one was held leaves the last value written, which the other thread may go on reading.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Whether `e` says the job's lease or generation belongs to someone else.
@@ -112,14 +121,14 @@ impl Lease {
                     // Not held across the call: a renewal waits out a coordinator that does
                     // not answer (up to its retry window), and the supervisor reads the
                     // generation meanwhile.
-                    let held = *generation.lock().expect("generation lock");
+                    let held = *lock(&generation);
                     match cluster.renew_lease(held) {
                         // A new attempt's generation replaced this one while it was renewed
                         // (`next_attempt` holds the lock until it has the new one): the
                         // next renewal carries the new generation.
-                        Err(e) if fenced(&e) && *generation.lock().expect("generation lock") != held => {}
+                        Err(e) if fenced(&e) && *lock(&generation) != held => {}
                         Err(e) if fenced(&e) => {
-                            *lost.lock().expect("lost lock") = Some(e.to_string());
+                            *lock(&lost) = Some(e.to_string());
                             return;
                         }
                         // A coordinator restarting gives the holder a whole lease from its
@@ -135,18 +144,18 @@ impl Lease {
 
     /// The current attempt's generation.
     pub fn generation(&self) -> u64 {
-        *self.generation.lock().expect("generation lock")
+        *lock(&self.generation)
     }
 
     /// Why the lease was lost (another supervisor took the job after this one failed to
     /// renew in time), if it was.
     pub fn lost(&self) -> Option<String> {
-        self.lost.lock().expect("lost lock").clone()
+        lock(&self.lost).clone()
     }
 
     /// A new generation for the next attempt: the ranks of older ones are refused.
     pub fn next_attempt(&self, cluster: &dyn Coordinator) -> Result<u64, RunError> {
-        let mut held = self.generation.lock().expect("generation lock");
+        let mut held = lock(&self.generation);
         *held = cluster.next_attempt(*held)?;
         Ok(*held)
     }
@@ -171,5 +180,32 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.stop_renewing();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread that panicked holding a lease's lock leaves the value it held: the
+    /// supervisor reads it on instead of panicking in turn.
+    #[test]
+    fn a_poisoned_lock_still_gives_the_last_value_written() {
+        let lease = Lease {
+            generation: Arc::new(Mutex::new(3)),
+            lost: Arc::new(Mutex::new(None)),
+            stop: Arc::new(AtomicBool::new(false)),
+            renewer: None,
+        };
+        let (generation, lost) = (lease.generation.clone(), lease.lost.clone());
+        let poisoned = std::thread::spawn(move || {
+            let _generation = generation.lock().unwrap();
+            let _lost = lost.lock().unwrap();
+            panic!("a panic while holding the lease's locks");
+        })
+        .join();
+        assert!(poisoned.is_err() && lease.generation.is_poisoned() && lease.lost.is_poisoned());
+        assert_eq!(lease.generation(), 3);
+        assert_eq!(lease.lost(), None);
     }
 }

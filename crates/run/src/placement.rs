@@ -104,7 +104,8 @@ pub use eckpt_coding::policy::natural_key;
 
 /// Places ranks `0..world` not in `placed` on `hosts`; ranks in `placed` keep their node (and
 /// count towards its load). No host is given more ranks than its slots: when they cannot
-/// hold the job (or already hold more than they may), why.
+/// hold the job (or already hold more than they may), why. A node listed twice (the hosts
+/// come from the coordinator's status) counts once, as first listed.
 pub fn place(
     world: u32,
     hosts: &[Host],
@@ -115,6 +116,8 @@ pub fn place(
         return Err(Unplaced::NoHost);
     }
     let mut hosts = hosts.to_vec();
+    let mut seen = std::collections::BTreeSet::new();
+    hosts.retain(|h| seen.insert(h.name.clone()));
     hosts.sort_by_key(|h| natural_key(&h.name));
     let mut load: BTreeMap<&str, u32> = hosts.iter().map(|h| (h.name.as_str(), 0)).collect();
     for node in placed.values() {
@@ -155,9 +158,8 @@ pub fn place(
         let fill = hosts
             .iter()
             .find(|h| load[h.name.as_str()] < h.slots.unwrap_or(h.cores.max(1)));
-        let host = match (policy, fill) {
-            (Policy::Pack, Some(h)) => h,
-            _ => hosts
+        let roomy = || {
+            hosts
                 .iter()
                 .filter(|h| h.has_room(load[h.name.as_str()]))
                 .min_by(|a, b| {
@@ -165,8 +167,17 @@ pub fn place(
                     let lb = f64::from(load[b.name.as_str()]) / f64::from(b.weight());
                     la.total_cmp(&lb)
                 })
-                .expect("the slots were counted: a host has room"),
         };
+        let host = match (policy, fill) {
+            (Policy::Pack, Some(h)) => h,
+            // Some host has room while `free` above (slots of distinct hosts) is not spent;
+            // should the count be wrong, the job does not fit rather than the run panicking.
+            _ => match roomy() {
+                Some(h) => h,
+                None => return Err(full),
+            },
+        };
+        // `load` has an entry for every host, made from `hosts` above.
         *load.get_mut(host.name.as_str()).expect("every host has a load") += 1;
         out.insert(rank, host.name.clone());
     }
@@ -311,6 +322,36 @@ mod tests {
     /// Ranks on `node`.
     fn on(p: &BTreeMap<u32, String>, node: &str) -> u32 {
         p.values().filter(|n| *n == node).count() as u32
+    }
+
+    /// A status listing a node twice (a coordinator's bug) must not double its slots: the
+    /// job that does not fit is refused, not placed until the supervisor panics.
+    #[test]
+    fn a_node_listed_twice_counts_once() {
+        let twice = |slots| {
+            vec![
+                Host {
+                    name: "n0".into(),
+                    cores: 1,
+                    slots,
+                },
+                Host {
+                    name: "n0".into(),
+                    cores: 1,
+                    slots,
+                },
+            ]
+        };
+        for policy in [Policy::Balanced, Policy::Pack] {
+            assert_eq!(
+                place(2, &twice(Some(1)), &BTreeMap::new(), policy),
+                Err(Unplaced::Full { ranks: 2, slots: 1 })
+            );
+            let p = place(1, &twice(Some(1)), &BTreeMap::new(), policy).unwrap();
+            assert_eq!(on(&p, "n0"), 1);
+            let p = place(3, &twice(None), &BTreeMap::new(), policy).unwrap();
+            assert_eq!(on(&p, "n0"), 3);
+        }
     }
 
     #[test]

@@ -213,10 +213,10 @@ impl RunRecord {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        eckpt_durable::write_atomic(
-            path,
-            &serde_json::to_vec_pretty(self).expect("the record serializes"),
-        )
+        // Cannot fail: its maps have string or integer keys, it holds no path, and its only
+        // serializer of its own (the code's name) writes a string; a `Vec` takes any length.
+        let bytes = serde_json::to_vec_pretty(self).expect("the record serializes");
+        eckpt_durable::write_atomic(path, &bytes)
     }
 }
 

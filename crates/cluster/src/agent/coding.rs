@@ -154,7 +154,7 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
             send_to: &needs.send_to,
             recv_from: &needs.recv_from,
         },
-    );
+    )?;
     let debug = agent.dir.debug();
     let who = agent.info.name.clone();
     let phase = match task.decode {

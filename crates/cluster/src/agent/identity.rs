@@ -100,7 +100,10 @@ pub fn claim(store: &Path, name: &str, created_local: bool) -> Result<Identity, 
                 token: token.clone(),
                 created_local,
             };
-            write_atomic(&path, &serde_json::to_vec_pretty(&file).expect("serializes"))?;
+            // Cannot fail: `IdentityFile` is a struct of a number, strings and a bool (no map,
+            // no path, no serializer of its own), and writing JSON into a `Vec` does no I/O.
+            let bytes = serde_json::to_vec_pretty(&file).expect("node.json serializes");
+            write_atomic(&path, &bytes)?;
             Ok(Identity {
                 token,
                 fresh: true,

@@ -90,17 +90,19 @@ pub struct LinkPlan<'a> {
 }
 
 impl TaskLinks {
-    /// Opens `agent`'s writers and readers of `plan`.
-    pub fn open(agent: &Agent, plan: &LinkPlan<'_>) -> TaskLinks {
+    /// Opens `agent`'s writers and readers of `plan`; a protocol error, before anything is
+    /// opened, when a participant it links to is not one of the task's (see [`peers_of`]).
+    pub fn open(agent: &Agent, plan: &LinkPlan<'_>) -> Result<TaskLinks, ClusterError> {
+        let receivers = peers_of(plan)?;
         let peers = plan.send_to.len() + plan.recv_from.len();
         let mut links = TaskLinks::unopened(plan.nodes, Buffers::new(2 * DEPTH * peers + 4));
-        for &to in plan.send_to {
-            links.open_writer(agent, plan, to);
+        for (to, node) in receivers {
+            links.open_writer(agent, plan, to, node);
         }
         for &from in plan.recv_from {
             links.open_reader(&agent.inbox, plan, from);
         }
-        links
+        Ok(links)
     }
 
     fn unopened(nodes: &[Option<NodeInfo>], buffers: Buffers) -> TaskLinks {
@@ -119,11 +121,11 @@ impl TaskLinks {
         }
     }
 
-    /// A writer task connecting to participant `to` and sending what its channel carries.
-    fn open_writer(&mut self, agent: &Agent, plan: &LinkPlan<'_>, to: usize) {
+    /// A writer task connecting to participant `to`, on `node`, and sending what its channel
+    /// carries.
+    fn open_writer(&mut self, agent: &Agent, plan: &LinkPlan<'_>, to: usize, node: NodeInfo) {
         let (tx, rx) = mpsc::channel::<Vec<u8>>(DEPTH);
         let failure: Failure = Arc::default();
-        let node = plan.nodes[to].clone().expect("a receiver has a node");
         let endpoint = node.endpoint_from(&agent.host).clone();
         let hello = Hello::Peer {
             task: plan.task,
@@ -182,6 +184,12 @@ impl TaskLinks {
         first.map_or(Ok(()), Err)
     }
 
+    /// Links of a participant that talks to no one (for tests of their users).
+    #[cfg(test)]
+    pub(super) fn none() -> TaskLinks {
+        TaskLinks::unopened(&[], Buffers::new(0))
+    }
+
     /// Takes the receiving half of the link from `from` (for concurrent readers).
     pub fn take_receiver(&mut self, from: usize) -> Option<(mpsc::Receiver<Vec<u8>>, Failure)> {
         self.inp.remove(&from)
@@ -224,6 +232,34 @@ impl Links<ClusterError> for TaskLinks {
     fn give_buffer(&mut self, buffer: Vec<u8>) {
         self.buffers.give(buffer);
     }
+}
+
+/// The node of each participant `plan` sends to. The participants and who talks to whom
+/// come from a task the coordinator sent: one sent to or received from that is outside the
+/// task, or sent to without a node, is a protocol error (not a panic of the agent). Checking
+/// the senders too keeps every link's participant within the task's (names, by index).
+fn peers_of(plan: &LinkPlan<'_>) -> Result<Vec<(usize, NodeInfo)>, ClusterError> {
+    let n = plan.nodes.len();
+    if let Some(from) = plan.recv_from.iter().find(|&&from| from >= n) {
+        return Err(ClusterError::Protocol(format!(
+            "task {} phase {}: participant {} receives from participant {from}, outside the task's {n}",
+            plan.task, plan.phase, plan.me
+        )));
+    }
+    plan.send_to
+        .iter()
+        .map(|&to| match plan.nodes.get(to) {
+            Some(Some(node)) => Ok((to, node.clone())),
+            Some(None) => Err(ClusterError::Protocol(format!(
+                "task {} phase {}: participant {} sends to participant {to}, which has no node",
+                plan.task, plan.phase, plan.me
+            ))),
+            None => Err(ClusterError::Protocol(format!(
+                "task {} phase {}: participant {} sends to participant {to}, outside the task's {n}",
+                plan.task, plan.phase, plan.me
+            ))),
+        })
+        .collect()
 }
 
 /// A stream whose peer `did` for the peer wait: a link error, which the task reports with
@@ -282,5 +318,79 @@ async fn read_stream(
             Err(eckpt_proto::ProtoError::Closed) => return Ok(()),
             Err(e) => return Err(ClusterError::from(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn node(name: &str) -> NodeInfo {
+        NodeInfo {
+            name: name.into(),
+            spare: false,
+            tcp: Endpoint::Tcp {
+                host: "127.0.0.1".into(),
+                port: 1,
+            },
+            unix: Endpoint::Unix(PathBuf::from(format!("/nonexistent/{name}.sock"))),
+            host: "memory".into(),
+            cores: 1,
+            store: PathBuf::from(format!("/nonexistent/{name}")),
+            pid: 1,
+        }
+    }
+
+    /// The peers of participant 0 of a task over `nodes`, sending to `send_to` and receiving
+    /// from `recv_from`.
+    fn peers(
+        nodes: &[Option<NodeInfo>],
+        send_to: &[usize],
+        recv_from: &[usize],
+    ) -> Result<Vec<(usize, NodeInfo)>, ClusterError> {
+        let (send_to, recv_from): (BTreeSet<usize>, BTreeSet<usize>) = (
+            send_to.iter().copied().collect(),
+            recv_from.iter().copied().collect(),
+        );
+        peers_of(&LinkPlan {
+            task: 7,
+            phase: 0,
+            me: 0,
+            nodes,
+            send_to: &send_to,
+            recv_from: &recv_from,
+        })
+    }
+
+    #[test]
+    fn the_receivers_of_a_task_are_its_participants_nodes() {
+        let nodes = [Some(node("n0")), None, Some(node("n2"))];
+        let got = peers(&nodes, &[2], &[1, 2]).unwrap();
+        assert_eq!(got, vec![(2, node("n2"))]);
+    }
+
+    #[test]
+    fn a_receiver_without_a_node_is_a_protocol_error_not_a_panic() {
+        let nodes = [Some(node("n0")), None, Some(node("n2"))];
+        let e = peers(&nodes, &[1, 2], &[]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+        assert!(e.to_string().contains("participant 1, which has no node"), "{e}");
+    }
+
+    #[test]
+    fn a_peer_outside_the_task_is_a_protocol_error_not_a_panic() {
+        let nodes = [Some(node("n0")), Some(node("n1"))];
+        let e = peers(&nodes, &[5], &[]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+        assert!(
+            e.to_string()
+                .contains("sends to participant 5, outside the task's 2"),
+            "{e}"
+        );
+        let e = peers(&nodes, &[1], &[9]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+        assert!(e.to_string().contains("receives from participant 9"), "{e}");
     }
 }

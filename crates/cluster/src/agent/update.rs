@@ -49,7 +49,7 @@ type Out = mpsc::Sender<Vec<u8>>;
 pub async fn run(agent: Arc<Agent>, task: UpdateTask) -> Result<TaskReport, ClusterError> {
     let started = Instant::now();
     let (part, generator) = Part::new(agent, task)?;
-    let mut links = part.open_links();
+    let mut links = part.open_links()?;
     let data = part
         .phases
         .holds_data()
@@ -120,7 +120,7 @@ impl Part {
     }
 
     /// One set of links per phase.
-    fn open_links(&self) -> Vec<TaskLinks> {
+    fn open_links(&self) -> Result<Vec<TaskLinks>, ClusterError> {
         let nodes: Vec<_> = self.task.participants.iter().cloned().map(Some).collect();
         (0..self.phases.count())
             .map(|p| {
@@ -530,9 +530,11 @@ impl ParityRole {
         let mut readers = Vec::new();
         for (p, phase_links) in links.iter_mut().enumerate() {
             for from in part.phases.recv_from(p) {
-                let (rx, failure) = phase_links.take_receiver(from).expect("a link from each sender");
+                let (rx, failure) = receiver(phase_links, part.task.task, p, from)?;
                 let stream = StreamIn {
                     phase: p,
+                    // In range: `TaskLinks::open` opened the link only for a participant of
+                    // the task.
                     name: part.task.participants[from].name.clone(),
                     rx,
                     failure,
@@ -565,6 +567,22 @@ impl ParityRole {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         blocking(move || stage.staged.seal()).await
     }
+}
+
+/// The receiving half of the link from member `from` in phase `p` of update `task`. The
+/// links were opened from the same [`Phases`] the parity role reads them by, so each sender
+/// has one: a miss is a bug of this agent (an internal error), not a panic.
+fn receiver(
+    links: &mut TaskLinks,
+    task: u64,
+    p: usize,
+    from: usize,
+) -> Result<(mpsc::Receiver<Vec<u8>>, Failure), ClusterError> {
+    links.take_receiver(from).ok_or_else(|| {
+        ClusterError::Internal(format!(
+            "update task {task}: no link from member {from} in phase {p} (taken twice, or never opened)"
+        ))
+    })
 }
 
 /// One incoming stream of the parity role: phase `phase`'s records from member `name`,
@@ -606,6 +624,14 @@ impl StreamIn {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_sender_without_a_link_is_an_internal_error_not_a_panic() {
+        let mut links = TaskLinks::none();
+        let e = receiver(&mut links, 3, 1, 2).unwrap_err();
+        assert_eq!(e.kind(), eckpt_cluster_api::ErrorKind::Internal, "{e}");
+        assert!(e.to_string().contains("no link from member 2 in phase 1"), "{e}");
+    }
 
     proptest! {
         /// The CRCs taken from the changes alone are the CRCs of the changed chunks, however

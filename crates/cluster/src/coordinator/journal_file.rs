@@ -64,8 +64,12 @@ fn damaged_path(path: &Path) -> PathBuf {
     path.with_extension("damaged.json")
 }
 
-fn to_value<T: Serialize>(value: &T) -> Value {
-    serde_json::to_value(value).expect("the journal serializes")
+/// `value` (the journal or what is sealed beside it) as JSON. Its maps have string or
+/// integer keys, but a journal holds paths (each node's store), which JSON refuses unless they
+/// are UTF-8: deserialized ones always are, so a failure here is a bug, answered as one.
+fn to_value<T: Serialize>(value: &T) -> Result<Value, ClusterError> {
+    serde_json::to_value(value)
+        .map_err(|e| ClusterError::Internal(format!("the journal does not serialize: {e}")))
 }
 
 /// The file contents: `value` sealed ([`eckpt_durable::sealed`]).
@@ -93,10 +97,10 @@ fn parse(path: &Path, value: Value) -> Result<Journal, ClusterError> {
     Ok(journal)
 }
 
-/// The journal's decisions: everything but agents' addresses, the task counter and the
-/// coordinator's term.
-fn state(journal: &Journal) -> Value {
-    let mut value = to_value(journal);
+/// The journal's decisions, of a journal serialized as `value`: everything but agents'
+/// addresses, the task counter and the coordinator's term.
+fn state(mut value: Value) -> Value {
+    // A journal is a struct, which serializes to a JSON object.
     let object = value.as_object_mut().expect("the journal is an object");
     object.remove("next_task");
     object.remove("term");
@@ -156,6 +160,8 @@ pub fn load(path: &Path) -> Result<Journal, ClusterError> {
 /// damaged the previous journal stays the one the coordinator resumed from. Refused when the current journal is of a newer
 /// coordinator term (fenced).
 pub fn save(journal: &Journal, path: &Path) -> Result<(), ClusterError> {
+    // First: a journal that does not serialize leaves every file as it was.
+    let value = to_value(journal)?;
     let copy = copy_path(path);
     let main = open(path).and_then(|v| parse(path, v));
     if main.is_err() && path.exists() {
@@ -173,22 +179,24 @@ pub fn save(journal: &Journal, path: &Path) -> Result<(), ClusterError> {
             )))
         }
         Ok(current) => {
+            let mut previous = to_value(&current)?;
             let successor = Successor {
-                same_state: state(&current) == state(journal),
+                same_state: state(previous.clone()) == state(value.clone()),
                 next_task: journal.next_task,
                 term: journal.term,
             };
-            let mut value = to_value(&current);
-            value
+            let successor = to_value(&successor)?;
+            previous
                 .as_object_mut()
+                // A journal is a struct, which serializes to a JSON object.
                 .expect("the journal is an object")
-                .insert(SUCCESSOR.into(), to_value(&successor));
-            write_atomic(&prev_path(path), &seal(value))?;
+                .insert(SUCCESSOR.into(), successor);
+            write_atomic(&prev_path(path), &seal(previous))?;
         }
         // Both damaged: the previous journal stays the one the coordinator resumed from.
         Err(_) => {}
     }
-    let sealed = seal(to_value(journal));
+    let sealed = seal(value);
     write_atomic(&copy, &sealed)?;
     write_atomic(path, &sealed).inspect_err(|_| {
         // The change is refused (nothing it carried is decided): a copy holding it must not
@@ -239,6 +247,32 @@ mod tests {
         // The same term saves (a coordinator's own later decisions), a newer one too.
         new.committed = 6;
         new.save(&path).unwrap();
+    }
+
+    /// A journal JSON cannot hold (a node's store path that is not UTF-8: no agent can
+    /// register one, so only a bug makes it) is refused as an internal error, not a crash
+    /// of the coordinator, and the journal on disk stays as it was.
+    #[test]
+    fn a_journal_that_does_not_serialize_is_an_error_and_changes_nothing() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.json");
+        let mut j = journal(1);
+        j.save(&path).unwrap();
+        let on_disk = std::fs::read(&path).unwrap();
+        let mut info = super::super::test_cluster::TestCluster::info("n0");
+        info.store = PathBuf::from(std::ffi::OsStr::from_bytes(b"/store/\xff"));
+        j.nodes.get_mut("n0").unwrap().info = Some(info);
+        j.committed = 3;
+        let e = j.save(&path).unwrap_err();
+        assert_eq!(e.kind(), eckpt_cluster_api::ErrorKind::Internal, "{e}");
+        assert!(e.to_string().contains("the journal does not serialize"), "{e}");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            on_disk,
+            "the journal was rewritten"
+        );
+        assert!(!prev_path(&path).exists(), "the journal was rotated");
     }
 
     fn flip_a_bit(path: &Path) {

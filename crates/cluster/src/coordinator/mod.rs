@@ -440,10 +440,11 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
     let term = journal.term;
     cluster.coordinator_tcp = Some(tcp.local_endpoint().clone());
     cluster.coordinator_host = Some(host_identity());
-    eckpt_cluster_api::dirs::write_atomic(
-        &dir.cluster_file(),
-        &serde_json::to_vec_pretty(&cluster).expect("cluster.json serializes"),
-    )?;
+    // Its paths came from cluster.json, so they are UTF-8 and it serializes; a failure would
+    // be a bug, answered as one.
+    let bytes = serde_json::to_vec_pretty(&cluster)
+        .map_err(|e| ClusterError::Internal(format!("cluster.json does not serialize: {e}")))?;
+    eckpt_cluster_api::dirs::write_atomic(&dir.cluster_file(), &bytes)?;
     let flushed = match &cluster.flush {
         Some(config) => eckpt_flush::FlushDir::new(&config.dir)
             .epochs()

@@ -195,6 +195,8 @@ impl Owner {
             let _ = tx.send(visit(state));
         })))
         .await;
+        // The owner runs every visit it took (`own`: at once) and ends only when every
+        // `Owner`, this one too, is gone, or by a panic, which aborts the daemon (crash-only).
         rx.await
             .expect("the coordinator's state owner answers every visit")
     }
@@ -215,8 +217,13 @@ impl Owner {
             })
         })))
         .await;
-        rx.await
-            .expect("the coordinator's state owner answers every change")
+        // Every change taken is answered (`start_commit`, `finish_commit`, or refused once
+        // fenced); should one be dropped unanswered, its caller gets an error, not a crash.
+        rx.await.unwrap_or_else(|_| {
+            Err(ClusterError::Internal(
+                "the coordinator's state owner dropped a change unanswered".into(),
+            ))
+        })
     }
 }
 
@@ -262,9 +269,12 @@ async fn own(
                 Some(Message::Change(change)) => waiting.push(change),
                 None => break,
             },
+            // Polled only when its precondition held (`select!` creates a disabled branch's
+            // future but never polls it), and `writing` is borrowed by it until it resolves.
             written = async { (&mut writing.as_mut().expect("a write in flight").write).await },
                 if writing.is_some() =>
             {
+                // This branch ran: `writing` was `Some`, and nothing took it since.
                 let commit = writing.take().expect("a write in flight");
                 finish_commit(&mut state, commit, written, &fence);
             }

@@ -355,6 +355,8 @@ fn reencode(plan: &mut RecoveryPlan, gi: usize) {
 /// moved there by an earlier step) goes straight to `to` instead; any other is copied from
 /// where it lives (a [`Move`]).
 fn relocate(plan: &mut RecoveryPlan, rank: u32, to: &str) {
+    // Both callers (`balance`, `regroup_around_ranks`) take `rank` from `ranks_on` of
+    // `plan.next.placement` just before: it is placed.
     let from = plan
         .next
         .placement
@@ -422,6 +424,7 @@ fn balance(plan: &mut RecoveryPlan, alive: &BTreeSet<String>) {
             return;
         }
         let ranks = plan.next.ranks_on(most);
+        // `after > 0` (cores are at least 1), so `load(most) > 0`: `most` holds a rank.
         let rank = ranks
             .iter()
             .rev()
@@ -496,6 +499,7 @@ fn regroup_around_ranks(
         .collect();
     // Too many hosting nodes: the least loaded give their ranks to the others.
     while hosting.len() > data_slots {
+        // Not empty: it has more nodes than `data_slots`, which is at least 0.
         let victim = hosting
             .iter()
             .min_by_key(|n| {
@@ -508,18 +512,30 @@ fn regroup_around_ranks(
             .expect("hosting is not empty");
         hosting.retain(|n| *n != victim);
         for rank in ranks_on(&victim, &plan.next.placement) {
+            // Some node is left as long as the groups have a data position, which the
+            // policy's groups (another crate's) are to give each: a bug there is an error.
             let to = plan
                 .next
                 .least_loaded(&hosting, &BTreeMap::new())
-                .expect("hosting keeps at least one node");
+                .ok_or_else(|| {
+                    ClusterError::Internal(format!(
+                        "recovery plan: no node left to host rank {rank} of {victim} ({data_slots} data positions in {} new group(s))",
+                        shapes.len()
+                    ))
+                })?;
             relocate(plan, rank, &to);
         }
     }
-    // Hosting nodes at data positions, the groups spread over the failure domains.
+    // Hosting nodes at data positions, the groups spread over the failure domains. The
+    // loop above left no more of them than data positions, so they have seats unless the
+    // groups `seat` forms differ from `shapes`: a bug, answered as one.
     let hosting: BTreeSet<String> = hosting.into_iter().collect();
-    let seated = journal
-        .seat(&nodes, &hosting)
-        .expect("no more hosting nodes than data positions");
+    let seated = journal.seat(&nodes, &hosting).ok_or_else(|| {
+        ClusterError::Internal(format!(
+            "recovery plan: {} rank-hosting node(s) do not fit the {data_slots} data positions of the new groups",
+            hosting.len()
+        ))
+    })?;
     let mut groups = plan.next.numbered(seated);
     for rec in &groups {
         if rec.group.k < k {
@@ -667,6 +683,18 @@ mod tests {
             }
         }
         next
+    }
+
+    /// A journal whose code has no data member (`k = 0`: never written by eckpt, but read
+    /// from disk as it is) forms new groups without data positions: the plan says so as an
+    /// internal error instead of crashing the coordinator.
+    #[test]
+    fn new_groups_without_data_positions_are_an_error_not_a_panic() {
+        let mut j = cluster(3, 0, 2, 1, Layout::Dedicated, 4);
+        j.coding.k = 0;
+        let e = plan_losing(&j, &["n0"]).unwrap_err();
+        assert_eq!(e.kind(), eckpt_cluster_api::ErrorKind::Internal, "{e}");
+        assert!(e.to_string().contains("no node left to host rank"), "{e}");
     }
 
     #[test]

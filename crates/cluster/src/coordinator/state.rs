@@ -216,6 +216,9 @@ impl Journal {
                         } else {
                             rest.next()
                         };
+                        // The loop above left no group with negative room: its non-hosting
+                        // members (`rest`) cover its parity positions, and there are as many
+                        // positions as members, so neither list runs out first.
                         next.expect("as many positions as members")
                     })
                     .collect();

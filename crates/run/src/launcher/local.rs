@@ -61,6 +61,7 @@ impl LocalAttempt {
             .spawn()
             .map_err(|e| RunError::Launch(format!("starting {}: {e}", spec.command[0])))?;
         let prefix = format!("[{rank}] ");
+        // Both were set to `Stdio::piped()` above, so the child has both pipes.
         let (out, err) = (child.stdout.take(), child.stderr.take());
         self.forwarders
             .push(forward(out.expect("piped"), prefix.clone(), spec.sinks.out));

@@ -55,6 +55,7 @@ impl WholeJob {
             .spawn()
             .map_err(|e| RunError::Launch(format!("starting {program}: {e} ({install})")))?;
         let crashed = Arc::new(AtomicBool::new(false));
+        // Both were set to `Stdio::piped()` above, so the child has both pipes.
         let (out, err) = (child.stdout.take(), child.stderr.take());
         let forwarders = vec![
             forward_tagged(out.expect("piped"), tags[0], sinks, Sink::Stderr, crashed.clone()),
