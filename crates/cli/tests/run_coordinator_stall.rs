@@ -1,10 +1,10 @@
-//! A coordinator that stops running (SIGSTOP, a host suspended or starved) under a live
-//! `eckpt run`. A stall shorter than the retry window must cost the job nothing: the lease
-//! is judged on the time the coordinator ran, so waking does not take the job from its
-//! supervisor, and ranks checkpointing with `eckpt checkpoint` ride it out. A stall past
-//! the window must end the run with one line naming the coordinator, within the window —
-//! never leave it waiting on an answer until someone sends SIGCONT. Real coordinator,
-//! agent, supervisor and rank processes.
+//! A coordinator that stops running (SIGSTOP, a host suspended or starved) or is cut off
+//! from its ranks under a live `eckpt run`. A stall or a cut shorter than the retry window
+//! must cost the job nothing: the lease is judged on the time the coordinator ran, so waking
+//! does not take the job from its supervisor, and ranks checkpointing with `eckpt
+//! checkpoint` ride it out. A stall past the window must end the run with one line naming
+//! the coordinator, within the window — never leave it waiting on an answer until someone
+//! sends SIGCONT. Real coordinator, agent, supervisor and rank processes.
 
 mod cluster;
 
@@ -52,6 +52,18 @@ fn steps(work: &Path, rank: u32) -> usize {
         .count()
 }
 
+/// A rank's shell script: `steps` times, write a state file and checkpoint it with `eckpt
+/// checkpoint --wait`, then leave `step<R>.<i>`. An epoch a stall aborted is checkpointed
+/// again (exit 1); any other failure ends the rank (9).
+fn checkpointing_rank(steps: usize) -> String {
+    format!(
+        "i=0; while [ $i -lt {steps} ]; do i=$((i+1)); printf \"rank $ECKPT_RANK step $i\" > state$ECKPT_RANK; \
+         while :; do {eckpt} checkpoint --wait state$ECKPT_RANK >/dev/null; rc=$?; [ $rc = 0 ] && break; [ $rc = 1 ] || exit 9; done; \
+         touch step$ECKPT_RANK.$i; done",
+        eckpt = env!("CARGO_BIN_EXE_eckpt")
+    )
+}
+
 #[test]
 fn a_coordinator_stopped_for_several_leases_neither_ends_the_job_nor_fails_its_ranks() {
     let tmp = tempfile::tempdir().unwrap();
@@ -60,15 +72,8 @@ fn a_coordinator_stopped_for_several_leases_neither_ends_the_job_nor_fails_its_r
     let dir = tmp.path().join("cluster");
     let d = dir.to_str().unwrap();
     let _purge = PurgeAtEnd(d.to_string());
-    // Each rank checkpoints a file 30 times with `eckpt checkpoint --wait`. An epoch the
-    // stall aborted is checkpointed again (exit 1); any other failure ends the rank (9).
     const STEPS: usize = 30;
-    let script = format!(
-        "i=0; while [ $i -lt {STEPS} ]; do i=$((i+1)); printf \"rank $ECKPT_RANK step $i\" > state$ECKPT_RANK; \
-         while :; do {eckpt} checkpoint --wait state$ECKPT_RANK >/dev/null; rc=$?; [ $rc = 0 ] && break; [ $rc = 1 ] || exit 9; done; \
-         touch step$ECKPT_RANK.$i; done",
-        eckpt = env!("CARGO_BIN_EXE_eckpt")
-    );
+    let script = checkpointing_rank(STEPS);
     let args = [
         "--dir", d, "--nodes", "3", "--k", "2", "--m", "1", "--lease", "2s", "-n", "2", "--", "sh", "-c",
         &script,
@@ -173,4 +178,79 @@ fn a_coordinator_stopped_past_the_retry_window_ends_the_run_with_one_line_instea
         "{stderr}"
     );
     ok(&["debug", "resume", "--dir", d]);
+}
+
+/// Every node's link cut for 30 s (the bridge of a namespaced cluster down): the ranks,
+/// `eckpt checkpoint` processes inside their nodes' namespaces, cannot reach the
+/// coordinator, which hears no agent and suspects its own link. Inside the retry window
+/// (the partition grace and the liveness period, 61 s) the job loses nothing: the ranks
+/// retry, nobody is declared dead, and every step is checkpointed.
+#[test]
+fn ranks_checkpointing_with_eckpt_checkpoint_ride_out_a_30_s_link_cut() {
+    if !cluster::is_root() {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let dir = tmp.path().join("cluster");
+    let d = dir.to_str().unwrap();
+    let _purge = PurgeAtEnd(d.to_string());
+    const STEPS: usize = 20;
+    let script = checkpointing_rank(STEPS);
+    let args = [
+        "--dir",
+        d,
+        "--netns",
+        "--nodes",
+        "3",
+        "--k",
+        "2",
+        "--m",
+        "1",
+        "--liveness",
+        "1s",
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let job = spawn_job(&work, &args);
+    wait_for(Duration::from_secs(120), "both ranks checkpointing", || {
+        steps(&work, 0) >= 3 && steps(&work, 1) >= 3
+    });
+    let bridge = eckpt_cluster::netns::Network::for_dir(&dir).bridge();
+    let link = |state: &str| {
+        assert!(Command::new("ip")
+            .args(["link", "set", &bridge, state])
+            .status()
+            .unwrap()
+            .success());
+    };
+    link("down");
+    let isolated = |status: &serde_json::Value| status["isolated_seconds"].as_f64().unwrap_or(0.0);
+    let mut during = serde_json::Value::Null;
+    wait_for(Duration::from_secs(120), "30 s without any agent", || {
+        let out = cluster::run(&["status", "--dir", d, "--json"]);
+        during = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        isolated(&during) >= 30.0
+    });
+    link("up");
+    assert!(
+        during["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["alive"].as_bool().unwrap()),
+        "nobody is declared dead while the coordinator hears nobody: {during}"
+    );
+
+    let out = finish_job(job, Duration::from_secs(300));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("lost n"), "no node was lost: {stderr}");
+    assert_eq!((steps(&work, 0), steps(&work, 1)), (STEPS, STEPS), "{stderr}");
 }

@@ -33,8 +33,32 @@ enum Failure {
     Slurmd,
 }
 
-/// One emulated Slurm at a time on this machine.
+/// One emulated Slurm at a time in this test process.
 static SLURM: Mutex<()> = Mutex::new(());
+
+/// One emulated Slurm at a time on this machine: its spool, configuration and namespaces
+/// are at fixed places, so a test suite run beside another (two clones, CI beside a
+/// developer) waits for the other's Slurm test to end. Held while the file stays open.
+fn machine_turn() -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let path = "/run/lock/eckpt-slurm-sim.lock";
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(30 * 60);
+    // SAFETY: flock(2) on a descriptor this function owns.
+    while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "another test suite's emulated Slurm held {path} for 30 minutes"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    file
+}
 
 /// Where `scripts/slurm-sim/up.sh` writes the configuration.
 const SLURM_CONF: &str = "/var/spool/slurm-sim/etc/slurm.conf";
@@ -358,6 +382,7 @@ fn mpi_jobs_in_a_slurm_allocation_survive_the_loss_of_a_node() {
         return;
     }
     let _turn = SLURM.lock().unwrap_or_else(|e| e.into_inner());
+    let _machine_turn = machine_turn();
     let tmp = tempfile::tempdir().unwrap();
     let stencil = build_stencil(tmp.path());
     let stencil_mpich = build_stencil_mpich(tmp.path());

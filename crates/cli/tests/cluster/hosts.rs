@@ -17,8 +17,11 @@ pub fn sh(program: &str, args: &[&str]) {
 }
 
 /// The emulated hosts: a bridge, a namespace and a tmpfs per node, an agent per node. Each
-/// test takes a subnet of its own (`10.203.NET.0/24`): tests run side by side.
+/// test takes a subnet of its own (`10.SUITE.NET.0/24`, `SUITE` from the test process's id,
+/// 200–249, above the 10.100–199 of the clusters `eckpt up --netns` makes): tests run side by
+/// side, and so do two test suites on one machine.
 pub struct Hosts {
+    suite: u8,
     net: u8,
     tag: String,
     pub nodes: Vec<String>,
@@ -33,7 +36,7 @@ impl Hosts {
 
     /// Host `i`'s address.
     pub fn ip(&self, i: usize) -> String {
-        format!("10.203.{}.{}", self.net, 10 + i)
+        format!("10.{}.{}.{}", self.suite, self.net, 10 + i)
     }
 
     /// Host `i`'s link to the bridge, inside its namespace.
@@ -43,12 +46,14 @@ impl Hosts {
 
     /// The bridge's address, in the root namespace.
     pub fn bridge_ip(&self) -> String {
-        format!("10.203.{}.1", self.net)
+        format!("10.{}.{}.1", self.suite, self.net)
     }
 
     pub fn new(root: &Path, nodes: &[&str], net: u8) -> Hosts {
         let tag = format!("{:x}{net}", std::process::id() % 0xfff);
+        let suite = 200 + (std::process::id() % 50) as u8;
         let mut hosts = Hosts {
+            suite,
             net,
             tag: tag.clone(),
             nodes: nodes.iter().map(|n| n.to_string()).collect(),
@@ -65,7 +70,7 @@ impl Hosts {
                 "set",
                 &bridge,
                 "address",
-                &format!("02:ec:00:00:00:{net:02x}"),
+                &format!("02:ec:00:00:{suite:02x}:{net:02x}"),
             ],
         );
         sh(
