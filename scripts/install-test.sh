@@ -73,7 +73,7 @@ man="$prefix/share/man"
 for page in eckpt eckpt-run eckpt-up eckpt-bench-cluster eckpt-config; do
   [ -f "$man/man1/$page.1" ] || fail "make install wrote no man page $man/man1/$page.1"
 done
-for page in eckpt-debug eckpt-run-guard eckpt-mpirun-agent; do
+for page in eckpt-debug eckpt-run-guard eckpt-run-rank eckpt-mpirun-agent; do
   [ ! -e "$man/man1/$page.1" ] || fail "make install wrote a man page for a hidden or fault-injection command: $man/man1/$page.1"
 done
 # Every command the installed eckpt lists in its help has its page.

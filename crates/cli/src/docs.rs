@@ -18,7 +18,7 @@
 //! environment variable, not a subcommand: nothing is added to `eckpt --help`, to the pages or
 //! to the completions themselves.
 //!
-//! Hidden commands (`mpirun-agent`, `run-guard`: eckpt's own plumbing) get no page and are not
+//! Hidden commands (`mpirun-agent`, `run-guard`, `run-rank`: eckpt's own plumbing) get no page and are not
 //! completed. The tree is the one a command line is parsed with, without what configuration
 //! files would add (their values become defaults at run time: `eckpt config` shows them).
 

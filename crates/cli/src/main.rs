@@ -72,6 +72,10 @@ enum Command {
     /// Ends a run's ranks when its supervisor dies (started by `eckpt run`).
     #[command(hide = true)]
     RunGuard(commands::run::RunGuardArgs),
+    /// Runs one rank under an MPI launcher and ends what it leaves running (started by
+    /// `eckpt run --launcher mpirun|mpiexec`).
+    #[command(hide = true)]
+    RunRank(commands::run::RunRankArgs),
     /// A node agent (started by `eckpt up` or `eckpt join`).
     Agent(commands::daemons::AgentArgs),
     /// The cluster coordinator (started by `eckpt up`).
@@ -136,6 +140,7 @@ fn main() {
         Command::Run(args) => commands::run::run(*args),
         Command::MpirunAgent(args) => commands::run::run_mpirun_agent(args),
         Command::RunGuard(args) => commands::run::run_guard(args),
+        Command::RunRank(args) => commands::run::run_rank(args),
         Command::Agent(args) => commands::daemons::run_agent(args),
         Command::Coordinator(args) => commands::daemons::run_coordinator(args),
         Command::Model(args) => commands::model::run(args),

@@ -29,6 +29,7 @@ pub mod lease;
 pub mod output;
 pub mod placement;
 pub mod procs;
+pub mod rank_reaper;
 pub mod record;
 pub mod session;
 pub mod slurm;

@@ -393,6 +393,19 @@ pub fn run_guard(args: RunGuardArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// `eckpt run-rank` (hidden): one rank under `mpirun` or `mpiexec`, and the end of what it
+/// leaves running (see `eckpt_run::rank_reaper`).
+#[derive(clap::Args)]
+pub struct RunRankArgs {
+    /// The rank's command.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    command: Vec<String>,
+}
+
+pub fn run_rank(args: RunRankArgs) -> Result<i32> {
+    match eckpt_run::rank_reaper::run(&args.command)? {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use super::mpirun::{mpi_host, rsh_agent_command};
 use super::whole_job::WholeJob;
-use super::{rank_env, write_hostfile, LaunchSpec};
+use super::{rank_command, rank_env, write_hostfile, LaunchSpec};
 use crate::host::NodeHost;
 use crate::output::Tags;
 use crate::RunError;
@@ -49,7 +49,7 @@ fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
         .args(["-n", &spec.world.to_string(), "-prepend-rank"]);
     // Hydra passes its whole environment to the ranks (`-genvall`, the default).
     command.envs(rank_env(spec, &nodes));
-    command.args(spec.launcher_args).args(spec.command);
+    command.args(spec.launcher_args).args(rank_command(spec));
     Ok(command)
 }
 

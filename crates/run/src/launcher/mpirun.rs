@@ -14,7 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use super::whole_job::WholeJob;
-use super::{rank_env, write_hostfile, LaunchSpec};
+use super::{rank_command, rank_env, write_hostfile, LaunchSpec};
 use crate::host::NodeHost;
 use crate::output::Tags;
 use crate::RunError;
@@ -76,7 +76,8 @@ fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
     for (key, value) in rank_env(spec, &nodes) {
         command.env(&key, value).args(["-x", &key]);
     }
-    command.args(spec.launcher_args).args(spec.command);
+    command.args(spec.launcher_args);
+    command.args(rank_command(spec));
     Ok(command)
 }
 
