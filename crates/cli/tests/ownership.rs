@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use cluster::programs::{assert_failure_free, build_c, reference, text};
 use cluster::{
-    bytes, eckpt, finish_job, is_root, node_of_rank, nodes_without, ok, processes_with, run, run_job,
-    spawn_job, wait_for, Cluster, PurgeAtEnd,
+    bytes, eckpt, finish_job, is_root, node_of_rank, nodes_without, ok, partition_for, processes_with, run,
+    run_job, spawn_job, wait_for, Cluster, PurgeAtEnd,
 };
 use serde_json::Value;
 
@@ -549,22 +549,8 @@ fn a_job_outlives_a_partition_of_the_coordinator() {
         run(&["status", "--dir", d, "--json"]).status.success()
             && status(d)["committed_epoch"].as_u64().unwrap() >= 2
     });
-    let bridge = eckpt_cluster::netns::Network::for_dir(&dir).bridge();
-    let link = |state: &str| {
-        assert!(Command::new("ip")
-            .args(["link", "set", &bridge, state])
-            .status()
-            .unwrap()
-            .success());
-    };
     // The coordinator hears no agent for eight seconds: far beyond the liveness period.
-    link("down");
-    let mut during = Value::Null;
-    wait_for(Duration::from_secs(60), "eight seconds without any agent", || {
-        during = status(d);
-        during["isolated_seconds"].as_f64().unwrap_or(0.0) >= 8.0
-    });
-    link("up");
+    let during = partition_for(&dir, 8.0);
     assert!(
         during["nodes"]
             .as_array()

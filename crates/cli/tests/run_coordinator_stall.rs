@@ -8,12 +8,12 @@
 
 mod cluster;
 
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use cluster::programs::text;
-use cluster::{finish_job, ok, spawn_job, wait_for, PurgeAtEnd};
+use cluster::{finish_job, ok, partition_for, spawn_job, wait_for, PurgeAtEnd};
 
 fn signal(pid: &str, signal: &str) {
     assert!(Command::new("kill")
@@ -40,7 +40,7 @@ impl Drop for ContinueAtEnd {
 }
 
 /// Steps each rank has completed, by the `step<R>.<i>` files it leaves.
-fn steps(work: &Path, rank: u32) -> usize {
+fn steps_of(work: &Path, rank: u32) -> usize {
     std::fs::read_dir(work)
         .unwrap()
         .flatten()
@@ -64,42 +64,76 @@ fn checkpointing_rank(steps: usize) -> String {
     )
 }
 
+/// `eckpt run` of two [`checkpointing_rank`]s on a cluster of three nodes (`cluster`: more
+/// of `eckpt run`'s options), once both have checkpointed three steps.
+struct CheckpointingJob {
+    work: PathBuf,
+    dir: PathBuf,
+    job: Option<Child>,
+    _purge: PurgeAtEnd,
+    _tmp: tempfile::TempDir,
+}
+
+impl CheckpointingJob {
+    fn start(steps: usize, cluster: &[&str]) -> CheckpointingJob {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        let dir = tmp.path().join("cluster");
+        let d = dir.to_str().unwrap();
+        let purge = PurgeAtEnd(d.to_string());
+        let script = checkpointing_rank(steps);
+        let mut args = vec!["--dir", d, "--nodes", "3", "--k", "2", "--m", "1"];
+        args.extend_from_slice(cluster);
+        args.extend(["-n", "2", "--", "sh", "-c", &script]);
+        let job = spawn_job(&work, &args);
+        wait_for(Duration::from_secs(120), "both ranks checkpointing", || {
+            steps_of(&work, 0) >= 3 && steps_of(&work, 1) >= 3
+        });
+        CheckpointingJob {
+            work,
+            dir,
+            job: Some(job),
+            _purge: purge,
+            _tmp: tmp,
+        }
+    }
+
+    /// Steps rank `rank` has completed.
+    fn steps(&self, rank: u32) -> usize {
+        steps_of(&self.work, rank)
+    }
+
+    /// Waits for the job's end (at most `limit`): every one of its `steps` done by both
+    /// ranks, no lease or node lost.
+    fn finish(&mut self, limit: Duration, steps: usize) {
+        let out = finish_job(self.job.take().expect("finished once"), limit);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(!stderr.contains("lost the job's lease"), "{stderr}");
+        assert!(!stderr.contains("lost n"), "no node was lost: {stderr}");
+        assert_eq!((self.steps(0), self.steps(1)), (steps, steps), "{stderr}");
+    }
+}
+
 #[test]
 fn a_coordinator_stopped_for_several_leases_neither_ends_the_job_nor_fails_its_ranks() {
-    let tmp = tempfile::tempdir().unwrap();
-    let work = tmp.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let dir = tmp.path().join("cluster");
-    let d = dir.to_str().unwrap();
-    let _purge = PurgeAtEnd(d.to_string());
     const STEPS: usize = 30;
-    let script = checkpointing_rank(STEPS);
-    let args = [
-        "--dir", d, "--nodes", "3", "--k", "2", "--m", "1", "--lease", "2s", "-n", "2", "--", "sh", "-c",
-        &script,
-    ];
-    let job = spawn_job(&work, &args);
-    wait_for(Duration::from_secs(120), "both ranks checkpointing", || {
-        steps(&work, 0) >= 3 && steps(&work, 1) >= 3
-    });
+    let mut job = CheckpointingJob::start(STEPS, &["--lease", "2s"]);
     // Six leases, and more than a connection's wait (5 s) of a rank that does not retry.
-    let coordinator = coordinator_pid(&dir);
+    let coordinator = coordinator_pid(&job.dir);
     let _continue = ContinueAtEnd(coordinator.clone());
-    let before = (steps(&work, 0), steps(&work, 1));
+    let before = job.steps(0) + job.steps(1);
     signal(&coordinator, "-STOP");
     std::thread::sleep(Duration::from_secs(12));
     signal(&coordinator, "-CONT");
     assert!(
-        steps(&work, 0) + steps(&work, 1) <= before.0 + before.1 + 2,
+        job.steps(0) + job.steps(1) <= before + 2,
         "the ranks went on checkpointing while the coordinator was stopped"
     );
 
-    let out = finish_job(job, Duration::from_secs(240));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(!stderr.contains("lost the job's lease"), "{stderr}");
-    assert_eq!((steps(&work, 0), steps(&work, 1)), (STEPS, STEPS), "{stderr}");
-    let log = std::fs::read_to_string(dir.join("coordinator/log")).unwrap_or_default();
+    job.finish(Duration::from_secs(240), STEPS);
+    let log = std::fs::read_to_string(job.dir.join("coordinator/log")).unwrap_or_default();
     assert!(
         log.contains("the coordinator did not run for"),
         "the coordinator did not notice its stall: {log}"
@@ -191,54 +225,9 @@ fn ranks_checkpointing_with_eckpt_checkpoint_ride_out_a_30_s_link_cut() {
         eprintln!("skipped: network namespaces need root");
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let work = tmp.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let dir = tmp.path().join("cluster");
-    let d = dir.to_str().unwrap();
-    let _purge = PurgeAtEnd(d.to_string());
     const STEPS: usize = 20;
-    let script = checkpointing_rank(STEPS);
-    let args = [
-        "--dir",
-        d,
-        "--netns",
-        "--nodes",
-        "3",
-        "--k",
-        "2",
-        "--m",
-        "1",
-        "--liveness",
-        "1s",
-        "-n",
-        "2",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ];
-    let job = spawn_job(&work, &args);
-    wait_for(Duration::from_secs(120), "both ranks checkpointing", || {
-        steps(&work, 0) >= 3 && steps(&work, 1) >= 3
-    });
-    let bridge = eckpt_cluster::netns::Network::for_dir(&dir).bridge();
-    let link = |state: &str| {
-        assert!(Command::new("ip")
-            .args(["link", "set", &bridge, state])
-            .status()
-            .unwrap()
-            .success());
-    };
-    link("down");
-    let isolated = |status: &serde_json::Value| status["isolated_seconds"].as_f64().unwrap_or(0.0);
-    let mut during = serde_json::Value::Null;
-    wait_for(Duration::from_secs(120), "30 s without any agent", || {
-        let out = cluster::run(&["status", "--dir", d, "--json"]);
-        during = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        isolated(&during) >= 30.0
-    });
-    link("up");
+    let mut job = CheckpointingJob::start(STEPS, &["--netns", "--liveness", "1s"]);
+    let during = partition_for(&job.dir, 30.0);
     assert!(
         during["nodes"]
             .as_array()
@@ -247,10 +236,5 @@ fn ranks_checkpointing_with_eckpt_checkpoint_ride_out_a_30_s_link_cut() {
             .all(|n| n["alive"].as_bool().unwrap()),
         "nobody is declared dead while the coordinator hears nobody: {during}"
     );
-
-    let out = finish_job(job, Duration::from_secs(300));
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(!stderr.contains("lost n"), "no node was lost: {stderr}");
-    assert_eq!((steps(&work, 0), steps(&work, 1)), (STEPS, STEPS), "{stderr}");
+    job.finish(Duration::from_secs(300), STEPS);
 }

@@ -151,6 +151,38 @@ pub fn wait_for(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// Cuts every node of the namespaced cluster in `dir` (`up --netns`) off the coordinator —
+/// its bridge down — until the coordinator reports `seconds` without hearing any agent,
+/// then restores the links; the coordinator's `status --json` from the end of the cut.
+pub fn partition_for(dir: &Path, seconds: f64) -> Value {
+    let bridge = eckpt_cluster::netns::Network::for_dir(dir).bridge();
+    let link = |state: &str| {
+        let out = Command::new("ip")
+            .args(["link", "set", &bridge, state])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ip link set {bridge} {state}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let d = dir.to_str().unwrap();
+    link("down");
+    let mut during = Value::Null;
+    wait_for(
+        Duration::from_secs(60 + 2 * seconds as u64),
+        "the partition",
+        || {
+            let out = run(&["status", "--dir", d, "--json"]);
+            during = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            during["isolated_seconds"].as_f64().unwrap_or(0.0) >= seconds
+        },
+    );
+    link("up");
+    during
+}
+
 /// Brings the cluster in a directory down and deletes it when the test ends, passed or
 /// failed (runs with `--keep` leave their cluster running, namespaces included).
 pub struct PurgeAtEnd(pub String);
