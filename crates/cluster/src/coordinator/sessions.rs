@@ -91,6 +91,37 @@ pub(super) fn missing(journal: &Journal, node: &str, held: &Inventory) -> Option
     })
 }
 
+/// Journals agent `reg`: its address, store token and failure domain (a node the journal
+/// does not know joins as a spare). Before anything is coded, and while no encode reads
+/// them (`encoding`), a new domain forms the groups anew.
+fn record_registration(journal: &mut Draft, reg: &Registration, encoding: bool) {
+    let (info, name) = (&reg.info, &reg.info.name);
+    // A node the journal does not know joins as a spare, in the domain it says.
+    let entry = journal.nodes.entry(name.clone()).or_insert(NodeEntry {
+        info: None,
+        spare: true,
+        removed: false,
+        token: None,
+        domain: None,
+    });
+    entry.info = Some(info.clone());
+    entry.token = Some(reg.token.clone());
+    if let Some(domain) = reg.domain.as_ref().filter(|d| entry.domain.as_ref() != Some(*d)) {
+        if let Some(before) = &entry.domain {
+            tracing::warn!(node = %name, from = %before, to = %domain, "node says it moved to another failure domain");
+        }
+        entry.domain = Some(domain.clone());
+        // Before anything is coded (and while no encode reads the groups) the groups
+        // are formed anew across the domains as now known; after, at the next
+        // regrouping (a recovery), and until then `status` says whether a group is
+        // exposed.
+        if !encoding && journal.spread_before_coding() {
+            let groups: Vec<&Vec<String>> = journal.groups.iter().map(|g| &g.group.members).collect();
+            tracing::info!(node = %name, ?groups, "groups formed anew across the failure domains agents registered with");
+        }
+    }
+}
+
 impl State {
     /// The latest moment any agent was heard from, when the coordinator has heard nobody
     /// since for longer than the liveness period (however long).
@@ -281,29 +312,18 @@ impl State {
             .filter(|o| o.info.pid == info.pid && o.info.host == info.host && o.token == reg.token)
             .map(|o| (o.checked, o.damage.clone()))
             .unwrap_or((false, None));
-        // A node the journal does not know joins as a spare, in the domain it says.
-        let entry = journal.nodes.entry(name.clone()).or_insert(NodeEntry {
-            info: None,
-            spare: true,
-            removed: false,
-            token: None,
-            domain: None,
+        // A session the journal already records as it is — the same agent opening a new
+        // session after a heartbeat that timed out, a partition, a stall of the coordinator's
+        // own — changes nothing in it: no journal write, so when every agent comes back at
+        // once their answers do not queue behind the disk (on a loaded host, past an agent's
+        // wait for its registration, and then past its reconnection).
+        let recorded = journal.nodes.get(name).is_some_and(|e| {
+            e.info.as_ref() == Some(info)
+                && e.token.as_ref() == Some(&reg.token)
+                && reg.domain.as_ref().is_none_or(|d| e.domain.as_ref() == Some(d))
         });
-        entry.info = Some(info.clone());
-        entry.token = Some(reg.token.clone());
-        if let Some(domain) = reg.domain.as_ref().filter(|d| entry.domain.as_ref() != Some(*d)) {
-            if let Some(before) = &entry.domain {
-                tracing::warn!(node = %name, from = %before, to = %domain, "node says it moved to another failure domain");
-            }
-            entry.domain = Some(domain.clone());
-            // Before anything is coded (and while no encode reads the groups) the groups
-            // are formed anew across the domains as now known; after, at the next
-            // regrouping (a recovery), and until then `status` says whether a group is
-            // exposed.
-            if !self.epochs.running && journal.spread_before_coding() {
-                let groups: Vec<&Vec<String>> = journal.groups.iter().map(|g| &g.group.members).collect();
-                tracing::info!(node = %name, ?groups, "groups formed anew across the failure domains agents registered with");
-            }
+        if !recorded {
+            record_registration(journal, reg, self.epochs.running);
         }
         self.ended.remove(name);
         self.live.insert(
@@ -653,6 +673,34 @@ mod tests {
         assert_eq!(c.coord.alive().await.len(), 5);
         let (back, _) = c.register(registration("n3", "token-n3", 1)).await;
         assert!(back.is_ok(), "its own store is welcome back");
+    }
+
+    /// The same agent opening a new session (its heartbeat timed out, a partition, the
+    /// coordinator's own stall) writes nothing: the journal file is the one it was. An agent
+    /// restarted (a new pid) is journaled.
+    #[tokio::test]
+    async fn a_new_session_the_journal_records_as_it_is_writes_nothing() {
+        use std::os::unix::fs::MetadataExt;
+        let c = TestCluster::start(4, CodingConfig::default()).await;
+        let file = c.coord.dir.journal();
+        let written = || std::fs::metadata(&file).unwrap().ino();
+        let before = written();
+        let (again, session) = c.register(registration("n2", "token-n2", 1)).await;
+        again.unwrap();
+        assert_eq!(
+            written(),
+            before,
+            "a session of the agent as recorded rewrote the journal"
+        );
+        c.stop("n2");
+        c.coord.read(move |s| s.end_session("n2", session)).await;
+        let (restarted, _) = c.register(registration("n2", "token-n2", 77)).await;
+        restarted.unwrap();
+        assert_ne!(written(), before, "a restarted agent is journaled");
+        assert_eq!(
+            c.coord.snapshot().await.nodes["n2"].info.as_ref().unwrap().pid,
+            77
+        );
     }
 
     /// Where a node is, its agent says (`eckpt agent --domain`): a spare joins in its
