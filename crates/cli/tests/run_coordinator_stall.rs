@@ -108,11 +108,14 @@ impl CheckpointingJob {
     /// ranks, no lease or node lost.
     fn finish(&mut self, limit: Duration, steps: usize) {
         let out = finish_job(self.job.take().expect("finished once"), limit);
+        // The coordinator's log too, should an assertion fail: what it decided, and when.
+        let log = std::fs::read_to_string(self.dir.join("coordinator/log")).unwrap_or_default();
         let stderr = text(&out.stderr);
-        assert!(out.status.success(), "{stderr}");
-        assert!(!stderr.contains("lost the job's lease"), "{stderr}");
-        assert!(!stderr.contains("lost n"), "no node was lost: {stderr}");
-        assert_eq!((self.steps(0), self.steps(1)), (steps, steps), "{stderr}");
+        let said = format!("{stderr}\n--- coordinator log ---\n{log}");
+        assert!(out.status.success(), "{said}");
+        assert!(!stderr.contains("lost the job's lease"), "{said}");
+        assert!(!stderr.contains("lost n"), "no node was lost: {said}");
+        assert_eq!((self.steps(0), self.steps(1)), (steps, steps), "{said}");
     }
 }
 
