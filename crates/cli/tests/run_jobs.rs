@@ -641,3 +641,82 @@ fn kill_at_counts_the_runs_own_epochs_on_a_cluster_that_ran_before() {
         "{record}"
     );
 }
+
+/// A run that starts a cluster for itself and is killed (SIGKILL: it stops nothing, and its
+/// guard ends only the ranks) leaves that cluster to stop itself once no run has held it for
+/// six leases, its checkpoints kept, instead of running until someone finds it.
+#[test]
+fn the_cluster_of_a_killed_run_stops_itself_and_keeps_its_checkpoints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (temp, work) = (tmp.path().join("temp"), tmp.path().join("work"));
+    std::fs::create_dir(&temp).unwrap();
+    std::fs::create_dir(&work).unwrap();
+    let script = format!(
+        "printf \"rank $ECKPT_RANK\" > state$ECKPT_RANK && {} checkpoint --wait state$ECKPT_RANK >/dev/null && sleep 600",
+        env!("CARGO_BIN_EXE_eckpt")
+    );
+    let mut run = cluster::eckpt()
+        .args([
+            "run",
+            "--lease",
+            "1s",
+            "--start-wait",
+            "1s",
+            "--nodes",
+            "3",
+            "--k",
+            "2",
+            "--m",
+            "1",
+        ])
+        .args(["-n", "2", "--", "sh", "-c", &script])
+        .env("TMPDIR", &temp)
+        .current_dir(&work)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let dir = || -> Option<PathBuf> {
+        let entry = std::fs::read_dir(&temp).ok()?.flatten().next()?;
+        Some(entry.path())
+    };
+    let committed = |d: &Path| {
+        let out = cluster::run(&["status", "--dir", d.to_str().unwrap(), "--json"]);
+        let status: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        status["committed_epoch"].as_u64().unwrap_or(0)
+    };
+    wait_for(Duration::from_secs(120), "the run's first epoch", || {
+        dir().is_some_and(|d| committed(&d) >= 1)
+    });
+    let dir = dir().unwrap();
+    let d = dir.to_str().unwrap().to_string();
+    let _purge = PurgeAtEnd(d.clone());
+    let pid = |process: &str| -> String {
+        let text = std::fs::read_to_string(dir.join(process).join("pid")).unwrap_or_default();
+        text.lines().next().unwrap_or_default().trim().to_string()
+    };
+    let daemons: Vec<String> = ["coordinator", "nodes/n0", "nodes/n1", "nodes/n2"]
+        .iter()
+        .map(|p| pid(p))
+        .collect();
+    assert!(daemons.iter().all(|p| !p.is_empty()), "{daemons:?}");
+    run.kill().unwrap();
+    run.wait().unwrap();
+
+    wait_for(Duration::from_secs(60), "the cluster to stop itself", || {
+        daemons.iter().all(|p| !Path::new("/proc").join(p).exists())
+    });
+    // Its checkpoints are there to restore from.
+    ok(&["up", "--dir", &d, "--detach"]);
+    let restored = tmp.path().join("restored");
+    ok(&[
+        "restore",
+        "--dir",
+        &d,
+        "--rank",
+        "1",
+        "-o",
+        restored.to_str().unwrap(),
+    ]);
+    assert_eq!(std::fs::read(&restored).unwrap(), b"rank 1");
+}

@@ -15,7 +15,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use eckpt_cluster::launch::{self, Purge, UpOptions};
-use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
 use eckpt_cluster_api::msg::{FlushRestore, Status};
 use eckpt_cluster_api::ErrorKind;
 
@@ -159,6 +159,9 @@ impl Session {
         if let Some(hosts) = &choice.hosts {
             on_hosts(&mut up, hosts, allocation.as_ref(), &slots)?;
         }
+        if temporary && up.deadlines.idle_ms == 0 {
+            up.deadlines.idle_ms = temporary_idle(&up.deadlines).as_millis() as u64;
+        }
         let summary = launch::up(&up)?;
         let names: Vec<String> = summary.nodes.iter().chain(&summary.spares).cloned().collect();
         let agents = match (&allocation, &choice.hosts) {
@@ -286,6 +289,14 @@ impl Session {
         }
         Ok(())
     }
+}
+
+/// The idle lease of a cluster a run starts for itself (no `--dir`, no `--idle-lease`). Its
+/// run ends it, but a run that is killed cannot, and its guard ends only the ranks: the
+/// cluster then stops itself, checkpoints kept, once no run has held it for this long — six
+/// leases, and never before a starting run has had its wait for the agents.
+fn temporary_idle(deadlines: &Deadlines) -> Duration {
+    (6 * deadlines.lease()).max(deadlines.start_wait())
 }
 
 /// `up`'s options for a new cluster of `hosts`: named by their names, the last `--spares`
