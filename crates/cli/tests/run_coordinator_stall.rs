@@ -54,10 +54,13 @@ fn steps_of(work: &Path, rank: u32) -> usize {
 
 /// A rank's shell script: `steps` times, write a state file and checkpoint it with `eckpt
 /// checkpoint --wait`, then leave `step<R>.<i>`. An epoch a stall aborted is checkpointed
-/// again (exit 1); any other failure ends the rank (9).
+/// again (exit 1); any other failure ends the rank (9). After its third step a rank waits
+/// for the test's `go` (a file), so that the steps after it meet the fault the test makes
+/// however fast the machine is.
 fn checkpointing_rank(steps: usize) -> String {
     format!(
-        "i=0; while [ $i -lt {steps} ]; do i=$((i+1)); printf \"rank $ECKPT_RANK step $i\" > state$ECKPT_RANK; \
+        "i=0; while [ $i -lt {steps} ]; do i=$((i+1)); [ $i = 4 ] && while [ ! -e go ]; do sleep 0.05; done; \
+         printf \"rank $ECKPT_RANK step $i\" > state$ECKPT_RANK; \
          while :; do {eckpt} checkpoint --wait state$ECKPT_RANK >/dev/null; rc=$?; [ $rc = 0 ] && break; [ $rc = 1 ] || exit 9; done; \
          touch step$ECKPT_RANK.$i; done",
         eckpt = env!("CARGO_BIN_EXE_eckpt")
@@ -65,7 +68,7 @@ fn checkpointing_rank(steps: usize) -> String {
 }
 
 /// `eckpt run` of two [`checkpointing_rank`]s on a cluster of three nodes (`cluster`: more
-/// of `eckpt run`'s options), once both have checkpointed three steps.
+/// of `eckpt run`'s options), once both have checkpointed three steps and wait for `go`.
 struct CheckpointingJob {
     work: PathBuf,
     dir: PathBuf,
@@ -99,6 +102,11 @@ impl CheckpointingJob {
         }
     }
 
+    /// Lets the ranks go on past their third step.
+    fn go(&self) {
+        std::fs::write(self.work.join("go"), b"").unwrap();
+    }
+
     /// Steps rank `rank` has completed.
     fn steps(&self, rank: u32) -> usize {
         steps_of(&self.work, rank)
@@ -128,6 +136,7 @@ fn a_coordinator_stopped_for_several_leases_neither_ends_the_job_nor_fails_its_r
     let _continue = ContinueAtEnd(coordinator.clone());
     let before = job.steps(0) + job.steps(1);
     signal(&coordinator, "-STOP");
+    job.go();
     std::thread::sleep(Duration::from_secs(12));
     signal(&coordinator, "-CONT");
     assert!(
@@ -230,7 +239,7 @@ fn ranks_checkpointing_with_eckpt_checkpoint_ride_out_a_30_s_link_cut() {
     }
     const STEPS: usize = 20;
     let mut job = CheckpointingJob::start(STEPS, &["--netns", "--liveness", "1s"]);
-    let during = partition_for(&job.dir, 30.0);
+    let during = partition_for(&job.dir, 30.0, || job.go());
     assert!(
         during["nodes"]
             .as_array()

@@ -154,7 +154,8 @@ pub fn wait_for(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
 /// Cuts every node of the namespaced cluster in `dir` (`up --netns`) off the coordinator —
 /// its bridge down — until the coordinator reports `seconds` without hearing any agent,
 /// then restores the links; the coordinator's `status --json` from the end of the cut.
-pub fn partition_for(dir: &Path, seconds: f64) -> Value {
+/// `cut` runs once the link is down (to let a job go on into the partition).
+pub fn partition_for(dir: &Path, seconds: f64, cut: impl FnOnce()) -> Value {
     let bridge = eckpt_cluster::netns::Network::for_dir(dir).bridge();
     let link = |state: &str| {
         let out = Command::new("ip")
@@ -169,6 +170,7 @@ pub fn partition_for(dir: &Path, seconds: f64) -> Value {
     };
     let d = dir.to_str().unwrap();
     link("down");
+    cut();
     let mut during = Value::Null;
     wait_for(
         Duration::from_secs(60 + 2 * seconds as u64),
