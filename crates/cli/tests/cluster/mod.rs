@@ -153,9 +153,10 @@ pub fn wait_for(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
 
 /// Cuts every node of the namespaced cluster in `dir` (`up --netns`) off the coordinator —
 /// its bridge down — until the coordinator reports `seconds` without hearing any agent,
-/// then restores the links; the coordinator's `status --json` from the end of the cut.
-/// `cut` runs once the link is down (to let a job go on into the partition).
-pub fn partition_for(dir: &Path, seconds: f64, cut: impl FnOnce()) -> Value {
+/// then restores the links, checking that the coordinator declared nobody dead meanwhile
+/// (it suspects its own link). `cut` runs once the link is down (to let a job go on into
+/// the partition).
+pub fn partition_for(dir: &Path, seconds: f64, cut: impl FnOnce()) {
     let bridge = eckpt_cluster::netns::Network::for_dir(dir).bridge();
     let link = |state: &str| {
         let out = Command::new("ip")
@@ -182,7 +183,12 @@ pub fn partition_for(dir: &Path, seconds: f64, cut: impl FnOnce()) -> Value {
         },
     );
     link("up");
-    during
+    assert!(
+        during["nodes"]
+            .as_array()
+            .is_some_and(|nodes| nodes.iter().all(|n| n["alive"].as_bool() == Some(true))),
+        "nobody is declared dead while the coordinator hears nobody: {during}"
+    );
 }
 
 /// Brings the cluster in a directory down and deletes it when the test ends, passed or
