@@ -720,7 +720,7 @@ mod tests {
         recover(&j, &alive_without(&j, &["n2"]), &BTreeSet::new());
     }
 
-    /// The defect of issue 7: a spare that took a lost member's ranks must not become a
+    /// A spare that took a lost member's ranks must not become a
     /// parity-only member when the groups are formed anew.
     #[test]
     fn a_rank_never_lands_on_a_parity_member() {
