@@ -417,6 +417,26 @@ pub enum AgentRequest {
     Shutdown(StopAgent),
 }
 
+impl AgentRequest {
+    /// Whether the agent's work for it does not grow with a rank's bytes (a cancel, a
+    /// shard's description, a decision, a deletion): its answer is due within the peer
+    /// wait, so an agent that heartbeats but whose handler hangs cannot hold its caller.
+    /// The others move or read checkpoint bytes: each of their frames has the peer wait on
+    /// both ends, and the coordinator gives up on an agent that stops heartbeating.
+    pub fn is_constant_work(&self) -> bool {
+        matches!(
+            self,
+            AgentRequest::Describe(_)
+                | AgentRequest::Commit(_)
+                | AgentRequest::Abort(_)
+                | AgentRequest::CancelTask(_)
+                | AgentRequest::Purge(_)
+                | AgentRequest::Discard(_)
+                | AgentRequest::Shutdown(_)
+        )
+    }
+}
+
 /// Store `item` (`len` bytes, sent as data frames next) as rank `rank`'s prepared epoch
 /// `epoch`, then report it ready (`eckpt checkpoint`).
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -458,6 +458,7 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
         host: host_identity(),
         secret,
         term,
+        answer_wait: cluster.deadlines.peer_wait(),
     });
     let coord = Arc::new(Coordinator::new(
         dir.clone(),

@@ -14,8 +14,10 @@ use super::{Coordinator, Journal};
 use eckpt_cluster_api::call::Call;
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
 use eckpt_cluster_api::msg::{
-    AgentRequest, AgentResponse, CancelTask, Damage, EpochOutcome, Inventory, NodeInfo, Opened, RankReport,
-    Registered, Registration, Scrub, ShardInfo, TaskReport,
+    Abort, AgentRequest, AgentResponse, CancelTask, CodingTask, Commit, Damage, DescribeRequest, Discard,
+    EpochOutcome, ExportItems, FlushPart, FlushRanks, ImportFlushed, Install, Inventory, MoveRank, NodeInfo,
+    Opened, PurgeNode, RankReport, Registered, Registration, Scrub, ShardInfo, StopAgent, TaskReport,
+    UpdateTask,
 };
 use eckpt_cluster_api::shard_layout::ShardLayout;
 use eckpt_cluster_api::{ClusterError, ErrorKind, WireError};
@@ -191,8 +193,10 @@ fn task_of(request: &AgentRequest) -> u64 {
     }
 }
 
-/// What a healthy agent answers: its shard for a `Describe` (every rank [`RANK_BYTES`]), a
-/// chunk CRC per data chunk for an encode, `Ok` or nothing damaged for the rest.
+/// What a healthy agent answers, each request with its own answer type ([`Call::reply`]):
+/// its shard for a `Describe` (every rank [`RANK_BYTES`]), a chunk CRC per data chunk for an
+/// encode, nothing damaged for a scrub, done for the rest. No wildcard: a new request makes
+/// this answer it.
 fn healthy_answer(node: &str, request: AgentRequest) -> AgentResponse {
     match request {
         AgentRequest::Describe(d) => {
@@ -202,7 +206,7 @@ fn healthy_answer(node: &str, request: AgentRequest) -> AgentResponse {
                 .map(|&r| (r, "state".to_string(), RANK_BYTES))
                 .collect();
             let layout = ShardLayout::pack(&items);
-            AgentResponse::Shard(ShardInfo {
+            DescribeRequest::reply(ShardInfo {
                 len: layout.len(),
                 layout,
                 updatable: false,
@@ -222,13 +226,33 @@ fn healthy_answer(node: &str, request: AgentRequest) -> AgentResponse {
             } else {
                 Vec::new()
             };
-            AgentResponse::Task(TaskReport {
+            CodingTask::reply(TaskReport {
                 crcs,
                 ..TaskReport::default()
             })
         }
+        AgentRequest::Update(_) => UpdateTask::reply(TaskReport::default()),
         AgentRequest::Scrub(_) => Scrub::reply(Damage::default()),
-        _ => AgentResponse::Ok,
+        AgentRequest::Install(_) => Install::reply(()),
+        AgentRequest::MoveRank(_) => MoveRank::reply(()),
+        AgentRequest::Commit(_) => Commit::reply(()),
+        AgentRequest::Abort(_) => Abort::reply(()),
+        AgentRequest::CancelTask(_) => CancelTask::reply(()),
+        AgentRequest::Export(_) => ExportItems::reply(Vec::new()),
+        AgentRequest::Flush(_) => FlushRanks::reply(FlushPart {
+            ranks: Vec::new(),
+            bytes: 0,
+            seconds: 0.0,
+        }),
+        AgentRequest::ImportFlushed(_) => ImportFlushed::reply(()),
+        AgentRequest::Purge(_) => PurgeNode::reply(Vec::new()),
+        AgentRequest::Discard(_) => Discard::reply(()),
+        AgentRequest::Shutdown(_) => StopAgent::reply(()),
+        // Ranks and agents send these, never the coordinator.
+        AgentRequest::PutRank(_)
+        | AgentRequest::ImportRank(_)
+        | AgentRequest::LinkTest(_)
+        | AgentRequest::LinkSink(_) => panic!("the coordinator sent {request:?}"),
     }
 }
 
