@@ -27,6 +27,7 @@ mod recovery_plan;
 mod repair;
 mod run_clock;
 mod sessions;
+mod sightings;
 mod state;
 #[cfg(test)]
 mod test_cluster;
@@ -37,11 +38,12 @@ pub use state::{natural_key, Journal, NodeEntry};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use eckpt_proto::{Connection, Endpoint};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use agents::{Agents, SocketAgents};
 use eckpt_cluster_api::call::{agent_answer, Call, ToAgent};

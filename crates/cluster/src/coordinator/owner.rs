@@ -24,15 +24,16 @@
 use std::collections::{BTreeSet, HashMap};
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
-use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
 
 use super::epoch_state::EpochState;
 use super::flush::FlushState;
 use super::pace::PacePoints;
 use super::run_clock::{RunClock, RunTime};
 use super::sessions::Live;
+use super::sightings::Sightings;
 use super::Journal;
 use eckpt_cluster_api::dirs::Deadlines;
 use eckpt_cluster_api::{ClusterError, WireError};
@@ -46,6 +47,8 @@ pub(super) struct State {
     journal: Journal,
     /// Agents' sessions by node name.
     pub live: HashMap<String, Live>,
+    /// When each agent with a session was last seen (for judging it alive).
+    pub sightings: Sightings,
     /// When the coordinator last heard each node whose session ended (and that has not
     /// registered again since).
     pub ended: HashMap<String, Instant>,
@@ -88,6 +91,7 @@ impl State {
             epochs: EpochState::new(journal.next_epoch),
             journal,
             live: HashMap::new(),
+            sightings: Sightings::default(),
             ended: HashMap::new(),
             pace_points: PacePoints::default(),
             flush: FlushState::new(flushed),

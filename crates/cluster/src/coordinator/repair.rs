@@ -12,7 +12,8 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+
+use tokio::time::Instant;
 
 use super::recovery::{Progress, Scope};
 use super::Coordinator;

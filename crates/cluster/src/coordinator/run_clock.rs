@@ -12,7 +12,9 @@
 //! out.
 
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// How often the ticker notes the time.
 pub(super) const TICK: Duration = Duration::from_millis(100);

@@ -15,11 +15,17 @@
 //! not lost: until it hears agents again (for at most another grace and an agent's
 //! reconnection) and for an agent's longest reconnection after, those nodes are *awaited*,
 //! so that no recovery judges a group lost before its members had the chance to come back.
+//!
+//! Its times are tokio's clock (`tokio::time::Instant`), as are the run clock's and the
+//! owner's: the monotonic clock in the daemon, virtual in the unit tests that pause it, which
+//! then judge liveness in no real time and the same way on a loaded machine as on an idle one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use eckpt_proto::Connection;
 
@@ -35,10 +41,9 @@ use eckpt_cluster_api::{ClusterError, WireError};
 pub(super) struct Live {
     info: NodeInfo,
     token: String,
-    /// When it was last heard, for judging it alive: set ahead after a silence of the
-    /// coordinator's own ([`State::end_silence`]).
-    last_seen: Instant,
-    /// When it was really last heard (never set ahead): what `status` reports.
+    /// When it was really last heard: what `status` reports. When it was last seen for
+    /// judging it alive — set ahead after a silence of the coordinator's own
+    /// ([`State::end_silence`]) — is in [`State::sightings`].
     heard: Instant,
     session: u64,
     /// What it holds was compared with the journal (the session's first request): only
@@ -126,7 +131,7 @@ impl State {
     /// The latest moment any agent was heard from, when the coordinator has heard nobody
     /// since for longer than the liveness period (however long).
     fn isolated_since(&self) -> Option<Instant> {
-        let latest = self.live.values().map(|l| l.last_seen).max()?;
+        let latest = self.sightings.latest()?;
         (latest.elapsed() >= self.deadlines.liveness()).then_some(latest)
     }
 
@@ -142,11 +147,8 @@ impl State {
     /// liveness period of the last agent heard (a node already dead then is not the
     /// silence's). Removed nodes are not awaited by anyone.
     fn silenced(&self, latest: Instant) -> impl Iterator<Item = &String> {
-        let liveness = self.deadlines.liveness();
-        self.live
-            .iter()
-            .filter(move |(_, l)| latest.duration_since(l.last_seen) < liveness)
-            .map(|(n, _)| n)
+        self.sightings
+            .seen_within(self.deadlines.liveness(), latest)
             .filter(|n| self.journal().nodes.get(*n).is_some_and(|e| !e.removed))
     }
 
@@ -160,20 +162,27 @@ impl State {
     /// period after it, so when every agent falls silent at once (the coordinator's own
     /// link is cut) nobody is declared dead, for up to the partition grace.
     pub(super) fn alive(&self) -> BTreeMap<String, NodeInfo> {
-        let (liveness, grace) = (self.deadlines.liveness(), self.deadlines.partition_grace());
-        let Some(latest) = self.live.values().map(|l| l.last_seen).max() else {
-            return BTreeMap::new();
-        };
         self.live
             .iter()
-            .filter(|(_, l)| {
-                l.checked
-                    && (l.last_seen.elapsed() < liveness
-                        || (latest.duration_since(l.last_seen) < liveness
-                            && latest.elapsed() < liveness + grace))
-            })
+            .filter(|(n, _)| self.is_alive(n))
             .map(|(n, l)| (n.clone(), l.info.clone()))
             .collect()
+    }
+
+    /// Whether `node` is alive ([`State::alive`]), without building the whole map: asked
+    /// per node, per request and per watch of a task, it costs O(log N).
+    fn is_alive(&self, node: &str) -> bool {
+        let (liveness, grace) = (self.deadlines.liveness(), self.deadlines.partition_grace());
+        let (Some(l), Some(seen), Some(latest)) = (
+            self.live.get(node),
+            self.sightings.get(node),
+            self.sightings.latest(),
+        ) else {
+            return false;
+        };
+        l.checked
+            && (seen.elapsed() < liveness
+                || (latest.duration_since(seen) < liveness && latest.elapsed() < liveness + grace))
     }
 
     /// Nodes down but not lost, that nobody rebuilds because their agents may be on their
@@ -251,7 +260,7 @@ impl State {
 
     /// Why `node` is not alive, or `None` if it is.
     pub(super) fn not_alive(&self, node: &str) -> Option<String> {
-        if self.alive().contains_key(node) {
+        if self.is_alive(node) {
             return None;
         }
         Some(match self.live.get(node) {
@@ -262,9 +271,11 @@ impl State {
                 format!("missed the decision on epoch {epoch}: registering again")
             }
             Some(l) if !l.checked => "registering".into(),
-            Some(l) => format!(
+            Some(_) => format!(
                 "stopped responding (no heartbeat for {:.1} s)",
-                l.last_seen.elapsed().as_secs_f64()
+                self.sightings
+                    .get(node)
+                    .map_or(0.0, |seen| seen.elapsed().as_secs_f64())
             ),
         })
     }
@@ -283,9 +294,12 @@ impl State {
         let info = &reg.info;
         let name = &info.name;
         self.end_silence();
+        let recently_seen = self
+            .sightings
+            .get(name)
+            .is_some_and(|seen| seen.elapsed() < self.deadlines.liveness());
         if let Some(other) = self.live.get(name).filter(|o| {
-            o.last_seen.elapsed() < self.deadlines.liveness()
-                && (o.info.pid != info.pid || o.info.host != info.host || o.token != reg.token)
+            recently_seen && (o.info.pid != info.pid || o.info.host != info.host || o.token != reg.token)
         }) {
             return Err(ClusterError::Fenced(format!(
                 "node {name} is already running (agent pid {} at {}): a second agent of that name is refused",
@@ -326,12 +340,12 @@ impl State {
             record_registration(journal, reg, self.epochs.running);
         }
         self.ended.remove(name);
+        self.sightings.set(name, Instant::now());
         self.live.insert(
             name.clone(),
             Live {
                 info: info.clone(),
                 token: reg.token.clone(),
-                last_seen: Instant::now(),
                 heard: Instant::now(),
                 session,
                 checked,
@@ -381,7 +395,9 @@ impl State {
         // sighting is set ahead to give it its reconnection time, and a heartbeat that was
         // held up in its old connection (delivered once the link is back, just before that
         // connection's end) must not take that back.
-        l.last_seen = l.last_seen.max(Instant::now());
+        let now = Instant::now();
+        let seen = self.sightings.get(node).map_or(now, |seen| seen.max(now));
+        self.sightings.set(node, seen);
         Ok(())
     }
 
@@ -431,10 +447,9 @@ impl State {
         let silent = latest.elapsed();
         if silent < liveness + grace {
             let restart = Instant::now() + self.deadlines.reconnection();
-            for l in self.live.values_mut() {
-                if latest.duration_since(l.last_seen) < liveness {
-                    l.last_seen = restart;
-                }
+            let silenced: Vec<String> = self.sightings.seen_within(liveness, latest).cloned().collect();
+            for node in silenced {
+                self.sightings.set(&node, restart);
             }
         } else {
             let silenced: Vec<String> = self.silenced(latest).cloned().collect();
@@ -462,8 +477,8 @@ impl State {
         // One that missed a decision meanwhile resolved against an older journal.
         l.checked = l.missed.is_none();
         l.damage = damage;
-        l.last_seen = Instant::now();
-        l.heard = l.last_seen;
+        l.heard = Instant::now();
+        self.sightings.set(node, l.heard);
         self.unregistered.remove(node);
         parity_gap
     }
@@ -507,10 +522,10 @@ impl State {
     /// The node is then judged by when it was last heard, as during the silence.
     pub(super) fn end_session(&mut self, node: &str, session: u64) {
         let in_silence = self.isolated_since().is_some();
-        let Some(l) = self.live.get(node).filter(|l| l.session == session) else {
+        if !self.live.get(node).is_some_and(|l| l.session == session) {
             return;
-        };
-        if in_silence || l.last_seen > Instant::now() {
+        }
+        if in_silence || self.sightings.get(node).is_some_and(|seen| seen > Instant::now()) {
             tracing::info!(node = %node, "agent session ended around a partition: judged by its heartbeats");
             return;
         }
@@ -523,6 +538,7 @@ impl State {
     /// (its agent was killed: the loss is now), else that heartbeat (it fell silent first).
     fn forget(&mut self, node: &str) {
         if let Some(l) = self.live.remove(node) {
+            self.sightings.remove(node);
             let now = Instant::now();
             let heard = if now.saturating_duration_since(l.heard) < self.deadlines.liveness() {
                 now
@@ -634,6 +650,8 @@ async fn requests(
     }
 }
 
+/// In virtual time (`start_paused`): the heartbeats, the liveness periods and the grace pass
+/// in no real time and in the same order on any machine, however loaded.
 #[cfg(test)]
 mod tests {
     use super::super::test_cluster::{TestCluster, LIVENESS};
@@ -651,7 +669,7 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_second_agent_of_a_live_node_and_a_copy_of_another_nodes_store_are_refused() {
         let c = TestCluster::start(6, CodingConfig::default()).await;
         let before = c.coord.snapshot().await;
@@ -678,7 +696,7 @@ mod tests {
     /// The same agent opening a new session (its heartbeat timed out, a partition, the
     /// coordinator's own stall) writes nothing: the journal file is the one it was. An agent
     /// restarted (a new pid) is journaled.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_new_session_the_journal_records_as_it_is_writes_nothing() {
         use std::os::unix::fs::MetadataExt;
         let c = TestCluster::start(4, CodingConfig::default()).await;
@@ -706,7 +724,7 @@ mod tests {
     /// Where a node is, its agent says (`eckpt agent --domain`): a spare joins in its
     /// domain, a node moved to another is there from its next registration, and an agent
     /// that says nothing keeps what the journal holds.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_agent_says_which_failure_domain_it_is_in() {
         let c = TestCluster::start(6, CodingConfig::default()).await;
         let domain_of = |journal: &Journal, node: &str| journal.nodes[node].domain.clone();
@@ -729,11 +747,11 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_silent_agent_dies_after_its_liveness_but_everyone_silent_is_the_coordinators_own_silence() {
         let c = TestCluster::start(6, CodingConfig::default()).await;
         c.stop("n2");
-        let stopped = std::time::Instant::now();
+        let stopped = Instant::now();
         while c.coord.alive().await.contains_key("n2") {
             assert!(stopped.elapsed() < 10 * LIVENESS, "n2 still alive");
             tokio::time::sleep(LIVENESS / 10).await;
@@ -767,11 +785,11 @@ mod tests {
     /// from the loss and not from its detection: a stopped agent from its last heartbeat
     /// (at least the liveness period once it is declared dead), a killed one from the end
     /// of its connection.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_lost_node_is_silent_since_it_was_last_heard() {
         let c = TestCluster::start(6, CodingConfig::default()).await;
         c.stop("n2");
-        let stopped = std::time::Instant::now();
+        let stopped = Instant::now();
         while alive_now(&c, "n2").await {
             assert!(stopped.elapsed() < 10 * LIVENESS, "n2 still alive");
             tokio::time::sleep(LIVENESS / 10).await;
@@ -797,7 +815,7 @@ mod tests {
     /// reconnection time: it stays alive, and no recovery declares it lost (found by the
     /// fault suite: four members declared lost, and a restart from the flush that threw the
     /// committed epoch away).
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_old_connection_ending_after_the_coordinators_own_silence_loses_no_node() {
         let c = TestCluster::start(6, CodingConfig::default()).await;
         let sessions: Vec<(String, u64)> = (0..6)
@@ -835,13 +853,13 @@ mod tests {
     /// An agent stopped past its liveness period misses the decisions made meanwhile (its
     /// connection may stay open throughout): when it is heard again its session ends, so
     /// that it registers again and resolves them. One that missed none is simply alive again.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_agent_that_missed_a_decision_while_counted_dead_must_register_again() {
         let c = TestCluster::start(6, CodingConfig::default()).await;
         let (n2, n3) = (c.session_of("n2"), c.session_of("n3"));
         c.stop("n2");
         c.stop("n3");
-        let stopped = std::time::Instant::now();
+        let stopped = Instant::now();
         while alive_now(&c, "n2").await || alive_now(&c, "n3").await {
             assert!(stopped.elapsed() < 10 * LIVENESS, "still alive");
             tokio::time::sleep(LIVENESS / 10).await;
@@ -863,7 +881,7 @@ mod tests {
     /// silence is a liveness period old: nobody is declared dead for it (the heartbeats
     /// judge), while an agent that alone missed a decision others were told must register
     /// again before it counts as alive.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_decision_nobody_was_told_declares_nobody_dead() {
         let c = TestCluster::start(6, CodingConfig::default()).await;
         assert!(
@@ -887,7 +905,7 @@ mod tests {
     /// A decision that no agent is told because the coordinator's own link is cut (it hears
     /// nobody) declares nobody dead: each agent stays alive, is told to register again when
     /// heard, and its new registration finds it alive still.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn agents_that_missed_a_decision_during_the_coordinators_silence_stay_alive() {
         let c = TestCluster::start(6, CodingConfig::default()).await;
         let n2 = c.session_of("n2");
@@ -921,12 +939,12 @@ mod tests {
     /// as its node, with a new store) is told, when it heartbeats again over its old
     /// session, that the session is no longer the node's; registering again, it is refused
     /// as a second agent of the node, and exits.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_agent_replaced_while_stopped_is_refused_when_it_continues() {
         let c = TestCluster::start(6, CodingConfig::default()).await;
         let old = c.session_of("n2");
         c.stop("n2");
-        let stopped = std::time::Instant::now();
+        let stopped = Instant::now();
         while alive_now(&c, "n2").await {
             assert!(stopped.elapsed() < 10 * LIVENESS, "still alive");
             tokio::time::sleep(LIVENESS / 10).await;
@@ -943,11 +961,11 @@ mod tests {
 
     /// Stops the heartbeats of all `nodes` nodes and waits until the grace has passed and
     /// none is alive; when they were stopped.
-    async fn silence_every_node(c: &TestCluster, nodes: usize) -> std::time::Instant {
+    async fn silence_every_node(c: &TestCluster, nodes: usize) -> Instant {
         for i in 0..nodes {
             c.stop(&format!("n{i}"));
         }
-        let stopped = std::time::Instant::now();
+        let stopped = Instant::now();
         while !c.coord.alive().await.is_empty() {
             assert!(stopped.elapsed() < 10 * LIVENESS, "still alive past the grace");
             tokio::time::sleep(LIVENESS / 10).await;
@@ -960,7 +978,7 @@ mod tests {
     /// again each of the others has an agent's reconnection to register — one whose old
     /// connection ended meanwhile too (found by an attack: a recovery asked as the link
     /// came back declared a whole group lost, and seconds later every node was back whole).
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn nodes_silenced_past_the_grace_are_awaited_until_they_register_again() {
         let c = TestCluster::with_grace(6, CodingConfig::default(), LIVENESS).await;
         let n5 = c.session_of("n5");
@@ -995,7 +1013,7 @@ mod tests {
     /// While the coordinator still hears nobody, it awaits its nodes for one more grace and
     /// an agent's reconnection at most: a cluster whose every node died is judged lost in the
     /// end (a job then restarts from its flush, or ends).
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_coordinator_that_hears_nobody_awaits_its_nodes_one_more_grace_at_most() {
         let c = TestCluster::with_grace(6, CodingConfig::default(), LIVENESS).await;
         let stopped = silence_every_node(&c, 6).await;
