@@ -1,8 +1,9 @@
 //! A peer that stops in the middle of a stream ends the exchange within the cluster's peer
 //! wait, with one line naming who, and nothing is left held: an agent that stalls while
 //! `eckpt restore` reads a rank from it (alive and heartbeating, so nothing but the deadline
-//! can end the wait), and a rank that falls silent in the middle of the bytes of its
-//! checkpoint (the agent would otherwise hold the rank's store lock for ever).
+//! can end the wait), a rank that falls silent in the middle of the bytes of its checkpoint
+//! (the agent would otherwise hold the rank's store lock for ever), and an agent SIGSTOPped
+//! while another ships it a rank (no coordinator is in that exchange to cancel it).
 
 mod cluster;
 
@@ -11,9 +12,10 @@ use std::time::{Duration, Instant};
 use eckpt_cluster_api::call::Call;
 use eckpt_cluster_api::commands::coordinator_call;
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{AgentResponse, OpenEpoch, Opened, PutRank, FILE_ITEM};
+use eckpt_cluster_api::msg::{AgentResponse, MoveRank, Nodes, OpenEpoch, Opened, PutRank, FILE_ITEM};
 use eckpt_cluster_api::net::{host_identity, open_node};
 
+use cluster::hosts::sh;
 use cluster::{bytes, finish, spawn, Cluster};
 
 /// The cluster's peer wait: what each test's stall must end within.
@@ -119,6 +121,71 @@ fn an_agent_gives_up_on_a_checkpoint_whose_sender_stalls_mid_stream() {
 
     // The agent let go of the rank: its next checkpoint commits and restores.
     let data = vec![bytes(16 << 20, 4), bytes(16 << 20, 5)];
+    let report = c.checkpoint(data, true).expect("report");
+    assert_eq!(report["outcome"]["committed"], true, "{report}");
+    c.assert_restorable();
+}
+
+#[test]
+fn a_ship_whose_receiver_stops_mid_stream_ends_within_the_peer_wait() {
+    // A liveness far above the stall, so that only the ship's own deadline can end it.
+    let mut c = Cluster::up(&[
+        "--nodes",
+        "4",
+        "--k",
+        "2",
+        "--m",
+        "2",
+        "--peer-wait",
+        PEER_WAIT,
+        "--liveness",
+        "60s",
+    ]);
+    let data = vec![bytes(16 << 20, 6), bytes(16 << 20, 7)];
+    c.checkpoint(data.clone(), true);
+    let epoch = c.committed();
+    let from = c.status_placement(0);
+    let dir = ClusterDir::new(&c.dir).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let nodes = rt.block_on(coordinator_call(&dir, Nodes, |_| {})).unwrap();
+    let shipper = nodes.iter().find(|n| n.name == from).unwrap().clone();
+    let receiver = nodes.iter().find(|n| n.name != from).unwrap().clone();
+    let receiver_pid = c.pid(&format!("nodes/{}", receiver.name));
+
+    c.pause("mid-ship");
+    let secret = dir.load_secret().unwrap();
+    let to = receiver.clone();
+    let shipped = rt.spawn(async move {
+        let mut conn = open_node(&shipper, &host_identity(), &secret).await.unwrap();
+        let move_rank = MoveRank { rank: 0, epoch, to };
+        conn.send_control(&move_rank.request()).await.unwrap();
+        tokio::time::timeout(HANG, conn.recv_control::<AgentResponse>())
+            .await
+            .expect("the shipper answers a ship its receiver stopped in")
+    });
+    c.wait_paused();
+    sh("kill", &["-STOP", &receiver_pid]);
+    let stalled = Instant::now();
+    c.resume();
+    let answer = rt.block_on(shipped).unwrap();
+    let waited = stalled.elapsed();
+    sh("kill", &["-CONT", &receiver_pid]);
+    match answer {
+        Ok(AgentResponse::Error(why)) => assert!(
+            why.message.contains(&receiver.name)
+                && why
+                    .message
+                    .contains("shipping rank 0 to it: it took nothing of it for 3.0 s"),
+            "{why:?}"
+        ),
+        other => panic!("a ship to a stopped receiver answered {other:?}"),
+    }
+    assert!(waited < BOUND, "{waited:?}");
+
+    // The shipper let go of the rank and the receiver of its half: the cluster's next
+    // checkpoint commits, and every rank restores.
+    c.wait_up(&receiver.name);
+    let data = vec![bytes(16 << 20, 8), bytes(16 << 20, 9)];
     let report = c.checkpoint(data, true).expect("report");
     assert_eq!(report["outcome"]["committed"], true, "{report}");
     c.assert_restorable();

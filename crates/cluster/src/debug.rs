@@ -39,11 +39,14 @@ pub enum Phase {
     BeforePublish,
     /// An agent is streaming a rank to `eckpt restore`, after its first frame.
     MidExport,
+    /// An agent is shipping a rank to another (a rebuilt rank to its new host, a moved
+    /// rank), after its first frame.
+    MidShip,
 }
 
 impl Phase {
     /// Every phase, in the order an epoch, a recovery and a flush reach them.
-    pub const ALL: [Phase; 9] = [
+    pub const ALL: [Phase; 10] = [
         Phase::BeforeEncode,
         Phase::MidEncode,
         Phase::MidDecode,
@@ -53,6 +56,7 @@ impl Phase {
         Phase::MidFlush,
         Phase::BeforePublish,
         Phase::MidExport,
+        Phase::MidShip,
     ];
 
     /// The name `eckpt debug pause --at` takes and the pause file holds.
@@ -67,6 +71,7 @@ impl Phase {
             Phase::MidFlush => "mid-flush",
             Phase::BeforePublish => "before-publish",
             Phase::MidExport => "mid-export",
+            Phase::MidShip => "mid-ship",
         }
     }
 

@@ -22,6 +22,7 @@ use memmap2::Mmap;
 
 use super::coding::rebuilt_path;
 use super::{blocking, frames, Agent};
+use crate::debug::{pause_point_async, Phase};
 use crate::stripe_blob::parse_stripe_blob;
 
 /// Rank images readable window by window.
@@ -326,6 +327,10 @@ pub async fn ship(
             tokio::time::timeout(peer_wait, conn.send_data(&piece))
                 .await
                 .map_err(|_| stalled("took nothing of it"))??;
+            if offset == 0 {
+                // Fault injection: the receiver has the first frame, not the rest.
+                pause_point_async(&agent.dir.debug(), Phase::MidShip, &agent.info.name).await;
+            }
             offset += n as u64;
         }
     }
