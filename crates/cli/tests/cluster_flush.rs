@@ -9,6 +9,7 @@
 mod cluster;
 
 use std::path::Path;
+use std::time::Duration;
 
 use cluster::{assert_refused, bytes, finish, ok, run, spawn, Cluster, Tmpfs};
 
@@ -176,7 +177,15 @@ fn a_flush_asked_for_before_the_agents_heard_of_the_commit_waits_for_them() {
     c.wait_paused();
     assert_eq!(c.committed(), 2, "journaled, not yet told to the agents");
     let mut flushing = spawn(&["flush", "--dir", c.d(), "--json"]);
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    let log = c.dir.join("coordinator/log");
+    cluster::wait_for(
+        Duration::from_secs(30),
+        "the flush to wait for the commit",
+        || {
+            std::fs::read_to_string(&log)
+                .is_ok_and(|log| log.contains("flush waits for the epoch's commit to reach the agents"))
+        },
+    );
     assert!(
         flushing.try_wait().unwrap().is_none(),
         "the flush waits for the commit to reach the agents"

@@ -320,7 +320,24 @@ fn a_full_file_system_fails_requests_in_one_line_and_kills_no_daemon() {
             "rank {rank}: not one line: {err}"
         );
     }
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    // A daemon that dies of the refusals dies while handling them: once the coordinator
+    // answers and has heard every agent since, each is past them.
+    let refused = std::time::Instant::now();
+    cluster::wait_for(
+        std::time::Duration::from_secs(30),
+        "every agent heard after the refusals",
+        || {
+            let status = c.status();
+            ["n0", "n2", "n3"].iter().all(|name| {
+                status["nodes"].as_array().unwrap().iter().any(|n| {
+                    n["name"] == *name
+                        && n["silent_seconds"]
+                            .as_f64()
+                            .is_some_and(|silent| silent < refused.elapsed().as_secs_f64())
+                })
+            })
+        },
+    );
     for pid in &daemons {
         assert!(
             std::path::Path::new("/proc").join(pid).exists(),

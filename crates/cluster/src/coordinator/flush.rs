@@ -214,7 +214,11 @@ impl Coordinator {
             )));
         }
         // An epoch just committed: its commit may still be on its way to the agents.
-        let _ = self.delivered.subscribe().wait_for(|&d| d >= epoch).await;
+        let mut delivered = self.delivered.subscribe();
+        if *delivered.borrow() < epoch {
+            tracing::info!(epoch, "flush waits for the epoch's commit to reach the agents");
+        }
+        let _ = delivered.wait_for(|&d| d >= epoch).await;
         self.read(move |s| s.flush.running = Some(epoch)).await;
         self.flush(epoch, config, turn).await
     }
