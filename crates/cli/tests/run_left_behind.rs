@@ -11,28 +11,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cluster::programs::text;
-use cluster::run_job;
+use cluster::{processes_running, run_job};
 
 /// Longer than a run of two ranks that print a line takes, far shorter than the leftovers
 /// live (`sleep 3600`).
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// The pids of live processes whose command line is exactly `words`.
-fn processes_running(words: &[&str]) -> Vec<String> {
-    let wanted: Vec<u8> = words.iter().flat_map(|w| w.bytes().chain([0])).collect();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-        })
-        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == wanted))
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect()
-}
 
 fn run_leaving_a_process(work: &Path, launcher: &str, exit: u8) {
     // A duration of its own, to find what this test left and nothing else.

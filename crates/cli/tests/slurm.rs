@@ -3,7 +3,8 @@
 //! and MPICH. The MPI example runs once failure-free on a 3-node allocation, then as the
 //! README's batch job scaled to 4 nodes × 2 tasks (6 ranks, no `--layout`: they fit only
 //! because srun's default layout puts ranks on every member; `--layout dedicated` is refused
-//! in one line before anything starts), then on 4-node
+//! in one line before anything starts), then as a job whose srun ranks each leave a process
+//! holding their output (it ends as the ranks do), then on 4-node
 //! allocations (3 members and a spare) that lose a node holding ranks — not the batch host
 //! — with everything on it (slurmd, the agent, the ranks) in the middle of the run: through
 //! srun with Open MPI's PMIx, through Open MPI's mpirun and through MPICH's mpiexec with a
@@ -21,7 +22,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cluster::programs::{build_stencil, build_stencil_mpich, repo, stencil_checksums, text};
-use cluster::{eckpt, is_root, ok};
+use cluster::{eckpt, is_root, ok, processes_running};
 
 /// How a node fails.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -268,6 +269,42 @@ fn runs_the_readme_job(slurm: &Slurm, work: &Path, stencil: &Path) {
     );
 }
 
+/// A job whose two ranks, started by srun, each leave a process holding their output (in a
+/// session of its own): the step, and the run, end as the ranks do, each rank's
+/// `eckpt run-rank` says in one line what it ended, and nothing of it is left running.
+fn ends_when_srun_ranks_leave_a_process(slurm: &Slurm, work: &Path) {
+    // A duration of its own, to find what this job left and nothing else.
+    let sleep = "3711";
+    let script = format!(
+        "#!/bin/sh\n\
+         #SBATCH --nodes=3 --ntasks-per-node=2 --no-kill --output={out}\n\
+         cd {work} && exec {eckpt} run --launcher srun --dir {dir} --node-store {work}/local-%n \
+         --k 2 --m 1 -n 2 -- sh -c 'setsid sleep {sleep} & echo started'\n",
+        out = work.join("job.out").display(),
+        work = work.display(),
+        eckpt = env!("CARGO_BIN_EXE_eckpt"),
+        dir = work.join("cluster").display(),
+    );
+    let job = slurm.sbatch(work, &script);
+    let end = slurm.wait(&job, Duration::from_secs(120));
+    let out = std::fs::read_to_string(work.join("job.out")).unwrap_or_default();
+    assert!(
+        end.contains("JobState=COMPLETED") && end.contains("ExitCode=0:0"),
+        "ranks leaving a process: {end}\n{out}"
+    );
+    for rank in 0..2 {
+        assert!(out.contains(&format!("[{rank}] started")), "{out}");
+        let said = format!("[{rank}] eckpt run-rank: the rank left ");
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&said) && l.ends_with("(sleep) running after it exited: ended it")),
+            "rank {rank}: {out}"
+        );
+    }
+    let left = processes_running(&["sleep", sleep]);
+    assert!(left.is_empty(), "still running: {left:?}\n{out}");
+}
+
 /// The cluster's status, as `eckpt status --json` says it (`None` while it does not answer).
 fn status(dir: &Path) -> Option<serde_json::Value> {
     let out = eckpt()
@@ -421,6 +458,7 @@ fn mpi_jobs_in_a_slurm_allocation_survive_the_loss_of_a_node() {
         assert_eq!(journal["nodes"][node]["domain"], switch, "{node}: {journal}");
     }
     runs_the_readme_job(&slurm, &work_dir(tmp.path(), "readme"), &stencil);
+    ends_when_srun_ranks_leave_a_process(&slurm, &work_dir(tmp.path(), "leftover"));
 
     let work = work_dir(tmp.path(), "srun");
     survives_a_node_loss(&slurm, &work, srun, &stencil, &reference, Failure::Crash);

@@ -1,5 +1,5 @@
-//! One rank under an MPI launcher, and what it leaves behind. `mpirun` (and Hydra's
-//! `mpiexec`) count a rank as ended only once its output pipes close, so a rank that leaves
+//! One rank under a whole-job launcher, and what it leaves behind. `mpirun`, Hydra's
+//! `mpiexec` and Slurm's `srun` count a rank as ended only once its output pipes close, so a rank that leaves
 //! a process holding them — a shell's background job, a daemon it started, even one in a
 //! session of its own — holds the launcher, and with it `eckpt run`, for as long as that
 //! process lives. So `eckpt run` starts each rank as `eckpt run-rank -- COMMAND…`: a child

@@ -252,6 +252,23 @@ pub fn processes_with(key: &str, value: &str) -> Vec<i32> {
         .collect()
 }
 
+/// The pids of live processes whose command line is exactly `words`.
+pub fn processes_running(words: &[&str]) -> Vec<String> {
+    let wanted: Vec<u8> = words.iter().flat_map(|w| w.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == wanted))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
 /// Whether the tests run as root (namespaces, mounts); CI does.
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {

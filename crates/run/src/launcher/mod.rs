@@ -213,9 +213,9 @@ pub(crate) fn remove_scratch(scratch: &Path) {
     let _ = std::fs::remove_dir(scratch);
 }
 
-/// The command an MPI launcher starts as each rank: the job's command under `eckpt run-rank`
-/// (`rank_reaper`), so a process the rank leaves holding its output does not hold the
-/// launcher, and the run, after the rank ended.
+/// The command a whole-job launcher (mpirun, mpiexec, srun) starts as each rank: the job's
+/// command under `eckpt run-rank` (`rank_reaper`), so a process the rank leaves holding its
+/// output does not hold the launcher, and the run, after the rank ended.
 fn rank_command(spec: &LaunchSpec<'_>) -> Vec<std::ffi::OsString> {
     let mut command = vec![spec.exe.clone().into_os_string(), "run-rank".into(), "--".into()];
     command.extend(spec.command.iter().map(Into::into));

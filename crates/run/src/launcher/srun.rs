@@ -6,12 +6,14 @@
 //! (`--overlap`); it is bounded in time to start (`--immediate`), since a step that cannot
 //! be placed waits forever otherwise; one rank's failure ends it (`--kill-on-bad-exit`);
 //! and stopping the attempt cancels it through Slurm, which ends its tasks on every node.
+//! Each task is the rank under `eckpt run-rank`, as with the MPI launchers: srun, like them,
+//! waits for a task's output to close, which a process the rank left may hold.
 
 use std::collections::BTreeSet;
 use std::process::Command;
 
 use super::whole_job::WholeJob;
-use super::{rank_env, write_hostfile, LaunchSpec};
+use super::{rank_command, rank_env, write_hostfile, LaunchSpec};
 use crate::output::Tags;
 use crate::slurm::{self, Allocation};
 use crate::RunError;
@@ -34,7 +36,7 @@ fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
         .arg("--label");
     // srun passes its whole environment to the tasks (`--export=ALL`, the default).
     command.envs(rank_env(spec, &nodes));
-    command.args(spec.launcher_args).args(spec.command);
+    command.args(spec.launcher_args).args(rank_command(spec));
     Ok(command)
 }
 
