@@ -55,6 +55,7 @@ impl Coordinator {
         requests: Vec<(NodeInfo, C)>,
     ) -> Result<Vec<C::Answer>, ClusterError> {
         let nodes: Vec<NodeInfo> = requests.iter().map(|(n, _)| n.clone()).collect();
+        let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
         let (failed, mut first_failure) = tokio::sync::mpsc::unbounded_channel();
         let answers = self.ask_each(requests, move |node, answer| {
             if let Err(e) = answer {
@@ -64,9 +65,9 @@ impl Coordinator {
         tokio::pin!(answers);
         let gone = async {
             loop {
-                let alive = self.alive().await;
-                if let Some(n) = nodes.iter().find(|n| !alive.contains_key(&n.name)) {
-                    return n.name.clone();
+                let absent = self.absent(names.clone()).await;
+                if let Some(n) = names.iter().find(|n| absent.contains_key(*n)) {
+                    return n.clone();
                 }
                 tokio::time::sleep(WATCH_EVERY).await;
             }

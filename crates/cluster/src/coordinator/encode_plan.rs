@@ -17,6 +17,8 @@ use eckpt_coding::geometry::Geometry;
 use eckpt_coding::policy::{chunk_size, update_is_cheaper};
 use eckpt_coding::ObjectId;
 
+use super::state::RanksByNode;
+
 /// A group's encode, done but not yet committed.
 #[derive(Debug, Clone)]
 pub(super) struct Encoded {
@@ -117,7 +119,7 @@ pub(super) fn participants(
 pub(super) fn plan_encode(
     coding: CodingConfig,
     record: &GroupRecord,
-    placement: &BTreeMap<u32, String>,
+    placement: &RanksByNode,
     epoch: u64,
     force_full: bool,
 ) -> EncodePlan {
@@ -127,13 +129,7 @@ pub(super) fn plan_encode(
     let ranks = g
         .members
         .iter()
-        .map(|member| {
-            placement
-                .iter()
-                .filter(|(_, node)| *node == member)
-                .map(|(r, _)| *r)
-                .collect()
-        })
+        .map(|member| placement.on(member).to_vec())
         .collect();
     let current = record.objects.last().filter(|_| !force_full);
     let complete = match coding.mode {
@@ -458,7 +454,7 @@ mod tests {
         let c = coding(2, 1, Layout::Dedicated, Mode::Update);
         let (mut record, placement) = group(&c);
         record.objects.push(object(&record, 1, ObjectKind::Image));
-        plan_encode(c, &record, &placement, 2, force_full)
+        plan_encode(c, &record, &RanksByNode::of(&placement), 2, force_full)
     }
 
     fn is_protocol(e: &ClusterError) -> bool {
@@ -482,7 +478,7 @@ mod tests {
         );
         let c = coding(2, 1, Layout::Rotated, Mode::Full);
         let (record, placement) = group(&c);
-        let asked = plan_encode(c, &record, &placement, 1, false).describe();
+        let asked = plan_encode(c, &record, &RanksByNode::of(&placement), 1, false).describe();
         assert_eq!(asked.len(), 3, "rotated: every member holds data");
         assert!(asked.iter().all(|(_, d)| d.update_from.is_none()));
     }
@@ -537,7 +533,7 @@ mod tests {
         ));
         let c = coding(2, 1, Layout::Dedicated, Mode::Update);
         let (record, placement) = group(&c);
-        let fresh = plan_encode(c, &record, &placement, 1, false);
+        let fresh = plan_encode(c, &record, &RanksByNode::of(&placement), 1, false);
         assert!(
             fresh.update_base.is_none(),
             "no committed object, nothing to update"
@@ -546,7 +542,7 @@ mod tests {
         stripe
             .objects
             .push(object(&record, 1, ObjectKind::Stripe { complete: true }));
-        assert!(plan_encode(c, &stripe, &placement, 2, false)
+        assert!(plan_encode(c, &stripe, &RanksByNode::of(&placement), 2, false)
             .update_base
             .is_none());
     }
@@ -556,7 +552,7 @@ mod tests {
         let c = coding(2, 1, Layout::Dedicated, Mode::Stripe);
         let (mut record, placement) = group(&c);
         let describe = [shard(100, 0, false), shard(5000, 0, false)];
-        let first = plan_encode(c, &record, &placement, 1, false);
+        let first = plan_encode(c, &record, &RanksByNode::of(&placement), 1, false);
         assert!(first.complete);
         let Choice::Full(f) = first.choose(&describe).unwrap() else {
             panic!()
@@ -568,7 +564,7 @@ mod tests {
         assert!(f.chain.is_empty());
         record.objects.push(f.object.clone());
         for count in 1..=c.max_stripes as u64 {
-            let plan = plan_encode(c, &record, &placement, count + 1, false);
+            let plan = plan_encode(c, &record, &RanksByNode::of(&placement), count + 1, false);
             assert_eq!(
                 plan.complete,
                 count == u64::from(c.max_stripes),
@@ -584,7 +580,7 @@ mod tests {
             record.objects.push(f.object.clone());
         }
         assert!(
-            plan_encode(c, &record, &placement, 9, true).complete,
+            plan_encode(c, &record, &RanksByNode::of(&placement), 9, true).complete,
             "forced: a new chain"
         );
     }
@@ -647,7 +643,7 @@ mod tests {
             let mode = if stripe { Mode::Stripe } else { Mode::Full };
             let c = CodingConfig { chunk: configured, ..coding(k, m, layout, mode) };
             let (record, placement) = group(&c);
-            let plan = plan_encode(c, &record, &placement, 1, false);
+            let plan = plan_encode(c, &record, &RanksByNode::of(&placement), 1, false);
             let shards: Vec<ShardInfo> = plan.data.iter().map(|&x| shard(lens[x], 0, false)).collect();
             let Choice::Full(f) = plan.choose(&shards).unwrap() else { panic!("no base, no update") };
             let chunk = u64::from(f.object.chunk);

@@ -1,7 +1,7 @@
 //! One epoch's encode across all groups and its two-phase commit, and the group encode
 //! that recovery reuses to restore redundancy.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,6 +11,7 @@ use super::encode_plan::{participants, plan_encode, Choice, EncodePlan, Encoded}
 use super::epoch_state::outcome;
 use super::pace::aggregate;
 use super::protection::check_protection;
+use super::state::RanksByNode;
 use super::Coordinator;
 use crate::debug::pause_point_async;
 use eckpt_cluster_api::msg::{Commit, EpochOutcome, GroupRecord, NodeInfo, ShardInfo};
@@ -26,7 +27,7 @@ impl Coordinator {
         &self,
         rec: &GroupRecord,
         alive: &BTreeMap<String, NodeInfo>,
-        placement: &BTreeMap<u32, String>,
+        placement: &RanksByNode,
         epoch: u64,
         force_full: bool,
     ) -> Result<Encoded, ClusterError> {
@@ -62,7 +63,8 @@ impl Coordinator {
         self.ask_all(requests).await.into_iter().collect()
     }
 
-    /// Encodes every group concurrently.
+    /// Encodes every group concurrently; the alive nodes and each node's ranks are worked
+    /// out once and shared, not copied per group.
     pub(super) async fn encode_groups(
         self: &Arc<Self>,
         groups: Vec<GroupRecord>,
@@ -70,7 +72,8 @@ impl Coordinator {
         epoch: u64,
         force_full: bool,
     ) -> Vec<Result<Encoded, ClusterError>> {
-        let alive = self.alive().await;
+        let alive = Arc::new(self.alive().await);
+        let placement = Arc::new(RanksByNode::of(placement));
         let mut set = JoinSet::new();
         let count = groups.len();
         for (i, rec) in groups.into_iter().enumerate() {
@@ -101,26 +104,41 @@ impl Coordinator {
     /// then, as an agent without a session does when it comes back.
     pub(super) async fn send_commit(&self, epoch: u64, commit: &[(ObjectId, Option<u64>)], ranks: bool) {
         let (journal, sessions) = self.read(|s| (s.journal().clone(), s.with_sessions())).await;
+        // Each node's part, from maps built once: a scan per node made a commit cost nodes
+        // × (groups + ranks).
+        let group_of = journal.group_index();
+        let keep: Vec<Vec<ObjectId>> = journal
+            .groups
+            .iter()
+            .map(|rec| rec.objects.iter().map(|o| o.id).collect())
+            .collect();
+        let object_group: HashMap<ObjectId, usize> = keep
+            .iter()
+            .enumerate()
+            .flat_map(|(g, ids)| ids.iter().map(move |&id| (id, g)))
+            .collect();
+        let mut committed: Vec<Vec<(ObjectId, Option<u64>)>> = vec![Vec::new(); keep.len()];
+        for &(id, version) in commit {
+            if let Some(&g) = object_group.get(&id) {
+                committed[g].push((id, version));
+            }
+        }
+        let ranks_by_node = RanksByNode::of(&journal.placement);
         let requests = sessions
             .iter()
             .map(|(info, _)| {
-                let group_objects: Vec<ObjectId> = journal.keep_of(&info.name);
-                let objects = commit
-                    .iter()
-                    .filter(|(id, _)| group_objects.contains(id))
-                    .copied()
-                    .collect();
+                let group = group_of.get(info.name.as_str()).copied();
                 (
                     info.clone(),
                     Commit {
                         epoch,
                         ranks: if ranks {
-                            journal.ranks_on(&info.name)
+                            ranks_by_node.on(&info.name).to_vec()
                         } else {
                             Vec::new()
                         },
-                        objects,
-                        keep: group_objects,
+                        objects: group.map(|g| committed[g].clone()).unwrap_or_default(),
+                        keep: group.map(|g| keep[g].clone()).unwrap_or_default(),
                     },
                 )
             })

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::owner::{Draft, State};
 use super::pace::check_policy;
 use super::Coordinator;
-use eckpt_cluster_api::msg::{Abort, EpochOutcome, NodeInfo, Opened, PaceStats, RankReport};
+use eckpt_cluster_api::msg::{Abort, EpochOutcome, Opened, PaceStats, RankReport};
 use eckpt_cluster_api::ClusterError;
 
 /// Ranks' progress through the open epoch.
@@ -174,22 +174,18 @@ pub(super) fn outcome(epoch: u64, committed: bool, reason: Option<String>) -> Ep
 }
 
 /// Where `rank` lives (see [`Coordinator::place_rank`]), recording a new placement or job
-/// size in `journal`; nothing written when it refuses.
+/// size in `journal`; nothing written when it refuses. A rank already placed costs a lookup;
+/// a new one a pass over the groups and the placement, never a scan per node.
 fn place(
     journal: &mut Draft,
     rank: u32,
     world: u32,
     node: Option<String>,
-    alive: &BTreeMap<String, NodeInfo>,
+    is_alive: impl Fn(&str) -> bool,
 ) -> Result<String, ClusterError> {
     journal.check_rank(rank, world, |w| {
         format!("the job has {w} ranks; this checkpoint says {world}")
     })?;
-    let candidates: Vec<String> = journal
-        .members()
-        .into_iter()
-        .filter(|n| journal.holds_data(n) && alive.contains_key(n))
-        .collect();
     let name = match (journal.placement.get(&rank), node) {
         (Some(placed), Some(wanted)) if *placed != wanted => {
             return Err(ClusterError::Refused(format!(
@@ -197,15 +193,18 @@ fn place(
             )))
         }
         (Some(placed), _) => placed.clone(),
-        (None, Some(wanted)) if !candidates.contains(&wanted) => {
+        (None, Some(wanted)) if !(journal.holds_data(&wanted) && is_alive(&wanted)) => {
             return Err(ClusterError::Invalid(format!(
                 "node {wanted} cannot host ranks (not an alive data member of a group)"
             )))
         }
         (None, Some(wanted)) => wanted,
-        (None, None) => journal
-            .least_loaded(&candidates, &BTreeMap::new())
-            .ok_or_else(|| ClusterError::Refused("no alive node can host ranks".into()))?,
+        (None, None) => {
+            let candidates: Vec<&String> = journal.data_members().filter(|n| is_alive(n)).collect();
+            journal
+                .least_loaded(candidates, &BTreeMap::new())
+                .ok_or_else(|| ClusterError::Refused("no alive node can host ranks".into()))?
+        }
     };
     if journal.world != Some(world) || journal.placement.get(&rank) != Some(&name) {
         journal.world = Some(world);
@@ -229,11 +228,10 @@ impl Coordinator {
     ) -> Result<Opened, ClusterError> {
         let who = format!("rank {rank}");
         self.fence(generation, who.clone()).await?;
-        let (alive, target) = self
-            .read(move |s| Ok::<_, ClusterError>((s.alive(), s.epochs.target(rank, expected)?)))
-            .await?;
-        let name = self.place_rank(rank, world, node, alive.clone()).await?;
-        let info = alive.get(&name).cloned().ok_or_else(|| {
+        let target = self.read(move |s| s.epochs.target(rank, expected)).await?;
+        let name = self.place_rank(rank, world, node).await?;
+        let host = name.clone();
+        let info = self.read(move |s| s.alive_node(&host)).await.ok_or_else(|| {
             ClusterError::Refused(format!(
                 "rank {rank} lives on {name}, which is down: run `eckpt recover`"
             ))
@@ -257,14 +255,9 @@ impl Coordinator {
     /// The node hosting `rank`: where it lives, else `node` if it can host ranks, else the
     /// least loaded alive data member. A new placement (or job size) is saved; the ranks of
     /// a job placing themselves at once share journal writes.
-    async fn place_rank(
-        &self,
-        rank: u32,
-        world: u32,
-        node: Option<String>,
-        alive: BTreeMap<String, NodeInfo>,
-    ) -> Result<String, ClusterError> {
-        self.update(move |journal| place(journal, rank, world, node, &alive))
+    async fn place_rank(&self, rank: u32, world: u32, node: Option<String>) -> Result<String, ClusterError> {
+        self.state
+            .change(move |state, journal| place(journal, rank, world, node, |n| state.is_alive(n)))
             .await?
     }
 
@@ -304,11 +297,13 @@ impl Coordinator {
                 s.rank_ready(rank, epoch, node, report)
             })
             .await?;
+        // Nobody waits on a rank's readiness (ranks wait for decisions, which
+        // `finish_epoch` announces): waking every waiting rank here made an epoch cost
+        // ranks² reads.
         if complete {
             let coord = self.clone();
             tokio::spawn(async move { coord.run_epoch(epoch).await });
         }
-        self.changed.notify_waiters();
         Ok(())
     }
 

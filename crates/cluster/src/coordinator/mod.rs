@@ -26,6 +26,8 @@ mod recovery;
 mod recovery_plan;
 mod repair;
 mod run_clock;
+#[cfg(test)]
+mod scale_tests;
 mod sessions;
 mod sightings;
 mod state;
@@ -303,7 +305,7 @@ impl Coordinator {
             let Some(name) = journal.placement.get(&rank).filter(|_| journal.committed > 0) else {
                 return Ok(None);
             };
-            let info = s.alive().remove(name).ok_or_else(|| {
+            let info = s.alive_node(name).ok_or_else(|| {
                 ClusterError::Refused(format!("rank {rank}'s node {name} is down: run `eckpt recover`"))
             })?;
             if let Some(what) = s.damaged().get(name) {
@@ -672,10 +674,10 @@ async fn handle(
         CoordRequest::Flush(FlushEpoch { epoch }) => FlushEpoch::reply(coord.flush_now(epoch).await?),
         CoordRequest::WaitFlush(_) => WaitFlush::reply(coord.wait_flush().await),
         CoordRequest::Leave(Leave { node }) => {
+            let name = node.clone();
             let info = coord
-                .alive()
+                .read(move |s| s.alive_node(&name))
                 .await
-                .remove(&node)
                 .ok_or_else(|| ClusterError::NotFound(format!("node {node} is not running")))?;
             for r in coord.ask_all(vec![(info, StopAgent)]).await {
                 r?;

@@ -77,6 +77,16 @@ struct Round {
 /// `(launch, round)`: one pace point.
 type PointKey = (String, u64);
 
+/// What a rank's arrival at a pace point found.
+enum Reached {
+    /// The point was answered already (the rank asks again): its answer.
+    Answered(PaceStats),
+    /// This rank was the last one: the ranks waiting there can take the answer now.
+    Completed,
+    /// Ranks are still missing.
+    Waiting,
+}
+
 /// How many answered pace points are remembered for ranks that ask again.
 const ANSWERED_KEPT: usize = 64;
 
@@ -146,13 +156,16 @@ impl Coordinator {
         .await?;
         let key = (launch, round);
         let reached = key.clone();
-        let answered = self
+        let arrival = self
             .read(move |s| s.pace_points.reach(reached, rank, world, report))
             .await?;
-        if let Some(answer) = answered {
-            return Ok(answer);
+        match arrival {
+            Reached::Answered(answer) => return Ok(answer),
+            // Only the last arrival wakes the waiting ranks: waking all of them at each
+            // arrival made a pace point cost ranks² reads.
+            Reached::Completed => self.changed.notify_waiters(),
+            Reached::Waiting => {}
         }
-        self.changed.notify_waiters();
         let wait = self.deadlines.open_wait();
         let deadline = tokio::time::Instant::now() + wait;
         loop {
@@ -177,17 +190,16 @@ impl Coordinator {
 }
 
 impl PacePoints {
-    /// Records that `rank` reached pace point `key`: the answer when the point was already
-    /// answered, `None` while ranks are missing.
+    /// Records that `rank` reached pace point `key`.
     fn reach(
         &mut self,
         key: PointKey,
         rank: u32,
         world: u32,
         report: PaceReport,
-    ) -> Result<Option<PaceStats>, ClusterError> {
+    ) -> Result<Reached, ClusterError> {
         if let Some(answer) = self.answer_of(&key) {
-            return answer.map(Some);
+            return answer.map(Reached::Answered);
         }
         let entry = self.rounds.entry(key.clone()).or_insert_with(|| Round {
             world,
@@ -205,8 +217,9 @@ impl PacePoints {
         if entry.reports.len() as u32 == world && entry.answer.is_none() {
             entry.answer =
                 Some(aggregate(entry.reports.iter().map(|(r, p)| (*r, p))).map_err(|e| e.to_string()));
+            return Ok(Reached::Completed);
         }
-        Ok(None)
+        Ok(Reached::Waiting)
     }
 
     /// `rank` stops waiting at pace point `key`; how many ranks never reached it.

@@ -169,9 +169,16 @@ impl State {
             .collect()
     }
 
+    /// How to reach `node` if it is alive: [`State::alive`] for one node, in O(log N).
+    pub(super) fn alive_node(&self, node: &str) -> Option<NodeInfo> {
+        self.is_alive(node)
+            .then(|| self.live.get(node).map(|l| l.info.clone()))
+            .flatten()
+    }
+
     /// Whether `node` is alive ([`State::alive`]), without building the whole map: asked
     /// per node, per request and per watch of a task, it costs O(log N).
-    fn is_alive(&self, node: &str) -> bool {
+    pub(super) fn is_alive(&self, node: &str) -> bool {
         let (liveness, grace) = (self.deadlines.liveness(), self.deadlines.partition_grace());
         let (Some(l), Some(seen), Some(latest)) = (
             self.live.get(node),
@@ -522,7 +529,7 @@ impl State {
     /// The node is then judged by when it was last heard, as during the silence.
     pub(super) fn end_session(&mut self, node: &str, session: u64) {
         let in_silence = self.isolated_since().is_some();
-        if !self.live.get(node).is_some_and(|l| l.session == session) {
+        if self.live.get(node).is_none_or(|l| l.session != session) {
             return;
         }
         if in_silence || self.sightings.get(node).is_some_and(|seen| seen > Instant::now()) {

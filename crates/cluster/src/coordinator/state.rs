@@ -1,7 +1,7 @@
 //! The coordinator's durable state (its journal) and the decisions made from it alone:
 //! forming groups and placing ranks.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -383,22 +383,52 @@ impl Journal {
             .collect()
     }
 
+    /// The members that can host ranks (their position in their group holds data), in one
+    /// pass over the groups.
+    pub fn data_members(&self) -> impl Iterator<Item = &String> {
+        self.groups.iter().flat_map(|rec| {
+            let group = &rec.group;
+            let geometry = Geometry::new(self.coding.layout, group.k, group.m, 1);
+            group
+                .members
+                .iter()
+                .enumerate()
+                .filter(move |(pos, _)| geometry.holds_data(*pos))
+                .map(|(_, name)| name)
+        })
+    }
+
     /// The node with the fewest ranks per core among `candidates` (natural order breaks
     /// ties): per-process relocation, placing by free cores rather than moving whole nodes.
+    /// One pass over the placement, then one per candidate.
     pub fn least_loaded<'a>(
         &self,
         candidates: impl IntoIterator<Item = &'a String>,
         extra: &BTreeMap<String, usize>,
     ) -> Option<String> {
+        let mut placed: HashMap<&str, usize> = HashMap::new();
+        for node in self.placement.values() {
+            *placed.entry(node.as_str()).or_default() += 1;
+        }
         candidates
             .into_iter()
             .map(|name| {
                 let cores = self.nodes[name].info.as_ref().map_or(1, |i| i.cores.max(1)) as f64;
-                let load = (self.ranks_on(name).len() + extra.get(name).copied().unwrap_or(0)) as f64 / cores;
-                (load, natural_key(name), name.clone())
+                let ranks =
+                    placed.get(name.as_str()).copied().unwrap_or(0) + extra.get(name).copied().unwrap_or(0);
+                (ranks as f64 / cores, natural_key(name), name)
             })
             .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)))
-            .map(|(_, _, name)| name)
+            .map(|(_, _, name)| name.clone())
+    }
+
+    /// Each member's group (by index), in one pass over the groups.
+    pub fn group_index(&self) -> HashMap<&str, usize> {
+        self.groups
+            .iter()
+            .enumerate()
+            .flat_map(|(g, rec)| rec.group.members.iter().map(move |m| (m.as_str(), g)))
+            .collect()
     }
 
     /// Objects each node keeps (every object of its group's chain).
@@ -439,6 +469,28 @@ impl Journal {
             .iter()
             .flat_map(|g| g.group.members.iter().cloned())
             .collect()
+    }
+}
+
+/// Each node's ranks, ascending: a placement inverted once, so that a group's or a node's
+/// ranks are a lookup rather than a scan of the whole placement each (which made an epoch
+/// cost nodes × ranks).
+#[derive(Debug, Default, Clone)]
+pub struct RanksByNode(HashMap<String, Vec<u32>>);
+
+impl RanksByNode {
+    /// `placement` (rank → node) inverted.
+    pub fn of(placement: &BTreeMap<u32, String>) -> RanksByNode {
+        let mut by_node: HashMap<String, Vec<u32>> = HashMap::new();
+        for (&rank, node) in placement {
+            by_node.entry(node.clone()).or_default().push(rank);
+        }
+        RanksByNode(by_node)
+    }
+
+    /// The ranks placed on `node`, ascending.
+    pub fn on(&self, node: &str) -> &[u32] {
+        self.0.get(node).map_or(&[], Vec::as_slice)
     }
 }
 

@@ -315,9 +315,7 @@ impl TestCluster {
             sessions: Arc::default(),
             _root: root,
         };
-        for name in &names {
-            cluster.join(name).await;
-        }
+        cluster.join_all(&names).await;
         cluster.beat();
         cluster
     }
@@ -341,39 +339,25 @@ impl TestCluster {
 
     /// Registers `reg` as a new session; the coordinator's answer and the session.
     pub async fn register(&self, reg: Registration) -> (Result<Registered, ClusterError>, u64) {
-        let session = self.coord.next_session.fetch_add(1, Ordering::Relaxed);
-        let answer = self
-            .coord
-            .state
-            .change(move |s, j| s.register(j, &reg, session))
-            .await
-            .and_then(|r| r);
-        (answer, session)
+        register_with(&self.coord, reg).await
     }
 
     /// Registers `name`'s agent holding everything the journal says it should.
     pub async fn join(&self, name: &str) {
-        let reg = Registration {
-            info: Self::info(name),
-            token: format!("token-{name}"),
-            fresh: false,
-            domain: None,
-        };
-        let (answer, session) = self.register(reg).await;
-        assert!(answer.is_ok(), "{answer:?}");
-        let (node, journal) = (name.to_string(), self.coord.snapshot().await);
-        let held = Inventory {
-            ranks: journal
-                .ranks_on(&node)
-                .into_iter()
-                .map(|r| (r, Some(journal.committed)))
-                .collect(),
-            objects: journal.held_objects(&node),
-        };
-        self.coord
-            .read(move |s| s.check_holdings(&node, session, &held))
-            .await;
-        self.sessions.lock().unwrap().insert(name.into(), session);
+        join_as(&self.coord, &self.sessions, name).await;
+    }
+
+    /// Registers the agents of `names` at once, as agents starting together do: their
+    /// registrations share journal writes.
+    async fn join_all(&self, names: &[String]) {
+        let mut joining = tokio::task::JoinSet::new();
+        for name in names {
+            let (coord, sessions, name) = (self.coord.clone(), self.sessions.clone(), name.clone());
+            joining.spawn(async move { join_as(&coord, &sessions, &name).await });
+        }
+        while let Some(joined) = joining.join_next().await {
+            joined.unwrap();
+        }
     }
 
     /// The session `name`'s agent registered last.
@@ -413,29 +397,85 @@ impl TestCluster {
         self.coord.read(move |s| s.end_session(&node, session)).await;
     }
 
-    /// Every one of `world` ranks checkpoints the next epoch; its outcome.
-    pub async fn checkpoint(&self, world: u32) -> EpochOutcome {
-        let mut epoch = 0;
+    /// Every one of `world` ranks checkpoints the next epoch at once, as the ranks of a job
+    /// do; its outcome.
+    pub async fn checkpoint_together(&self, world: u32) -> EpochOutcome {
+        let mut ranks = tokio::task::JoinSet::new();
         for rank in 0..world {
-            let opened = self
-                .coord
-                .open_epoch(rank, world, None, None, None)
-                .await
-                .unwrap();
-            let Opened { epoch: e, node, .. } = opened;
-            epoch = e;
-            let report = RankReport {
-                image_bytes: RANK_BYTES,
-                stored_bytes: RANK_BYTES,
-                pace: None,
-            };
-            self.coord
-                .rank_ready(rank, e, node.name, report, None)
-                .await
-                .unwrap();
+            let coord = self.coord.clone();
+            ranks.spawn(async move { checkpoint_rank(&coord, rank, world).await });
+        }
+        let mut epoch = 0;
+        while let Some(written) = ranks.join_next().await {
+            epoch = written.unwrap();
         }
         self.coord.wait_epoch(epoch).await
     }
+
+    /// Every one of `world` ranks checkpoints the next epoch, one after the other; its
+    /// outcome.
+    pub async fn checkpoint(&self, world: u32) -> EpochOutcome {
+        let mut epoch = 0;
+        for rank in 0..world {
+            epoch = checkpoint_rank(&self.coord, rank, world).await;
+        }
+        self.coord.wait_epoch(epoch).await
+    }
+}
+
+/// Rank `rank` of `world` writes the next epoch and reports it ready; the epoch.
+async fn checkpoint_rank(coord: &Arc<Coordinator>, rank: u32, world: u32) -> u64 {
+    let Opened { epoch, node, .. } = coord.open_epoch(rank, world, None, None, None).await.unwrap();
+    let report = RankReport {
+        image_bytes: RANK_BYTES,
+        stored_bytes: RANK_BYTES,
+        pace: None,
+    };
+    coord
+        .rank_ready(rank, epoch, node.name, report, None)
+        .await
+        .unwrap();
+    epoch
+}
+
+/// Registers `reg` with `coord` as a new session; the coordinator's answer and the session.
+async fn register_with(coord: &Coordinator, reg: Registration) -> (Result<Registered, ClusterError>, u64) {
+    let session = coord.next_session.fetch_add(1, Ordering::Relaxed);
+    let answer = coord
+        .state
+        .change(move |s, j| s.register(j, &reg, session))
+        .await
+        .and_then(|r| r);
+    (answer, session)
+}
+
+/// Registers `name`'s agent with `coord`, holding everything the journal says it should;
+/// its session goes into `sessions`.
+async fn join_as(coord: &Arc<Coordinator>, sessions: &Mutex<BTreeMap<String, u64>>, name: &str) {
+    let reg = Registration {
+        info: TestCluster::info(name),
+        token: format!("token-{name}"),
+        fresh: false,
+        domain: None,
+    };
+    let (answer, session) = register_with(coord, reg).await;
+    assert!(answer.is_ok(), "{answer:?}");
+    let node = name.to_string();
+    coord
+        .read(move |s| {
+            let journal = s.journal();
+            let held = Inventory {
+                ranks: journal
+                    .ranks_on(&node)
+                    .into_iter()
+                    .map(|r| (r, Some(journal.committed)))
+                    .collect(),
+                objects: journal.held_objects(&node),
+            };
+            s.check_holdings(&node, session, &held)
+        })
+        .await;
+    sessions.lock().unwrap().insert(name.into(), session);
 }
 
 /// What a recovery reported of its steps.
