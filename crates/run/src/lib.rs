@@ -8,7 +8,7 @@
 //!
 //! - [`placement`]: where new ranks start (pure, property-tested).
 //! - [`launcher`]: starting and watching one attempt (local, `mpirun` or srun); [`slurm`]:
-//!   the Slurm allocation srun runs in; [`host`]: a node's network namespace; [`output`]: `[R] ` prefixed lines; [`procs`]: the job's
+//!   the Slurm allocation srun runs in, [`hostlist`] its compressed host lists; [`host`]: a node's network namespace; [`output`]: `[R] ` prefixed lines; [`procs`]: the job's
 //!   processes in `/proc`.
 //! - [`supervisor`]: the loop of attempts, failures and recoveries; [`faults`]: `--kill-at`.
 //! - [`lease`]: the job's lease and attempt generations; [`guard`]: ranks die with their
@@ -24,6 +24,7 @@ pub mod faults;
 pub mod guard;
 pub mod host;
 pub mod hostfile;
+pub mod hostlist;
 pub mod launcher;
 pub mod lease;
 pub mod output;

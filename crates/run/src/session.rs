@@ -393,7 +393,7 @@ fn start_agents(
         .arg(format!("--nodes={}", names.len()))
         .arg(format!("--ntasks={}", names.len()))
         .arg("--ntasks-per-node=1")
-        .arg(format!("--nodelist={}", names.join(",")))
+        .arg(format!("--nodelist={}", crate::hostlist::compress(names)))
         .arg(format!("--output={}", dir.root().join("nodes/%N/log").display()))
         .arg(exe)
         .arg("agent")
