@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cluster::programs::text;
-use cluster::{processes_running, run_job};
+use cluster::{leave_a_process, processes_running, run_job};
 
 /// Longer than a run of two ranks that print a line takes, far shorter than the leftovers
 /// live (`sleep 3600`).
@@ -20,7 +20,7 @@ const LIMIT: Duration = Duration::from_secs(120);
 fn run_leaving_a_process(work: &Path, launcher: &str, exit: u8) {
     // A duration of its own, to find what this test left and nothing else.
     let sleep = format!("{}", 3600 + exit as u32 + 100 * launcher.len() as u32);
-    let script = format!("setsid sleep {sleep} & echo started; exit {exit}");
+    let script = format!("{}; echo started; exit {exit}", leave_a_process(&sleep));
     let args = [
         "--nodes",
         "3",

@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cluster::programs::{build_stencil, build_stencil_mpich, repo, stencil_checksums, text};
-use cluster::{eckpt, is_root, ok, processes_running};
+use cluster::{eckpt, is_root, leave_a_process, ok, processes_running};
 
 /// How a node fails.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -279,7 +279,8 @@ fn ends_when_srun_ranks_leave_a_process(slurm: &Slurm, work: &Path) {
         "#!/bin/sh\n\
          #SBATCH --nodes=3 --ntasks-per-node=2 --no-kill --output={out}\n\
          cd {work} && exec {eckpt} run --launcher srun --dir {dir} --node-store {work}/local-%n \
-         --k 2 --m 1 -n 2 -- sh -c 'setsid sleep {sleep} & echo started'\n",
+         --k 2 --m 1 -n 2 -- sh -c '{leave}; echo started'\n",
+        leave = leave_a_process(sleep),
         out = work.join("job.out").display(),
         work = work.display(),
         eckpt = env!("CARGO_BIN_EXE_eckpt"),

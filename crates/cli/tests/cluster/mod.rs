@@ -252,6 +252,13 @@ pub fn processes_with(key: &str, value: &str) -> Vec<i32> {
         .collect()
 }
 
+/// A shell command that leaves `sleep SECONDS` running in a session of its own, holding
+/// the shell's output, and goes on only once it runs as `sleep` (until its exec, the
+/// leftover is named `setsid`).
+pub fn leave_a_process(seconds: &str) -> String {
+    format!("setsid sleep {seconds} & while [ \"$(cat /proc/$!/comm)\" != sleep ]; do :; done")
+}
+
 /// The pids of live processes whose command line is exactly `words`.
 pub fn processes_running(words: &[&str]) -> Vec<String> {
     let wanted: Vec<u8> = words.iter().flat_map(|w| w.bytes().chain([0])).collect();
