@@ -233,10 +233,8 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
     options.deadlines.validate()?;
     if let Some(rate) = &options.link_rate {
         parse_rate(rate)?;
-        if !options.netns {
-            return Err(ClusterError::Invalid("--link-rate needs --netns".into()));
-        }
     }
+    let (nodes, spares) = new_cluster_shape(options, node_count).map_err(ClusterError::Invalid)?;
     let flush = options
         .flush
         .clone()
@@ -246,26 +244,6 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         return Err(ClusterError::Invalid(format!(
             "--flush-dir {}: not UTF-8, which cluster.json cannot record",
             config.dir.display()
-        )));
-    }
-    let (k, m) = (options.coding.k, options.coding.m);
-    if node_count < k + m {
-        return Err(ClusterError::Invalid(format!(
-            "{node_count} nodes cannot form a group of k={k} data + m={m} parity members: need at \
-             least {} nodes, or a smaller --k",
-            k + m
-        )));
-    }
-    let (nodes, spares) = node_names(options, node_count)?;
-    if let Some(unknown) = options
-        .domains
-        .keys()
-        .find(|n| !nodes.contains(n) && !spares.contains(n))
-    {
-        return Err(ClusterError::Invalid(format!(
-            "--domain names node {unknown}, which is not a node of the cluster ({} … {})",
-            nodes.first().map_or("", String::as_str),
-            spares.last().or(nodes.last()).map_or("", String::as_str)
         )));
     }
     claim_new_dir(&dir)?;
@@ -309,9 +287,40 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
     Ok(summary)
 }
 
+/// The member and spare names of a new cluster of `node_count` members, once its shape is
+/// checked — enough members for a group, the names (given: one per node, valid, distinct;
+/// else `n0`… and `s0`…), the nodes `--domain` names, `--link-rate` only with `--netns` —
+/// or what is wrong with the options.
+fn new_cluster_shape(options: &UpOptions, node_count: usize) -> Result<(Vec<String>, Vec<String>), String> {
+    if options.link_rate.is_some() && !options.netns {
+        return Err("--link-rate needs --netns".into());
+    }
+    let (k, m) = (options.coding.k, options.coding.m);
+    if node_count < k + m {
+        return Err(format!(
+            "{node_count} nodes cannot form a group of k={k} data + m={m} parity members: need at \
+             least {} nodes, or a smaller --k",
+            k + m
+        ));
+    }
+    let (nodes, spares) = node_names(options, node_count)?;
+    if let Some(unknown) = options
+        .domains
+        .keys()
+        .find(|n| !nodes.contains(n) && !spares.contains(n))
+    {
+        return Err(format!(
+            "--domain names node {unknown}, which is not a node of the cluster ({} … {})",
+            nodes.first().map_or("", String::as_str),
+            spares.last().or(nodes.last()).map_or("", String::as_str)
+        ));
+    }
+    Ok((nodes, spares))
+}
+
 /// The member and spare names of a new cluster of `node_count` members: the given names
 /// (checked: one per node, valid, distinct), or `n0`… and `s0`….
-fn node_names(options: &UpOptions, node_count: usize) -> Result<(Vec<String>, Vec<String>), ClusterError> {
+fn node_names(options: &UpOptions, node_count: usize) -> Result<(Vec<String>, Vec<String>), String> {
     if options.names.is_empty() {
         return Ok((
             (0..node_count).map(|i| format!("n{i}")).collect(),
@@ -319,17 +328,17 @@ fn node_names(options: &UpOptions, node_count: usize) -> Result<(Vec<String>, Ve
         ));
     }
     if options.names.len() != node_count + options.spares {
-        return Err(ClusterError::Invalid(format!(
+        return Err(format!(
             "{} node names for {node_count} nodes and {} spares",
             options.names.len(),
             options.spares
-        )));
+        ));
     }
     let mut seen = std::collections::BTreeSet::new();
     for name in &options.names {
-        check_node_name(name)?;
+        check_node_name(name).map_err(|e| e.to_string())?;
         if !seen.insert(name) {
-            return Err(ClusterError::Invalid(format!("node name {name} is given twice")));
+            return Err(format!("node name {name} is given twice"));
         }
     }
     let (nodes, spares) = options.names.split_at(node_count);
@@ -948,6 +957,64 @@ mod tests {
     use std::os::unix::ffi::OsStrExt;
 
     use super::*;
+
+    fn options(nodes: usize, spares: usize) -> UpOptions {
+        UpOptions {
+            dir: PathBuf::from("/nonexistent"),
+            nodes: Some(nodes),
+            spares,
+            names: Vec::new(),
+            coding: CodingConfig::default(),
+            netns: false,
+            tls: false,
+            link_rate: None,
+            exe: PathBuf::from("/nonexistent/eckpt"),
+            agents: true,
+            bind: None,
+            flush: None,
+            job: None,
+            deadlines: Deadlines::default(),
+            domains: BTreeMap::new(),
+            agent_placement: AgentPlacement::default(),
+        }
+    }
+
+    /// Each way a new cluster's shape can be wrong is said in one line; a right one gets
+    /// its names.
+    #[test]
+    fn a_new_clusters_shape_is_checked_before_anything_is_made() {
+        let shape = |o: &UpOptions| new_cluster_shape(o, o.nodes.unwrap());
+        let default = options(6, 1);
+        assert_eq!(
+            shape(&default).unwrap(),
+            (names("n", 6), names("s", 1)),
+            "named n0… and s0…"
+        );
+        let mut rate = options(6, 0);
+        rate.link_rate = Some("1gbit".into());
+        assert_eq!(shape(&rate).unwrap_err(), "--link-rate needs --netns");
+        let few = options(5, 0);
+        assert!(shape(&few)
+            .unwrap_err()
+            .starts_with("5 nodes cannot form a group of k=4 data + m=2"));
+        let mut named = options(6, 0);
+        named.names = ["a", "b", "c", "d", "e", "a"].map(String::from).to_vec();
+        assert_eq!(shape(&named).unwrap_err(), "node name a is given twice");
+        named.names.pop();
+        assert_eq!(
+            shape(&named).unwrap_err(),
+            "5 node names for 6 nodes and 0 spares"
+        );
+        let mut domains = options(6, 0);
+        domains.domains.insert("n9".into(), "rack1".into());
+        assert!(shape(&domains)
+            .unwrap_err()
+            .starts_with("--domain names node n9, which is not a node of the cluster"));
+    }
+
+    fn names(prefix: &str, count: usize) -> Vec<String> {
+        (0..count).map(|i| format!("{prefix}{i}")).collect()
+    }
 
     /// A cluster.json JSON cannot hold (a flush directory that is not UTF-8) is refused as
     /// bad input, not a panic of `up`, and nothing is written.
