@@ -592,6 +592,10 @@ fn bench_flush_reports_throughput_against_the_write_speed_and_latency_while_flus
         "2",
         "--checkpoints",
         "2",
+        // Half a second per flush: unpaced, an idle machine flushed the 4 MiB of each node
+        // faster than a checkpoint took, and no checkpoint fell within a flush.
+        "--flush-rate",
+        "8MiB",
         "--flush-dir",
         flush.to_str().unwrap(),
         "--json",

@@ -42,11 +42,14 @@ pub enum Phase {
     /// An agent is shipping a rank to another (a rebuilt rank to its new host, a moved
     /// rank), after its first frame.
     MidShip,
+    /// An agent's registration was accepted; it has not resolved its store against the
+    /// coordinator's answer yet.
+    BeforeResolve,
 }
 
 impl Phase {
     /// Every phase, in the order an epoch, a recovery and a flush reach them.
-    pub const ALL: [Phase; 10] = [
+    pub const ALL: [Phase; 11] = [
         Phase::BeforeEncode,
         Phase::MidEncode,
         Phase::MidDecode,
@@ -57,6 +60,7 @@ impl Phase {
         Phase::BeforePublish,
         Phase::MidExport,
         Phase::MidShip,
+        Phase::BeforeResolve,
     ];
 
     /// The name `eckpt debug pause --at` takes and the pause file holds.
@@ -72,6 +76,7 @@ impl Phase {
             Phase::BeforePublish => "before-publish",
             Phase::MidExport => "mid-export",
             Phase::MidShip => "mid-ship",
+            Phase::BeforeResolve => "before-resolve",
         }
     }
 

@@ -19,7 +19,7 @@ pub enum Debug {
         #[arg(long, env = "ECKPT_CLUSTER")]
         dir: PathBuf,
         /// One of before-encode, mid-encode, mid-decode, before-commit, after-commit,
-        /// mid-recovery, mid-flush, before-publish, mid-export, mid-ship.
+        /// mid-recovery, mid-flush, before-publish, mid-export, mid-ship, before-resolve.
         #[arg(long)]
         at: String,
     },

@@ -76,11 +76,46 @@ pub struct Agent {
     /// Threads each chunk of a coding task is read, multiplied and written on
     /// (`eckpt up --agent-threads`).
     coding_threads: usize,
+    /// Set from the moment the agent registers until it has resolved its store against the
+    /// coordinator's answer. The resolve drops what is prepared and not committed, so work
+    /// that would prepare something meanwhile waits: a rank's checkpoint the coordinator
+    /// sent once the registration was accepted, but stored before the resolve, was dropped
+    /// by it, and its epoch committed without it (found by the link-cut test).
+    resolving: tokio::sync::watch::Sender<bool>,
 }
 
 impl Agent {
     fn coded_dir(&self) -> PathBuf {
         ClusterDir::coded_beside(self.store.root())
+    }
+
+    /// Marks a registration and its resolve under way until the guard is dropped.
+    fn resolving(&self) -> Resolving<'_> {
+        self.resolving.send_replace(true);
+        Resolving(&self.resolving)
+    }
+
+    /// Waits (at most the peer wait) until no registration's resolve is under way.
+    async fn until_resolved(&self) -> Result<(), ClusterError> {
+        let mut resolving = self.resolving.subscribe();
+        if *resolving.borrow() {
+            tracing::info!(
+                "a request waits until this node's store is resolved against the coordinator's answer"
+            );
+        }
+        let wait = self.cluster.deadlines.peer_wait();
+        let resolved = tokio::time::timeout(wait, resolving.wait_for(|under_way| !under_way))
+            .await
+            .is_ok();
+        if resolved {
+            Ok(())
+        } else {
+            Err(ClusterError::Refused(format!(
+                "node {} is still resolving its store against the coordinator after {:.0} s",
+                self.info.name,
+                wait.as_secs_f64()
+            )))
+        }
     }
 
     /// The coordinator as it was last announced (it rewrites `cluster.json` when it starts
@@ -188,6 +223,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
         domain: options.domain,
         coordinator_term: 0.into(),
         coding_threads,
+        resolving: tokio::sync::watch::Sender::new(false),
     });
     let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
     for listener in [tcp, unix] {
@@ -299,6 +335,8 @@ async fn within<T>(
 
 async fn session(agent: &Arc<Agent>, first: &mut Option<FirstRegistration>) -> Result<(), ClusterError> {
     let deadlines = agent.cluster.deadlines;
+    // Before the registration is sent: the coordinator may send work once it accepts it.
+    let resolving = agent.resolving();
     let registration = Registration {
         info: agent.info.clone(),
         token: agent.identity.token.clone(),
@@ -330,12 +368,14 @@ async fn session(agent: &Arc<Agent>, first: &mut Option<FirstRegistration>) -> R
     agent
         .follow_coordinator(term)
         .map_err(ClusterError::Unreachable)?;
+    pause_point_async(&agent.dir.debug(), Phase::BeforeResolve, &agent.info.name).await;
     let a = agent.clone();
     let held = blocking(move || {
         a.resolve(committed, &keep, &versions)?;
         a.inventory()
     })
     .await?;
+    drop(resolving);
     session_call(&mut conn, register_wait, "what this node holds", held).await?;
     if let Some(first) = first.take() {
         let _ = first.send(Ok(()));
@@ -348,6 +388,16 @@ async fn session(agent: &Arc<Agent>, first: &mut Option<FirstRegistration>) -> R
 
 /// How the coordinator is named in the errors of an agent's calls.
 const COORDINATOR: &str = "the coordinator";
+
+/// A registration and its resolve under way ([`Agent::resolving`]); over when dropped,
+/// whichever way the session attempt ends.
+struct Resolving<'a>(&'a tokio::sync::watch::Sender<bool>);
+
+impl Drop for Resolving<'_> {
+    fn drop(&mut self) {
+        self.0.send_replace(false);
+    }
+}
 
 /// Sends `request` on the agent's session and reads its answer, within `wait`.
 async fn session_call<C: ToCoordinator>(
@@ -406,7 +456,19 @@ async fn serve_requests(
             return Ok(());
         };
         let shutdown = matches!(request, AgentRequest::Shutdown(_) | AgentRequest::Purge(_));
-        let response = match handle(&agent, &mut conn, request).await {
+        // A cancel or a stop goes through at once; anything else waits for the resolve of a
+        // registration under way.
+        let prompt = shutdown || matches!(request, AgentRequest::CancelTask(_));
+        let settled = if prompt {
+            Ok(())
+        } else {
+            agent.until_resolved().await
+        };
+        let handled = match settled {
+            Ok(()) => handle(&agent, &mut conn, request).await,
+            Err(e) => Err(e),
+        };
+        let response = match handled {
             Ok(r) => r,
             Err(e) => Some(AgentResponse::Error(WireError::from(&e))),
         };
