@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cluster::programs::{build_stencil, build_stencil_mpich, repo, stencil_checksums, text};
-use cluster::{eckpt, is_root, leave_a_process, ok, processes_running};
+use cluster::{assert_torch_env, eckpt, is_root, leave_a_process, ok, processes_running, PRINT_TORCH_ENV};
 
 /// How a node fails.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -279,8 +279,9 @@ fn ends_when_srun_ranks_leave_a_process(slurm: &Slurm, work: &Path) {
         "#!/bin/sh\n\
          #SBATCH --nodes=3 --ntasks-per-node=2 --no-kill --output={out}\n\
          cd {work} && exec {eckpt} run --launcher srun --dir {dir} --node-store {work}/local-%n \
-         --k 2 --m 1 -n 2 -- sh -c '{leave}; echo started'\n",
+         --k 2 --m 1 -n 2 -- sh -c '{leave}; printf \"started \"; {torch}'\n",
         leave = leave_a_process(sleep),
+        torch = PRINT_TORCH_ENV,
         out = work.join("job.out").display(),
         work = work.display(),
         eckpt = env!("CARGO_BIN_EXE_eckpt"),
@@ -293,8 +294,9 @@ fn ends_when_srun_ranks_leave_a_process(slurm: &Slurm, work: &Path) {
         end.contains("JobState=COMPLETED") && end.contains("ExitCode=0:0"),
         "ranks leaving a process: {end}\n{out}"
     );
+    // srun's ranks get torch.distributed's variables too.
+    assert_torch_env(&out, "started ", 2);
     for rank in 0..2 {
-        assert!(out.contains(&format!("[{rank}] started")), "{out}");
         let said = format!("[{rank}] eckpt run-rank: the rank left ");
         assert!(
             out.lines()

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use eckpt_capture::TrackMode;
+use eckpt_cluster_api::rank_env::{RANK_VARIABLES, WORLD_VARIABLES};
 use eckpt_store::RetentionPolicy;
 
 use crate::pacing::{parse_duration, Interval};
@@ -54,12 +55,6 @@ pub struct Config {
     /// returns either way.
     pub background: bool,
 }
-
-/// Environment variables that name a rank when `ECKPT_RANK` is absent (MPI launchers).
-const RANK_VARIABLES: [&str; 4] = ["ECKPT_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"];
-
-/// Environment variables that give the job size when `ECKPT_WORLD` is absent.
-const WORLD_VARIABLES: [&str; 4] = ["ECKPT_WORLD", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"];
 
 /// Batch schedulers' job ids (Slurm, PBS/Torque, LSF). They stay the same when a job is
 /// relaunched within its allocation (a new `srun` or `mpirun`), which is what restart from a

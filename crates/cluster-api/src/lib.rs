@@ -6,6 +6,7 @@
 //!   request gets; [`net`]: connecting and calling.
 //! - [`commands`]: what `eckpt` commands and ranks do against a running cluster
 //!   (status, checkpoints, exports, imports).
+//! - [`rank_env`]: where a rank finds its number and the job's size in its environment.
 //! - [`shard_layout`]: where each rank's items sit in a node's image shard.
 //! - [`ClusterError`]: every failure of the cluster layer, in one line.
 
@@ -18,6 +19,7 @@ pub mod dirs;
 mod error;
 pub mod msg;
 pub mod net;
+pub mod rank_env;
 pub mod shard_layout;
 
 pub use eckpt_coding::{CodingConfig, Layout, Mode, Topology};

@@ -11,6 +11,7 @@
 //!   the Slurm allocation srun runs in, [`hostlist`] its compressed host lists; [`host`]: a node's network namespace; [`output`]: `[R] ` prefixed lines; [`procs`]: the job's
 //!   processes in `/proc`.
 //! - [`supervisor`]: the loop of attempts, failures and recoveries; [`faults`]: `--kill-at`.
+//! - [`torch_env`]: torch.distributed's `env://` variables in every rank.
 //! - [`lease`]: the job's lease and attempt generations; [`guard`]: ranks die with their
 //!   supervisor.
 //! - [`session`]: using or starting the cluster (on a host file's hosts: [`hostfile`]); [`cluster`]: calls to its coordinator.
@@ -35,6 +36,7 @@ pub mod record;
 pub mod session;
 pub mod slurm;
 pub mod supervisor;
+pub mod torch_env;
 
 use std::path::{Path, PathBuf};
 

@@ -14,6 +14,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::torch_env;
 use crate::RunError;
 
 /// How long what a rank left behind gets to end on SIGTERM before it is SIGKILLed.
@@ -65,8 +66,11 @@ pub fn run(command: &[String]) -> Result<std::convert::Infallible, RunError> {
             libc::signal(signal, note_signal as *const () as libc::sighandler_t);
         }
     }
+    // torch.distributed's variables of this rank, as the local launcher sets them.
+    let torch_vars = torch_env::rank_vars_from_env(|name| std::env::var(name).ok()).unwrap_or_default();
     let child = Command::new(program)
         .args(args)
+        .envs(torch_vars)
         .spawn()
         .map_err(|e| RunError::Launch(format!("eckpt run-rank: starting {program}: {e}")))?;
     let ended = wait_passing_signals(child.id() as i32);

@@ -725,3 +725,61 @@ impl Drop for Cluster {
         let _ = run(&["down", "--dir", self.d()]);
     }
 }
+
+/// A rank's shell command printing torch.distributed's variables as `eckpt run` gives them,
+/// and its node: `torch RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT
+/// NODE` ([`assert_torch_env`] reads it back).
+pub const PRINT_TORCH_ENV: &str =
+    "echo torch $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT \
+     ${ECKPT_NODE:-$(echo $ECKPT_NODES | cut -d, -f$((RANK + 1)))}";
+
+/// Checks the lines [`PRINT_TORCH_ENV`] printed in `out` (each after `[rank] ` and `prefix`):
+/// one per rank, each with its own rank and the job's size, one rendezvous (address and a
+/// port of eckpt's range) for all, and local ranks numbering each node's ranks in rank order.
+pub fn assert_torch_env(out: &str, prefix: &str, world: u32) {
+    let mut by_node: std::collections::BTreeMap<String, Vec<(u32, u32, u32)>> = Default::default();
+    let mut rendezvous = std::collections::BTreeSet::new();
+    for rank in 0..world {
+        let start = format!("[{rank}] {prefix}torch ");
+        let lines: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix(start.as_str()))
+            .collect();
+        assert_eq!(lines.len(), 1, "rank {rank}'s torch variables: {out}");
+        let fields: Vec<&str> = lines[0].split_whitespace().collect();
+        assert_eq!(fields.len(), 7, "rank {rank}: {}", lines[0]);
+        let number = |i: usize| -> u32 {
+            fields[i]
+                .parse()
+                .unwrap_or_else(|_| panic!("rank {rank}: {}", lines[0]))
+        };
+        assert_eq!(
+            (number(0), number(1)),
+            (rank, world),
+            "RANK and WORLD_SIZE: {}",
+            lines[0]
+        );
+        let port = number(5);
+        assert!((20000..32768).contains(&port), "MASTER_PORT {port}");
+        rendezvous.insert((fields[4].to_string(), port));
+        by_node
+            .entry(fields[6].to_string())
+            .or_default()
+            .push((rank, number(2), number(3)));
+    }
+    assert_eq!(
+        rendezvous.len(),
+        1,
+        "one MASTER_ADDR:MASTER_PORT for all: {rendezvous:?}"
+    );
+    for (node, mut ranks) in by_node {
+        ranks.sort();
+        for (local, (rank, local_rank, local_world)) in ranks.iter().enumerate() {
+            assert_eq!(
+                (*local_rank, *local_world),
+                (local as u32, ranks.len() as u32),
+                "rank {rank} on {node}: LOCAL_RANK and LOCAL_WORLD_SIZE"
+            );
+        }
+    }
+}

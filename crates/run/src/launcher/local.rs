@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::{end_output, ending, kill_group, kill_launch, own_process_group, Attempt, Ending, LaunchSpec};
 use crate::output::{forward, Forwarder};
+use crate::torch_env;
 use crate::RunError;
 
 /// The ranks of one attempt.
@@ -45,10 +46,13 @@ impl LocalAttempt {
             .hosts
             .get(node)
             .ok_or_else(|| RunError::Launch(format!("node {node} of rank {rank} is not running")))?;
+        let nodes: Vec<&str> = spec.placement.values().map(String::as_str).collect();
+        let torch_vars = torch_env::rank_vars(rank, &nodes).unwrap_or_default();
         let mut command = Command::new(&spec.command[0]);
         command
             .args(&spec.command[1..])
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .envs(torch_vars)
             .env("ECKPT_RANK", rank.to_string())
             .env("ECKPT_NODE", node)
             .env("ECKPT_LAUNCH", spec.launch_id)

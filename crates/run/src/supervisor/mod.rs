@@ -40,6 +40,7 @@ use crate::procs;
 use crate::record::{AttemptRecord, EpochRecord, FailureRecord, RecoveryRecord, RunRecord, RECORD_FORMAT};
 use crate::session::{Outcome, Session};
 use crate::slurm::Allocation;
+use crate::torch_env;
 use crate::{RunError, RunOptions};
 
 /// How often the supervisor looks at the ranks and the nodes.
@@ -934,7 +935,7 @@ impl<'a> Supervisor<'a> {
     /// Places and launches every rank, then watches the attempt to its end.
     fn attempt(&mut self, attempt_no: u32, events: &mut dyn FnMut(Event)) -> Result<AttemptEnd, RunError> {
         let generation = self.lease()?.generation();
-        let (placement, hosts) = self.place()?;
+        let (placement, hosts, master_addr) = self.place()?;
         self.attempt_term = self.cluster.status()?.coordinator_term;
         let launch_id = format!("{}-{attempt_no}", self.run_id);
         let mut env = vec![
@@ -943,6 +944,12 @@ impl<'a> Supervisor<'a> {
             ("ECKPT_JOB".to_string(), self.job.clone()),
             ("ECKPT_GENERATION".to_string(), generation.to_string()),
         ];
+        let master_port = torch_env::master_port(&self.run_id, attempt_no);
+        env.extend(torch_env::attempt_vars(
+            self.options.ranks,
+            &master_addr,
+            master_port,
+        ));
         for (key, value) in [
             ("ECKPT_INTERVAL", &self.options.interval),
             ("ECKPT_MTBF", &self.options.mtbf),
@@ -1023,9 +1030,9 @@ impl<'a> Supervisor<'a> {
     }
 
     /// Where every rank runs: ranks the cluster placed stay, new ones are placed by the
-    /// policy on the nodes that can host ranks, none beyond its slots; and where each node
-    /// is. Ranks that do not fit stop the run before anything is launched, saying why.
-    fn place(&self) -> Result<(BTreeMap<u32, String>, Hosts), RunError> {
+    /// policy on the nodes that can host ranks, none beyond its slots; where each node is;
+    /// and where rank 0's node is reached (torch.distributed's `MASTER_ADDR`). Ranks that do not fit stop the run before anything is launched, saying why.
+    fn place(&self) -> Result<(BTreeMap<u32, String>, Hosts, String), RunError> {
         let status = self.cluster.status()?;
         let infos = self.cluster.nodes()?;
         let hosts: Vec<Host> = status
@@ -1055,7 +1062,12 @@ impl<'a> Supervisor<'a> {
                 .ok_or_else(|| RunError::Launch(format!("node {node} is down")))?;
             where_.insert(node.clone(), NodeHost::of(info)?);
         }
-        Ok((placement, where_))
+        let master_addr = placement
+            .get(&0)
+            .and_then(|node| infos.get(node))
+            .map(torch_env::master_addr)
+            .ok_or_else(|| RunError::Launch("rank 0 is placed on no running node".into()))?;
+        Ok((placement, where_, master_addr))
     }
 
     /// Why the ranks cannot be placed, in one line with what would fit: before this run lost
