@@ -21,6 +21,9 @@ use crate::files::{self, DirRecord, FileMode, FileRecord, Protected};
 use crate::{capi, Config, Error};
 use eckpt_cluster_api::ClusterError;
 
+mod items;
+pub use items::Items;
+
 /// The store item holding an epoch's [`Meta`].
 const META_ITEM: &str = "eckpt/meta";
 
@@ -47,7 +50,7 @@ struct Region {
 
 /// What an epoch records besides the contents: enough to check at restart that the rank
 /// protects the same things, and to put files back.
-#[derive(Serialize, Deserialize)]
+#[derive(Default, Serialize, Deserialize)]
 struct Meta {
     /// Region name → length.
     regions: BTreeMap<String, u64>,

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use eckpt_cluster_api::call::ToCoordinator;
-use eckpt_cluster_api::commands::coordinator_call_retrying;
+use eckpt_cluster_api::commands::{coordinator_call_retrying, export_items};
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
     EpochOutcome, Locate, NodeInfo, OpenEpoch, Opened, Pace, PaceReport, PaceStats, RankReady, RankReport,
@@ -21,7 +21,7 @@ use eckpt_cluster_api::msg::{
 };
 use eckpt_cluster_api::{ClusterError, ErrorKind};
 
-use crate::Error;
+use crate::{Error, Items};
 
 /// A rank's link to its cluster's coordinator.
 pub(crate) struct ClusterLink {
@@ -152,6 +152,22 @@ impl ClusterLink {
                 generation: self.generation,
             },
         )
+    }
+
+    /// The items of rank `rank`'s committed image at `epoch` (default: the committed one)
+    /// that `wanted` keeps, read from its node or decoded from its group
+    /// ([`export_items`]); and the epoch. Not bounded as a whole: its every step is (the
+    /// coordinator's answer by the cluster's answer deadline, each of the agent's frames by
+    /// the peer wait).
+    pub(crate) fn export_items(
+        &self,
+        rank: u32,
+        epoch: Option<u64>,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<(u64, Items), Error> {
+        Ok(self
+            .runtime
+            .block_on(export_items(&self.dir, rank, epoch, wanted))?)
     }
 
     /// Waits until `rank`'s `epoch` is committed or aborted.

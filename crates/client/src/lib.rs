@@ -30,7 +30,7 @@ mod files;
 mod pacing;
 mod stored_path;
 
-pub use checkpointer::Checkpointer;
+pub use checkpointer::{Checkpointer, Items};
 pub use config::Config;
 pub use eckpt_capture::TrackMode;
 pub use error::Error;

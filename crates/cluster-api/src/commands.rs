@@ -264,9 +264,49 @@ pub async fn checkpoint_file(
     })
 }
 
-/// Reads the streamed items, writing `wanted` to `path`; an error the agent hit mid-stream
-/// (a block failing its checksum) arrives as a control frame and becomes the error. Each
-/// frame is awaited at most `limit`.
+/// What [`receive_items`] hands each piece of an item's data to: the item's index and the bytes.
+type TakePiece<'a> = dyn FnMut(usize, &[u8]) -> Result<(), ClusterError> + 'a;
+
+/// Receives an export's items, in the order `items` lists them, handing each piece of data
+/// to `take(item index, bytes)`, and stops after the last item `wanted(name)` keeps. An
+/// error the agent hit mid-stream (a block failing its checksum) arrives as a control frame
+/// and becomes the error. Each frame is awaited at most `limit`.
+async fn receive_items(
+    conn: &mut Connection,
+    node: &str,
+    items: &[(String, u64)],
+    wanted: impl Fn(&str) -> bool,
+    limit: std::time::Duration,
+    take: &mut TakePiece<'_>,
+) -> Result<(), ClusterError> {
+    let Some(last) = items.iter().rposition(|(name, _)| wanted(name)) else {
+        return Ok(());
+    };
+    let mut buf = Vec::new();
+    for (index, (name, len)) in items[..=last].iter().enumerate() {
+        let mut got = 0u64;
+        while got < *len {
+            if with_agent(node, "the export", limit, conn.recv_into(&mut buf)).await? == FrameKind::Control {
+                return Err(match serde_json::from_slice(&buf) {
+                    Ok(AgentResponse::Error(e)) => ClusterError::remote(node, e),
+                    _ => ClusterError::Protocol("unexpected control frame in an export".into()),
+                });
+            }
+            got += buf.len() as u64;
+            if got > *len {
+                return Err(ClusterError::Protocol(format!(
+                    "item {name:?} of the export is longer than the {len} bytes announced"
+                )));
+            }
+            if wanted(name) {
+                take(index, &buf)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes item `wanted` of an export to `path`, fsynced; the bytes written.
 async fn receive_item(
     conn: &mut Connection,
     node: &str,
@@ -277,28 +317,66 @@ async fn receive_item(
 ) -> Result<u64, ClusterError> {
     let mut file = std::fs::File::create(path).map_err(crate::io_at(path))?;
     let mut written = 0u64;
-    let mut buf = Vec::new();
-    for (name, len) in items {
-        let mut got = 0u64;
-        while got < *len {
-            if with_agent(node, "the restore", limit, conn.recv_into(&mut buf)).await? == FrameKind::Control {
-                return Err(match serde_json::from_slice(&buf) {
-                    Ok(AgentResponse::Error(e)) => ClusterError::remote(node, e),
-                    _ => ClusterError::Protocol("unexpected control frame in an export".into()),
-                });
-            }
-            got += buf.len() as u64;
-            if name == wanted {
-                file.write_all(&buf).map_err(crate::io_at(path))?;
-                written += buf.len() as u64;
-            }
-        }
-        if name == wanted {
-            break;
-        }
-    }
+    receive_items(
+        conn,
+        node,
+        items,
+        |name| name == wanted,
+        limit,
+        &mut |_, bytes| {
+            written += bytes.len() as u64;
+            file.write_all(bytes).map_err(crate::io_at(path))
+        },
+    )
+    .await?;
     file.sync_all().map_err(crate::io_at(path))?;
     Ok(written)
+}
+
+/// Items of rank `rank`'s committed image at `epoch` (default: the committed epoch), read
+/// from its node or decoded from its group when the node is gone — the path of `eckpt
+/// restore`, kept in memory: the epoch, and each item `wanted(name)` keeps with its bytes.
+/// Every block was verified by the agent that read it; the frames carry their checksums.
+pub async fn export_items(
+    dir: &ClusterDir,
+    rank: u32,
+    epoch: Option<u64>,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<(u64, Vec<(String, Vec<u8>)>), ClusterError> {
+    let ExportFrom { node, epoch, scratch } =
+        coordinator_call(dir, ExportRank { rank, epoch }, |_| {}).await?;
+    let secret = dir.load_secret()?;
+    let limit = dir.load()?.deadlines.peer_wait();
+    let mut conn = open_node(&node, &host_identity(), &secret).await?;
+    let items = ask_agent(&mut conn, &node.name, ExportItems { rank, epoch, scratch }, limit).await?;
+    let mut kept: Vec<(String, Vec<u8>)> = items
+        .iter()
+        // Reserved up to 64 MiB ahead: the length is the agent's word, not yet the bytes.
+        .map(|(name, len)| {
+            (
+                name.clone(),
+                Vec::with_capacity(if wanted(name) {
+                    (*len).min(1 << 26) as usize
+                } else {
+                    0
+                }),
+            )
+        })
+        .collect();
+    receive_items(
+        &mut conn,
+        &node.name,
+        &items,
+        &wanted,
+        limit,
+        &mut |index, bytes| {
+            kept[index].1.extend_from_slice(bytes);
+            Ok(())
+        },
+    )
+    .await?;
+    kept.retain(|(name, _)| wanted(name));
+    Ok((epoch, kept))
 }
 
 /// What `eckpt restore` did.

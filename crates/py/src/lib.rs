@@ -33,11 +33,12 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use eckpt::{Checkpointer, Config, FileMode, TrackMode};
 use numpy::npyffi::{self, NPY_ARRAY_WRITEABLE};
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::{MutexExt, PyOnceLock};
-use pyo3::types::{IntoPyDict, PyTuple, PyType};
+use pyo3::types::{IntoPyDict, PyBytes, PyDict, PyTuple, PyType};
 
 create_exception!(
     eckpt,
@@ -409,6 +410,63 @@ impl PyCheckpointer {
     /// and the parity is durable; an aborted epoch raises eckpt.Error.
     fn wait(&self, py: Python<'_>) -> PyResult<Option<u64>> {
         self.call(py, None, Checkpointer::wait)
+    }
+
+    /// save_items(items) -> int: saves ``items`` — (name, bytes-like) pairs: bytes, or a
+    /// C-contiguous buffer of bytes such as a numpy uint8 array — as this rank's next epoch,
+    /// exactly these items, and returns its number. Only the blocks that changed since the
+    /// rank's previous epoch are written. Standalone the epoch is committed on return; in
+    /// cluster mode it is reported, and wait() waits until the cluster commits it. The GIL is
+    /// released while it writes: no other thread may change the buffers meanwhile. Raises
+    /// eckpt.Error on a checkpointer that protects arrays or files.
+    fn save_items(&self, py: Python<'_>, items: Vec<(String, Bound<'_, PyAny>)>) -> PyResult<u64> {
+        let mut buffers = Vec::with_capacity(items.len());
+        for (name, object) in items {
+            let buffer = PyBuffer::<u8>::get(&object)
+                .map_err(|e| invalid(py, format!("item {name:?}: not a buffer of bytes: {e}")))?;
+            if !buffer.is_c_contiguous() {
+                return Err(invalid(
+                    py,
+                    format!("item {name:?}: the buffer is not C-contiguous"),
+                ));
+            }
+            buffers.push((name, buffer));
+        }
+        // SAFETY: each buffer is held (and its object kept alive) until the call returns; the
+        // bytes are only read.
+        let views: Vec<(&str, &[u8])> = buffers
+            .iter()
+            .map(|(name, b)| {
+                (name.as_str(), unsafe {
+                    std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
+                })
+            })
+            .collect();
+        self.call(py, None, move |checkpointer| checkpointer.save_items(&views))
+    }
+
+    /// read_items(rank, epoch=None, names=None) -> (int, dict[str, bytes]): the items rank
+    /// ``rank`` saved at committed ``epoch`` (default: the latest committed one), all of them
+    /// or those in ``names``, and the epoch. Standalone they are read from the store, every
+    /// block verified; in cluster mode from the node that holds the rank now, or decoded from
+    /// its group when that node is gone. Raises eckpt.Error when there is no such epoch.
+    #[pyo3(signature = (rank, epoch=None, names=None))]
+    fn read_items<'py>(
+        &self,
+        py: Python<'py>,
+        rank: u32,
+        epoch: Option<u64>,
+        names: Option<Vec<String>>,
+    ) -> PyResult<(u64, Bound<'py, PyDict>)> {
+        let wanted = move |name: &str| names.as_ref().is_none_or(|names| names.iter().any(|n| n == name));
+        let (epoch, items) = self.call(py, None, move |checkpointer| {
+            checkpointer.read_items(rank, epoch, &wanted)
+        })?;
+        let dict = PyDict::new(py);
+        for (name, bytes) in items {
+            dict.set_item(name, PyBytes::new(py, &bytes))?;
+        }
+        Ok((epoch, dict))
     }
 
     /// latest_epoch() -> int | None: the newest committed epoch of this rank.
