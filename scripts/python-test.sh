@@ -10,6 +10,8 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 bash scripts/wheel.sh >/dev/null
+# torch, for the tests of eckpt.torch: installed once per machine (scripts/torch-env.sh).
+bash scripts/torch-env.sh >/dev/null
 python="$repo/.venv/bin/python"
 # pip skips what is already satisfied, without asking the index.
 "$python" -m pip install -q --disable-pip-version-check 'numpy>=1.26,<3' 'pytest>=8,<10'

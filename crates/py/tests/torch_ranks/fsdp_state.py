@@ -1,0 +1,49 @@
+"""One rank of an FSDP2-sharded model and its Adam state (gloo, CPU), through eckpt.torch: mode
+`save` trains three steps and saves; mode `load` loads into however many ranks run it. Rank 0
+prints the SHA-256 of the full (unsharded) state either way, to compare the two."""
+
+import hashlib
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+import eckpt.torch
+
+mode = sys.argv[1]
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.ReLU(), torch.nn.Linear(40, 7))
+for layer in model:
+    if isinstance(layer, torch.nn.Linear):
+        fully_shard(layer, mesh=mesh)
+fully_shard(model, mesh=mesh)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+if mode == "save":
+    for step in range(3):
+        x = torch.Generator().manual_seed(step * 10 + dist.get_rank())
+        model(torch.randn(5, 24, generator=x)).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+model_state, optim_state = get_state_dict(model, optimizer)
+if mode == "save":
+    dcp.save({"model": model_state, "optim": optim_state}, storage_writer=eckpt.torch.StorageWriter())
+else:
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, storage_reader=eckpt.torch.StorageReader())
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+full_model, full_optim = get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+if dist.get_rank() == 0:
+    digest = hashlib.sha256()
+    for key in sorted(full_model):
+        digest.update(key.encode()); digest.update(full_model[key].numpy().tobytes())
+    for key in sorted(full_optim["state"]):
+        for name in sorted(full_optim["state"][key]):
+            digest.update(f"{key}.{name}".encode()); digest.update(full_optim["state"][key][name].numpy().tobytes())
+    print(f"state {digest.hexdigest()}", flush=True)
+dist.destroy_process_group()
