@@ -6,12 +6,13 @@
    of the 64 KiB blocks changed; ``torch.save`` of the same tensors to /dev/shm; and, as
    references measured in the same run, the host copy of the whole state and of the changed
    blocks alone. One process, no process group, the same tensors for all.
-2. On an emulated cluster (``eckpt run``, 6 ranks of examples/python/ddp_train.py on the 3
-   data nodes of a k=3, m=2 group, one spare, a node killed after the second epoch): the memory
-   the committed checkpoint takes with its redundancy — the ranks' images plus the group's
-   parity — over the images alone ((k+m)/k when the data nodes hold equal shares; two replicas
-   take 3×); and the time from the node's loss to every rank training again (the loss to the
-   relaunch, from the run's record, plus the slowest relaunched rank's start to its first step).
+2. On an emulated cluster (``eckpt run``, 6 ranks on the 3 data nodes of a k=3, m=2 group and a
+   spare): the time from a node's loss to every rank training again — examples/python/
+   ddp_train.py, a node killed after the second epoch: the loss to the relaunch (the run's
+   record) plus the slowest relaunched rank's start to its first step; and the memory a
+   checkpoint takes with its redundancy — examples/python/fsdp_state.py, FSDP2 shards saved by
+   every rank: the ranks' images plus the group's parity over the images alone ((k+m)/k when
+   the data nodes hold equal shares; two replicas take 3×).
 
 Run with the repository's venv (``make test`` installs eckpt and torch there):
 ``.venv/bin/python scripts/bench-torch.py [--size-mib 512] [--changed 0.01] [--json]``.
@@ -36,6 +37,7 @@ import eckpt
 import eckpt.torch
 
 REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples" / "python"
 ECKPT = Path(os.environ.get("ECKPT_BIN", REPO / "target" / "release" / "eckpt"))
 BLOCK = 64 << 10
 MiB = 1 << 20
@@ -112,31 +114,46 @@ def stall_figures(size_mib, fraction, root):
     return figures
 
 
-def cluster_figures(work, ranks):
-    """The DDP example through a node loss on an emulated cluster (k=3, m=2, a spare)."""
+def eckpt_run(work, ranks, options, *command):
+    """`eckpt run` of `command` as `ranks` ranks on a k=3, m=2 group with a spare (64 KiB
+    blocks); the run's record."""
     record = work / "record.json"
-    command = [
-        str(ECKPT), "run", "--nodes", "6", "--spares", "1", "--k", "3", "--m", "2", "--block-size", "64KiB",
-        *["--kill-at", "2:1", "--record", str(record), "-n", str(ranks), "--"],
-        sys.executable, str(REPO / "examples" / "python" / "ddp_train.py"), "--steps", "30",
-    ]
-    done = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    done = subprocess.run(
+        [
+            str(ECKPT), "run", "--nodes", "6", "--spares", "1", "--k", "3", "--m", "2", "--block-size", "64KiB",
+            *options, "--record", str(record), "-n", str(ranks), "--", sys.executable, *map(str, command),
+        ],
+        cwd=work, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     if done.returncode != 0:
-        raise SystemExit(f"bench-torch: the DDP run failed:\n{done.stderr[-3000:]}")
-    run = json.loads(record.read_text())
-    recovery = run["recoveries"][0]
-    starts = [float(s) for s in re.findall(r"resumed after step \d+ in ([0-9.]+) s", done.stdout)]
+        raise SystemExit(f"bench-torch: {command[0]} failed:\n{done.stderr[-3000:]}")
+    return done.stdout, json.loads(record.read_text())
+
+
+def recovery_figures(work, ranks):
+    """The DDP example through the loss of a node after its second epoch: the loss to the
+    relaunch (the run's record), and the slowest relaunched rank's start to training."""
+    stdout, run = eckpt_run(work, ranks, ["--kill-at", "2:1"], EXAMPLES / "ddp_train.py", "--steps", "30")
+    starts = [float(s) for s in re.findall(r"resumed after step \d+ in ([0-9.]+) s", stdout)]
     if len(starts) != ranks:
-        raise SystemExit(f"bench-torch: {len(starts)} of {ranks} ranks said they resumed:\n{done.stdout[-3000:]}")
-    # Redundancy: the committed epoch's images on the data nodes plus the parity of its group
-    # (m chunks of the largest member's padded share) over the images alone.
+        raise SystemExit(f"bench-torch: {len(starts)} of {ranks} ranks said they resumed:\n{stdout[-3000:]}")
+    loss_to_relaunch = run["recoveries"][0]["loss_to_running_seconds"]
+    return {
+        "ddp_ranks": ranks,
+        "loss_to_relaunch_s": loss_to_relaunch,
+        "relaunch_to_training_s": max(starts),
+        "loss_to_training_s": loss_to_relaunch + max(starts),
+    }
+
+
+def redundancy_figures(work, ranks, width):
+    """FSDP2-sharded state saved by `ranks` ranks, two per data node: the committed epoch's
+    images plus its group's parity (m chunks the size of the largest member's padded share)
+    over the images alone."""
+    _, run = eckpt_run(work, ranks, [], EXAMPLES / "fsdp_state.py", "save", "--width", width)
     epoch = [e for e in run["epochs"] if e["committed"]][-1]
     return {
-        "ranks": ranks,
-        "loss_to_relaunch_s": recovery["loss_to_running_seconds"],
-        "relaunch_to_training_s": max(starts),
-        "loss_to_training_s": recovery["loss_to_running_seconds"] + max(starts),
+        "fsdp_ranks": ranks,
         "checkpoint_bytes": epoch["image_bytes"],
         "redundancy_ram": (epoch["image_bytes"] + 2 * epoch["shard_bytes"]) / epoch["image_bytes"],
         "redundancy_ram_expected": (3 + 2) / 3,
@@ -150,7 +167,8 @@ def main():
     parser.add_argument("--changed", type=float, default=0.01)
     parser.add_argument("--root", default="/dev/shm")
     parser.add_argument("--no-cluster", action="store_true", help="skip the emulated cluster's figures")
-    parser.add_argument("--ranks", type=int, default=6, help="ranks of the DDP run (6: two per data node)")
+    parser.add_argument("--ranks", type=int, default=6, help="ranks of the cluster runs (6: two per data node)")
+    parser.add_argument("--width", type=int, default=1024, help="the FSDP2 model's width (1024: 25 MB of state)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -159,7 +177,9 @@ def main():
         figures.update(stall_figures(args.size_mib, args.changed, Path(root)))
     if not args.no_cluster:
         with tempfile.TemporaryDirectory(prefix="eckpt-bench-torch-") as work:
-            figures.update(cluster_figures(Path(work), args.ranks))
+            figures.update(recovery_figures(Path(work), args.ranks))
+        with tempfile.TemporaryDirectory(prefix="eckpt-bench-torch-") as work:
+            figures.update(redundancy_figures(Path(work), args.ranks, args.width))
     if args.json:
         print(json.dumps(figures, indent=1))
         return

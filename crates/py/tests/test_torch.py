@@ -21,7 +21,7 @@ import eckpt.torch
 REPO = Path(__file__).resolve().parents[3]
 ECKPT = Path(os.environ.get("ECKPT_BIN", REPO / "target" / "release" / "eckpt"))
 DDP_TRAIN = REPO / "examples" / "python" / "ddp_train.py"
-FSDP_STATE = Path(__file__).resolve().parent / "torch_ranks" / "fsdp_state.py"
+FSDP_STATE = REPO / "examples" / "python" / "fsdp_state.py"
 
 
 def eckpt_command(*args, timeout=120):

@@ -1,9 +1,17 @@
 """One rank of an FSDP2-sharded model and its Adam state (gloo, CPU), through eckpt.torch: mode
-`save` trains three steps and saves; mode `load` loads into however many ranks run it. Rank 0
-prints the SHA-256 of the full (unsharded) state either way, to compare the two."""
+`save` trains three steps and saves; mode `load` loads into however many ranks run it (DCP
+reshards). Rank 0 prints the SHA-256 of the full (unsharded) state either way, to compare them::
 
+    eckpt run --dir D --keep -n 4 -- python3 examples/python/fsdp_state.py save
+
+and then 3 torch.distributed ranks (torchrun's variables) with ``ECKPT_CLUSTER=D ECKPT_WORLD=3``
+running it with ``load`` (crates/py/tests/test_torch.py does, after losing a node for good).
+
+``--width`` sets the model's size (two square layers of that width and a narrow one).
+"""
+
+import argparse
 import hashlib
-import sys
 
 import torch
 import torch.distributed as dist
@@ -13,12 +21,17 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 import eckpt.torch
 
-mode = sys.argv[1]
+parser = argparse.ArgumentParser()
+parser.add_argument("mode", choices=["save", "load"])
+parser.add_argument("--width", type=int, default=40)
+args = parser.parse_args()
+mode = args.mode
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
 mesh = init_device_mesh("cpu", (dist.get_world_size(),))
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.ReLU(), torch.nn.Linear(40, 7))
+width = args.width
+model = torch.nn.Sequential(torch.nn.Linear(24, width), torch.nn.ReLU(), torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, 7))
 for layer in model:
     if isinstance(layer, torch.nn.Linear):
         fully_shard(layer, mesh=mesh)
