@@ -29,6 +29,9 @@ API's ``ECKPT_E*`` code); bad arguments raise ``eckpt.InvalidArgument``, which i
 ``eckpt.Error`` and a ``ValueError``, or ``TypeError`` for a wrong type. A bug inside eckpt
 raises ``eckpt.Error`` too (code ``ECKPT_EINTERNAL``). Several threads may share a
 ``Checkpointer``: their calls take turns.
+
+``eckpt.torch`` (imported on its own, it needs torch) is a storage backend of
+torch.distributed.checkpoint: ``dcp.save(state_dict, storage_writer=eckpt.torch.StorageWriter())``.
 """
 
 from eckpt._eckpt import APPEND, INPUT, SNAPSHOT, Checkpointer, Error, InvalidArgument
