@@ -15,22 +15,9 @@ fn every_launcher_gives_ranks_torch_distributed_variables() {
     let tmp = tempfile::tempdir().unwrap();
     for launcher in ["local", "mpirun", "mpiexec"] {
         // Four ranks on the two data nodes of a k=2, m=1 group: two per node.
-        let args = [
-            "--nodes",
-            "3",
-            "--k",
-            "2",
-            "--m",
-            "1",
-            "--launcher",
-            launcher,
-            "-n",
-            "4",
-            "--",
-            "sh",
-            "-c",
-            PRINT_TORCH_ENV,
-        ];
+        let shape = format!("--nodes 3 --k 2 --m 1 --launcher {launcher} -n 4 -- sh -c");
+        let mut args: Vec<&str> = shape.split(' ').collect();
+        args.push(PRINT_TORCH_ENV);
         let out = run_job(tmp.path(), &args, Duration::from_secs(120));
         assert!(out.status.success(), "{launcher}: {}", text(&out.stderr));
         assert_torch_env(&text(&out.stdout), "", 4);

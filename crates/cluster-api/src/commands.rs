@@ -343,15 +343,11 @@ pub async fn export_items(
     epoch: Option<u64>,
     wanted: impl Fn(&str) -> bool,
 ) -> Result<(u64, Vec<(String, Vec<u8>)>), ClusterError> {
-    let ExportFrom { node, epoch, scratch } =
-        coordinator_call(dir, ExportRank { rank, epoch }, |_| {}).await?;
-    let secret = dir.load_secret()?;
-    let limit = dir.load()?.deadlines.peer_wait();
-    let mut conn = open_node(&node, &host_identity(), &secret).await?;
-    let items = ask_agent(&mut conn, &node.name, ExportItems { rank, epoch, scratch }, limit).await?;
-    let mut kept: Vec<(String, Vec<u8>)> = items
+    let mut export = Export::start(dir, rank, epoch).await?;
+    // Reserved up to 64 MiB ahead: the length is the agent's word, not yet the bytes.
+    let mut kept: Vec<(String, Vec<u8>)> = export
+        .items
         .iter()
-        // Reserved up to 64 MiB ahead: the length is the agent's word, not yet the bytes.
         .map(|(name, len)| {
             (
                 name.clone(),
@@ -363,20 +359,56 @@ pub async fn export_items(
             )
         })
         .collect();
-    receive_items(
-        &mut conn,
-        &node.name,
-        &items,
-        &wanted,
+    let Export {
+        conn,
+        node,
+        items,
         limit,
-        &mut |index, bytes| {
-            kept[index].1.extend_from_slice(bytes);
-            Ok(())
-        },
-    )
+        ..
+    } = &mut export;
+    receive_items(conn, node, items, &wanted, *limit, &mut |index, bytes| {
+        kept[index].1.extend_from_slice(bytes);
+        Ok(())
+    })
     .await?;
     kept.retain(|(name, _)| wanted(name));
-    Ok((epoch, kept))
+    Ok((export.epoch, kept))
+}
+
+/// A rank's committed image being exported: the agent that streams it, and what it streams.
+struct Export {
+    conn: Connection,
+    /// The agent's node.
+    node: String,
+    epoch: u64,
+    /// Whether it was decoded (its node is gone).
+    decoded: bool,
+    /// The items in the order they come, with their lengths.
+    items: Vec<(String, u64)>,
+    /// How long each frame may take: the agent reads the rank from its store, as long as a
+    /// peer's stream may take to come.
+    limit: std::time::Duration,
+}
+
+impl Export {
+    /// Asks the coordinator where rank `rank` at `epoch` (default: the committed one) is read
+    /// from — decoded onto a helper when its node is gone — and that agent to stream it.
+    async fn start(dir: &ClusterDir, rank: u32, epoch: Option<u64>) -> Result<Export, ClusterError> {
+        let ExportFrom { node, epoch, scratch } =
+            coordinator_call(dir, ExportRank { rank, epoch }, |_| {}).await?;
+        let secret = dir.load_secret()?;
+        let limit = dir.load()?.deadlines.peer_wait();
+        let mut conn = open_node(&node, &host_identity(), &secret).await?;
+        let items = ask_agent(&mut conn, &node.name, ExportItems { rank, epoch, scratch }, limit).await?;
+        Ok(Export {
+            conn,
+            node: node.name,
+            epoch,
+            decoded: scratch.is_some(),
+            items,
+            limit,
+        })
+    }
 }
 
 /// What `eckpt restore` did.
@@ -409,25 +441,26 @@ pub async fn restore(
     out: &Path,
 ) -> Result<RestoreReport, ClusterError> {
     refuse_directory(out)?;
-    let ExportFrom { node, epoch, scratch } =
-        coordinator_call(dir, ExportRank { rank, epoch }, |_| {}).await?;
-    let secret = dir.load_secret()?;
-    // The agent reads the rank from its store: as long as a peer's stream may take to come.
-    let limit = dir.load()?.deadlines.peer_wait();
-    let mut conn = open_node(&node, &host_identity(), &secret).await?;
-    let items = ask_agent(&mut conn, &node.name, ExportItems { rank, epoch, scratch }, limit).await?;
+    let Export {
+        mut conn,
+        node,
+        epoch,
+        decoded,
+        items,
+        limit,
+    } = Export::start(dir, rank, epoch).await?;
     let names: Vec<&str> = items.iter().map(|(n, _)| n.as_str()).collect();
     let wanted = choose_item(rank, &names, item)?;
     let tmp = temp_output(out);
-    let received = receive_item(&mut conn, &node.name, &items, &wanted, &tmp, limit).await;
+    let received = receive_item(&mut conn, &node, &items, &wanted, &tmp, limit).await;
     let written = publish_output(&tmp, out, received)?;
     Ok(RestoreReport {
         rank,
         epoch,
         item: wanted,
         bytes: written,
-        from: node.name,
-        decoded: scratch.is_some(),
+        from: node,
+        decoded,
         from_flush: false,
     })
 }

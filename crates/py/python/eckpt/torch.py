@@ -110,16 +110,14 @@ def _completed(value: Any) -> Future:
     return future
 
 
-class StorageWriter(_StorageWriter):
-    """Saves a DCP checkpoint as one eckpt epoch per rank (see the module's documentation).
-    ``checkpointer``: the eckpt checkpointer to save with (default: :func:`checkpointer`)."""
+class _Storage:
+    """What writer and reader share: the checkpointer, made when first needed (so that a
+    writer made before torch.distributed is initialised takes the rank), and the
+    ``checkpoint_id`` of the checkpoint at hand."""
 
-    def __init__(self, checkpointer: Checkpointer | None = None) -> None:
-        super().__init__()
+    def __init__(self, checkpointer: Checkpointer | None) -> None:
         self._checkpointer = checkpointer
         self._checkpoint_id: str | None = None
-        self._is_coordinator = False
-        self._pending: list[tuple[str, Any]] = []
 
     @property
     def _ck(self) -> Checkpointer:
@@ -127,8 +125,26 @@ class StorageWriter(_StorageWriter):
             self._checkpointer = checkpointer()
         return self._checkpointer
 
-    def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
+    def _reset_id(self, checkpoint_id: str | os.PathLike | None) -> None:
         self._checkpoint_id = None if checkpoint_id is None else str(checkpoint_id)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
+        """Any name or epoch number: eckpt is chosen by passing its writer or reader."""
+        return isinstance(checkpoint_id, (str, int))
+
+
+class StorageWriter(_Storage, _StorageWriter):
+    """Saves a DCP checkpoint as one eckpt epoch per rank (see the module's documentation).
+    ``checkpointer``: the eckpt checkpointer to save with (default: :func:`checkpointer`)."""
+
+    def __init__(self, checkpointer: Checkpointer | None = None) -> None:
+        _Storage.__init__(self, checkpointer)
+        self._is_coordinator = False
+        self._pending: list[tuple[str, Any]] = []
+
+    def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
+        self._reset_id(checkpoint_id)
         self._pending = []
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
@@ -177,31 +193,19 @@ class StorageWriter(_StorageWriter):
         # Done means committed: in a cluster, once every rank's part and the parity are durable.
         self._ck.wait()
 
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
-        return isinstance(checkpoint_id, (str, int))
 
-
-class StorageReader(_StorageReader):
+class StorageReader(_Storage, _StorageReader):
     """Loads a DCP checkpoint that :class:`StorageWriter` saved (see the module's
     documentation). ``checkpointer``: the eckpt checkpointer to read with (default:
     :func:`checkpointer`)."""
 
     def __init__(self, checkpointer: Checkpointer | None = None) -> None:
-        super().__init__()
-        self._checkpointer = checkpointer
-        self._checkpoint_id: str | None = None
+        _Storage.__init__(self, checkpointer)
         self._epoch: int | None = None
         self._storage: dict[MetadataIndex, _Stored] = {}
 
-    @property
-    def _ck(self) -> Checkpointer:
-        if self._checkpointer is None:
-            self._checkpointer = checkpointer()
-        return self._checkpointer
-
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
-        self._checkpoint_id = None if checkpoint_id is None else str(checkpoint_id)
+        self._reset_id(checkpoint_id)
         self._epoch = None
         self._storage = {}
 
@@ -255,7 +259,3 @@ class StorageReader(_StorageReader):
                 target.copy_(stored)
                 planner.commit_tensor(read, target)
         return _completed(None)
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
-        return isinstance(checkpoint_id, (str, int))
