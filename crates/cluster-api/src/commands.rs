@@ -268,12 +268,14 @@ pub async fn checkpoint_file(
 type TakePiece<'a> = dyn FnMut(usize, &[u8]) -> Result<(), ClusterError> + 'a;
 
 /// Receives an export's items, in the order `items` lists them, handing each piece of data
-/// to `take(item index, bytes)`, and stops after the last item `wanted(name)` keeps. An
+/// to `take(item index, bytes)`, and stops after the last item `wanted(name)` keeps (`what`:
+/// the command, named when the agent stops answering). An
 /// error the agent hit mid-stream (a block failing its checksum) arrives as a control frame
 /// and becomes the error. Each frame is awaited at most `limit`.
 async fn receive_items(
     conn: &mut Connection,
     node: &str,
+    what: &str,
     items: &[(String, u64)],
     wanted: impl Fn(&str) -> bool,
     limit: std::time::Duration,
@@ -286,7 +288,7 @@ async fn receive_items(
     for (index, (name, len)) in items[..=last].iter().enumerate() {
         let mut got = 0u64;
         while got < *len {
-            if with_agent(node, "the export", limit, conn.recv_into(&mut buf)).await? == FrameKind::Control {
+            if with_agent(node, what, limit, conn.recv_into(&mut buf)).await? == FrameKind::Control {
                 return Err(match serde_json::from_slice(&buf) {
                     Ok(AgentResponse::Error(e)) => ClusterError::remote(node, e),
                     _ => ClusterError::Protocol("unexpected control frame in an export".into()),
@@ -320,6 +322,7 @@ async fn receive_item(
     receive_items(
         conn,
         node,
+        "the restore",
         items,
         |name| name == wanted,
         limit,
@@ -366,10 +369,18 @@ pub async fn export_items(
         limit,
         ..
     } = &mut export;
-    receive_items(conn, node, items, &wanted, *limit, &mut |index, bytes| {
-        kept[index].1.extend_from_slice(bytes);
-        Ok(())
-    })
+    receive_items(
+        conn,
+        node,
+        "the export",
+        items,
+        &wanted,
+        *limit,
+        &mut |index, bytes| {
+            kept[index].1.extend_from_slice(bytes);
+            Ok(())
+        },
+    )
     .await?;
     kept.retain(|(name, _)| wanted(name));
     Ok((export.epoch, kept))
