@@ -250,7 +250,10 @@ fn runs_the_readme_job(slurm: &Slurm, work: &Path, stencil: &Path) {
         !work.join(format!("dedicated-{job}/cluster.json")).exists(),
         "a refused cluster is not made"
     );
-    assert!(!out.contains("srun: error"), "{out}");
+    assert!(
+        !out.contains("srun: error") || open_mpi_crashed_in_init_and_was_relaunched(&out),
+        "the README's job failed in its first attempt: {out}"
+    );
     let launched = out
         .lines()
         .find_map(|l| l.strip_prefix("eckpt run: launched 6 ranks: "))
@@ -267,6 +270,28 @@ fn runs_the_readme_job(slurm: &Slurm, work: &Path, stencil: &Path) {
         std::fs::read_dir(work.join("flush")).is_ok_and(|mut d| d.next().is_some()),
         "the last epoch is flushed"
     );
+}
+
+/// Whether the job's first attempt ended the one way it may end without eckpt being at fault,
+/// and was relaunched once: Open MPI 4.1's TCP transport (Debian 12's 4.1.4), under load,
+/// sometimes calls a null callback in a rank still in `MPI_Init` when a faster peer's first
+/// message or connection arrives (a core dump shows `mca_btl_tcp.so` calling address 0 from
+/// `opal_progress` in `ompi_mpi_init`; the peer then reports "failed to TCP connect"). Its
+/// trace: a segmentation fault at address 0 whose backtrace stops at the signal frame (a jump
+/// to address 0, not a fault in a function, which would show its callers), before any rank
+/// printed a line of its own (MPI_Init precedes everything the example does).
+fn open_mpi_crashed_in_init_and_was_relaunched(out: &str) -> bool {
+    let Some((first, after)) =
+        out.split_once("eckpt run: a rank was killed: restarting from the last committed epoch")
+    else {
+        return false;
+    };
+    first.contains("Signal: Segmentation fault (11)")
+        && first.contains("Failing at address: (nil)")
+        && !first.contains("] [ 1] ")
+        && !first.contains("halo steps")
+        && after.matches("eckpt run: relaunched 6 ranks").count() == 1
+        && !after.contains("srun: error")
 }
 
 /// A job whose two ranks, started by srun, each leave a process holding their output (in a
