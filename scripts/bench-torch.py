@@ -2,9 +2,11 @@
 
 1. The stall of ``dcp.async_save`` (the call's time, until training may go on) and the time until
    the save is complete, into eckpt (standalone store in /dev/shm) and into DCP's own
-   FileSystemWriter on a /dev/shm directory, for the first save and for a save after a fraction
-   of the 64 KiB blocks changed; ``torch.save`` of the same tensors to /dev/shm; and, as
-   references measured in the same run, the host copy of the whole state and of the changed
+   FileSystemWriter on a /dev/shm directory, for the first save, a save after a fraction of the
+   64 KiB blocks changed, and saves after dense steps (every element written; the step's own
+   time is printed too: the first write to a page eckpt tracks takes a fault, which training
+   pays); ``torch.save`` of the same tensors to /dev/shm; and, as references measured in the
+   same run, the host copy of the whole state (into buffers made beforehand) and of the changed
    blocks alone. One process, no process group, the same tensors for all.
 2. On an emulated cluster (``eckpt run``, 6 ranks on the 3 data nodes of a k=3, m=2 group and a
    spare): the time from a node's loss to every rank training again — examples/python/
@@ -71,14 +73,24 @@ def change_blocks(state, fraction, seed):
 
 
 def copy_seconds(state, changed=None):
-    """The host copy of the whole state, or of the changed blocks only (the reference)."""
+    """The host copy of the whole state into buffers made (and their pages touched) beforehand,
+    or of the changed blocks only (the references)."""
+    buffers = {name: torch.zeros_like(tensor) for name, tensor in state.items()}
     start = time.perf_counter()
     for name, tensor in state.items():
         blocks = tensor.view(-1, BLOCK // 4)
         if changed is None:
-            blocks.clone()
+            buffers[name].copy_(tensor)
         else:
             blocks.index_select(0, changed[name])
+    return time.perf_counter() - start
+
+
+def step_seconds(state):
+    """A dense training step's writes: every element of every tensor updated in place."""
+    start = time.perf_counter()
+    for tensor in state.values():
+        tensor.add_(1.0)
     return time.perf_counter() - start
 
 
@@ -91,18 +103,27 @@ def timed_async_save(state, writer):
 
 
 def stall_figures(size_mib, fraction, root):
+    """Saves of one state: the first; after a sparse change (`fraction` of the blocks, one
+    float each); after two dense steps in a row (every element: the first tracked, the second
+    after eckpt stopped tracking what changes every time). Into eckpt and into DCP's own
+    writer (with its default stager) on a /dev/shm directory."""
     state = make_state(size_mib)
     figures = {"state_mib": size_mib, "changed_fraction": fraction}
     figures["copy_all_s"] = min(copy_seconds(state) for _ in range(3))
-    store = root / "eckpt-store"
-    os.environ["ECKPT_DIR"] = str(store)
+    figures["step_untracked_s"] = min(step_seconds(state) for _ in range(3))
+    os.environ["ECKPT_DIR"] = str(root / "eckpt-store")
     target = root / "dcp-dir"
     runs = {}
-    for round_ in ("first", "changed"):
-        if round_ == "changed":
+    for round_ in ("first", "sparse", "dense", "dense_again"):
+        if round_ == "sparse":
             changed = change_blocks(state, fraction, seed=1)
             figures["copy_changed_s"] = min(copy_seconds(state, changed) for _ in range(3))
+        elif round_.startswith("dense"):
+            figures[f"step_before_{round_}_s"] = step_seconds(state)
         runs[f"eckpt_{round_}"] = timed_async_save(state, eckpt.torch.StorageWriter())
+        staged = eckpt.torch._staging(eckpt.torch.checkpointer()).last
+        figures[f"eckpt_{round_}_staged_bytes"] = staged["copied"] + staged["copied_whole"]
+        figures[f"eckpt_{round_}_stage_s"] = staged["seconds"]
         shutil.rmtree(target, ignore_errors=True)
         runs[f"dcp_dir_{round_}"] = timed_async_save(state, dcp.FileSystemWriter(str(target)))
     start = time.perf_counter()

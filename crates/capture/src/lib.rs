@@ -5,6 +5,8 @@
 //!   (userfaultfd async write-protect + `PAGEMAP_SCAN`) or by xxh3 block hashing.
 //! - [`delta`]: a strict, checksummed block-delta format (encode, decode, apply); [`decode`]
 //!   takes `&[u8]` and is the fuzzing entry point.
+//! - [`Mirror`]: copies of memory ranges kept current by copying only the blocks written
+//!   since the last refresh (staging for checkpoints written in the background).
 //! - [`MemoryMap`]: this process's mappings, to refuse memory a restart could not write back.
 //! - [`delta_files`] / [`patch_file`]: streaming file deltas for images written by external
 //!   checkpointers, the fast replacement for diffing consecutive dumps with xdelta.
@@ -15,6 +17,7 @@ mod error;
 mod filedelta;
 mod mapped;
 mod maps;
+mod mirror;
 mod tracker;
 mod uffd;
 
@@ -23,4 +26,5 @@ pub use delta::{decode, encode, encode_blocks, Delta, DeltaError, DeltaHeader, D
 pub use error::CaptureError;
 pub use filedelta::{delta_files, patch_file, DeltaStats, PatchStats};
 pub use maps::MemoryMap;
+pub use mirror::{Mirror, Refreshed};
 pub use tracker::{uffd_available, Backend, DirtyRegion, TrackMode, Tracker};

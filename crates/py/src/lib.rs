@@ -23,6 +23,7 @@
 //! The pure-Python package `eckpt` (crates/py/python/eckpt) re-exports this module.
 
 mod gpu;
+mod mirror;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -600,6 +601,7 @@ fn layout(array: &Bound<'_, PyUntypedArray>) -> PyResult<String> {
 fn _eckpt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyCheckpointer>()?;
+    m.add_class::<mirror::PyMirror>()?;
     m.add("Error", py.get_type::<Error>())?;
     m.add("InvalidArgument", invalid_argument_type(py)?)?;
     for (text, _) in MODES {

@@ -21,6 +21,10 @@ store ``ECKPT_DIR`` names. Both take the rank from torch.distributed when it is 
 number or the name the latest committed epoch was saved with; without one, the latest
 committed epoch. A save completes when its epoch is committed: in a cluster, when every rank's
 part and the parity are durable.
+
+``async_save`` stages through the writer itself: into copies of the tensors kept between saves,
+of which a stage rewrites only what changed (``eckpt._torch_staging``), so training waits for
+the copy of what changed instead of a copy of the whole state into fresh memory.
 """
 
 from __future__ import annotations
@@ -36,12 +40,14 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, SavePlan, SavePlanner, WriteItemType
+from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.checkpoint.storage import StorageReader as _StorageReader
 from torch.distributed.checkpoint.storage import StorageWriter as _StorageWriter
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from eckpt._eckpt import Checkpointer, Error
+from eckpt._torch_staging import Staging
 
 __all__ = ["StorageWriter", "StorageReader", "checkpointer"]
 
@@ -53,6 +59,12 @@ METADATA_RANK = 0
 
 # The process's checkpointers, by rank and where they keep epochs.
 _checkpointers: dict[tuple[int | None, str | None, str | None], Checkpointer] = {}
+
+# The process's staging areas, one per checkpointer (kept referenced, so that its id stays its own).
+_stagings: dict[int, tuple[Checkpointer, Staging]] = {}
+
+# How long an async_save waits for the previous one to have written its staged state (seconds).
+STAGE_TIMEOUT = 600.0
 
 
 def _rank() -> int | None:
@@ -81,6 +93,13 @@ class _Stored:
     item: str
     dtype: str | None = None
     shape: tuple[int, ...] | None = None
+
+
+def _staging(ck: Checkpointer) -> Staging:
+    """The staging area of ``ck``'s saves: kept between them, whichever writer stages."""
+    if id(ck) not in _stagings:
+        _stagings[id(ck)] = (ck, Staging())
+    return _stagings[id(ck)][1]
 
 
 def _item_name(index: MetadataIndex) -> str:
@@ -134,14 +153,43 @@ class _Storage:
         return isinstance(checkpoint_id, (str, int))
 
 
-class StorageWriter(_Storage, _StorageWriter):
+class StorageWriter(_Storage, _StorageWriter, AsyncStager):
     """Saves a DCP checkpoint as one eckpt epoch per rank (see the module's documentation).
-    ``checkpointer``: the eckpt checkpointer to save with (default: :func:`checkpointer`)."""
+    ``checkpointer``: the eckpt checkpointer to save with (default: :func:`checkpointer`).
 
-    def __init__(self, checkpointer: Checkpointer | None = None) -> None:
+    It is its own stager for ``dcp.async_save``: the state dict's tensors are staged into copies
+    kept between saves, of which a stage rewrites only what changed (``eckpt._torch_staging``);
+    a stage waits at most ``stage_timeout`` seconds for the previous save to have written its
+    staged state."""
+
+    # The copy is done when stage() returns: nothing to wait for after it.
+    _synchronize_after_execute = False
+
+    def __init__(self, checkpointer: Checkpointer | None = None, *, stage_timeout: float = STAGE_TIMEOUT) -> None:
         _Storage.__init__(self, checkpointer)
         self._is_coordinator = False
         self._pending: list[tuple[str, Any]] = []
+        self._stage_timeout = stage_timeout
+        # The stage this writer's save writes, if it was staged: what it releases when done.
+        self._staged: tuple[Staging, int] | None = None
+
+    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        staging = _staging(self._ck)
+        staged, stage = staging.stage(state_dict, self._stage_timeout)
+        self._staged = (staging, stage)
+        return staged
+
+    def synchronize_staging(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def _release_staged(self) -> None:
+        """The staged state is in the store (or its save failed): the next stage may reuse it."""
+        if self._staged is not None:
+            staging, stage = self._staged
+            staging.release(stage)
 
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
         self._reset_id(checkpoint_id)
@@ -150,6 +198,7 @@ class StorageWriter(_Storage, _StorageWriter):
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         self._is_coordinator = is_coordinator
         if is_coordinator and self._ck.rank != METADATA_RANK:
+            self._release_staged()
             raise Error(f"eckpt.torch: the checkpoint's coordinator is eckpt rank {self._ck.rank}, not rank 0")
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
@@ -159,6 +208,16 @@ class StorageWriter(_Storage, _StorageWriter):
         return plans
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future:
+        try:
+            return self._write_data(plan, planner)
+        except BaseException:
+            self._release_staged()
+            raise
+        finally:
+            if not self._is_coordinator:
+                self._release_staged()
+
+    def _write_data(self, plan: SavePlan, planner: SavePlanner) -> Future:
         rank = self._ck.rank
         items: list[tuple[str, Any]] = []
         stored: list[tuple[Any, int, _Stored]] = []
@@ -188,8 +247,11 @@ class StorageWriter(_Storage, _StorageWriter):
         record = pickle.dumps({"metadata": metadata, "checkpoint_id": self._checkpoint_id})
         # The metadata first: an export streams a rank's items in order, up to the last one a
         # reader wants, and every rank of a load reads the metadata.
-        self._ck.save_items([(METADATA_ITEM, record), *self._pending])
-        self._pending = []
+        try:
+            self._ck.save_items([(METADATA_ITEM, record), *self._pending])
+        finally:
+            self._pending = []
+            self._release_staged()
         # Done means committed: in a cluster, once every rank's part and the parity are durable.
         self._ck.wait()
 
