@@ -242,6 +242,31 @@ mod tests {
         assert!(mirror.remove(id).is_err());
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Any range (any start within a page, any length up to 12 pages) and any rounds of
+        /// writes anywhere in it: after each refresh the copy equals the source, byte for byte.
+        #[test]
+        fn the_copy_equals_the_source_after_every_refresh(
+            offset in 0usize..4096,
+            len in 1usize..12 * 4096,
+            rounds in proptest::collection::vec(proptest::collection::vec((0usize..1 << 20, 0u8..=255), 0..20), 1..5),
+        ) {
+            let mut source = AlignedBuf::new(offset + len).unwrap();
+            let mut copy = vec![0u8; len];
+            let mut mirror = Mirror::new().unwrap();
+            // SAFETY: both buffers outlive the mirror and nothing else touches them.
+            unsafe { mirror.add(source.as_ptr().add(offset), copy.as_mut_ptr(), len) }.unwrap();
+            for writes in rounds {
+                for (at, value) in writes {
+                    source[offset + at % len] = value;
+                }
+                mirror.refresh().unwrap();
+                proptest::prop_assert!(copy[..] == source[offset..offset + len]);
+            }
+        }
+    }
+
     #[test]
     fn a_copy_overlapping_its_source_is_refused() {
         let mut buffer = vec![0u8; 8192];
