@@ -10,7 +10,7 @@ contiguous) are copied whole into a copy kept from the previous save — page-lo
 tensors, so the copy runs at the bus's speed. Values that are not tensors are deep-copied.
 
 Tracking is not free: the first write to a page after a stage takes a fault the kernel
-resolves (about 0.7 µs per 4 KiB page measured on an AMD EPYC, against 0.27 µs to copy the
+resolves (about 0.7 µs per 4 KiB page measured on an AMD EPYC, against 0.21 µs to copy the
 page), paid by the training step. So a tensor of which more than a quarter changed between two
 saves — a weight every optimizer step rewrites — is copied whole from then on, and tracked again
 a few saves later to see whether it went quiet (a frozen layer, an embedding row or two).
