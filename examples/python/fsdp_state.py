@@ -1,6 +1,6 @@
 """One rank of an FSDP2-sharded model and its Adam state (gloo, CPU), through eckpt.torch: mode
-`save` trains three steps and saves; mode `load` loads into however many ranks run it (DCP
-reshards). Rank 0 prints the SHA-256 of the full (unsharded) state either way, to compare them::
+`save` trains three steps and saves them with ``dcp.async_save`` while it trains a fourth; mode
+`load` loads into however many ranks run it (DCP reshards). Rank 0 prints the SHA-256 of the full (unsharded) state saved or loaded, to compare them::
 
     eckpt run --dir D --keep -n 4 -- python3 examples/python/fsdp_state.py save
 
@@ -37,26 +37,43 @@ for layer in model:
         fully_shard(layer, mesh=mesh)
 fully_shard(model, mesh=mesh)
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+
+def train_step(step):
+    x = torch.Generator().manual_seed(step * 10 + dist.get_rank())
+    model(torch.randn(5, 24, generator=x)).square().mean().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def print_digest():
+    """Rank 0 prints the SHA-256 of the full (unsharded) model and optimizer state."""
+    full_model, full_optim = get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.get_rank() == 0:
+        digest = hashlib.sha256()
+        for key in sorted(full_model):
+            digest.update(key.encode()); digest.update(full_model[key].numpy().tobytes())
+        for key in sorted(full_optim["state"]):
+            for name in sorted(full_optim["state"][key]):
+                digest.update(f"{key}.{name}".encode()); digest.update(full_optim["state"][key][name].numpy().tobytes())
+        print(f"state {digest.hexdigest()}", flush=True)
+
+
 if mode == "save":
     for step in range(3):
-        x = torch.Generator().manual_seed(step * 10 + dist.get_rank())
-        model(torch.randn(5, 24, generator=x)).square().mean().backward()
-        optimizer.step()
-        optimizer.zero_grad()
-model_state, optim_state = get_state_dict(model, optimizer)
-if mode == "save":
-    dcp.save({"model": model_state, "optim": optim_state}, storage_writer=eckpt.torch.StorageWriter())
+        train_step(step)
+    print_digest()
+    model_state, optim_state = get_state_dict(model, optimizer)
+    # The save's collectives run on a group of their own, beside the training's.
+    saves = dist.new_group(backend="gloo")
+    future = dcp.async_save({"model": model_state, "optim": optim_state}, storage_writer=eckpt.torch.StorageWriter(), process_group=saves)
+    # Training goes on while the save runs: the checkpoint keeps the state as it was staged.
+    train_step(3)
+    future.result()
 else:
+    model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
     dcp.load(state, storage_reader=eckpt.torch.StorageReader())
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-full_model, full_optim = get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-if dist.get_rank() == 0:
-    digest = hashlib.sha256()
-    for key in sorted(full_model):
-        digest.update(key.encode()); digest.update(full_model[key].numpy().tobytes())
-    for key in sorted(full_optim["state"]):
-        for name in sorted(full_optim["state"][key]):
-            digest.update(f"{key}.{name}".encode()); digest.update(full_optim["state"][key][name].numpy().tobytes())
-    print(f"state {digest.hexdigest()}", flush=True)
+    print_digest()
 dist.destroy_process_group()

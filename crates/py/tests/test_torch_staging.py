@@ -106,3 +106,33 @@ def test_a_stage_waits_for_the_previous_save_then_says_why():
         stage.stage(state, timeout=0.2)
     stage.release(second)
     stage.stage(state, timeout=5)
+
+
+@pytest.fixture
+def one_rank_group():
+    """A torch.distributed group of this process alone (gloo), for DTensors."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_a_dtensor_is_staged_as_a_dtensor_over_a_kept_copy(one_rank_group):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    mesh = init_device_mesh("cpu", (1,))
+    local = torch.randn(512, 256)
+    sharded = DTensor.from_local(local, mesh, [Shard(0)], run_check=False)
+    stage = staging.Staging()
+    staged, number = stage.stage({"layer": {"weight": sharded}}, timeout=5)
+    copy = staged["layer"]["weight"]
+    assert isinstance(copy, DTensor) and copy.placements == sharded.placements and copy.shape == sharded.shape
+    assert copy.to_local().data_ptr() != local.data_ptr()
+    expected = local.clone()
+    local.add_(1.0)  # training goes on: the staged copy keeps the state as it was
+    assert torch.equal(copy.to_local(), expected)
+    stage.release(number)
+    staged, _ = stage.stage({"layer": {"weight": sharded}}, timeout=5)
+    assert torch.equal(staged["layer"]["weight"].to_local(), local)
