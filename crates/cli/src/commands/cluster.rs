@@ -426,6 +426,10 @@ pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// List every group and every node, however many (a large cluster's are summarized:
+    /// a line per state, with the nodes and groups that need attention listed whole).
+    #[arg(long)]
+    all: bool,
 }
 
 pub fn status(dir: &std::path::Path) -> Result<StatusReport> {
@@ -439,115 +443,7 @@ pub fn run_status(args: StatusArgs) -> Result<i32> {
         print_json(&s);
         return Ok(0);
     }
-    println!(
-        "committed epoch {} (open {}, {} of {} ranks in); k={} m={} {} mode, {} layout, {} topology; coordinator term {}",
-        s.committed_epoch,
-        s.open_epoch,
-        s.ranks_ready.len(),
-        s.world.map_or("?".into(), |w| w.to_string()),
-        s.coding.k,
-        s.coding.m,
-        s.coding.mode,
-        s.coding.layout,
-        s.coding.topology,
-        s.coordinator_term
-    );
-    if let Some(job) = &s.job {
-        println!(
-            "job {} (generation {}){}{}",
-            job.id,
-            job.generation,
-            match (&job.holder, job.lease_left_seconds) {
-                (Some(holder), Some(left)) if left > 0.0 =>
-                    format!(": run by {holder}, lease {left:.1} s left"),
-                (Some(holder), _) => format!(": lease of {holder} EXPIRED (a new run may take the job over)"),
-                (None, _) => String::new(),
-            },
-            // A finished job a run resumes shows as run by it until that run moves it on.
-            if job.finished_unix.is_some() && job.holder.is_none() {
-                ", finished"
-            } else {
-                ""
-            }
-        );
-    }
-    if let Some(seconds) = s.isolated_seconds {
-        println!("ISOLATED: the coordinator has heard from no agent for {seconds:.1} s (a partition?): nobody is declared dead meanwhile");
-    }
-    for g in &s.groups {
-        println!(
-            "group {}: k={} m={} [{}] protects epoch {}{}",
-            g.id,
-            g.k,
-            g.m,
-            g.members.join(" "),
-            g.protected_epoch,
-            if g.lost.is_empty() {
-                String::new()
-            } else {
-                format!(", LOST: {}", g.lost.join(" "))
-            }
-        );
-        if let Some((domain, count)) = &g.exposed {
-            println!(
-                "  EXPOSED: {count} members in failure domain {domain}, more than m={}: losing it loses this group's data",
-                g.m
-            );
-        }
-    }
-    if let Some(f) = &s.flush {
-        println!(
-            "flush to {} every {} epoch(s), keep {}: flushed epochs {:?}{}{}{}",
-            f.config.dir.display(),
-            f.config.every,
-            f.config.keep,
-            f.flushed,
-            f.running
-                .map(|e| format!(", flushing epoch {e}"))
-                .unwrap_or_default(),
-            f.last
-                .as_ref()
-                .map(|l| format!(
-                    ", last: epoch {} ({} bytes in {:.2} s)",
-                    l.epoch, l.bytes, l.seconds
-                ))
-                .unwrap_or_default(),
-            f.last_error
-                .as_ref()
-                .map(|e| format!(", LAST FLUSH FAILED: {e}"))
-                .unwrap_or_default()
-        );
-    }
-    for n in &s.nodes {
-        println!(
-            "  {:<6} {:<5} {:<22} {}{}{}{}",
-            n.name,
-            match (n.alive, n.awaited) {
-                (true, _) => "up",
-                (false, true) => "AWAITED",
-                (false, false) => "DOWN",
-            },
-            n.addr,
-            match n.ranks.len() {
-                0 => "no ranks".to_string(),
-                1 => format!("rank {}", n.ranks[0]),
-                _ => format!(
-                    "ranks {}",
-                    n.ranks
-                        .iter()
-                        .map(|r| r.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                ),
-            },
-            if n.spare { " (spare)" } else { "" },
-            if n.removed { " (removed)" } else { "" },
-            n.damaged
-                .as_ref()
-                .map(|d| format!(" DAMAGED: {d} (`eckpt recover` rebuilds it)"))
-                .unwrap_or_default()
-        );
-    }
+    print!("{}", super::status_text::render(&s, args.all));
     Ok(0)
 }
 

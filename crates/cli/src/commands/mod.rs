@@ -17,4 +17,5 @@ pub mod model;
 pub mod process_cpu;
 pub mod report;
 pub mod run;
+pub mod status_text;
 pub mod verify;
