@@ -136,3 +136,11 @@ def test_a_dtensor_is_staged_as_a_dtensor_over_a_kept_copy(one_rank_group):
     stage.release(number)
     staged, _ = stage.stage({"layer": {"weight": sharded}}, timeout=5)
     assert torch.equal(staged["layer"]["weight"].to_local(), local)
+
+
+def test_a_writer_refuses_to_be_sent_to_another_process():
+    """DCP's process executor pickles the writer; the copies it staged stay in this process."""
+    import pickle
+
+    with pytest.raises(eckpt.Error, match="not AsyncCheckpointerType.PROCESS"):
+        pickle.dumps(eckpt.torch.StorageWriter())

@@ -182,6 +182,14 @@ class StorageWriter(_Storage, _StorageWriter, AsyncStager):
     def synchronize_staging(self) -> None:
         pass
 
+    def __getstate__(self) -> dict[str, Any]:
+        # DCP's process executor pickles the writer into another process, which could neither
+        # see the copies staged here nor release them for the next save.
+        raise Error(
+            "eckpt.torch.StorageWriter saves from the training process, where it stages: use "
+            "async_save's thread executor (the default), not AsyncCheckpointerType.PROCESS"
+        )
+
     def close(self) -> None:
         pass
 
