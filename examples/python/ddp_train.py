@@ -79,4 +79,7 @@ if saving is not None:
 if rank == 0:
     weights = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
     print(f"weights {hashlib.sha256(weights).hexdigest()}", flush=True)
+# Every rank done with every collective before any tears its connections down: a rank that
+# closes them while a peer still reads from them can abort that peer (gloo).
+dist.barrier()
 dist.destroy_process_group()

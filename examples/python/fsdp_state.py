@@ -76,4 +76,7 @@ else:
     dcp.load(state, storage_reader=eckpt.torch.StorageReader())
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     print_digest()
+# Every rank done with every collective before any tears its connections down: a rank that
+# closes them while a peer still reads from them can abort that peer (gloo).
+dist.barrier()
 dist.destroy_process_group()
