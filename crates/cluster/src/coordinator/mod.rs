@@ -35,7 +35,7 @@ mod state;
 mod test_cluster;
 
 pub use job::JobRecord;
-pub use state::{natural_key, Journal, NodeEntry};
+pub use state::{natural_key, Journal, NodeEntry, NodeIndex};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -257,11 +257,12 @@ impl Coordinator {
             let alive = s.alive();
             let damaged = s.damaged();
             let awaited = s.awaited();
+            let index = journal.node_index();
             let nodes = journal
                 .nodes
                 .iter()
                 .map(|(name, entry)| {
-                    let mut status = node_status(journal, &alive, &damaged, &awaited, name, entry);
+                    let mut status = node_status(journal, &index, &alive, &damaged, &awaited, name, entry);
                     status.silent_seconds = s.silent_for(name).map(|d| d.as_secs_f64());
                     status
                 })
@@ -335,8 +336,9 @@ impl Coordinator {
                 result: answer.map_err(|e| e.to_string()),
             })
             .collect();
+        let answered: BTreeSet<String> = out.iter().map(|p| p.node.clone()).collect();
         for name in self.snapshot().await.nodes.keys() {
-            if !out.iter().any(|p| &p.node == name) {
+            if !answered.contains(name) {
                 out.push(NodePurge {
                     node: name.clone(),
                     result: Err("its agent is not running".into()),
@@ -350,6 +352,7 @@ impl Coordinator {
 /// One node's line in `eckpt status`.
 fn node_status(
     journal: &Journal,
+    index: &NodeIndex,
     alive: &BTreeMap<String, NodeInfo>,
     damaged: &BTreeMap<String, String>,
     awaited: &BTreeSet<String>,
@@ -367,13 +370,13 @@ fn node_status(
                 other => other.to_string(),
             })
             .unwrap_or_default(),
-        ranks: journal.ranks_on(name),
+        ranks: index.ranks_on(name).to_vec(),
         spare: entry.spare,
-        group: journal
+        group: index
             .group_of(name)
             .map(|(g, pos)| (journal.groups[g].group.id, pos)),
         removed: entry.removed,
-        hosts_ranks: journal.holds_data(name),
+        hosts_ranks: index.holds_data(name),
         damaged: damaged.get(name).cloned(),
         domain: entry.domain.clone(),
         awaited: awaited.contains(name),

@@ -88,14 +88,19 @@ impl Coordinator {
     ) -> BTreeMap<String, String> {
         let mut requests = Vec::new();
         let mut names = Vec::new();
+        let index = journal.node_index();
         for name in journal.members().into_iter().filter(|n| alive.contains_key(n)) {
             names.push(name.clone());
             requests.push((
                 alive[&name].clone(),
                 Scrub {
-                    ranks: journal.ranks_on(&name),
+                    ranks: index.ranks_on(&name).to_vec(),
                     epoch: journal.committed,
-                    objects: journal.held_objects(&name),
+                    // A member has a position.
+                    objects: index
+                        .group_of(&name)
+                        .map(|at| journal.held_objects_at(at))
+                        .unwrap_or_default(),
                 },
             ));
         }

@@ -9,7 +9,7 @@
 //! exactly one group. A rank on a parity-only member would be in no data shard and its next
 //! loss would be final.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::state::{natural_key, Journal};
 use eckpt_cluster_api::msg::{GroupRecord, Relocation};
@@ -142,15 +142,16 @@ pub fn plan_recovery(
         .collect();
     // Ranks spread over survivors go to data members of groups that will be re-encoded (or,
     // when none is left, to any survivor: the new groups give hosting nodes data positions).
+    let index = journal.node_index();
     let survivors: Vec<&String> = members
         .iter()
         .filter(|n| {
-            !lost_names.contains(*n) && journal.group_of(n).is_some_and(|(gi, _)| !hopeless.contains(&gi))
+            !lost_names.contains(*n) && index.group_of(n).is_some_and(|(gi, _)| !hopeless.contains(&gi))
         })
         .collect();
     let mut hosts: Vec<String> = survivors
         .iter()
-        .filter(|n| journal.holds_data(n))
+        .filter(|n| index.holds_data(n))
         .map(|n| n.to_string())
         .collect();
     // Spares first: each takes a lost member's position and its ranks whole. One at a data
@@ -396,11 +397,12 @@ fn relocate(plan: &mut RecoveryPlan, rank: u32, to: &str) {
 /// Without this, nodes that a regrouping turns from parity into data would stay empty
 /// while the others carry the lost nodes' ranks.
 fn balance(plan: &mut RecoveryPlan, alive: &BTreeSet<String>) {
+    let index = plan.next.node_index();
     let nodes: Vec<String> = plan
         .next
         .members()
         .into_iter()
-        .filter(|n| alive.contains(n) && plan.next.holds_data(n))
+        .filter(|n| alive.contains(n) && index.holds_data(n))
         .collect();
     let cores = |j: &Journal, n: &str| j.nodes[n].info.as_ref().map_or(1, |i| i.cores.max(1)) as f64;
     let rebuilding: BTreeSet<u32> = plan
@@ -409,8 +411,14 @@ fn balance(plan: &mut RecoveryPlan, alive: &BTreeSet<String>) {
         .flat_map(|r| &r.rebuild)
         .flat_map(|b| b.placement.keys().copied())
         .collect();
+    // Ranks per node, counted once and kept as ranks move (counting them per node and per
+    // move made balancing thousands of nodes quadratic and worse).
+    let mut placed: HashMap<String, usize> = nodes
+        .iter()
+        .map(|n| (n.clone(), index.ranks_on(n).len()))
+        .collect();
     loop {
-        let load = |n: &String| plan.next.ranks_on(n).len() as f64 / cores(&plan.next, n);
+        let load = |n: &String| placed[n] as f64 / cores(&plan.next, n);
         let by_load = |a: &&String, b: &&String| {
             load(a)
                 .total_cmp(&load(b))
@@ -419,7 +427,7 @@ fn balance(plan: &mut RecoveryPlan, alive: &BTreeSet<String>) {
         let (Some(most), Some(least)) = (nodes.iter().max_by(by_load), nodes.iter().min_by(by_load)) else {
             return;
         };
-        let after = (plan.next.ranks_on(least).len() + 1) as f64 / cores(&plan.next, least);
+        let after = (placed[least] + 1) as f64 / cores(&plan.next, least);
         if after >= load(most) {
             return;
         }
@@ -432,8 +440,10 @@ fn balance(plan: &mut RecoveryPlan, alive: &BTreeSet<String>) {
             .or(ranks.last())
             .copied()
             .expect("the most loaded node holds a rank");
-        let least = least.clone();
+        let (most, least) = (most.clone(), least.clone());
         relocate(plan, rank, &least);
+        *placed.get_mut(&most).expect("counted") -= 1;
+        *placed.get_mut(&least).expect("counted") += 1;
     }
 }
 
@@ -485,38 +495,28 @@ fn regroup_around_ranks(
         .collect();
     let data_slots = data_at.iter().flatten().filter(|d| **d).count();
 
-    let ranks_on = |node: &String, placement: &BTreeMap<u32, String>| -> Vec<u32> {
-        placement
-            .iter()
-            .filter(|(_, n)| *n == node)
-            .map(|(r, _)| *r)
-            .collect()
-    };
-    let mut hosting: Vec<String> = nodes
+    // Ranks per node, counted once and kept as ranks move.
+    let index = plan.next.node_index();
+    let mut placed: HashMap<String, usize> = nodes
         .iter()
-        .filter(|n| !ranks_on(n, &plan.next.placement).is_empty())
-        .cloned()
+        .map(|n| (n.clone(), index.ranks_on(n).len()))
         .collect();
+    let mut hosting: Vec<String> = nodes.iter().filter(|n| placed[*n] > 0).cloned().collect();
     // Too many hosting nodes: the least loaded give their ranks to the others.
     while hosting.len() > data_slots {
         // Not empty: it has more nodes than `data_slots`, which is at least 0.
         let victim = hosting
             .iter()
-            .min_by_key(|n| {
-                (
-                    ranks_on(n, &plan.next.placement).len(),
-                    std::cmp::Reverse(natural_key(n)),
-                )
-            })
+            .min_by_key(|n| (placed[*n], std::cmp::Reverse(natural_key(n))))
             .cloned()
             .expect("hosting is not empty");
         hosting.retain(|n| *n != victim);
-        for rank in ranks_on(&victim, &plan.next.placement) {
+        for rank in plan.next.ranks_on(&victim) {
             // Some node is left as long as the groups have a data position, which the
             // policy's groups (another crate's) are to give each: a bug there is an error.
             let to = plan
                 .next
-                .least_loaded(&hosting, &BTreeMap::new())
+                .least_loaded_by(&hosting, |n| placed.get(n).copied().unwrap_or(0))
                 .ok_or_else(|| {
                     ClusterError::Internal(format!(
                         "recovery plan: no node left to host rank {rank} of {victim} ({data_slots} data positions in {} new group(s))",
@@ -524,6 +524,7 @@ fn regroup_around_ranks(
                     ))
                 })?;
             relocate(plan, rank, &to);
+            *placed.entry(to).or_default() += 1;
         }
     }
     // Hosting nodes at data positions, the groups spread over the failure domains. The

@@ -74,6 +74,30 @@ pub struct Journal {
     pub term: u64,
 }
 
+/// Where every node is in a journal ([`Journal::node_index`]).
+pub struct NodeIndex<'a> {
+    /// Each member's group (by index) and position, and whether the position holds data.
+    positions: HashMap<&'a str, ((usize, usize), bool)>,
+    ranks: HashMap<&'a str, Vec<u32>>,
+}
+
+impl NodeIndex<'_> {
+    /// [`Journal::group_of`], looked up.
+    pub fn group_of(&self, node: &str) -> Option<(usize, usize)> {
+        self.positions.get(node).map(|(at, _)| *at)
+    }
+
+    /// [`Journal::holds_data`], looked up.
+    pub fn holds_data(&self, node: &str) -> bool {
+        self.positions.get(node).is_some_and(|(_, data)| *data)
+    }
+
+    /// [`Journal::ranks_on`], looked up.
+    pub fn ranks_on(&self, node: &str) -> &[u32] {
+        self.ranks.get(node).map_or(&[], Vec::as_slice)
+    }
+}
+
 /// How many epochs' pace figures the journal keeps.
 const PACE_KEPT: usize = 4;
 
@@ -374,6 +398,24 @@ impl Journal {
         })
     }
 
+    /// Every node's group position and ranks, found in one pass over the groups and the
+    /// placement: what a loop over every node asks instead of [`Journal::group_of`] and
+    /// [`Journal::ranks_on`], each of which scans, which made such loops quadratic.
+    pub fn node_index(&self) -> NodeIndex<'_> {
+        let mut ranks: HashMap<&str, Vec<u32>> = HashMap::new();
+        for (&rank, node) in &self.placement {
+            ranks.entry(node.as_str()).or_default().push(rank);
+        }
+        let mut positions = HashMap::new();
+        for (g, rec) in self.groups.iter().enumerate() {
+            let geometry = Geometry::new(self.coding.layout, rec.group.k, rec.group.m, 1);
+            for (pos, member) in rec.group.members.iter().enumerate() {
+                positions.insert(member.as_str(), ((g, pos), geometry.holds_data(pos)));
+            }
+        }
+        NodeIndex { positions, ranks }
+    }
+
     /// Ranks placed on `node`, ascending.
     pub fn ranks_on(&self, node: &str) -> Vec<u32> {
         self.placement
@@ -410,13 +452,23 @@ impl Journal {
         for node in self.placement.values() {
             *placed.entry(node.as_str()).or_default() += 1;
         }
+        self.least_loaded_by(candidates, |name| {
+            placed.get(name).copied().unwrap_or(0) + extra.get(name).copied().unwrap_or(0)
+        })
+    }
+
+    /// [`Journal::least_loaded`] with the ranks on each node counted by the caller (`ranks`),
+    /// who keeps the counts as it moves ranks: one pass per candidate, none over the placement.
+    pub fn least_loaded_by<'a>(
+        &self,
+        candidates: impl IntoIterator<Item = &'a String>,
+        ranks: impl Fn(&str) -> usize,
+    ) -> Option<String> {
         candidates
             .into_iter()
             .map(|name| {
                 let cores = self.nodes[name].info.as_ref().map_or(1, |i| i.cores.max(1)) as f64;
-                let ranks =
-                    placed.get(name.as_str()).copied().unwrap_or(0) + extra.get(name).copied().unwrap_or(0);
-                (ranks as f64 / cores, natural_key(name), name)
+                (ranks(name) as f64 / cores, natural_key(name), name)
             })
             .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)))
             .map(|(_, _, name)| name.clone())
@@ -441,9 +493,13 @@ impl Journal {
     /// The committed objects `node` holds something of: parity at its position, or (stripe
     /// mode) the blob of its data shard. What a scrub checks and a registration must find.
     pub fn held_objects(&self, node: &str) -> Vec<ObjectId> {
-        let Some((g, pos)) = self.group_of(node) else {
-            return Vec::new();
-        };
+        self.group_of(node)
+            .map(|at| self.held_objects_at(at))
+            .unwrap_or_default()
+    }
+
+    /// [`Journal::held_objects`] of the member at position `pos` of group `g` (by index).
+    pub fn held_objects_at(&self, (g, pos): (usize, usize)) -> Vec<ObjectId> {
         let rec = &self.groups[g];
         rec.objects
             .iter()
@@ -627,6 +683,30 @@ mod tests {
             }
             if hosting.is_empty() {
                 proptest::prop_assert_eq!(seated, formed);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The one-pass index answers as the per-node lookups do, for every node and for a
+        /// name that is none.
+        #[test]
+        fn the_node_index_answers_as_the_lookups_do(
+            n in 2usize..40,
+            k in 1usize..6,
+            m in 1usize..3,
+            places in proptest::collection::vec(0usize..50, 0..60),
+        ) {
+            let mut j = in_racks(n, k, m, 1);
+            j.placement = places.iter().enumerate().map(|(r, &at)| (r as u32, format!("n{}", at % n))).collect();
+            let index = j.node_index();
+            for node in names(n).iter().map(String::as_str).chain(["nobody"]) {
+                proptest::prop_assert_eq!(index.group_of(node), j.group_of(node));
+                proptest::prop_assert_eq!(index.ranks_on(node).to_vec(), j.ranks_on(node));
+                proptest::prop_assert_eq!(index.holds_data(node), j.holds_data(node));
+                if let Some(at) = index.group_of(node) {
+                    proptest::prop_assert_eq!(j.held_objects_at(at), j.held_objects(node));
+                }
             }
         }
     }
