@@ -685,9 +685,7 @@ mod tests {
                 proptest::prop_assert_eq!(seated, formed);
             }
         }
-    }
 
-    proptest::proptest! {
         /// The one-pass index answers as the per-node lookups do, for every node and for a
         /// name that is none.
         #[test]
