@@ -71,6 +71,9 @@ class Staging:
         self._by_identity: dict[tuple, _Kept] = {}
         self._free = threading.Event()
         self._free.set()
+        # Taking the staged state (free → busy, the stage's number) and a release of it are
+        # one step each, so that a late release of an older stage never frees a newer one.
+        self._turn = threading.Lock()
         self._stages = 0
         self._whole_bytes = 0
         #: What the last stage did: bytes ``copied`` by the mirror out of ``mirrored``
@@ -86,10 +89,11 @@ class Staging:
                 f"eckpt.torch: the previous async_save has not written its staged state after {timeout:g} s; "
                 "wait for its future before the next save"
             )
-        self._free.clear()
+        with self._turn:
+            self._free.clear()
+            self._stages += 1
         started = time.perf_counter()
         try:
-            self._stages += 1
             self._whole_bytes = 0
             seen: set[tuple] = set()
             staged = self._staged(state_dict, (), seen)
@@ -109,8 +113,9 @@ class Staging:
     def release(self, stage: int) -> None:
         """Stage ``stage``'s state dict is written: the next stage may overwrite it (a stage
         already released, or overwritten since, is not released again)."""
-        if stage == self._stages:
-            self._free.set()
+        with self._turn:
+            if stage == self._stages:
+                self._free.set()
 
     def _staged(self, value: Any, path: tuple, seen: set[tuple]) -> Any:
         if isinstance(value, dict):
