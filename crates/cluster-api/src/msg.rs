@@ -789,6 +789,9 @@ pub struct StatusReport {
     /// The coordinator's term (one more at each start on the cluster's journal).
     #[serde(default)]
     pub coordinator_term: u64,
+    /// Bytes the coordinator wrote to its journal's files since it started.
+    #[serde(default)]
+    pub journal_bytes_written: u64,
 }
 
 /// A group in a status report.

@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod agent_host;
 pub mod agent_placement;
 mod chunk_crc;
 mod chunk_io;

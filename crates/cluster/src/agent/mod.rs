@@ -142,9 +142,59 @@ impl Agent {
     }
 }
 
-/// Runs an agent until it is told to shut down.
+/// Runs an agent until it is told to shut down: the daemon `eckpt agent`, one per process.
 pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
     crate::crash_only::install();
+    let mut started = start(options, SessionOn::OwnThread).await?;
+    eckpt_cluster_api::dirs::write_pid_file(&started.agent.dir.node(&started.agent.info.name))?;
+    tracing::info!(node = %started.agent.info.name, tcp = %started.agent.info.tcp, "agent started");
+    tokio::select! {
+        _ = started.stop.recv() => tracing::info!("shutting down on request"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("shutting down on signal"),
+        Some(e) = started.refusal.recv() => return Err(e),
+    }
+    Ok(())
+}
+
+/// Runs an agent, one of many in this process (`agent_host`), until it is told to shut down
+/// or `killed` resolves. It runs on the caller's runtime, which it shares with nothing else:
+/// dropping that runtime ends every task of this agent, as a crash of its node would. It
+/// writes no pid file (the process is not this node's alone) and leaves signals to its host.
+pub async fn run_hosted(
+    options: AgentOptions,
+    killed: impl std::future::Future<Output = ()>,
+) -> Result<(), ClusterError> {
+    let mut started = start(options, SessionOn::SameRuntime).await?;
+    tokio::select! {
+        _ = started.stop.recv() => {}
+        _ = killed => {}
+        Some(e) = started.refusal.recv() => return Err(e),
+    }
+    Ok(())
+}
+
+/// Where an agent's session with the coordinator runs.
+#[derive(Clone, Copy)]
+enum SessionOn {
+    /// A thread and runtime of its own: heartbeats flow however busy the node's runtime is.
+    OwnThread,
+    /// The agent's runtime: a hosted agent's runtime is its own already, and thousands of
+    /// agents in one process cannot have two threads each.
+    SameRuntime,
+}
+
+/// An agent accepted by the coordinator.
+struct Started {
+    agent: Arc<Agent>,
+    /// A request to stop (`StopAgent`).
+    stop: tokio::sync::mpsc::Receiver<()>,
+    /// The coordinator refused this node after it had started.
+    refusal: tokio::sync::mpsc::Receiver<ClusterError>,
+}
+
+/// Claims the node's store, listens, and registers with the coordinator: returns once the
+/// coordinator has accepted the agent.
+async fn start(options: AgentOptions, session_on: SessionOn) -> Result<Started, ClusterError> {
     check_node_name(&options.name)?;
     let dir = ClusterDir::new(&options.dir)?;
     let cluster = dir.load()?;
@@ -225,7 +275,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
         coding_threads,
         resolving: tokio::sync::watch::Sender::new(false),
     });
-    let (stop_tx, mut stop_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let (stop_tx, stop_rx) = tokio::sync::mpsc::channel::<()>(1);
     for listener in [tcp, unix] {
         let (agent, stop) = (agent.clone(), stop_tx.clone());
         tokio::spawn(accept_loop(listener, move |conn| {
@@ -237,51 +287,58 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
     // the main runtime is busy with a large decode or import (otherwise the coordinator sees
     // a loaded node as dead for a moment, and a recovery or epoch fails on it).
     let session_agent = agent.clone();
-    let (registered, first_registration) = std::sync::mpsc::channel();
-    let (refused, mut refusal) = tokio::sync::mpsc::channel::<ClusterError>(1);
-    std::thread::Builder::new()
-        .name("coordinator-session".into())
-        .spawn(move || {
-            // A runtime needs descriptors (epoll, eventfd): out of them, the agent's start
-            // fails with the reason, through the wait for the first registration below.
-            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    let _ = registered.send(Err(ClusterError::Internal(format!(
-                        "starting the session thread's runtime: {e}"
-                    ))));
-                    return;
-                }
-            };
-            rt.block_on(session_loop(session_agent, registered, refused))
-        })
-        .map_err(|e| ClusterError::Internal(format!("starting the session thread: {e}")))?;
+    let (registered, first_registration) = tokio::sync::oneshot::channel();
+    let (refused, refusal) = tokio::sync::mpsc::channel::<ClusterError>(1);
+    match session_on {
+        SessionOn::SameRuntime => {
+            tokio::spawn(session_loop(session_agent, registered, refused));
+        }
+        SessionOn::OwnThread => {
+            std::thread::Builder::new()
+                .name("coordinator-session".into())
+                .spawn(move || {
+                    // A runtime needs descriptors (epoll, eventfd): out of them, the agent's
+                    // start fails with the reason, through the wait for the first
+                    // registration below.
+                    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                        Ok(rt) => rt,
+                        Err(e) => {
+                            let _ = registered.send(Err(ClusterError::Internal(format!(
+                                "starting the session thread's runtime: {e}"
+                            ))));
+                            return;
+                        }
+                    };
+                    rt.block_on(session_loop(session_agent, registered, refused))
+                })
+                .map_err(|e| ClusterError::Internal(format!("starting the session thread: {e}")))?;
+        }
+    }
     // The pid file names this node's agent only once the coordinator accepted it: an
     // agent refused as a duplicate or an impostor leaves no trace.
     // The coordinator may start after the agents when another launcher starts them.
     let start_wait = agent.cluster.deadlines.start_wait();
-    tokio::task::spawn_blocking(move || first_registration.recv_timeout(start_wait))
+    let not_accepted = || {
+        ClusterError::Unreachable(format!(
+            "the coordinator of {} did not accept this agent within {:.0} s",
+            agent.dir.root().display(),
+            start_wait.as_secs_f64()
+        ))
+    };
+    tokio::time::timeout(start_wait, first_registration)
         .await
-        .map_err(|e| ClusterError::Internal(e.to_string()))?
-        .map_err(|_| {
-            ClusterError::Unreachable(format!(
-                "the coordinator of {} did not accept this agent within {:.0} s",
-                agent.dir.root().display(),
-                start_wait.as_secs_f64()
-            ))
-        })??;
-    eckpt_cluster_api::dirs::write_pid_file(&node_dir)?;
-    tracing::info!(node = %agent.info.name, tcp = %agent.info.tcp, "agent started");
-    tokio::select! {
-        _ = stop_rx.recv() => tracing::info!("shutting down on request"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("shutting down on signal"),
-        Some(e) = refusal.recv() => return Err(e),
-    }
-    Ok(())
+        .map_err(|_| not_accepted())?
+        // The session ends only by answering its first registration or after it did.
+        .map_err(|_| not_accepted())??;
+    Ok(Started {
+        agent,
+        stop: stop_rx,
+        refusal,
+    })
 }
 
 /// What the session thread tells the agent's start about its first registration.
-type FirstRegistration = std::sync::mpsc::Sender<Result<(), ClusterError>>;
+type FirstRegistration = tokio::sync::oneshot::Sender<Result<(), ClusterError>>;
 
 /// Registers with the coordinator, resolves what was left undecided, says what the node
 /// holds, and heartbeats; on a broken session, tries again every second. A refusal (another

@@ -158,8 +158,8 @@ pub fn load(path: &Path) -> Result<Journal, ClusterError> {
 /// Saves `journal` at `path` (and its copy) crash-safely, rotating the current one (or its
 /// copy, if it is damaged: moved aside) to the previous journal first; when both are
 /// damaged the previous journal stays the one the coordinator resumed from. Refused when the current journal is of a newer
-/// coordinator term (fenced).
-pub fn save(journal: &Journal, path: &Path) -> Result<(), ClusterError> {
+/// coordinator term (fenced). Returns the bytes written, all three files together.
+pub fn save(journal: &Journal, path: &Path) -> Result<u64, ClusterError> {
     // First: a journal that does not serialize leaves every file as it was.
     let value = to_value(journal)?;
     let copy = copy_path(path);
@@ -169,6 +169,7 @@ pub fn save(journal: &Journal, path: &Path) -> Result<(), ClusterError> {
         // Made durable by the writes below, which fsync the directory.
         std::fs::rename(path, &aside).map_err(eckpt_cluster_api::io_at(&aside))?;
     }
+    let mut written = 0;
     match main.or_else(|_| open(&copy).and_then(|v| parse(&copy, v))) {
         Ok(current) if current.term > journal.term => {
             return Err(ClusterError::Fenced(format!(
@@ -191,7 +192,9 @@ pub fn save(journal: &Journal, path: &Path) -> Result<(), ClusterError> {
                 // A journal is a struct, which serializes to a JSON object.
                 .expect("the journal is an object")
                 .insert(SUCCESSOR.into(), successor);
-            write_atomic(&prev_path(path), &seal(previous))?;
+            let previous = seal(previous);
+            write_atomic(&prev_path(path), &previous)?;
+            written += previous.len() as u64;
         }
         // Both damaged: the previous journal stays the one the coordinator resumed from.
         Err(_) => {}
@@ -202,7 +205,8 @@ pub fn save(journal: &Journal, path: &Path) -> Result<(), ClusterError> {
         // The change is refused (nothing it carried is decided): a copy holding it must not
         // be resumed from if the journal is damaged later.
         let _ = std::fs::remove_file(&copy);
-    })
+    })?;
+    Ok(written + 2 * sealed.len() as u64)
 }
 
 #[cfg(test)]

@@ -284,6 +284,7 @@ impl Coordinator {
                 job: s.job_status(),
                 isolated_seconds: s.isolation().map(|d| d.as_secs_f64()),
                 coordinator_term: journal.term,
+                journal_bytes_written: s.journal_bytes_written,
             }
         })
         .await

@@ -71,6 +71,9 @@ pub(super) struct State {
     /// ([`State::awaited`]).
     pub awaiting_since: Instant,
     pub unregistered: BTreeSet<String>,
+    /// Bytes this coordinator wrote to the journal's files since it started (what its
+    /// decisions cost the disk: `eckpt status --json`, `eckpt bench control`).
+    pub journal_bytes_written: u64,
 }
 
 impl State {
@@ -100,6 +103,7 @@ impl State {
             deadlines,
             awaiting_since: Instant::now(),
             unregistered,
+            journal_bytes_written: 0,
         }
     }
 
@@ -241,7 +245,8 @@ fn superseded(why: &str) -> ClusterError {
 struct Commit {
     draft: Journal,
     answers: Vec<Answer>,
-    write: tokio::task::JoinHandle<Result<(), ClusterError>>,
+    /// The bytes written, once written.
+    write: tokio::task::JoinHandle<Result<u64, ClusterError>>,
 }
 
 /// The owner's loop: visits at once, changes batched into one write at a time; once
@@ -321,13 +326,14 @@ fn start_commit(state: &mut State, changes: Vec<Change>, journal_path: &std::pat
 fn finish_commit(
     state: &mut State,
     commit: Commit,
-    written: Result<Result<(), ClusterError>, tokio::task::JoinError>,
+    written: Result<Result<u64, ClusterError>, tokio::task::JoinError>,
     fence: &watch::Sender<Option<String>>,
 ) {
     let written =
         written.unwrap_or_else(|e| Err(ClusterError::Internal(format!("the journal write failed: {e}"))));
     match written {
-        Ok(()) => {
+        Ok(bytes) => {
+            state.journal_bytes_written += bytes;
             state.install(commit.draft);
             for answer in commit.answers {
                 answer(Ok(()));

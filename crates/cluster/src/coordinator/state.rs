@@ -339,8 +339,9 @@ impl Journal {
         super::journal_file::load(path)
     }
 
-    /// Writes the journal crash-safely with its checksum, keeping the previous one.
-    pub fn save(&self, path: &Path) -> Result<(), ClusterError> {
+    /// Writes the journal crash-safely with its checksum, keeping the previous one; the
+    /// bytes written.
+    pub fn save(&self, path: &Path) -> Result<u64, ClusterError> {
         super::journal_file::save(self, path)
     }
 

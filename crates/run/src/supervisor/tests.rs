@@ -117,6 +117,7 @@ impl Coordinator for Scripted {
             job,
             isolated_seconds: None,
             coordinator_term: w.term,
+            journal_bytes_written: 0,
         })
     }
 

@@ -6,6 +6,7 @@ mod capture;
 mod cgroup;
 mod cluster;
 mod codec;
+mod control;
 mod flush;
 mod klauspost;
 mod ranks;
@@ -27,6 +28,10 @@ pub enum Bench {
     /// per node and efficiency against the link bandwidth measured in the same run; with
     /// `--recover`, m nodes die and the parallel decode is measured against the link too.
     Cluster(cluster::Args),
+    /// The control plane as the cluster grows: the real coordinator and N real agents (many
+    /// per process) checkpoint small images; coordinator CPU, calls, journal bytes and commit
+    /// latency per epoch, then detection, recovery and every rank's restart after losses.
+    Control(control::Args),
     /// Frames over loopback TCP vs a Unix socket (agents on one host use Unix sockets).
     Transport(transport::Args),
     /// Flushes to shared storage: throughput vs the directory's write speed measured in the
@@ -45,6 +50,7 @@ pub fn run(bench: Bench) -> Result<i32> {
         Bench::Codec(args) => codec::run(args),
         Bench::Capture(args) => capture::run(args),
         Bench::Cluster(args) => cluster::run(args),
+        Bench::Control(args) => control::run(args),
         Bench::Transport(args) => transport::run(args),
         Bench::Flush(args) => flush::run(args),
         Bench::Restore(args) => restore::run(args),

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use eckpt::{Checkpointer, Config};
 
 use super::workload::{apply_pattern, workload_image, Pattern};
@@ -69,6 +69,8 @@ pub struct Step {
     pub epoch: u64,
     /// Pages the last rank changed before this checkpoint.
     pub changed_pages: usize,
+    /// Each rank's memory as checkpointed (xxh3), by rank: what a restart must restore.
+    pub digests: Vec<u64>,
 }
 
 /// What a rank thread reports per checkpoint.
@@ -78,12 +80,14 @@ struct RankStep {
     committed: Instant,
     epoch: u64,
     changed_pages: usize,
+    digest: u64,
 }
 
 /// One rank: a thread owning its memory and its `Checkpointer`, checkpointing on command.
 struct Rank {
     steps: Sender<u64>,
     done: Receiver<Result<RankStep, String>>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 impl Rank {
@@ -99,7 +103,7 @@ impl Rank {
             node,
             ..Config::default()
         };
-        std::thread::spawn(move || {
+        let thread = std::thread::spawn(move || {
             let mut memory = PageAligned::new(&workload_image(size, u64::from(rank) + 1));
             let mut ck = match Checkpointer::new(config) {
                 Ok(ck) => ck,
@@ -127,6 +131,7 @@ impl Rank {
                         committed: Instant::now(),
                         epoch,
                         changed_pages,
+                        digest: xxhash_rust::xxh3::xxh3_64(memory.as_mut()),
                     })
                 });
                 if done_tx.send(result.map_err(|e| e.to_string())).is_err() {
@@ -134,7 +139,7 @@ impl Rank {
                 }
             }
         });
-        Rank { steps, done }
+        Rank { steps, done, thread }
     }
 }
 
@@ -174,6 +179,7 @@ impl RankJob {
         let returned = steps.iter().map(|s| s.returned).max().context("no ranks")?;
         let committed = steps.iter().map(|s| s.committed).max().context("no ranks")?;
         let last = steps.last().context("no ranks")?;
+        let digests = steps.iter().map(|s| s.digest).collect();
         let checkpoint = steps
             .iter()
             .map(|s| (s.returned - s.began).as_secs_f64())
@@ -185,6 +191,66 @@ impl RankJob {
             returned,
             epoch: last.epoch,
             changed_pages: last.changed_pages,
+            digests,
         })
     }
+
+    /// Ends every rank thread (each drops its checkpointer, as a job's ranks do on exit).
+    pub fn finish(self) {
+        for rank in self.ranks {
+            drop(rank.steps);
+            let _ = rank.thread.join();
+        }
+    }
+}
+
+/// Restarts every rank of a job of `digests.len()` ranks of `size` bytes on the cluster in
+/// `dir`, each into fresh memory, on `threads` threads, and checks each holds what it
+/// checkpointed (`digests`, by rank); the seconds until every rank was restored.
+pub fn restart_all(dir: &Path, size: usize, digests: &[u64], threads: usize) -> Result<f64> {
+    let world = digests.len() as u32;
+    let began = Instant::now();
+    let next = std::sync::atomic::AtomicU32::new(0);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.max(1))
+            .map(|_| {
+                scope.spawn(|| -> Result<()> {
+                    loop {
+                        let rank = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if rank >= world {
+                            return Ok(());
+                        }
+                        let restored = restart_one(dir, rank, world, size)
+                            .with_context(|| format!("restarting rank {rank}"))?;
+                        if restored != digests[rank as usize] {
+                            bail!("rank {rank} restarted with other bytes than it checkpointed");
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| {
+            w.join()
+                .map_err(|_| anyhow::anyhow!("a restart thread panicked"))?
+        })
+    })?;
+    Ok(began.elapsed().as_secs_f64())
+}
+
+/// Restarts rank `rank` as a relaunched rank does (wherever the cluster placed it) into
+/// fresh memory; the xxh3 of what it restored.
+fn restart_one(dir: &Path, rank: u32, world: u32, size: usize) -> Result<u64> {
+    let mut memory = PageAligned::new(&vec![0; size]);
+    let mut ck = Checkpointer::new(Config {
+        cluster: Some(dir.to_path_buf()),
+        world: Some(world),
+        rank,
+        ..Config::default()
+    })?;
+    let region = memory.as_mut();
+    // SAFETY: `memory` lives, unmoved, until `ck` is dropped below.
+    unsafe { ck.protect("mem/0", region.as_mut_ptr(), region.len()) }?;
+    ck.restart()?.context("no committed epoch to restart from")?;
+    drop(ck);
+    Ok(xxhash_rust::xxh3::xxh3_64(memory.as_mut()))
 }
