@@ -310,7 +310,7 @@ impl Coordinator {
             let info = s.alive_node(name).ok_or_else(|| {
                 ClusterError::Refused(format!("rank {rank}'s node {name} is down: run `eckpt recover`"))
             })?;
-            if let Some(what) = s.damaged().get(name) {
+            if let Some(what) = s.damage_of(name) {
                 return Err(ClusterError::Refused(format!(
                     "rank {rank}'s node {name} lacks committed data ({what}): run `eckpt recover`"
                 )));

@@ -24,6 +24,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -43,8 +44,13 @@ const INBOX: usize = 1024;
 
 /// Everything the coordinator decides with, held by its owner task.
 pub(super) struct State {
-    /// The journal as last written: changes go through a [`Draft`].
-    journal: Journal,
+    /// The journal as last written: changes go through a [`Draft`], which shares it until
+    /// a change writes (a copy of the whole journal per message would make the control
+    /// plane quadratic: most changes, a rank's report among them, decide nothing new).
+    journal: Arc<Journal>,
+    /// The next task id, ahead of the journal's record of it by the ids handed out since
+    /// its last write.
+    next_task: u64,
     /// Agents' sessions by node name.
     pub live: HashMap<String, Live>,
     /// When each agent with a session was last seen (for judging it alive).
@@ -92,7 +98,8 @@ impl State {
             .collect();
         State {
             epochs: EpochState::new(journal.next_epoch),
-            journal,
+            next_task: journal.next_task,
+            journal: Arc::new(journal),
             live: HashMap::new(),
             sightings: Sightings::default(),
             ended: HashMap::new(),
@@ -115,35 +122,44 @@ impl State {
     /// A task id never handed out before. Not written at once: a restarted coordinator
     /// skips ahead past any id handed out after the last write.
     pub fn next_task_id(&mut self) -> u64 {
-        self.journal.task_id()
+        let id = self.next_task;
+        self.next_task += 1;
+        id
     }
 
-    /// Takes a written draft as the journal, keeping task ids handed out while it was
-    /// written.
-    fn install(&mut self, mut written: Journal) {
-        written.next_task = written.next_task.max(self.journal.next_task);
+    /// Takes a written draft as the journal.
+    fn install(&mut self, written: Arc<Journal>) {
         self.journal = written;
     }
 }
 
 /// The journal a commit will write: changes of one commit see those made before them.
-/// Reading it does not make a write; any mutable access does.
+/// Reading it reads the journal as written; the first mutable access copies it, and makes
+/// a write.
 pub(super) struct Draft {
-    journal: Journal,
-    changed: bool,
+    written: Arc<Journal>,
+    edited: Option<Journal>,
+}
+
+impl Draft {
+    fn of(written: &Arc<Journal>) -> Draft {
+        Draft {
+            written: written.clone(),
+            edited: None,
+        }
+    }
 }
 
 impl Deref for Draft {
     type Target = Journal;
     fn deref(&self) -> &Journal {
-        &self.journal
+        self.edited.as_ref().unwrap_or(&self.written)
     }
 }
 
 impl DerefMut for Draft {
     fn deref_mut(&mut self) -> &mut Journal {
-        self.changed = true;
-        &mut self.journal
+        self.edited.get_or_insert_with(|| (*self.written).clone())
     }
 }
 
@@ -243,7 +259,7 @@ fn superseded(why: &str) -> ClusterError {
 
 /// A journal write in flight: the draft, what to answer, and the blocking write.
 struct Commit {
-    draft: Journal,
+    draft: Arc<Journal>,
     answers: Vec<Answer>,
     /// The bytes written, once written.
     write: tokio::task::JoinHandle<Result<u64, ClusterError>>,
@@ -262,10 +278,7 @@ async fn own(
     loop {
         if let Some(why) = fence.borrow().as_ref() {
             for change in waiting.drain(..) {
-                let mut draft = Draft {
-                    journal: state.journal.clone(),
-                    changed: false,
-                };
+                let mut draft = Draft::of(&state.journal);
                 change(&mut state, &mut draft)(Err(superseded(why)));
             }
         }
@@ -298,24 +311,24 @@ async fn own(
 /// Applies `changes` in order to one draft and starts writing it; `None` when none of them
 /// changed the journal (they are answered at once).
 fn start_commit(state: &mut State, changes: Vec<Change>, journal_path: &std::path::Path) -> Option<Commit> {
-    let mut draft = Draft {
-        journal: state.journal.clone(),
-        changed: false,
-    };
+    let mut draft = Draft::of(&state.journal);
     let answers: Vec<Answer> = changes
         .into_iter()
         .map(|change| change(state, &mut draft))
         .collect();
-    if !draft.changed {
+    let Some(mut journal) = draft.edited else {
         for answer in answers {
             answer(Ok(()));
         }
         return None;
-    }
-    let (to_write, path) = (draft.journal.clone(), journal_path.to_path_buf());
+    };
+    // Task ids handed out so far are recorded, so that a restart never hands them out again.
+    journal.next_task = journal.next_task.max(state.next_task);
+    let journal = Arc::new(journal);
+    let (to_write, path) = (journal.clone(), journal_path.to_path_buf());
     let write = tokio::task::spawn_blocking(move || to_write.save(&path));
     Some(Commit {
-        draft: draft.journal,
+        draft: journal,
         answers,
         write,
     })

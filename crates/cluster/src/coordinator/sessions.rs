@@ -218,8 +218,7 @@ impl State {
         }
         // One heard on its old session is alive meanwhile; it stays awaited should that
         // session end before the agent registers again.
-        let alive = self.alive();
-        awaited.retain(|n| !alive.contains_key(n));
+        awaited.retain(|n| !self.is_alive(n));
         awaited
     }
 
@@ -237,13 +236,19 @@ impl State {
         damaged.peek().is_some() && damaged.all(|(_, m)| !m.ranks)
     }
 
+    /// What alive `node` misses of committed data, if anything: [`State::damaged`] for one
+    /// node, in O(log N).
+    pub(super) fn damage_of(&self, node: &str) -> Option<&str> {
+        let damage = self.live.get(node)?.damage.as_ref()?;
+        self.is_alive(node).then_some(damage.what.as_str())
+    }
+
     /// Alive nodes missing committed data.
     fn missing_now(&self) -> impl Iterator<Item = (&String, &Missing)> {
-        let alive = self.alive();
         self.live
             .iter()
-            .filter(move |(n, _)| alive.contains_key(*n))
             .filter_map(|(n, l)| Some((n, l.damage.as_ref()?)))
+            .filter(|(n, _)| self.is_alive(n))
     }
 
     /// Marks `node` damaged, missing coded objects (`what`): a check after a recovery found

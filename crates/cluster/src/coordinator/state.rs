@@ -376,13 +376,6 @@ impl Journal {
         }
     }
 
-    /// A fresh task id.
-    pub fn task_id(&mut self) -> u64 {
-        let t = self.next_task;
-        self.next_task += 1;
-        t
-    }
-
     /// The group a node is a member of, with its position.
     pub fn group_of(&self, node: &str) -> Option<(usize, usize)> {
         self.groups
