@@ -78,6 +78,10 @@ enum Command {
     RunRank(commands::run::RunRankArgs),
     /// A node agent (started by `eckpt up` or `eckpt join`).
     Agent(commands::daemons::AgentArgs),
+    /// Many node agents in one process, killed one by one on request (started by
+    /// `eckpt bench control`).
+    #[command(hide = true)]
+    Agents(commands::daemons::AgentsArgs),
     /// The cluster coordinator (started by `eckpt up`).
     Coordinator(commands::daemons::CoordinatorArgs),
     /// Predict checkpoint, encode, update and recovery times, storage and the checkpoint
@@ -142,6 +146,7 @@ fn main() {
         Command::RunGuard(args) => commands::run::run_guard(args),
         Command::RunRank(args) => commands::run::run_rank(args),
         Command::Agent(args) => commands::daemons::run_agent(args),
+        Command::Agents(args) => commands::daemons::run_agents(args),
         Command::Coordinator(args) => commands::daemons::run_coordinator(args),
         Command::Model(args) => commands::model::run(args),
         Command::Report(args) => commands::report::run(args),

@@ -23,8 +23,8 @@ const AGENT_STACK: usize = 1 << 20;
 struct Hosted {
     /// Resolves the agent's `killed` future.
     kill: oneshot::Sender<()>,
-    /// The agent's thread: what `run_hosted` returned, or why the runtime did not start.
-    thread: JoinHandle<Result<(), ClusterError>>,
+    /// The agent's thread, which logs why the agent ended if it failed.
+    thread: JoinHandle<()>,
 }
 
 /// Agents running in this process, by node name. Dropping the host kills them all.
@@ -35,7 +35,7 @@ pub struct AgentHost {
 
 impl AgentHost {
     /// Starts an agent per `options` and returns at once: whether each registered is the
-    /// coordinator's to say (its status), and one refused ends ([`AgentHost::ended`]).
+    /// coordinator's to say (its status); one refused ends, with the reason in the log.
     pub fn start(options: Vec<AgentOptions>) -> Result<AgentHost, ClusterError> {
         let mut host = AgentHost::default();
         for options in options {
@@ -53,18 +53,24 @@ impl AgentHost {
             )));
         }
         let (kill, killed) = oneshot::channel::<()>();
+        let node = name.clone();
         let thread = std::thread::Builder::new()
             .name(format!("agent-{name}"))
             .stack_size(AGENT_STACK)
             .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
+                let ran = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
-                    .map_err(|e| ClusterError::Internal(format!("starting the agent's runtime: {e}")))?;
-                // Either end drops the runtime, and with it every task of this agent.
-                rt.block_on(agent::run_hosted(options, async {
-                    let _ = killed.await;
-                }))
+                    .map_err(|e| ClusterError::Internal(format!("starting the agent's runtime: {e}")))
+                    // Either end drops the runtime, and with it every task of this agent.
+                    .and_then(|rt| {
+                        rt.block_on(agent::run_hosted(options, async {
+                            let _ = killed.await;
+                        }))
+                    });
+                if let Err(e) = ran {
+                    tracing::error!(node = %node, error = %e, "agent ended");
+                }
             })
             .map_err(|e| ClusterError::Internal(format!("starting the thread of agent {name}: {e}")))?;
         self.agents.insert(name, Hosted { kill, thread });
@@ -79,59 +85,25 @@ impl AgentHost {
             .remove(node)
             .ok_or_else(|| ClusterError::NotFound(format!("node {node} is not hosted here")))?;
         let _ = hosted.kill.send(());
-        join(node, hosted.thread).map(|_| ())
+        // A panic aborts a crash-only host; one without the hook sees it here.
+        hosted
+            .thread
+            .join()
+            .map_err(|_| ClusterError::Internal(format!("the agent of node {node} panicked")))
     }
-
-    /// The agents that ended by themselves (refused, or failed to start), with why; they
-    /// are no longer hosted.
-    pub fn ended(&mut self) -> Vec<(String, String)> {
-        let done: Vec<String> = self
-            .agents
-            .iter()
-            .filter(|(_, h)| h.thread.is_finished())
-            .map(|(name, _)| name.clone())
-            .collect();
-        done.into_iter()
-            .filter_map(|name| {
-                let hosted = self.agents.remove(&name)?;
-                let why = match join(&name, hosted.thread) {
-                    Ok(Ok(())) => "stopped".to_string(),
-                    Ok(Err(e)) | Err(e) => e.to_string(),
-                };
-                Some((name, why))
-            })
-            .collect()
-    }
-
-    /// Names of the agents hosted.
-    pub fn nodes(&self) -> impl Iterator<Item = &String> {
-        self.agents.keys()
-    }
-}
-
-/// Waits for an agent's thread: what the agent returned, or an error if its thread panicked
-/// (which crash-only daemons abort on, so only a host without the hook sees it).
-fn join(
-    node: &str,
-    thread: JoinHandle<Result<(), ClusterError>>,
-) -> Result<Result<(), ClusterError>, ClusterError> {
-    thread
-        .join()
-        .map_err(|_| ClusterError::Internal(format!("the agent of node {node} panicked")))
 }
 
 impl Drop for AgentHost {
     fn drop(&mut self) {
-        let agents = std::mem::take(&mut self.agents);
-        let threads: Vec<_> = agents
-            .into_iter()
-            .map(|(name, hosted)| {
+        let threads: Vec<_> = std::mem::take(&mut self.agents)
+            .into_values()
+            .map(|hosted| {
                 let _ = hosted.kill.send(());
-                (name, hosted.thread)
+                hosted.thread
             })
             .collect();
-        for (name, thread) in threads {
-            let _ = join(&name, thread);
+        for thread in threads {
+            let _ = thread.join();
         }
     }
 }

@@ -74,6 +74,53 @@ pub fn run_agent(args: AgentArgs) -> Result<i32> {
 }
 
 #[derive(clap::Args)]
+pub struct AgentsArgs {
+    /// Cluster directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// The nodes whose agents run here, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    nodes: Vec<String>,
+}
+
+/// `eckpt agents`: the agents of `--nodes`, each on a thread and runtime of its own
+/// (`agent_host`). Reads `kill NODE` lines on stdin and answers `killed NODE` (or `error:
+/// …`) once every task of that agent has ended; stops every agent at the end of stdin.
+pub fn run_agents(args: AgentsArgs) -> Result<i32> {
+    use std::io::{BufRead, Write};
+    init_logging();
+    eckpt_cluster::crash_only::install();
+    let options = args
+        .nodes
+        .iter()
+        .map(|name| agent::AgentOptions {
+            dir: args.dir.clone(),
+            name: name.clone(),
+            spare: false,
+            bind: "127.0.0.1".into(),
+            cores: Some(1),
+            local: None,
+            domain: None,
+        })
+        .collect();
+    let mut host = eckpt_cluster::agent_host::AgentHost::start(options)?;
+    let mut out = std::io::stdout().lock();
+    for line in std::io::stdin().lock().lines() {
+        let line = line?;
+        let answer = match line.strip_prefix("kill ") {
+            Some(node) => match host.kill(node.trim()) {
+                Ok(()) => format!("killed {}", node.trim()),
+                Err(e) => format!("error: {e}"),
+            },
+            None => format!("error: unknown request {line:?} (kill NODE)"),
+        };
+        writeln!(out, "{answer}")?;
+        out.flush()?;
+    }
+    Ok(0)
+}
+
+#[derive(clap::Args)]
 pub struct CoordinatorArgs {
     /// Cluster directory.
     #[arg(long, env = "ECKPT_CLUSTER")]

@@ -1,17 +1,20 @@
 //! `eckpt bench control`: what the control plane costs as the cluster grows. The real
-//! coordinator runs as its own process; N real agents run in this one (`agent_host`: a
-//! thread and runtime each, their stores on tmpfs, their own TCP connections), with one rank
-//! per data-holding node as a thread checkpointing a small image through the rank library.
+//! coordinator runs as its own process; N real agents run in a few `eckpt agents` processes
+//! (`agent_host`: a thread and runtime each, their stores on tmpfs, their own TCP
+//! connections), with one rank per data-holding node as a thread checkpointing a small image
+//! through the rank library, in a few `eckpt bench control-ranks` processes. A process holds
+//! a thousand or so agents or ranks: each takes about ten descriptors, and the hard limit of
+//! descriptors per process may be out of reach (a container's).
 //! Images are tiny, so what an epoch takes is the control plane's: the coordinator's CPU,
 //! the calls and bytes it handles, its journal writes, the commit latency; then K nodes die,
 //! and detection, recovery and the restart of every rank (checked byte-exact) are timed.
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use eckpt_cluster::agent::AgentOptions;
-use eckpt_cluster::agent_host::AgentHost;
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster_api::dirs::{read_pid_file, AgentPlacement, ClusterDir};
 use eckpt_cluster_api::msg::{Recover, Relocation, Status, StatusReport};
@@ -27,6 +30,7 @@ use crate::commands::cluster::{this_exe, CodingArgs};
 use crate::commands::process_cpu::cpu_seconds;
 use crate::output::print_json;
 use crate::size::parse_size;
+use serde::Deserialize;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -51,6 +55,10 @@ pub struct Args {
     /// Threads restarting the ranks after the epochs (each rank checked byte-exact).
     #[arg(long, default_value_t = 8)]
     restart_threads: usize,
+    /// Agents per `eckpt agents` process, and ranks per rank process (each takes about ten
+    /// descriptors).
+    #[arg(long, default_value_t = 1024)]
+    per_process: usize,
     /// Directory the cluster lives in (default: a temporary directory on tmpfs).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -110,9 +118,100 @@ struct Report {
     restart_seconds: f64,
     /// The coordinator's peak resident memory.
     coordinator_rss_bytes: u64,
-    /// This process's peak resident memory (agents, their runtimes and the rank threads)
-    /// per node.
-    host_rss_bytes_per_node: u64,
+    /// Processes the agents ran in.
+    agent_processes: usize,
+    /// The agent processes' peak resident memory together, per node.
+    agent_rss_bytes_per_node: u64,
+}
+
+/// One `eckpt agents` process and the nodes it hosts.
+struct AgentProcess {
+    child: Child,
+    requests: ChildStdin,
+    answers: BufReader<ChildStdout>,
+    nodes: Vec<String>,
+    log: PathBuf,
+}
+
+/// The benchmark's agents, in processes of at most `per_process` each.
+struct Agents {
+    processes: Vec<AgentProcess>,
+}
+
+impl Agents {
+    fn start(dir: &Path, logs: &Path, names: &[String], per_process: usize) -> Result<Agents> {
+        let exe = this_exe()?;
+        let mut processes = Vec::new();
+        for (i, nodes) in names.chunks(per_process.max(1)).enumerate() {
+            let log = logs.join(format!("agents-{i}.log"));
+            let mut child = Command::new(&exe)
+                .arg("agents")
+                .arg("--dir")
+                .arg(dir)
+                .arg("--nodes")
+                .arg(nodes.join(","))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(std::fs::File::create(&log).with_context(|| log.display().to_string())?)
+                .spawn()
+                .context("starting eckpt agents")?;
+            let (requests, answers) = (
+                child.stdin.take().context("the agents' stdin")?,
+                BufReader::new(child.stdout.take().context("the agents' stdout")?),
+            );
+            processes.push(AgentProcess {
+                child,
+                requests,
+                answers,
+                nodes: nodes.to_vec(),
+                log,
+            });
+        }
+        Ok(Agents { processes })
+    }
+
+    /// Kills the agent of `node` as a crash would, once every task of it has ended.
+    fn kill(&mut self, node: &str) -> Result<()> {
+        let p = self
+            .processes
+            .iter_mut()
+            .find(|p| p.nodes.iter().any(|n| n == node))
+            .with_context(|| format!("no agent process hosts {node}"))?;
+        writeln!(p.requests, "kill {node}")?;
+        p.requests.flush()?;
+        let mut answer = String::new();
+        p.answers.read_line(&mut answer)?;
+        if answer.trim() != format!("killed {node}") {
+            bail!("killing {node}: {}", answer.trim());
+        }
+        Ok(())
+    }
+
+    /// Why an agent process ended early, if one did: its log's last line.
+    fn failure(&mut self) -> Option<String> {
+        self.processes.iter_mut().find_map(|p| {
+            let status = p.child.try_wait().ok().flatten()?;
+            let log = std::fs::read_to_string(&p.log).unwrap_or_default();
+            let last = log.lines().last().unwrap_or_default().to_string();
+            Some(format!("an agent process exited ({status}): {last}"))
+        })
+    }
+
+    /// The agent processes' peak resident memory together.
+    fn peak_rss(&self) -> Result<u64> {
+        self.processes
+            .iter()
+            .map(|p| peak_rss(&p.child.id().to_string()))
+            .sum()
+    }
+
+    /// Stops every agent (the end of their stdin) and waits for the processes.
+    fn stop(self) {
+        for mut p in self.processes {
+            drop(p.requests);
+            let _ = p.child.wait();
+        }
+    }
 }
 
 /// What /proc says a process has done with read and write calls.
@@ -215,7 +314,7 @@ pub fn run(args: Args) -> Result<i32> {
             ..AgentPlacement::default()
         },
     })?;
-    let result = measure(&args, coding, &dir_path);
+    let result = measure(&args, coding, &dir_path, tmp.path());
     let down = launch::down(&dir_path, true);
     let report = result?;
     down?;
@@ -256,14 +355,161 @@ fn print_text(r: &Report) {
         );
     }
     println!(
-        "every rank restarted byte-exact in {:.2} s; coordinator RSS {} MiB, this process {} KiB per node",
+        "every rank restarted byte-exact in {:.2} s; coordinator RSS {} MiB, agents {} KiB per node ({} processes)",
         r.restart_seconds,
         r.coordinator_rss_bytes >> 20,
-        r.host_rss_bytes_per_node >> 10
+        r.agent_rss_bytes_per_node >> 10,
+        r.agent_processes
     );
 }
 
-fn measure(args: &Args, coding: CodingConfig, dir_path: &Path) -> Result<Report> {
+/// `eckpt bench control-ranks`: some ranks of `eckpt bench control`'s job, as threads.
+#[derive(clap::Args)]
+pub struct RanksArgs {
+    /// The cluster directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Each rank's node, by rank, comma-separated (the job's size is their number).
+    #[arg(long, value_delimiter = ',', required = true)]
+    nodes: Vec<String>,
+    /// The first rank run here.
+    #[arg(long)]
+    first: u32,
+    /// Ranks run here.
+    #[arg(long)]
+    count: u32,
+    /// Bytes of image per rank.
+    #[arg(long, value_parser = parse_size)]
+    size: u64,
+}
+
+/// What a rank process answers to a checkpoint request.
+#[derive(Serialize, Deserialize)]
+enum RanksAnswer {
+    /// Each rank's memory as checkpointed (xxh3), by rank.
+    Digests(Vec<u64>),
+    Error(String),
+}
+
+/// Reads a seed per line on stdin; every rank changes its image and checkpoints, and the
+/// answer is a JSON line ([`RanksAnswer`]). Ends the ranks at the end of stdin.
+pub fn run_ranks(args: RanksArgs) -> Result<i32> {
+    let world = args.nodes.len() as u32;
+    let change = Change {
+        pattern: Pattern::Mat,
+        fraction: None,
+    };
+    let ranks = args.first..(args.first + args.count).min(world);
+    let job = RankJob::start_some(
+        &args.dir,
+        ranks,
+        world,
+        args.size as usize,
+        Some(&args.nodes),
+        change,
+    );
+    let mut out = std::io::stdout().lock();
+    for line in std::io::stdin().lock().lines() {
+        let seed: u64 = line?.trim().parse().context("a seed")?;
+        let answer = match job.checkpoint_all(seed) {
+            Ok(step) => RanksAnswer::Digests(step.digests),
+            Err(e) => RanksAnswer::Error(format!("{e:#}")),
+        };
+        writeln!(out, "{}", serde_json::to_string(&answer)?)?;
+        out.flush()?;
+    }
+    job.finish();
+    Ok(0)
+}
+
+/// The job's ranks in processes of at most `per_process` ranks each.
+struct RankProcesses {
+    processes: Vec<(Child, ChildStdin, BufReader<ChildStdout>)>,
+}
+
+impl RankProcesses {
+    fn start(
+        dir: &Path,
+        logs: &Path,
+        nodes: &[String],
+        size: usize,
+        per_process: usize,
+    ) -> Result<RankProcesses> {
+        let exe = this_exe()?;
+        let per_process = per_process.max(1);
+        let mut processes = Vec::new();
+        for (i, first) in (0..nodes.len()).step_by(per_process).enumerate() {
+            let log = logs.join(format!("ranks-{i}.log"));
+            let mut child = Command::new(&exe)
+                .args(["bench", "control-ranks", "--dir"])
+                .arg(dir)
+                .args(["--nodes", &nodes.join(",")])
+                .args(["--first", &first.to_string(), "--count", &per_process.to_string()])
+                .args(["--size", &size.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(std::fs::File::create(&log).with_context(|| log.display().to_string())?)
+                .spawn()
+                .context("starting eckpt bench control-ranks")?;
+            let requests = child.stdin.take().context("the ranks' stdin")?;
+            let answers = BufReader::new(child.stdout.take().context("the ranks' stdout")?);
+            processes.push((child, requests, answers));
+        }
+        Ok(RankProcesses { processes })
+    }
+
+    /// Every rank changes its image (from `seed`) and checkpoints once, and the epoch
+    /// commits: the seconds from the request to the last answer, and every rank's digest.
+    fn checkpoint_all(&mut self, seed: u64) -> Result<(f64, Vec<u64>)> {
+        let began = Instant::now();
+        for (_, requests, _) in &mut self.processes {
+            writeln!(requests, "{seed}")?;
+            requests.flush()?;
+        }
+        let mut digests = Vec::new();
+        for (_, _, answers) in &mut self.processes {
+            let mut line = String::new();
+            answers.read_line(&mut line)?;
+            match serde_json::from_str(&line).with_context(|| format!("a rank process answered {line:?}"))? {
+                RanksAnswer::Digests(d) => digests.extend(d),
+                RanksAnswer::Error(e) => bail!("{e}"),
+            }
+        }
+        Ok((began.elapsed().as_secs_f64(), digests))
+    }
+
+    /// Ends every rank (the end of their stdin) and waits for the processes.
+    fn stop(self) {
+        for (mut child, requests, _) in self.processes {
+            drop(requests);
+            let _ = child.wait();
+        }
+    }
+}
+
+fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, logs: &Path) -> Result<Report> {
+    let dir = ClusterDir::new(dir_path)?;
+    let names: Vec<String> = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(coordinator(&dir, Status))?
+        .nodes
+        .into_iter()
+        .map(|n| n.name)
+        .collect();
+    let mut agents = Agents::start(dir_path, logs, &names, args.per_process)?;
+    let result = measure_with(args, coding, dir_path, logs, &mut agents);
+    agents.stop();
+    result
+}
+
+fn measure_with(
+    args: &Args,
+    coding: CodingConfig,
+    dir_path: &Path,
+    logs: &Path,
+    agents: &mut Agents,
+) -> Result<Report> {
     let dir = ClusterDir::new(dir_path)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -271,33 +517,13 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path) -> Result<Report>
         .build()?;
     let deadlines = dir.load()?.deadlines;
     let coordinator_pid = read_pid_file(&dir.coordinator()).context("the coordinator's pid")?;
-    let names: Vec<String> = rt
-        .block_on(coordinator(&dir, Status))?
-        .nodes
-        .into_iter()
-        .map(|n| n.name)
-        .collect();
     let started = Instant::now();
-    let mut host = AgentHost::start(
-        names
-            .iter()
-            .map(|name| AgentOptions {
-                dir: dir_path.to_path_buf(),
-                name: name.clone(),
-                spare: false,
-                bind: "127.0.0.1".into(),
-                cores: Some(1),
-                local: None,
-                domain: None,
-            })
-            .collect(),
-    )?;
     let register_wait = deadlines.start_wait() + Duration::from_secs(args.nodes as u64 / 16);
     until_status(&rt, &dir, register_wait, "every agent registered", |s| {
         s.nodes.iter().all(|n| n.alive)
     })
-    .map_err(|e| match host.ended().first() {
-        Some((node, why)) => anyhow::anyhow!("{e}: agent {node} ended: {why}"),
+    .map_err(|e| match agents.failure() {
+        Some(why) => anyhow::anyhow!("{e}: {why}"),
         None => e,
     })?;
     let register_seconds = started.elapsed().as_secs_f64();
@@ -315,11 +541,7 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path) -> Result<Report>
         );
     }
     let size = args.size_per_node as usize;
-    let change = Change {
-        pattern: Pattern::Mat,
-        fraction: None,
-    };
-    let ranks = RankJob::start(dir_path, holders.len() as u32, size, Some(&holders), change);
+    let mut ranks = RankProcesses::start(dir_path, logs, &holders, size, args.per_process)?;
     let journal_bytes =
         || -> Result<u64> { Ok(rt.block_on(coordinator(&dir, Status))?.journal_bytes_written) };
     let mut epochs = Vec::new();
@@ -327,22 +549,22 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path) -> Result<Report>
     for seed in 0..args.epochs.max(2) as u64 {
         let journal_before = journal_bytes()?;
         let (cpu_before, io_before) = (cpu_seconds(coordinator_pid)?, io_of(coordinator_pid)?);
-        let step = ranks.checkpoint_all(seed)?;
+        let (commit_seconds, step_digests) = ranks.checkpoint_all(seed)?;
         let (cpu_after, io_after) = (cpu_seconds(coordinator_pid)?, io_of(coordinator_pid)?);
         let io = io_after - io_before;
         epochs.push(Epoch {
-            commit_seconds: step.commit,
+            commit_seconds,
             coordinator_cpu_seconds: cpu_after - cpu_before,
             coordinator_io_calls: io.calls,
             coordinator_io_bytes: io.bytes,
             journal_bytes: journal_bytes()? - journal_before,
         });
-        digests = step.digests;
+        digests = step_digests;
     }
     let cpu_before = cpu_seconds(coordinator_pid)?;
     std::thread::sleep(Duration::from_secs_f64(args.rest));
     let heartbeat_cpu_seconds_per_second = (cpu_seconds(coordinator_pid)? - cpu_before) / args.rest;
-    ranks.finish();
+    ranks.stop();
 
     let killed: Vec<String> = status.groups[0]
         .members
@@ -355,7 +577,7 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path) -> Result<Report>
     if !killed.is_empty() {
         let began = Instant::now();
         for node in &killed {
-            host.kill(node)?;
+            agents.kill(node)?;
             launch::kill_node(dir_path, node, true)?;
         }
         let limit = deadlines.liveness() * 4;
@@ -424,6 +646,7 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path) -> Result<Report>
         recover_plan_and_commit_seconds,
         restart_seconds,
         coordinator_rss_bytes: peak_rss(&coordinator_pid.to_string())?,
-        host_rss_bytes_per_node: peak_rss("self")? / args.nodes as u64,
+        agent_processes: agents.processes.len(),
+        agent_rss_bytes_per_node: agents.peak_rss()? / args.nodes as u64,
     })
 }

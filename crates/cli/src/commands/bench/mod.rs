@@ -32,6 +32,9 @@ pub enum Bench {
     /// per process) checkpoint small images; coordinator CPU, calls, journal bytes and commit
     /// latency per epoch, then detection, recovery and every rank's restart after losses.
     Control(control::Args),
+    /// Some ranks of `bench control`'s job, checkpointing on request (started by it).
+    #[command(hide = true)]
+    ControlRanks(control::RanksArgs),
     /// Frames over loopback TCP vs a Unix socket (agents on one host use Unix sockets).
     Transport(transport::Args),
     /// Flushes to shared storage: throughput vs the directory's write speed measured in the
@@ -51,6 +54,7 @@ pub fn run(bench: Bench) -> Result<i32> {
         Bench::Capture(args) => capture::run(args),
         Bench::Cluster(args) => cluster::run(args),
         Bench::Control(args) => control::run(args),
+        Bench::ControlRanks(args) => control::run_ranks(args),
         Bench::Transport(args) => transport::run(args),
         Bench::Flush(args) => flush::run(args),
         Bench::Restore(args) => restore::run(args),

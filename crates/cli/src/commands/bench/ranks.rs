@@ -152,7 +152,20 @@ impl RankJob {
     /// Starts `world` ranks of `size` bytes each on the cluster in `dir`; rank `r` is
     /// launched on `nodes[r]` when `nodes` names them (else the coordinator places it).
     pub fn start(dir: &Path, world: u32, size: usize, nodes: Option<&[String]>, change: Change) -> RankJob {
-        let ranks = (0..world)
+        Self::start_some(dir, 0..world, world, size, nodes, change)
+    }
+
+    /// [`RankJob::start`] of the ranks `ranks` of the job only (`nodes` is still indexed
+    /// by rank): the rest run elsewhere.
+    pub fn start_some(
+        dir: &Path,
+        ranks: std::ops::Range<u32>,
+        world: u32,
+        size: usize,
+        nodes: Option<&[String]>,
+        change: Change,
+    ) -> RankJob {
+        let ranks = ranks
             .map(|r| {
                 let node = nodes.map(|n| n[r as usize].clone());
                 Rank::start(dir, r, world, size, node, change)
@@ -164,7 +177,14 @@ impl RankJob {
     /// Every rank changes its memory (from `seed`) and checkpoints once; the epoch commits.
     pub fn checkpoint_all(&self, seed: u64) -> Result<Step> {
         for r in &self.ranks {
-            r.steps.send(seed).context("a rank thread ended")?;
+            if r.steps.send(seed).is_err() {
+                // The thread ended on an error it sent first.
+                let why = r
+                    .done
+                    .recv()
+                    .map_or_else(|_| "no reason".into(), |e| e.err().unwrap_or_default());
+                bail!("a rank thread ended: {why}");
+            }
         }
         let mut steps = Vec::with_capacity(self.ranks.len());
         for r in &self.ranks {
