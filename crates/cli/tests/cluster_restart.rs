@@ -94,11 +94,12 @@ fn a_coordinator_that_panics_aborts_and_its_restart_serves_the_commit() {
 fn a_journal_and_its_copy_damaged_after_a_commit_are_refused_and_one_intact_is_enough() {
     let mut c = small_cluster();
     epoch_of(&mut c, &data(2, 1));
-    // The last journal write was epoch 1's commit: the previous journal predates it.
+    // Epoch 1's commit is a record of the journal's log, after the snapshot: the previous
+    // journal predates it.
     c.kill_coordinator();
     let copy = c.dir.join("coordinator/journal.copy.json");
     let intact = std::fs::read(&copy).unwrap();
-    damage_journal(&c, "\"committed\": 1,", "\"committed\": 0,");
+    damage_journal(&c, "\"next_epoch\": 1,", "\"next_epoch\": 3,");
     let out = run_bounded(&["coordinator", "--dir", c.d()]);
     assert_refused(&out, "checksum mismatch");
     let err = String::from_utf8_lossy(&out.stderr);

@@ -136,7 +136,7 @@ enum Fault {
     /// One bit flipped in a coded object's metadata (`parity.json`), stripe blob or staged
     /// update.
     FlipCoded,
-    /// One bit flipped in the journal or its copy, then the coordinator SIGKILLed and
+    /// One bit flipped in the journal, its log or the copy of either, then the coordinator SIGKILLed and
     /// started again (it reads the journal only when it starts).
     FlipJournal,
     /// The file system of every store, coded directory and the journal filled up (the
@@ -676,7 +676,13 @@ impl Target {
                 }
             }
             Fault::FlipJournal => {
-                let name = ["journal.json", "journal.copy.json"][rng.below(2)];
+                let names = [
+                    "journal.json",
+                    "journal.copy.json",
+                    "journal.log",
+                    "journal.copy.log",
+                ];
+                let name = names[rng.below(names.len())];
                 flip_bit(&self.c.dir.join("coordinator").join(name), rng);
                 self.restart_coordinator();
             }

@@ -172,6 +172,12 @@ impl ClusterLink {
 
     /// Waits until `rank`'s `epoch` is committed or aborted.
     pub(crate) fn wait(&self, rank: u32, epoch: u64) -> Result<EpochOutcome, Error> {
-        self.call(rank, WaitEpoch { epoch })
+        self.call(
+            rank,
+            WaitEpoch {
+                epoch,
+                decision_only: true,
+            },
+        )
     }
 }

@@ -198,9 +198,19 @@ mod tests {
 
     #[test]
     fn a_request_travels_as_its_own_variant() {
-        let json = serde_json::to_string(&WaitEpoch { epoch: 3 }.request()).unwrap();
+        let json = serde_json::to_string(
+            &WaitEpoch {
+                epoch: 3,
+                decision_only: false,
+            }
+            .request(),
+        )
+        .unwrap();
         assert_eq!(json, r#"{"WaitEpoch":{"epoch":3}}"#);
         let back: CoordRequest = serde_json::from_str(&json).unwrap();
-        assert!(matches!(back, CoordRequest::WaitEpoch(WaitEpoch { epoch: 3 })));
+        assert!(matches!(
+            back,
+            CoordRequest::WaitEpoch(WaitEpoch { epoch: 3, .. })
+        ));
     }
 }

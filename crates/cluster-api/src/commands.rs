@@ -251,7 +251,17 @@ pub async fn checkpoint_file(
     let answer = with_agent(&node.name, "the checkpoint", answer_wait, conn.recv_control()).await?;
     agent_answer::<PutRank>(&node.name, answer)?;
     let outcome = if wait {
-        Some(coordinator_call_retrying(dir, WaitEpoch { epoch }, retry).await?)
+        Some(
+            coordinator_call_retrying(
+                dir,
+                WaitEpoch {
+                    epoch,
+                    decision_only: false,
+                },
+                retry,
+            )
+            .await?,
+        )
     } else {
         None
     };

@@ -845,6 +845,19 @@ pub struct EpochOutcome {
     pub generation: Option<u64>,
 }
 
+impl EpochOutcome {
+    /// The decision alone: the outcome without its figures per group (`kinds`) and per node
+    /// (`bytes_sent`).
+    pub fn decision(&self) -> EpochOutcome {
+        EpochOutcome {
+            reason: self.reason.clone(),
+            kinds: Vec::new(),
+            bytes_sent: BTreeMap::new(),
+            ..*self
+        }
+    }
+}
+
 /// What a rank says about the epoch it reports ready: its sizes, for the epoch's outcome,
 /// and its pace, from which every rank derives the same checkpoint schedule.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -1066,6 +1079,11 @@ pub struct Pace {
 pub struct WaitEpoch {
     /// Epoch.
     pub epoch: u64,
+    /// Only whether it committed and why not ([`EpochOutcome::decision`]): what a rank
+    /// waits for, without the figures per node and per group, which would make every
+    /// rank's answer — and the coordinator's work per epoch — grow with the cluster.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub decision_only: bool,
 }
 
 /// Where rank `rank` of a job of `world` ranks finds its latest committed epoch. An error

@@ -39,9 +39,8 @@ fn crc(value: &Value) -> u32 {
     crc32c::crc32c(&serde_json::to_vec(value).expect("a JSON value serializes"))
 }
 
-/// `value` as a sealed object (`value` must serialize to a JSON object without a
-/// `checksum` key).
-pub fn seal_value(mut value: Value) -> Vec<u8> {
+/// `value` with its checksum key (`value` must be a JSON object without one).
+fn with_checksum(mut value: Value) -> Value {
     let sum = crc(&value);
     let object = value.as_object_mut().expect("only objects are sealed");
     assert!(
@@ -49,7 +48,22 @@ pub fn seal_value(mut value: Value) -> Vec<u8> {
         "a sealed object has no key {CHECKSUM}"
     );
     object.insert(CHECKSUM.into(), sum.into());
-    let mut bytes = serde_json::to_vec_pretty(&value).expect("a JSON value serializes");
+    value
+}
+
+/// `value` as a sealed object (`value` must serialize to a JSON object without a
+/// `checksum` key).
+pub fn seal_value(value: Value) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec_pretty(&with_checksum(value)).expect("a JSON value serializes");
+    bytes.push(b'\n');
+    bytes
+}
+
+/// `value` sealed on one line, ended by a newline: a record of a log of lines.
+pub fn seal_line<T: Serialize>(value: &T) -> Vec<u8> {
+    let value = serde_json::to_value(value).expect("a sealed type serializes");
+    // Compact JSON escapes every newline inside strings: the line has one, at its end.
+    let mut bytes = serde_json::to_vec(&with_checksum(value)).expect("a JSON value serializes");
     bytes.push(b'\n');
     bytes
 }

@@ -192,7 +192,14 @@ impl Drop for EpochWatch {
 /// every 200 ms.
 async fn watch(dir: ClusterDir, mut epoch: u64, send: Sender<EpochOutcome>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::SeqCst) {
-        let call = coordinator_call(&dir, WaitEpoch { epoch }, |_| {});
+        let call = coordinator_call(
+            &dir,
+            WaitEpoch {
+                epoch,
+                decision_only: false,
+            },
+            |_| {},
+        );
         tokio::pin!(call);
         let answer = loop {
             tokio::select! {

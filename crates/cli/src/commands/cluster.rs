@@ -229,7 +229,7 @@ fn parse_deadline(text: &str) -> Result<Duration, String> {
 }
 
 impl DeadlineArgs {
-    fn deadlines(&self) -> Deadlines {
+    pub(crate) fn deadlines(&self) -> Deadlines {
         Deadlines {
             liveness_ms: self.liveness.as_millis() as u64,
             lease_ms: self.lease.as_millis() as u64,

@@ -319,13 +319,13 @@ impl Coordinator {
     }
 
     /// `WaitEpoch`: the outcome of `epoch` once decided.
-    pub(super) async fn wait_epoch(&self, epoch: u64) -> EpochOutcome {
+    pub(super) async fn wait_epoch(&self, epoch: u64, decision_only: bool) -> EpochOutcome {
         loop {
             let notified = self.changed.notified();
             let decided = self
                 .read(move |s| {
                     if let Some(o) = s.epochs.outcomes.get(&epoch) {
-                        return Some(o.clone());
+                        return Some(if decision_only { o.decision() } else { o.clone() });
                     }
                     (epoch < s.epochs.open).then(|| {
                         let committed = s.journal().committed >= epoch;

@@ -1,12 +1,14 @@
-//! The journal on disk: checksummed, with the previous journal kept beside it.
+//! The journal on disk: a checksummed snapshot with the previous one kept beside it, and
+//! the log of the changes since (`journal_log`: what a commit writes, a [`Writer`] decides).
 //!
 //! `journal.json` is the journal sealed (`eckpt_durable::sealed`): its JSON plus a
 //! `checksum` key, so one flipped bit (`"committed": 11` → `10`, a placement `n4` → `n5`) is
 //! caught instead of served.
 //!
-//! Each save first rotates the current journal to `journal.prev.json` (atomically, with its
-//! own checksum), then writes the new one (atomically) twice: to `journal.copy.json`, then
-//! to `journal.json`. A bit flipped at rest in one of them is thus survived: the copy is
+//! Each snapshot first rotates the journal as it stands (the current snapshot and its log's
+//! records) to `journal.prev.json` (atomically, with its own checksum), then writes the new
+//! one (atomically) twice: to `journal.copy.json`, then to `journal.json`, and starts the
+//! logs again. A bit flipped at rest in one of them is thus survived: the copy is
 //! never older than the journal (a crash between the two writes leaves the copy one save
 //! ahead, with a decision nobody was told yet — resuming from it is resuming from a save
 //! that completed an instant later; a journal write that fails removes the copy, since the
@@ -19,7 +21,8 @@
 //! file therefore records whether its successor changed anything but what is refreshed
 //! anyway (agents' addresses, which they send again when they register, and the task
 //! counter and the coordinator's term, which it also records): only then is it used, and
-//! otherwise the coordinator refuses to start.
+//! otherwise the coordinator refuses to start — as it does when the log holds records,
+//! decisions made after the damaged snapshot.
 //!
 //! A save is refused when the journal on disk is of a newer coordinator term than the one
 //! saved: another coordinator has taken the journal over (a failover while this one was cut
@@ -30,6 +33,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::journal_log;
 use super::state::{Journal, JOURNAL_FORMAT};
 use eckpt_cluster_api::dirs::write_atomic;
 use eckpt_cluster_api::ClusterError;
@@ -77,11 +81,24 @@ fn seal(value: Value) -> Vec<u8> {
     sealed::seal_value(value)
 }
 
-/// Reads `path` and checks its checksum; its contents without the checksum.
-fn open(path: &Path) -> Result<Value, ClusterError> {
+/// Reads `path` and checks its checksum; its contents without the checksum, and its name
+/// in the logs' headers ([`journal_log::snapshot_name`]).
+fn open_named(path: &Path) -> Result<(Value, String), ClusterError> {
     let bytes = std::fs::read(path).map_err(eckpt_cluster_api::io_at(path))?;
-    sealed::unseal_value(&bytes)
-        .map_err(|e| ClusterError::Corrupt(format!("{}: journal {e}", path.display())))
+    let value = sealed::unseal_value(&bytes)
+        .map_err(|e| ClusterError::Corrupt(format!("{}: journal {e}", path.display())))?;
+    Ok((value, journal_log::snapshot_name(&bytes)))
+}
+
+/// The snapshot at `path`, parsed, and its name.
+fn open_snapshot(path: &Path) -> Result<(Journal, String), ClusterError> {
+    let (value, name) = open_named(path)?;
+    Ok((parse(path, value)?, name))
+}
+
+/// [`open_named`], without the name.
+fn open(path: &Path) -> Result<Value, ClusterError> {
+    open_named(path).map(|(value, _)| value)
 }
 
 fn parse(path: &Path, value: Value) -> Result<Journal, ClusterError> {
@@ -112,20 +129,25 @@ fn state(mut value: Value) -> Value {
     value
 }
 
-/// Loads the journal at `path`; if it is damaged, the previous journal when that is safe
-/// (see the module documentation), else an error saying why the coordinator cannot start.
+/// Loads the journal at `path` — its snapshot and the records of its logs since — or if the
+/// snapshot is damaged, its copy; if both are, the previous journal when that is safe (see
+/// the module documentation), else an error saying why the coordinator cannot start.
 pub fn load(path: &Path) -> Result<Journal, ClusterError> {
-    let mut damage = match open(path).and_then(|v| parse(path, v)) {
-        Ok(journal) => return Ok(journal),
+    let replayed = |(mut journal, snapshot): (Journal, String)| {
+        journal_log::replay(path, &snapshot, &mut journal)?;
+        Ok(journal)
+    };
+    let mut damage = match open_snapshot(path) {
+        Ok(snapshot) => return replayed(snapshot),
         Err(e @ (ClusterError::Io { .. } | ClusterError::Refused(_))) => return Err(e),
         Err(ClusterError::Corrupt(why)) => why,
         Err(e) => e.to_string(),
     };
     let copy = copy_path(path);
-    match open(&copy).and_then(|v| parse(&copy, v)) {
-        Ok(journal) => {
+    match open_snapshot(&copy) {
+        Ok(snapshot) => {
             tracing::warn!(%damage, copy = %copy.display(), "journal damaged: resuming from its copy");
-            return Ok(journal);
+            return replayed(snapshot);
         }
         Err(e) => damage = format!("{damage}; its copy: {e}"),
     }
@@ -138,6 +160,11 @@ pub fn load(path: &Path) -> Result<Journal, ClusterError> {
         Ok((parse(&prev, value)?, successor))
     });
     match fallback {
+        Ok((journal, _)) if journal_log::holds_records(path) => Err(ClusterError::Corrupt(format!(
+            "{damage}; refusing to start: the journal's log holds decisions made after it, which {} (committed epoch {}) predates",
+            prev.display(),
+            journal.committed
+        ))),
         Ok((mut journal, Some(successor))) if successor.same_state => {
             journal.next_task = journal.next_task.max(successor.next_task);
             journal.term = journal.term.max(successor.term);
@@ -158,19 +185,27 @@ pub fn load(path: &Path) -> Result<Journal, ClusterError> {
 /// Saves `journal` at `path` (and its copy) crash-safely, rotating the current one (or its
 /// copy, if it is damaged: moved aside) to the previous journal first; when both are
 /// damaged the previous journal stays the one the coordinator resumed from. Refused when the current journal is of a newer
-/// coordinator term (fenced). Returns the bytes written, all three files together.
-pub fn save(journal: &Journal, path: &Path) -> Result<u64, ClusterError> {
+/// coordinator term (fenced). Starts the logs again after it (`journal_log::reset`).
+pub fn save(journal: &Journal, path: &Path) -> Result<Saved, ClusterError> {
     // First: a journal that does not serialize leaves every file as it was.
     let value = to_value(journal)?;
     let copy = copy_path(path);
-    let main = open(path).and_then(|v| parse(path, v));
+    let main = open_snapshot(path);
     if main.is_err() && path.exists() {
         let aside = damaged_path(path);
         // Made durable by the writes below, which fsync the directory.
         std::fs::rename(path, &aside).map_err(eckpt_cluster_api::io_at(&aside))?;
     }
     let mut written = 0;
-    match main.or_else(|_| open(&copy).and_then(|v| parse(&copy, v))) {
+    // The journal as it stands, its log's records included: what the previous journal
+    // holds, so that it is the whole state before this save.
+    let current = main
+        .or_else(|_| open_snapshot(&copy))
+        .and_then(|(mut current, name)| {
+            journal_log::replay(path, &name, &mut current)?;
+            Ok(current)
+        });
+    match current {
         Ok(current) if current.term > journal.term => {
             return Err(ClusterError::Fenced(format!(
                 "{}: the coordinator of term {} has taken this journal over (this one is of term {}): it decides nothing more",
@@ -196,7 +231,8 @@ pub fn save(journal: &Journal, path: &Path) -> Result<u64, ClusterError> {
             write_atomic(&prev_path(path), &previous)?;
             written += previous.len() as u64;
         }
-        // Both damaged: the previous journal stays the one the coordinator resumed from.
+        // Both damaged (or the log): the previous journal stays the one the coordinator
+        // resumed from.
         Err(_) => {}
     }
     let sealed = seal(value);
@@ -206,7 +242,65 @@ pub fn save(journal: &Journal, path: &Path) -> Result<u64, ClusterError> {
         // be resumed from if the journal is damaged later.
         let _ = std::fs::remove_file(&copy);
     })?;
-    Ok(written + 2 * sealed.len() as u64)
+    let snapshot = journal_log::snapshot_name(&sealed);
+    journal_log::reset(path, &snapshot, journal.term)?;
+    Ok(Saved {
+        bytes: written + 2 * sealed.len() as u64,
+        snapshot,
+    })
+}
+
+/// A snapshot written.
+pub struct Saved {
+    /// Bytes written, every file together.
+    pub bytes: u64,
+    /// Its name in its logs' headers.
+    pub snapshot: String,
+}
+
+/// How a coordinator writes its journal: a record of each commit's change appended to the
+/// log, and a snapshot instead when the log has grown past the last one, when the term
+/// changed, and after an append failed (a torn line must not be buried by the next).
+pub struct Writer {
+    path: PathBuf,
+    /// The snapshot this coordinator wrote last, and its size (`None`: none yet).
+    snapshot: Option<(String, u64)>,
+    /// Bytes appended to the log since.
+    logged: u64,
+}
+
+/// The log may grow to this before a snapshot replaces it however small the snapshot.
+const LOG_BEFORE_SNAPSHOT: u64 = 1 << 20;
+
+impl Writer {
+    /// A writer of the journal at `path`; its first write is a snapshot.
+    pub fn new(path: PathBuf) -> Writer {
+        Writer {
+            path,
+            snapshot: None,
+            logged: 0,
+        }
+    }
+
+    /// Writes `after`, the journal that `before` (the one written last) became; the bytes
+    /// written.
+    pub fn write(&mut self, before: &Journal, after: &Journal) -> Result<u64, ClusterError> {
+        if let Some((snapshot, size)) = &self.snapshot {
+            if after.term == before.term && self.logged < (*size).max(LOG_BEFORE_SNAPSHOT) {
+                let record = journal_log::Record::between(before, after);
+                let appended = journal_log::append(&self.path, snapshot, after.term, &record);
+                match &appended {
+                    Ok(bytes) => self.logged += bytes,
+                    Err(_) => self.snapshot = None,
+                }
+                return appended;
+            }
+        }
+        let saved = save(after, &self.path)?;
+        self.snapshot = Some((saved.snapshot, saved.bytes));
+        self.logged = 0;
+        Ok(saved.bytes)
+    }
 }
 
 #[cfg(test)]

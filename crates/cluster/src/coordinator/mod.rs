@@ -19,6 +19,7 @@ mod flush_plan;
 mod flush_restore;
 mod job;
 mod journal_file;
+mod journal_log;
 mod owner;
 mod pace;
 mod protection;
@@ -649,7 +650,9 @@ async fn handle(
             report,
             generation,
         }) => Pace::reply(coord.pace(rank, world, launch, round, report, generation).await?),
-        CoordRequest::WaitEpoch(WaitEpoch { epoch }) => WaitEpoch::reply(coord.wait_epoch(epoch).await),
+        CoordRequest::WaitEpoch(WaitEpoch { epoch, decision_only }) => {
+            WaitEpoch::reply(coord.wait_epoch(epoch, decision_only).await)
+        }
         CoordRequest::Locate(Locate {
             rank,
             world,

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use super::epoch_state::EpochState;
 use super::flush::FlushState;
+use super::journal_file::Writer;
 use super::pace::PacePoints;
 use super::run_clock::{RunClock, RunTime};
 use super::sessions::Live;
@@ -261,8 +262,8 @@ fn superseded(why: &str) -> ClusterError {
 struct Commit {
     draft: Arc<Journal>,
     answers: Vec<Answer>,
-    /// The bytes written, once written.
-    write: tokio::task::JoinHandle<Result<u64, ClusterError>>,
+    /// The writer back, and the bytes written, once written.
+    write: tokio::task::JoinHandle<(Writer, Result<u64, ClusterError>)>,
 }
 
 /// The owner's loop: visits at once, changes batched into one write at a time; once
@@ -275,6 +276,8 @@ async fn own(
 ) {
     let mut waiting: Vec<Change> = Vec::new();
     let mut writing: Option<Commit> = None;
+    // With the write in flight, if one is.
+    let mut writer = Some(Writer::new(journal_path));
     loop {
         if let Some(why) = fence.borrow().as_ref() {
             for change in waiting.drain(..) {
@@ -283,7 +286,7 @@ async fn own(
             }
         }
         if writing.is_none() && !waiting.is_empty() {
-            writing = start_commit(&mut state, std::mem::take(&mut waiting), &journal_path);
+            writing = start_commit(&mut state, std::mem::take(&mut waiting), &mut writer);
         }
         tokio::select! {
             message = messages.recv() => match message {
@@ -298,7 +301,7 @@ async fn own(
             {
                 // This branch ran: `writing` was `Some`, and nothing took it since.
                 let commit = writing.take().expect("a write in flight");
-                finish_commit(&mut state, commit, written, &fence);
+                writer = Some(finish_commit(&mut state, commit, written, &fence));
             }
         }
     }
@@ -310,7 +313,7 @@ async fn own(
 
 /// Applies `changes` in order to one draft and starts writing it; `None` when none of them
 /// changed the journal (they are answered at once).
-fn start_commit(state: &mut State, changes: Vec<Change>, journal_path: &std::path::Path) -> Option<Commit> {
+fn start_commit(state: &mut State, changes: Vec<Change>, writer: &mut Option<Writer>) -> Option<Commit> {
     let mut draft = Draft::of(&state.journal);
     let answers: Vec<Answer> = changes
         .into_iter()
@@ -325,8 +328,13 @@ fn start_commit(state: &mut State, changes: Vec<Change>, journal_path: &std::pat
     // Task ids handed out so far are recorded, so that a restart never hands them out again.
     journal.next_task = journal.next_task.max(state.next_task);
     let journal = Arc::new(journal);
-    let (to_write, path) = (journal.clone(), journal_path.to_path_buf());
-    let write = tokio::task::spawn_blocking(move || to_write.save(&path));
+    let (before, after) = (state.journal.clone(), journal.clone());
+    // Back after each write, and writes do not overlap.
+    let mut writer = writer.take().expect("the journal's writer between writes");
+    let write = tokio::task::spawn_blocking(move || {
+        let written = writer.write(&before, &after);
+        (writer, written)
+    });
     Some(Commit {
         draft: journal,
         answers,
@@ -335,15 +343,20 @@ fn start_commit(state: &mut State, changes: Vec<Change>, journal_path: &std::pat
 }
 
 /// Installs a written draft and answers its changes; a failed write answers each with the
-/// error and keeps the journal that is on disk, and a refused one fences the owner.
+/// error and keeps the journal that is on disk, and a refused one fences the owner. Returns
+/// the journal's writer.
 fn finish_commit(
     state: &mut State,
     commit: Commit,
-    written: Result<Result<u64, ClusterError>, tokio::task::JoinError>,
+    written: Result<(Writer, Result<u64, ClusterError>), tokio::task::JoinError>,
     fence: &watch::Sender<Option<String>>,
-) {
-    let written =
-        written.unwrap_or_else(|e| Err(ClusterError::Internal(format!("the journal write failed: {e}"))));
+) -> Writer {
+    // A blocking task ends early only by a panic, which aborts the daemon (crash-only), or
+    // at the runtime's shutdown, when nothing is answered any more.
+    let (writer, written) = match written {
+        Ok(done) => done,
+        Err(e) => panic!("the journal write did not finish: {e}"),
+    };
     match written {
         Ok(bytes) => {
             state.journal_bytes_written += bytes;
@@ -370,6 +383,7 @@ fn finish_commit(
             }
         }
     }
+    writer
 }
 
 #[cfg(test)]
@@ -421,14 +435,11 @@ mod tests {
             "every change answered is on disk"
         );
         assert_eq!(owner.visit(|s| s.journal().placement.len()).await, 64);
-        // One write per change would leave 63 placements in the journal the last write
-        // rotated out: fewer means the last write carried several changes.
-        let before_last = Journal::load(&super::super::journal_file::prev_path(&path)).unwrap();
-        assert!(
-            before_last.placement.len() < 63,
-            "{} placements",
-            before_last.placement.len()
-        );
+        // The first write is a snapshot, each later one a record of the log: one write per
+        // change would leave 63 records; fewer means writes carried several changes.
+        let log = std::fs::read_to_string(super::super::journal_log::log_path(&path)).unwrap();
+        let records = log.lines().count() - 1;
+        assert!(records < 63, "{records} records");
     }
 
     #[tokio::test]

@@ -706,14 +706,21 @@ mod tests {
     }
 
     /// The same agent opening a new session (its heartbeat timed out, a partition, the
-    /// coordinator's own stall) writes nothing: the journal file is the one it was. An agent
+    /// coordinator's own stall) writes nothing: the journal and its log are as they were. An agent
     /// restarted (a new pid) is journaled.
     #[tokio::test(start_paused = true)]
     async fn a_new_session_the_journal_records_as_it_is_writes_nothing() {
         use std::os::unix::fs::MetadataExt;
         let c = TestCluster::start(4, CodingConfig::default()).await;
         let file = c.coord.dir.journal();
-        let written = || std::fs::metadata(&file).unwrap().ino();
+        // A commit rewrites the snapshot or appends to its log.
+        let log = super::super::journal_log::log_path(&file);
+        let written = || {
+            (
+                std::fs::metadata(&file).unwrap().ino(),
+                std::fs::metadata(&log).unwrap().len(),
+            )
+        };
         let before = written();
         let (again, session) = c.register(registration("n2", "token-n2", 1)).await;
         again.unwrap();

@@ -17,7 +17,7 @@ use eckpt_coding::ObjectId;
 pub const JOURNAL_FORMAT: u32 = 1;
 
 /// What the coordinator knows of a node across restarts.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeEntry {
     /// Last registration (`None` until the agent first connects).
     pub info: Option<NodeInfo>,
@@ -339,10 +339,10 @@ impl Journal {
         super::journal_file::load(path)
     }
 
-    /// Writes the journal crash-safely with its checksum, keeping the previous one; the
-    /// bytes written.
-    pub fn save(&self, path: &Path) -> Result<u64, ClusterError> {
-        super::journal_file::save(self, path)
+    /// Writes the journal crash-safely with its checksum, keeping the previous one, as a
+    /// snapshot that starts its log again.
+    pub fn save(&self, path: &Path) -> Result<(), ClusterError> {
+        super::journal_file::save(self, path).map(|_| ())
     }
 
     /// Refuses `rank` of a job of `world` ranks: when the job has `w` ranks, `mismatch(w)`

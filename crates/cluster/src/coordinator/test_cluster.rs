@@ -409,7 +409,7 @@ impl TestCluster {
         while let Some(written) = ranks.join_next().await {
             epoch = written.unwrap();
         }
-        self.coord.wait_epoch(epoch).await
+        self.coord.wait_epoch(epoch, false).await
     }
 
     /// Every one of `world` ranks checkpoints the next epoch, one after the other; its
@@ -419,7 +419,7 @@ impl TestCluster {
         for rank in 0..world {
             epoch = checkpoint_rank(&self.coord, rank, world).await;
         }
-        self.coord.wait_epoch(epoch).await
+        self.coord.wait_epoch(epoch, false).await
     }
 }
 

@@ -183,7 +183,14 @@ async fn link_gbps(dir: &ClusterDir, from: &NodeInfo, to: &NodeInfo, bytes: u64)
 /// Checkpoints every rank's file concurrently and waits for the epoch's decision.
 /// The coordinator's outcome of `epoch`, which must have committed.
 async fn outcome(dir: &ClusterDir, epoch: u64) -> Result<EpochOutcome> {
-    let o = coordinator(dir, WaitEpoch { epoch }).await?;
+    let o = coordinator(
+        dir,
+        WaitEpoch {
+            epoch,
+            decision_only: false,
+        },
+    )
+    .await?;
     if !o.committed {
         bail!("epoch {epoch} aborted: {}", o.reason.unwrap_or_default());
     }

@@ -26,7 +26,7 @@ use super::cluster::{coordinator, scratch};
 use super::ranks::{restart_all, Change, RankJob};
 use super::stats::median;
 use super::workload::Pattern;
-use crate::commands::cluster::{this_exe, CodingArgs};
+use crate::commands::cluster::{this_exe, CodingArgs, DeadlineArgs};
 use crate::commands::process_cpu::cpu_seconds;
 use crate::output::print_json;
 use crate::size::parse_size;
@@ -59,6 +59,10 @@ pub struct Args {
     /// descriptors).
     #[arg(long, default_value_t = 1024)]
     per_process: usize,
+    /// The cluster's time bounds, as `eckpt up` takes them: thousands of agents on a few
+    /// cores heartbeat late, and a node heard late is counted dead (`--liveness`).
+    #[command(flatten)]
+    deadlines: DeadlineArgs,
     /// Directory the cluster lives in (default: a temporary directory on tmpfs).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -307,7 +311,7 @@ pub fn run(args: Args) -> Result<i32> {
         bind: None,
         flush: None,
         job: None,
-        deadlines: Default::default(),
+        deadlines: args.deadlines.deadlines(),
         domains: Default::default(),
         agent_placement: AgentPlacement {
             threads: Some(1),
