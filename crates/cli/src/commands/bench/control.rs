@@ -42,7 +42,8 @@ pub struct Args {
     /// Bytes of rank image per data node (small: the benchmark measures the control plane).
     #[arg(long, default_value = "16KiB", value_parser = parse_size)]
     size_per_node: u64,
-    /// Epochs checkpointed; per-epoch figures are medians over all but the first.
+    /// Epochs checkpointed; per-epoch figures are medians over all but the first (a journal
+    /// snapshot, written when the log outgrows the last one, falls on one epoch in many).
     #[arg(long, default_value_t = 4)]
     epochs: usize,
     /// Seconds the cluster rests after the epochs, for the heartbeats' cost.
