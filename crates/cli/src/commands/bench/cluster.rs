@@ -14,7 +14,7 @@ use eckpt_cluster::netns::parse_rate;
 use eckpt_cluster_api::call::ToCoordinator;
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::{AgentPlacement, ClusterDir};
-use eckpt_cluster_api::msg::{EpochOutcome, NodeInfo, Nodes, Status, WaitEpoch};
+use eckpt_cluster_api::msg::{EpochOutcome, NodeInfo, Nodes, Status, StatusReport, WaitEpoch};
 use eckpt_coding::geometry::Geometry;
 use eckpt_coding::CodingConfig;
 use serde::Serialize;
@@ -165,6 +165,23 @@ pub(super) fn scratch() -> Result<tempfile::TempDir> {
     })
 }
 
+/// Every group's members that hold data, group by group: the benchmarks' ranks, one per
+/// data node.
+pub(super) fn data_holders(status: &StatusReport, coding: CodingConfig) -> Vec<String> {
+    let mut holders = Vec::new();
+    for g in &status.groups {
+        let probe = Geometry::new(coding.layout, g.k, g.m, 1);
+        holders.extend(
+            g.members
+                .iter()
+                .enumerate()
+                .filter(|(p, _)| probe.holds_data(*p))
+                .map(|(_, n)| n.clone()),
+        );
+    }
+    holders
+}
+
 /// Asks the coordinator of the benchmark's cluster.
 pub(super) async fn coordinator<C: ToCoordinator>(dir: &ClusterDir, request: C) -> Result<C::Answer> {
     Ok(commands::coordinator_call(dir, request, |_| {}).await?)
@@ -298,18 +315,7 @@ fn measure(
             .cloned()
             .context("node not alive")
     };
-    // One rank per data-holding member.
-    let mut holders = Vec::new();
-    for g in &status.groups {
-        let probe = Geometry::new(coding.layout, g.k, g.m, 1);
-        holders.extend(
-            g.members
-                .iter()
-                .enumerate()
-                .filter(|(p, _)| probe.holds_data(*p))
-                .map(|(_, n)| n.clone()),
-        );
-    }
+    let holders = data_holders(&status, coding);
     let size = args.size_per_node as usize;
     let nominal = args.link_rate.as_deref().map(parse_rate).transpose()?;
     // About a second of traffic at the nominal rate (256 MiB on loopback), best of three.

@@ -18,11 +18,10 @@ use anyhow::{bail, Context, Result};
 use eckpt_cluster::launch::{self, UpOptions};
 use eckpt_cluster_api::dirs::{read_pid_file, AgentPlacement, ClusterDir};
 use eckpt_cluster_api::msg::{Recover, Relocation, Status, StatusReport};
-use eckpt_coding::geometry::Geometry;
 use eckpt_coding::CodingConfig;
 use serde::Serialize;
 
-use super::cluster::{coordinator, scratch};
+use super::cluster::{coordinator, data_holders, scratch};
 use super::ranks::{restart_all, Change, RankJob};
 use super::stats::median;
 use super::workload::Pattern;
@@ -534,17 +533,7 @@ fn measure_with(
     let register_seconds = started.elapsed().as_secs_f64();
 
     let status = rt.block_on(coordinator(&dir, Status))?;
-    let mut holders = Vec::new();
-    for g in &status.groups {
-        let probe = Geometry::new(coding.layout, g.k, g.m, 1);
-        holders.extend(
-            g.members
-                .iter()
-                .enumerate()
-                .filter(|(p, _)| probe.holds_data(*p))
-                .map(|(_, n)| n.clone()),
-        );
-    }
+    let holders = data_holders(&status, coding);
     let size = args.size_per_node as usize;
     let mut ranks = RankProcesses::start(dir_path, logs, &holders, size, args.per_process)?;
     let journal_bytes =
