@@ -246,6 +246,7 @@ pub fn save(journal: &Journal, path: &Path) -> Result<Saved, ClusterError> {
     journal_log::reset(path, &snapshot, journal.term)?;
     Ok(Saved {
         bytes: written + 2 * sealed.len() as u64,
+        size: sealed.len() as u64,
         snapshot,
     })
 }
@@ -254,6 +255,8 @@ pub fn save(journal: &Journal, path: &Path) -> Result<Saved, ClusterError> {
 pub struct Saved {
     /// Bytes written, every file together.
     pub bytes: u64,
+    /// The snapshot's own size.
+    pub size: u64,
     /// Its name in its logs' headers.
     pub snapshot: String,
 }
@@ -265,7 +268,7 @@ pub struct Writer {
     path: PathBuf,
     /// The snapshot this coordinator wrote last, and its size (`None`: none yet).
     snapshot: Option<(String, u64)>,
-    /// Bytes appended to the log since.
+    /// Bytes appended to both logs together since.
     logged: u64,
 }
 
@@ -286,7 +289,8 @@ impl Writer {
     /// written.
     pub fn write(&mut self, before: &Journal, after: &Journal) -> Result<u64, ClusterError> {
         if let Some((snapshot, size)) = &self.snapshot {
-            if after.term == before.term && self.logged < (*size).max(LOG_BEFORE_SNAPSHOT) {
+            // Each log holds half of what was appended.
+            if after.term == before.term && self.logged / 2 < (*size).max(LOG_BEFORE_SNAPSHOT) {
                 let record = journal_log::Record::between(before, after);
                 let appended = journal_log::append(&self.path, snapshot, after.term, &record);
                 match &appended {
@@ -297,7 +301,7 @@ impl Writer {
             }
         }
         let saved = save(after, &self.path)?;
-        self.snapshot = Some((saved.snapshot, saved.bytes));
+        self.snapshot = Some((saved.snapshot, saved.size));
         self.logged = 0;
         Ok(saved.bytes)
     }
