@@ -13,10 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use eckpt_cluster_api::call::Call;
-use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{Abort, AgentResponse, Hello, Nodes};
-use eckpt_cluster_api::net::{call, host_identity, open_node_as};
-use eckpt_cluster_api::{commands, ErrorKind};
+use eckpt_cluster_api::msg::{Abort, AgentResponse};
+use eckpt_cluster_api::net::call;
+use eckpt_cluster_api::ErrorKind;
 
 use cluster::hosts::{sh, Hosts};
 use cluster::programs::{assert_failure_free, build_c, reference};
@@ -58,21 +57,12 @@ fn wait_for(
 /// The coordinator replaced, if it still ran (cut off, not dead), would be refused by an
 /// agent that follows its successor: a request of term `term` to `node`.
 fn ask_as_coordinator_of(dir: &str, node: &str, term: u64) -> AgentResponse {
-    let dir = ClusterDir::new(dir).unwrap();
-    let secret = dir.load_secret().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let nodes = commands::coordinator_call(&dir, Nodes, |_| {}).await.unwrap();
-        let info = nodes
-            .into_iter()
-            .find(|n| n.name == node)
-            .expect("the node is alive");
-        let mut conn = open_node_as(&info, &host_identity(), &secret, &Hello::Coordinator { term })
-            .await
-            .unwrap();
+        let mut conn = cluster::connect_as_coordinator(dir, node, term).await;
         call(&mut conn, &Abort { epoch: u64::MAX }.request())
             .await
             .unwrap()

@@ -370,6 +370,56 @@ fn journal_term(c: &Cluster) -> u64 {
         .term
 }
 
+/// The coordinator keeps its connections to agents between requests. One kept by a
+/// coordinator that was then replaced is refused at its next request, as a new connection
+/// of the old term is: an agent follows one coordinator, however it was reached.
+#[test]
+fn a_connection_kept_by_a_replaced_coordinator_is_refused_at_its_next_request() {
+    use eckpt_cluster_api::call::Call;
+    use eckpt_cluster_api::msg::{Abort, AgentResponse};
+    use eckpt_cluster_api::ErrorKind;
+
+    let mut c = small_cluster();
+    epoch_of(&mut c, &data(2, 1));
+    assert_eq!(journal_term(&c), 1);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let abort = || Abort { epoch: u64::MAX }.request();
+    let mut kept = rt.block_on(cluster::connect_as_coordinator(c.d(), "n0", 1));
+    let first: AgentResponse = rt
+        .block_on(eckpt_cluster_api::net::call(&mut kept, &abort()))
+        .unwrap();
+    assert!(
+        !matches!(first, AgentResponse::Error(_)),
+        "the current coordinator's request was refused: {first:?}"
+    );
+
+    c.kill_coordinator();
+    let restarted = c.start_coordinator();
+    c.wait_all_alive();
+    assert_eq!(c.status()["coordinator_term"], 2);
+    let second: AgentResponse = rt
+        .block_on(eckpt_cluster_api::net::call(&mut kept, &abort()))
+        .unwrap();
+    match second {
+        AgentResponse::Error(e) => {
+            assert_eq!(e.kind, ErrorKind::Fenced, "{e:?}");
+            assert!(e.message.contains("term 1 is refused"), "{e:?}");
+        }
+        other => panic!("a kept connection of term 1 was answered {other:?}"),
+    }
+
+    // The coordinator of term 2, whose own connections are kept too, commits.
+    epoch_of(&mut c, &data(2, 2));
+    epoch_of(&mut c, &data(2, 3));
+    assert_eq!(c.committed(), 3);
+    c.assert_restorable();
+    drop(c);
+    finish(restarted, "the restarted coordinator after down");
+}
+
 /// A coordinator started while the cluster's coordinator still runs — stopped (SIGSTOP),
 /// and its lock out of sight, as from another host of a shared file system that does not
 /// share `flock` — cannot listen (the socket is the running one's) and exits without

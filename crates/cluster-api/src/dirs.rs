@@ -223,6 +223,14 @@ impl Deadlines {
         self.partition_grace() + self.liveness()
     }
 
+    /// How long an agent keeps a control connection that carries no request: ten liveness
+    /// periods. The coordinator keeps its connections to agents open between requests (a
+    /// connection and its handshake per request cost it more than the request), and reuses
+    /// one only within half of this, so an agent never closes one under a request.
+    pub fn control_idle(&self) -> Duration {
+        self.liveness() * 10
+    }
+
     /// How long a cluster with no job runs before it stops itself (`None`: for ever).
     pub fn idle(&self) -> Option<Duration> {
         (self.idle_ms > 0).then(|| Duration::from_millis(self.idle_ms))

@@ -435,6 +435,21 @@ impl AgentRequest {
                 | AgentRequest::Shutdown(_)
         )
     }
+
+    /// Whether its exchange is this request and one answer, after which the connection
+    /// can carry the next request. Not so for those that stream data frames after the
+    /// request or the answer, nor for those that end the agent.
+    pub fn is_one_exchange(&self) -> bool {
+        !matches!(
+            self,
+            AgentRequest::PutRank(_)
+                | AgentRequest::ImportRank(_)
+                | AgentRequest::Export(_)
+                | AgentRequest::LinkSink(_)
+                | AgentRequest::Purge(_)
+                | AgentRequest::Shutdown(_)
+        )
+    }
 }
 
 /// Store `item` (`len` bytes, sent as data frames next) as rank `rank`'s prepared epoch

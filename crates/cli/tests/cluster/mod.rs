@@ -276,6 +276,26 @@ pub fn processes_running(words: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// A control connection to node `node`'s agent of the cluster in `dir`, opened as the
+/// coordinator of term `term` would open it: what a coordinator replaced (or cut off)
+/// could still send.
+pub async fn connect_as_coordinator(dir: &str, node: &str, term: u64) -> eckpt_proto::Connection {
+    use eckpt_cluster_api::msg::{Hello, Nodes};
+    let dir = eckpt_cluster_api::dirs::ClusterDir::new(dir).unwrap();
+    let secret = dir.load_secret().unwrap();
+    let nodes = eckpt_cluster_api::commands::coordinator_call(&dir, Nodes, |_| {})
+        .await
+        .unwrap();
+    let info = nodes
+        .into_iter()
+        .find(|n| n.name == node)
+        .expect("the node is alive");
+    let host = eckpt_cluster_api::net::host_identity();
+    eckpt_cluster_api::net::open_node_as(&info, &host, &secret, &Hello::Coordinator { term })
+        .await
+        .unwrap()
+}
+
 /// Whether the tests run as root (namespaces, mounts); CI does.
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {

@@ -489,29 +489,51 @@ async fn serve(
             Ok(())
         }
         Hello::Coordinator { term } => {
-            if let Err(why) = agent.follow_coordinator(term) {
-                tracing::warn!(term, "{why}");
-                let refusal = WireError::from(&ClusterError::Fenced(why.clone()));
-                conn.send_control(&AgentResponse::Error(refusal)).await?;
-                return Err(ClusterError::Fenced(why));
-            }
-            serve_requests(agent, conn, stop).await
+            refuse_a_stale_coordinator(&agent, &mut conn, term).await?;
+            serve_requests(agent, conn, Some(term), stop).await
         }
-        Hello::Control => serve_requests(agent, conn, stop).await,
+        Hello::Control => serve_requests(agent, conn, None, stop).await,
         Hello::Session(_) => Err(ClusterError::Protocol("agents do not take sessions".into())),
     }
 }
 
-/// Answers the requests of a control connection, one at a time, until it closes.
+/// Follows the coordinator of `term`, or tells it it is refused and fails: this agent
+/// follows a newer one.
+async fn refuse_a_stale_coordinator(
+    agent: &Agent,
+    conn: &mut Connection,
+    term: u64,
+) -> Result<(), ClusterError> {
+    let Err(why) = agent.follow_coordinator(term) else {
+        return Ok(());
+    };
+    tracing::warn!(term, "{why}");
+    let refusal = WireError::from(&ClusterError::Fenced(why.clone()));
+    conn.send_control(&AgentResponse::Error(refusal)).await?;
+    Err(ClusterError::Fenced(why))
+}
+
+/// Answers the requests of a control connection, one at a time, until it closes or stays
+/// idle for the cluster's [`control_idle`](eckpt_cluster_api::dirs::Deadlines::control_idle).
+/// A coordinator's connection (`term`) outlives requests: each is refused once this agent
+/// follows a newer coordinator, as a new connection would be.
 async fn serve_requests(
     agent: Arc<Agent>,
     mut conn: Connection,
+    term: Option<u64>,
     stop: tokio::sync::mpsc::Sender<()>,
 ) -> Result<(), ClusterError> {
+    let idle = agent.cluster.deadlines.control_idle();
     loop {
-        let Some(request) = next_request::<AgentRequest>(&mut conn).await? else {
+        let Ok(next) = tokio::time::timeout(idle, next_request::<AgentRequest>(&mut conn)).await else {
             return Ok(());
         };
+        let Some(request) = next? else {
+            return Ok(());
+        };
+        if let Some(term) = term {
+            refuse_a_stale_coordinator(&agent, &mut conn, term).await?;
+        }
         let shutdown = matches!(request, AgentRequest::Shutdown(_) | AgentRequest::Purge(_));
         // A cancel or a stop goes through at once; anything else waits for the resolve of a
         // registration under way.

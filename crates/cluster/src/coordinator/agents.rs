@@ -1,15 +1,18 @@
-//! How the coordinator reaches its agents: one request, one answer. A trait, so that the
+//! How the coordinator reaches its agents: one request, one answer, on connections kept
+//! between requests. A trait, so that the
 //! executors (epoch, recovery, export, flush) run the same over the cluster's sockets in
 //! the daemon and over agents in memory in their unit tests (`memory_agents`).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, Hello, NodeInfo};
 use eckpt_cluster_api::net::{call, node_error, open_node_as, with_agent};
 use eckpt_cluster_api::ClusterError;
-use eckpt_proto::ClusterSecret;
+use eckpt_proto::{ClusterSecret, Connection, Endpoint};
 
 /// An agent's answer to come.
 pub(super) type Answer = Pin<Box<dyn Future<Output = Result<AgentResponse, ClusterError>> + Send>>;
@@ -23,25 +26,34 @@ pub(super) trait Agents: Send + Sync {
     fn ask(&self, node: NodeInfo, request: AgentRequest) -> Answer;
 }
 
-/// Agents over the cluster's authenticated sockets: a connection per request.
+/// Agents over the cluster's authenticated sockets. A connection whose request was
+/// answered is kept for the node's next request: opening one (connect, handshake, hello)
+/// cost the coordinator twice what the request itself did, at every node of every epoch.
 pub(super) struct SocketAgents {
     /// This coordinator's host identity (an agent on the same host is reached over its Unix
     /// socket).
     pub host: String,
     pub secret: ClusterSecret,
     /// This coordinator's term, sent with every connection: an agent that follows a newer
-    /// coordinator refuses it.
+    /// coordinator refuses it, on a kept connection too.
     pub term: u64,
     /// How long a request of constant work waits for its answer (the cluster's peer wait).
     pub answer_wait: Duration,
+    /// Connections between requests.
+    pub idle: IdleConnections,
 }
 
 impl Agents for SocketAgents {
     fn ask(&self, node: NodeInfo, request: AgentRequest) -> Answer {
         let (host, secret, term) = (self.host.clone(), self.secret.clone(), self.term);
         let answer_wait = request.is_constant_work().then_some(self.answer_wait);
+        let reusable = request.is_one_exchange();
+        let idle = self.idle.clone();
         Box::pin(async move {
-            let mut conn = open_node_as(&node, &host, &secret, &Hello::Coordinator { term }).await?;
+            let mut conn = match idle.take(&node) {
+                Some(conn) => conn,
+                None => open_node_as(&node, &host, &secret, &Hello::Coordinator { term }).await?,
+            };
             let answered = async {
                 call(&mut conn, &request)
                     .await
@@ -51,11 +63,76 @@ impl Agents for SocketAgents {
                 Some(wait) => with_agent(&node.name, "the request", wait, answered).await?,
                 None => answered.await?,
             };
+            // Answered whole: the connection is between requests again. One that failed
+            // or timed out is dropped (closed) with its half-read answer.
+            if reusable {
+                idle.put(&node, conn);
+            }
             match answered {
                 AgentResponse::Error(e) => Err(ClusterError::remote(&node.name, e)),
                 other => Ok(other),
             }
         })
+    }
+}
+
+/// Connections to agents between requests, by node. A connection is taken by one request
+/// at a time (requests to one node at once open more); one kept past the reuse limit, or
+/// made to an agent process the node no longer has, is closed instead of reused.
+#[derive(Clone)]
+pub(super) struct IdleConnections {
+    kept: Arc<Mutex<HashMap<String, Vec<Kept>>>>,
+    /// Half the agents' [`Deadlines::control_idle`](eckpt_cluster_api::dirs::Deadlines::control_idle).
+    reuse_within: Duration,
+}
+
+struct Kept {
+    /// The agent process and address the connection was made to.
+    pid: u32,
+    tcp: Endpoint,
+    since: Instant,
+    conn: Connection,
+}
+
+/// Connections kept per node: requests to one node overlap rarely (a task and its cancel).
+const KEPT_PER_NODE: usize = 2;
+
+impl IdleConnections {
+    /// No connection yet; `control_idle` is how long agents keep an idle one open.
+    pub fn new(control_idle: Duration) -> IdleConnections {
+        IdleConnections {
+            kept: Arc::default(),
+            reuse_within: control_idle / 2,
+        }
+    }
+
+    fn take(&self, node: &NodeInfo) -> Option<Connection> {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let conns = kept.get_mut(&node.name)?;
+        let fresh = conns
+            .pop()
+            .filter(|k| k.pid == node.pid && k.tcp == node.tcp && k.since.elapsed() < self.reuse_within);
+        // Older ones, or ones made to another agent process, are of no more use.
+        if fresh.is_none() {
+            conns.clear();
+        }
+        if conns.is_empty() {
+            kept.remove(&node.name);
+        }
+        fresh.map(|k| k.conn)
+    }
+
+    fn put(&self, node: &NodeInfo, conn: Connection) {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let conns = kept.entry(node.name.clone()).or_default();
+        if conns.len() < KEPT_PER_NODE {
+            conns.push(Kept {
+                pid: node.pid,
+                tcp: node.tcp.clone(),
+                since: Instant::now(),
+                conn,
+            });
+        }
     }
 }
 
@@ -106,6 +183,7 @@ mod tests {
             secret,
             term: 1,
             answer_wait: Duration::from_millis(300),
+            idle: IdleConnections::new(Duration::from_secs(60)),
         };
         let asked = Instant::now();
         let err = agents

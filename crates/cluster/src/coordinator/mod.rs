@@ -48,7 +48,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use agents::{Agents, SocketAgents};
+use agents::{Agents, IdleConnections, SocketAgents};
 use eckpt_cluster_api::call::{agent_answer, Call, ToAgent};
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines, FlushConfig};
 use eckpt_cluster_api::msg::{
@@ -468,6 +468,7 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
         secret,
         term,
         answer_wait: cluster.deadlines.peer_wait(),
+        idle: IdleConnections::new(cluster.deadlines.control_idle()),
     });
     let coord = Arc::new(Coordinator::new(
         dir.clone(),
