@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use eckpt_cluster_api::call::ToCoordinator;
-use eckpt_cluster_api::commands::{coordinator_call_retrying, export_items};
+use eckpt_cluster_api::commands::{export_items, CoordinatorLink};
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
     EpochOutcome, Locate, NodeInfo, OpenEpoch, Opened, Pace, PaceReport, PaceStats, RankReady, RankReport,
@@ -33,6 +33,8 @@ pub(crate) struct ClusterLink {
     retry: Duration,
     /// How long the coordinator may keep a request waiting for the other ranks.
     open_wait: Duration,
+    /// The connection kept between the rank's requests.
+    coordinator: std::sync::Mutex<CoordinatorLink>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -55,6 +57,7 @@ impl ClusterLink {
             .build()
             .map_err(|e| Error::Cluster(format!("starting the I/O runtime: {e}")))?;
         Ok(ClusterLink {
+            coordinator: std::sync::Mutex::new(CoordinatorLink::new(&dir)?),
             dir,
             world,
             generation,
@@ -68,7 +71,8 @@ impl ClusterLink {
     /// retry window), bounded as a whole; a refused generation ends the process.
     fn call<C: ToCoordinator>(&self, rank: u32, request: C) -> Result<C::Answer, Error> {
         let limit = self.open_wait + 2 * self.retry;
-        let call = coordinator_call_retrying(&self.dir, request, self.retry);
+        let mut coordinator = self.coordinator.lock().unwrap_or_else(|e| e.into_inner());
+        let call = coordinator.call_retrying(request, self.retry);
         let answer = self
             .runtime
             .block_on(async { tokio::time::timeout(limit, call).await })

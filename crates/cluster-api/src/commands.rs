@@ -124,22 +124,79 @@ pub async fn coordinator_call_retrying<C: ToCoordinator>(
     call: C,
     retry: std::time::Duration,
 ) -> Result<C::Answer, ClusterError> {
-    let who = who(dir);
-    let request = call.request();
-    let deadline = std::time::Instant::now() + retry;
-    let mut pause = std::time::Duration::from_millis(100);
-    loop {
-        let answer = call_once(dir, &who, &request, |_| {}).await;
-        let again = match &answer {
-            Err(ClusterError::Unreachable(_)) => true,
-            Err(ClusterError::NoAnswer(_)) => request.may_repeat(),
-            _ => false,
-        };
-        if !again || std::time::Instant::now() + pause >= deadline {
-            return answer_of::<C>(&who, answer?);
+    CoordinatorLink::new(dir)?.call_retrying(call, retry).await
+}
+
+/// The coordinator of a cluster as a caller of many requests (a rank) reaches it: the
+/// connection of a request answered is kept for the next, unless the coordinator has closed
+/// it meanwhile (it restarted, was replaced, or closed it idle: it keeps one for
+/// [`Deadlines::control_idle`], and the link reuses one only within half of that). A
+/// connection and its handshake per request cost the coordinator more than the request
+/// itself, and a rank asks it three times per epoch.
+pub struct CoordinatorLink {
+    dir: ClusterDir,
+    who: String,
+    /// How long the coordinator's next word may take (`Deadlines::answer`).
+    answer: std::time::Duration,
+    reuse_within: std::time::Duration,
+    kept: Option<(Connection, std::time::Instant)>,
+}
+
+impl CoordinatorLink {
+    /// A link to the coordinator of the cluster in `dir`; it connects on its first request.
+    pub fn new(dir: &ClusterDir) -> Result<CoordinatorLink, ClusterError> {
+        let deadlines = dir.load()?.deadlines;
+        Ok(CoordinatorLink {
+            dir: dir.clone(),
+            who: who(dir),
+            answer: deadlines.answer(),
+            reuse_within: deadlines.control_idle() / 2,
+            kept: None,
+        })
+    }
+
+    /// [`coordinator_call_retrying`] over this link.
+    pub async fn call_retrying<C: ToCoordinator>(
+        &mut self,
+        call: C,
+        retry: std::time::Duration,
+    ) -> Result<C::Answer, ClusterError> {
+        let request = call.request();
+        let deadline = std::time::Instant::now() + retry;
+        let mut pause = std::time::Duration::from_millis(100);
+        loop {
+            let answer = self.call_once(&request).await;
+            let again = match &answer {
+                Err(ClusterError::Unreachable(_)) => true,
+                Err(ClusterError::NoAnswer(_)) => request.may_repeat(),
+                _ => false,
+            };
+            if !again || std::time::Instant::now() + pause >= deadline {
+                return answer_of::<C>(&self.who, answer?);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_secs(2));
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(std::time::Duration::from_secs(2));
+    }
+
+    /// One exchange, on the kept connection when it can carry one, else on a new one.
+    async fn call_once(&mut self, request: &CoordRequest) -> Result<CoordResponse, ClusterError> {
+        let reuse_within = self.reuse_within;
+        let kept = self
+            .kept
+            .take()
+            .filter(|(_, since)| since.elapsed() < reuse_within)
+            .and_then(|(mut conn, _)| (!conn.is_spent()).then_some(conn));
+        let mut conn = match kept {
+            Some(conn) => conn,
+            None => coordinator(&self.dir).await?.0,
+        };
+        let answer = ask(&mut conn, &self.who, request, self.answer, |_| {}).await;
+        // An error may have left a word unread: only a connection answered whole is kept.
+        if answer.is_ok() {
+            self.kept = Some((conn, std::time::Instant::now()));
+        }
+        answer
     }
 }
 

@@ -54,6 +54,22 @@ impl FrameReader {
         }
     }
 
+    /// Whether this half can carry no next exchange, found without waiting, as the runtime
+    /// last saw the socket: the peer closed its end, the connection failed, or bytes arrived
+    /// that no request asked for. A connection kept between requests is looked at so before
+    /// it is used again: one its peer dropped a while ago (it restarted, or closed an idle
+    /// connection) is then not sent a request that would be lost. One dropped this very
+    /// instant fails the request as a peer that died right after it would.
+    pub fn is_spent(&mut self) -> bool {
+        use tokio::io::AsyncBufRead;
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        // Pending: nothing to read, the connection open. The noop waker stays registered
+        // only until the next read polls with its own.
+        std::pin::Pin::new(&mut self.inner)
+            .poll_fill_buf(&mut cx)
+            .is_ready()
+    }
+
     /// Largest payload accepted; larger frames are refused before allocation.
     pub fn max_payload(&self) -> u32 {
         self.max_payload

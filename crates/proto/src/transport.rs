@@ -199,6 +199,11 @@ impl Connection {
         Ok(Connection { reader, writer, peer })
     }
 
+    /// Whether the connection can carry no next exchange ([`FrameReader::is_spent`]).
+    pub fn is_spent(&mut self) -> bool {
+        self.reader.is_spent()
+    }
+
     /// The peer's address as used in log lines (`host:port`, or the socket path and pid).
     pub fn peer(&self) -> &str {
         &self.peer

@@ -146,6 +146,35 @@ fn authenticated_peers_exchange_control_and_data_both_ways() {
     });
 }
 
+/// A connection kept between requests tells, without waiting, whether it can carry the
+/// next one: open and quiet, yes; its peer gone, or bytes waiting that nobody asked for, no.
+#[test]
+fn a_kept_connection_is_spent_once_its_peer_closed_or_sent_unasked() {
+    for_each_transport(|listener, _| async move {
+        let ep = listener.local_endpoint().clone();
+        let secret = ClusterSecret::from_bytes(SECRET);
+        let (server, client) = tokio::join!(accept_one(&listener), connect(&ep, &secret));
+        let (mut server, mut client) = (server.unwrap(), client.unwrap());
+        assert!(!client.is_spent(), "a quiet open connection is spent");
+        // Checking leaves the connection as it was: an exchange follows as usual.
+        client.send_control(&Msg::Done).await.unwrap();
+        assert_eq!(server.recv_control::<Msg>().await.unwrap(), Msg::Done);
+        server.send_control(&Msg::Done).await.unwrap();
+        assert_eq!(client.recv_control::<Msg>().await.unwrap(), Msg::Done);
+        assert!(!client.is_spent());
+
+        server.send_control(&Msg::Done).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(client.is_spent(), "an answer nobody asked for waits");
+
+        let (server, client) = tokio::join!(accept_one(&listener), connect(&ep, &secret));
+        let (server, mut client) = (server.unwrap(), client.unwrap());
+        drop(server);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(client.is_spent(), "the peer closed it");
+    });
+}
+
 #[test]
 fn client_with_wrong_secret_is_refused_and_refuses() {
     for_each_transport(|listener, _| async move {

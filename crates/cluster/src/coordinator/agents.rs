@@ -78,7 +78,8 @@ impl Agents for SocketAgents {
 
 /// Connections to agents between requests, by node. A connection is taken by one request
 /// at a time (requests to one node at once open more); one kept past the reuse limit, or
-/// made to an agent process the node no longer has, is closed instead of reused.
+/// made to an agent process the node no longer has, or one the agent closed, is closed
+/// instead of reused.
 #[derive(Clone)]
 pub(super) struct IdleConnections {
     kept: Arc<Mutex<HashMap<String, Vec<Kept>>>>,
@@ -112,7 +113,9 @@ impl IdleConnections {
         let fresh = conns
             .pop()
             .filter(|k| k.pid == node.pid && k.tcp == node.tcp && k.since.elapsed() < self.reuse_within);
-        // Older ones, or ones made to another agent process, are of no more use.
+        let fresh = fresh.and_then(|mut k| (!k.conn.is_spent()).then_some(k));
+        // Older ones, ones the agent closed, or ones made to another agent process, are of
+        // no more use.
         if fresh.is_none() {
             conns.clear();
         }

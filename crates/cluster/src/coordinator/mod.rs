@@ -551,8 +551,14 @@ async fn serve(
 ) -> Result<(), ClusterError> {
     match conn.recv_control::<Hello>().await? {
         Hello::Session(info) => session(coord, conn, info).await,
+        // Callers keep their connection between requests (`CoordinatorLink`), within half
+        // the cluster's control idle: one idle that long is closed.
         Hello::Control => loop {
-            let Some(request) = next_request::<CoordRequest>(&mut conn).await? else {
+            let idle = coord.deadlines.control_idle();
+            let Ok(next) = tokio::time::timeout(idle, next_request::<CoordRequest>(&mut conn)).await else {
+                return Ok(());
+            };
+            let Some(request) = next? else {
                 return Ok(());
             };
             let by_run = match request {
