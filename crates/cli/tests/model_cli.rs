@@ -51,6 +51,31 @@ fn predicts_a_configuration_this_machine_cannot_run() {
     assert!(interval["interval_s"].as_f64().unwrap() > 0.0);
     assert!(interval["efficiency"].as_f64().unwrap() < 1.0);
     assert_eq!(v["source"]["kind"], "reference");
+    // The control plane's part of an epoch and of a recovery, apart, per node at 4,096 nodes.
+    let number = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
+    let next = &v["prediction"]["next"];
+    let commit = &next["commit"];
+    assert_eq!(commit["nodes"], 4096);
+    assert!(number(&commit["per_node_s"]) > 0.0, "{commit}");
+    let parts = number(&commit["fixed_s"]) + 4096.0 * number(&commit["per_node_s"]);
+    assert!((number(&commit["seconds"]) - parts).abs() < 1e-9, "{commit}");
+    let epoch = number(&v["epoch_seconds"]);
+    assert!(
+        (epoch - later - number(&commit["seconds"])).abs() < 1e-9,
+        "{epoch}"
+    );
+    assert_eq!(v["epoch_seconds"], next["seconds"]);
+    let recovery = &v["prediction"]["recovery"];
+    for part in ["detect_delay", "plan"] {
+        assert_eq!(recovery[part]["nodes"], 4096, "{recovery}");
+        assert!(number(&recovery[part]["per_node_s"]) > 0.0, "{recovery}");
+    }
+    let liveness = number(&v["machine"]["detect_s"]);
+    let detect = liveness + number(&recovery["detect_delay"]["seconds"]);
+    assert!(
+        (number(&recovery["detect_s"]) - detect).abs() < 1e-9,
+        "{recovery}"
+    );
     // The agents' CPU is the job's cost on the cores it shares with them, not on its own.
     let shape = [
         "model", "--nodes", "64", "--k", "6", "--m", "2", "--mode", "full", "--json",
@@ -201,6 +226,44 @@ fn encode_times_are_shown_as_terms_that_add_up() {
     );
 }
 
+/// The text shows the control plane's part of every epoch and recovery, as a fixed part and a
+/// part per node, next to the encode.
+#[test]
+fn the_control_plane_is_shown_per_node() {
+    let text = ok(&["model", "--nodes", "4096", "--k", "14", "--m", "2"]);
+    let line = |start: &str| {
+        text.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no {start:?} in {text}"))
+            .to_string()
+    };
+    let later = line("later epochs (");
+    assert!(later.contains(" from checkpoint to commit; "), "{later}");
+    assert!(
+        later.contains("control plane's commit ") && later.contains(" + 4096 nodes × "),
+        "{later}"
+    );
+    let recovery = line("recovery of ");
+    for said in ["= liveness 3.00 s + control plane's delay ", ", plan "] {
+        assert!(recovery.contains(said), "{said}: {recovery}");
+    }
+}
+
+/// A calibration saved before the model counted the control plane loads, with the reference's
+/// control costs.
+#[test]
+fn an_older_calibration_loads_with_the_reference_control_costs() {
+    let older = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/results/calibration-32x1gbit-quiet.json"
+    );
+    let v = json(&["model", "--machine", older, "--nodes", "4096", "--json"]);
+    assert_eq!(v["source"]["kind"], "calibration");
+    let reference = json(&["model", "--nodes", "4096", "--json"]);
+    assert_eq!(v["machine"]["control"], reference["machine"]["control"]);
+    assert!(v["prediction"]["next"]["commit"]["seconds"].as_f64().unwrap() > 0.0);
+}
+
 /// `--rank-cores` of a machine that is not this host's cluster is a documented constant,
 /// not this host's core count.
 #[test]
@@ -280,6 +343,20 @@ fn calibration_of_a_running_cluster_prices_its_predictions() {
     ] {
         assert!(machine["cpu"][cost].as_f64().unwrap() > 0.0, "{cost}: {machine}");
     }
+    // The control plane measured on clusters of tiny images at two sizes on this host: the
+    // coordinator's CPU per node, a recovery's planning.
+    let control = &machine["control"];
+    assert!(control["coordinator_node_s"].as_f64().unwrap() > 0.0, "{control}");
+    let plan = &control["plan"];
+    assert!(
+        plan["fixed_s"].as_f64().unwrap() + plan["per_node_s"].as_f64().unwrap() > 0.0,
+        "{control}"
+    );
+    let saved: Value = serde_json::from_slice(&std::fs::read(c.dir.join("model.json")).unwrap()).unwrap();
+    assert_eq!(
+        saved["samples"]["control_nodes"],
+        serde_json::json!([128.0, 512.0])
+    );
     assert!(c.dir.join("model.json").is_file());
     let again = json(&["model", "--dir", c.d(), "--json"]);
     assert_eq!(
@@ -295,6 +372,10 @@ fn calibration_of_a_running_cluster_prices_its_predictions() {
         "{registered} of {cores}"
     );
     assert_close(&again["machine"]["cpu"], &v["machine"]["cpu"]);
+    assert_close(
+        &again["machine"]["control"]["plan"],
+        &v["machine"]["control"]["plan"],
+    );
     let faster = json(&["model", "--dir", c.d(), "--link-rate", "100gbit", "--json"]);
     assert!(faster["machine"]["link_bps"].as_f64().unwrap() > 1e10);
     let real = json(&[

@@ -4,9 +4,10 @@
 //! `C` is what a checkpoint costs the job: the time its ranks are stopped (eckpt encodes
 //! while the job runs on). `M` is the job's mean time between failures: a node's over the
 //! number of nodes. `R` is what a failure costs beyond the lost work: recovery, plus the
-//! lag of the newest committed epoch behind the newest checkpoint (its encode), since a
-//! failure during an encode rolls back to the epoch before. The interval is never shorter
-//! than an encode: a rank that checkpoints again before the previous epoch committed waits.
+//! lag of the newest committed epoch behind the newest checkpoint (its encode and commit),
+//! since a failure before the commit rolls back to the epoch before. The interval is never
+//! shorter than that epoch: a rank that checkpoints again before the previous epoch
+//! committed waits.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,7 +22,7 @@ pub struct Interval {
     pub restart_s: f64,
     /// Young: `√(2·C·M)`.
     pub young_s: f64,
-    /// Daly's higher-order optimum, and never below the encode (the advised interval).
+    /// Daly's higher-order optimum, and never below an epoch's lag (the advised interval).
     pub interval_s: f64,
     /// Expected fraction of time spent on useful work at `interval_s`.
     pub efficiency: f64,
@@ -37,7 +38,7 @@ pub fn efficiency(tau: f64, c: f64, r: f64, m: f64) -> f64 {
     tau / (m * (r / m).exp() * ((tau + c) / m).exp_m1())
 }
 
-/// The interval for checkpoint cost `c`, encode lag `lag`, recovery `recovery` and the
+/// The interval for checkpoint cost `c`, epoch lag `lag`, recovery `recovery` and the
 /// job's mean time between failures `m` (all seconds).
 pub fn interval(c: f64, lag: f64, recovery: f64, m: f64) -> Interval {
     let young = (2.0 * c * m).sqrt();

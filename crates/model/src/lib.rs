@@ -10,6 +10,8 @@
 //!
 //! - [`scenario`]: the cluster, its coding and the job's checkpoint sizes.
 //! - [`machine`]: link rate, hosts and per-unit costs.
+//! - [`control`]: what the control plane adds to every epoch and recovery as the cluster
+//!   grows, and its fit to measurements.
 //! - [`work`]: the work of one group's encode, decode or update, member by member.
 //! - [`time`]: seconds of that work on a machine.
 //! - [`predict`]: a scenario's epochs, checkpoints, recovery and storage.
@@ -20,6 +22,7 @@
 
 #![warn(missing_docs)]
 
+pub mod control;
 pub mod interval;
 pub mod machine;
 pub mod predict;

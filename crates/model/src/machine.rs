@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::control::Control;
 use crate::ModelError;
 
 /// Payload bytes per link byte of TCP over Ethernet with 1500-byte frames (1448 of 1500):
@@ -78,8 +79,13 @@ pub struct Machine {
     /// Seconds of an encode or update that do not depend on its size or its members' CPU:
     /// the coordinator's round trips (describe, task, report).
     pub task_s: f64,
-    /// Seconds from a node's death until the cluster acts on it (heartbeat timeout).
+    /// The liveness period: a node silent this long is counted dead (the control plane's
+    /// delay beyond it is `control.detect`).
     pub detect_s: f64,
+    /// What the control plane adds to every epoch and recovery. A calibration made before
+    /// the model counted it loads with the reference's.
+    #[serde(default = "Control::reference")]
+    pub control: Control,
 }
 
 /// `tc tbf` burst of a link shaped by `eckpt up --netns --link-rate` at `bits` per second:
@@ -112,6 +118,7 @@ impl Machine {
             },
             task_s: 0.003,
             detect_s: 3.0,
+            control: Control::reference(),
         }
     }
 
@@ -145,7 +152,10 @@ impl Machine {
             ("store byte cost", c.store_byte_s),
             ("chain block cost", c.chain_block_s),
             ("round cost", c.round_s),
-        ] {
+        ]
+        .into_iter()
+        .chain(self.control.figures())
+        {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(bad(what, v));
             }
@@ -210,6 +220,23 @@ mod tests {
         assert_eq!(m.with_link_rate(100e9).burst_bytes, 0.0, "real links have none");
     }
 
+    /// `docs/results/calibration-32x1gbit-quiet.json` was saved before the model counted the
+    /// control plane: it loads, with the reference's control costs.
+    #[test]
+    fn a_calibration_without_control_costs_loads_with_the_reference() {
+        let file: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../docs/results/calibration-32x1gbit-quiet.json"
+        ))
+        .unwrap();
+        assert!(file["machine"].get("control").is_none(), "an older calibration");
+        let m: Machine = serde_json::from_value(file["machine"].clone()).unwrap();
+        assert_eq!(m.control, Control::reference());
+        assert_eq!(m.detect_s, 3.0);
+        assert!(m.validate().is_ok());
+        let again: Machine = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(again, m, "and saves them");
+    }
+
     #[test]
     fn impossible_machines_are_refused() {
         let ok = Machine::reference(1e9);
@@ -226,5 +253,10 @@ mod tests {
         }
         .validate()
         .is_err());
+        let mut control = ok.control;
+        control.plan.per_node_s = -1e-3;
+        assert!(Machine { control, ..ok }.validate().is_err());
+        control.plan.per_node_s = f64::INFINITY;
+        assert!(Machine { control, ..ok }.validate().is_err());
     }
 }

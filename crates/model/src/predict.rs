@@ -5,11 +5,17 @@
 //! their own, `update` sends the changed pages to the parity holders — unless they exceed
 //! what a full encode moves, when the coordinator encodes in full (the same rule as its
 //! `update_is_cheaper`: changed bytes of the group below `m ×` the longest shard).
+//!
+//! Every epoch and every recovery also pays the control plane ([`crate::control`]): an
+//! epoch's commit, a loss's detection beyond the liveness period and the recovery's
+//! planning, each a fixed part plus a part per node, kept apart in the prediction so that
+//! what the coordinator costs at thousands of nodes shows.
 
 use eckpt_coding::geometry::Geometry;
 use eckpt_coding::{Layout, Mode};
 use serde::{Deserialize, Serialize};
 
+use crate::control::Linear;
 use crate::machine::Machine;
 use crate::scenario::{GroupShape, Scenario, BLOCK};
 use crate::time::{busiest_agent_cpu, cpu_seconds, task_seconds, Estimate};
@@ -46,7 +52,31 @@ const DELTA_PER_BLOCK: f64 = 8.0;
 /// Bytes of a stripe blob's fixed headers (delta header, item, trailer, blob header).
 const BLOB_FIXED: f64 = 256.0;
 
-/// One epoch's encode.
+/// The control plane's part of an epoch or a recovery at the scenario's node count.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ControlPart {
+    /// Seconds whatever the node count.
+    pub fixed_s: f64,
+    /// Seconds per node.
+    pub per_node_s: f64,
+    /// The scenario's nodes.
+    pub nodes: usize,
+    /// `fixed_s + per_node_s × nodes`.
+    pub seconds: f64,
+}
+
+impl ControlPart {
+    fn at(cost: Linear, nodes: usize) -> ControlPart {
+        ControlPart {
+            fixed_s: cost.fixed_s,
+            per_node_s: cost.per_node_s,
+            nodes,
+            seconds: cost.at(nodes),
+        }
+    }
+}
+
+/// One epoch: its encode and its commit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EpochPrediction {
     /// What the coordinator does: `full`, `update`, `stripe` or `stripe-full`.
@@ -54,6 +84,12 @@ pub struct EpochPrediction {
     /// Seconds from the start of encoding to the last member's report (as `eckpt bench
     /// cluster` and the coordinator measure `encode_seconds`).
     pub encode_seconds: f64,
+    /// The control plane's part of the epoch beyond the encode: the ranks' calls, the
+    /// coordinator's handling of every node's and its commit.
+    pub commit: ControlPart,
+    /// From the ranks' checkpoint calls to the commit: `encode_seconds + commit.seconds`,
+    /// how far the newest committed epoch lags behind the newest checkpoint.
+    pub seconds: f64,
     /// Transfer unit the encode runs with (smaller than configured for small objects).
     pub chunk: u64,
     /// Payload bytes on the busiest link.
@@ -73,8 +109,12 @@ pub struct EpochPrediction {
 pub struct RecoveryPrediction {
     /// Members lost in one group (data members: the worst case).
     pub lost: usize,
-    /// Until the loss is noticed.
+    /// Until the loss is noticed: the liveness period plus `detect_delay`.
     pub detect_s: f64,
+    /// The control plane's delay, beyond the liveness period, in counting the node dead.
+    pub detect_delay: ControlPart,
+    /// The coordinator's planning of the recovery and its journal commits.
+    pub plan: ControlPart,
     /// Every survivor re-reads and checks what it holds.
     pub scrub_s: f64,
     /// Parallel decode of the lost data onto spares.
@@ -258,9 +298,12 @@ fn epoch(
             )
         })
         .fold(0.0, f64::max);
+    let commit = ControlPart::at(machine.control.commit(machine.hosts), scenario.nodes);
     EpochPrediction {
         kind: kind.to_string(),
         encode_seconds: estimate.seconds,
+        commit,
+        seconds: estimate.seconds + commit.seconds,
         chunk,
         busiest_link_bytes: tasks.iter().map(TaskWork::busiest_link).fold(0.0, f64::max),
         sent_per_data_node,
@@ -331,7 +374,7 @@ fn checkpoint(scenario: &Scenario, machine: &Machine, written: u64) -> f64 {
     cpu_seconds(machine, &all)
 }
 
-/// Losing `m` data members of one group with spares at hand: notice it, scrub the
+/// Losing `m` data members of one group with spares at hand: notice it, plan, scrub the
 /// survivors, decode onto the spares, install, encode the group anew.
 fn recovery(
     scenario: &Scenario,
@@ -361,21 +404,26 @@ fn recovery(
     };
     let survivors = vec![&survivor; scenario.nodes - lost.len()];
     let scrub_s = cpu_seconds(machine, &survivors) + machine.task_s;
-    let detect_s = machine.detect_s;
+    let detect_delay = ControlPart::at(machine.control.detect, scenario.nodes);
+    let plan = ControlPart::at(machine.control.plan, scenario.nodes);
+    let detect_s = machine.detect_s + detect_delay.seconds;
     RecoveryPrediction {
         lost: lost.len(),
         detect_s,
+        detect_delay,
+        plan,
         scrub_s,
         decode_s,
         install_s,
         reencode_s,
-        seconds: detect_s + scrub_s + decode_s + install_s + reencode_s,
+        seconds: detect_s + plan.seconds + scrub_s + decode_s + install_s + reencode_s,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::Control;
     use eckpt_coding::{CodingConfig, Topology};
     use proptest::prelude::*;
 
@@ -462,6 +510,80 @@ mod tests {
             t(4096, 30, 1 << 20),
             t(32, 30, 1 << 20),
             "groups run side by side"
+        );
+    }
+
+    /// 14+2 groups in update mode over `nodes` nodes, predicted on `machine`.
+    fn at_scale(nodes: usize, machine: &Machine) -> Prediction {
+        predict(&scenario(nodes, 14, Mode::Update), machine).unwrap()
+    }
+
+    #[test]
+    fn the_control_plane_adds_its_cost_per_node_to_every_epoch() {
+        let machine = Machine::reference(100e9);
+        let per_node = machine.control.commit(machine.hosts).per_node_s;
+        assert!(per_node > 0.0);
+        let (small, large) = (at_scale(64, &machine), at_scale(4096, &machine));
+        // Groups of one shape encode side by side: the encode is the same at any size, and
+        // the epoch grows by the coordinator's cost per node for every node added.
+        assert_eq!(small.next.encode_seconds, large.next.encode_seconds);
+        let grown = large.next.seconds - small.next.seconds;
+        assert!((grown - per_node * 4032.0).abs() < 1e-9, "{grown}");
+        for p in [&small, &large] {
+            for e in [&p.first, &p.next] {
+                assert_eq!(e.seconds, e.encode_seconds + e.commit.seconds);
+                let c = &e.commit;
+                assert_eq!(c.seconds, c.fixed_s + c.per_node_s * c.nodes as f64);
+            }
+        }
+        assert_eq!(large.next.commit.nodes, 4096);
+        // A free control plane leaves the encode alone.
+        let free = Machine {
+            control: Control {
+                commit_fixed_s: 0.0,
+                coordinator_node_s: 0.0,
+                node_s: 0.0,
+                detect: Linear::default(),
+                plan: Linear::default(),
+            },
+            ..machine
+        };
+        let p = at_scale(4096, &free);
+        assert_eq!(p.next.seconds, p.next.encode_seconds);
+        assert_eq!(p.recovery.detect_s, machine.detect_s, "the liveness period alone");
+    }
+
+    #[test]
+    fn on_one_shared_host_the_nodes_own_calls_add_up_too() {
+        let own = Machine::reference(1e9);
+        let shared = own.emulated(1e9, 2.0);
+        let c = own.control;
+        let grown = |m: &Machine| at_scale(1024, m).next.commit.seconds - at_scale(64, m).next.commit.seconds;
+        assert!((grown(&own) - 960.0 * c.coordinator_node_s).abs() < 1e-9);
+        let cores = 2.0 * crate::machine::SHARED_HOST_SHARE;
+        let expected = 960.0 * (c.coordinator_node_s + c.node_s / cores);
+        assert!((grown(&shared) - expected).abs() < 1e-9, "{}", grown(&shared));
+    }
+
+    #[test]
+    fn a_recovery_waits_for_the_liveness_period_detection_and_planning() {
+        let machine = Machine::reference(100e9);
+        let (small, large) = (at_scale(64, &machine), at_scale(4096, &machine));
+        let c = machine.control;
+        for (p, nodes) in [(&small, 64.0), (&large, 4096.0)] {
+            let r = &p.recovery;
+            let detect = machine.detect_s + c.detect.fixed_s + c.detect.per_node_s * nodes;
+            assert!((r.detect_s - detect).abs() < 1e-12, "{r:?}");
+            let plan = c.plan.fixed_s + c.plan.per_node_s * nodes;
+            assert!((r.plan.seconds - plan).abs() < 1e-12, "{r:?}");
+            let sum = r.detect_s + r.plan.seconds + r.scrub_s + r.decode_s + r.install_s + r.reencode_s;
+            assert!((r.seconds - sum).abs() < 1e-9);
+        }
+        let grown = large.recovery.seconds - small.recovery.seconds;
+        let control = (c.detect.per_node_s + c.plan.per_node_s) * 4032.0;
+        assert!(
+            grown >= control - 1e-9,
+            "{grown}: at least the control plane's {control}"
         );
     }
 

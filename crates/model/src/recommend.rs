@@ -44,6 +44,9 @@ pub struct Choice {
     pub coding: CodingConfig,
     /// A later epoch's encode (seconds) and what it is.
     pub encode_seconds: f64,
+    /// A later epoch from the ranks' checkpoint calls to its commit: the encode and the
+    /// control plane's part (seconds).
+    pub epoch_seconds: f64,
     /// `full`, `update` or `stripe`.
     pub epoch_kind: String,
     /// Recovery from `m` losses in a group (seconds).
@@ -121,7 +124,7 @@ pub fn recommend_with_progress(
                         let job_mtbf = constraints.node_mtbf_s / base.nodes as f64;
                         let advice = interval(
                             p.job_checkpoint_seconds(constraints.rank_cores),
-                            p.next.encode_seconds,
+                            p.next.seconds,
                             p.recovery.seconds,
                             job_mtbf,
                         );
@@ -134,6 +137,7 @@ pub fn recommend_with_progress(
                         choices.push(Choice {
                             coding,
                             encode_seconds: p.next.encode_seconds,
+                            epoch_seconds: p.next.seconds,
                             epoch_kind: p.next.kind,
                             recovery_seconds: p.recovery.seconds,
                             overhead: p.storage.parity_per_data_chain,

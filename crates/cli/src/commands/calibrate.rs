@@ -3,7 +3,9 @@
 //! byte, read from `/proc`); the costs of the agents' code paths on this host — GF
 //! arithmetic, checksummed store reads, store writes, hashing, authenticated frames through
 //! the queues the agents use — in this process, on files in the cluster directory (where
-//! the agents' stores are). Saved as the cluster's `model.json`.
+//! the agents' stores are); the control plane's costs as `eckpt bench control` measures
+//! them, on clusters of tiny images at two sizes started on this host with the cluster's
+//! coding and time bounds. Saved as the cluster's `model.json`.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -19,11 +21,14 @@ use eckpt_cluster_api::dirs::{ClusterDir, ClusterFile};
 use eckpt_cluster_api::msg::{LinkTest, NodeInfo, Nodes};
 use eckpt_cluster_api::net::{ask_agent, host_identity, open_node};
 use eckpt_codec::LinearMap;
+use eckpt_model::control::{fit, ControlRun};
 use eckpt_model::machine::{netns_burst, Cpu, Hosts, Machine, SHARED_HOST_SHARE, TCP_PAYLOAD};
+use eckpt_model::Scenario;
 use serde::{Deserialize, Serialize};
 
 use eckpt_proto::{connect, listen, ClusterSecret, Endpoint, TransportKind};
 
+use super::bench::control;
 use super::bench::stats::median;
 use super::bench::transport::bench_transport;
 use super::process_cpu::{agent_pid, cpu_seconds, cpu_seconds_of_all};
@@ -130,7 +135,9 @@ pub fn calibrate(dir: &ClusterDir) -> Result<Calibration> {
     rt.block_on(measure_pair(dir, &nodes, bytes, &mut samples))?;
     rt.block_on(measure_ring(dir, &nodes, bytes, &mut samples))?;
     measure_local(&dir.node(&nodes[0].name), &mut samples)?;
-    let machine = machine_of(&samples, nodes.len(), nominal, file.deadlines.liveness())?;
+    let mut machine = machine_of(&samples, nodes.len(), nominal, file.deadlines.liveness())?;
+    let runs = measure_control(&file, &mut samples)?;
+    machine.control = fit(&machine, &runs)?;
     Ok(Calibration {
         format: CALIBRATION_FORMAT,
         measured_unix: std::time::SystemTime::now()
@@ -192,7 +199,8 @@ async fn measure_ring(dir: &ClusterDir, nodes: &[NodeInfo], bytes: u64, samples:
 /// agents used per byte in the pair or the ring test (the more). When the ring could not reach the links' rate, the
 /// host's cores were the limit: the agents then got the share `ring CPU / (cores × wall)` of
 /// them, and the model's shared host gets that many cores; otherwise the reference share.
-/// Fixed costs are the reference's: no measurement of a running cluster shows them.
+/// Fixed costs are the reference's: no measurement of a running cluster shows them (the
+/// control plane's are fitted afterwards, [`measure_control`]).
 /// A node loss is detected after the cluster's liveness period (`liveness`).
 fn machine_of(
     samples: &Samples,
@@ -231,6 +239,69 @@ fn machine_of(
     };
     machine.validate()?;
     Ok(machine)
+}
+
+/// Bytes of each rank's image in the control plane's runs: a few pages, so that an epoch's
+/// time is the control plane's (`eckpt bench control`'s default).
+const CONTROL_IMAGE: u64 = 16 << 10;
+
+/// The control plane's costs as `eckpt bench control` measures them — an epoch's commit, the
+/// coordinator's and the nodes' CPU per epoch, a killed node's detection, the recovery's
+/// planning — on two clusters of tiny images with `file`'s coding and time bounds, started on
+/// this host for the purpose: the calibrated cluster's own epochs belong to its job, and its
+/// nodes are not killed to time a detection. The sizes, 128 nodes (or one group of `k + m`,
+/// if larger) and four times as many (at most 1,024), take seconds, and the larger is as
+/// near as that allows to the thousands of nodes predicted: on one host the nodes' CPU per
+/// node grows with their number (1.25 ms per epoch at 64 nodes, 2.7 ms at 1,024 here).
+fn measure_control(file: &ClusterFile, samples: &mut Samples) -> Result<Vec<ControlRun>> {
+    let coding = file.coding;
+    let small = (coding.k + coding.m).max(128);
+    [small, (4 * small).min(1024)]
+        .into_iter()
+        .map(|nodes| {
+            let r = control::bench(&control::Options {
+                nodes,
+                coding,
+                size_per_node: CONTROL_IMAGE,
+                epochs: 11,
+                rest: 0.0,
+                kill: 1,
+                restart_threads: 8,
+                per_process: 1024,
+                deadlines: file.deadlines,
+                dir: None,
+            })
+            .with_context(|| format!("measuring the control plane at {nodes} nodes"))?;
+            let (coordinator_cpu_s, nodes_cpu_s) = r.mean_cpu_seconds_per_epoch();
+            let run = ControlRun {
+                scenario: Scenario {
+                    nodes,
+                    coding,
+                    size_per_node: CONTROL_IMAGE,
+                    // The MAT pattern of bench control changes at least one page of each image.
+                    dirty_fraction: 4096.0 / CONTROL_IMAGE as f64,
+                },
+                commit_s: r.commit_seconds,
+                coordinator_cpu_s,
+                nodes_cpu_s,
+                detect_s: r.detect_seconds.context("no detection measured")?,
+                plan_s: r
+                    .recover_plan_and_commit_seconds
+                    .context("no recovery measured")?,
+            };
+            for (name, value) in [
+                ("control_nodes", nodes as f64),
+                ("control_commit_s", run.commit_s),
+                ("control_coordinator_cpu_s", run.coordinator_cpu_s),
+                ("control_nodes_cpu_s", run.nodes_cpu_s),
+                ("control_detect_s", run.detect_s),
+                ("control_plan_s", run.plan_s),
+            ] {
+                push(samples, name, value);
+            }
+            Ok(run)
+        })
+        .collect()
 }
 
 /// Seconds per byte of `work` over `bytes`, median of five.

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use eckpt_cluster::launch::{self, UpOptions};
-use eckpt_cluster_api::dirs::{read_pid_file, AgentPlacement, ClusterDir};
+use eckpt_cluster_api::dirs::{read_pid_file, AgentPlacement, ClusterDir, Deadlines};
 use eckpt_cluster_api::msg::{Recover, Relocation, Status, StatusReport};
 use eckpt_coding::CodingConfig;
 use serde::Serialize;
@@ -26,7 +26,7 @@ use super::ranks::{restart_all, Change, RankJob};
 use super::stats::median;
 use super::workload::Pattern;
 use crate::commands::cluster::{this_exe, CodingArgs, DeadlineArgs};
-use crate::commands::process_cpu::cpu_seconds;
+use crate::commands::process_cpu::{cpu_seconds, cpu_seconds_of_all};
 use crate::output::print_json;
 use crate::size::parse_size;
 use serde::Deserialize;
@@ -45,7 +45,7 @@ pub struct Args {
     /// snapshot, written when the log outgrows the last one, falls on one epoch in many).
     #[arg(long, default_value_t = 4)]
     epochs: usize,
-    /// Seconds the cluster rests after the epochs, for the heartbeats' cost.
+    /// Seconds the cluster rests after the epochs, for the heartbeats' cost (0: none).
     #[arg(long, default_value_t = 3.0)]
     rest: f64,
     /// Data-holding nodes of the first group killed after the epochs (at most m), their
@@ -71,6 +71,39 @@ pub struct Args {
     json: bool,
 }
 
+/// What one run of the benchmark does: `bench control` takes it from its arguments,
+/// `eckpt model --calibrate` sets it to measure the control plane's costs.
+pub(crate) struct Options {
+    pub nodes: usize,
+    pub coding: CodingConfig,
+    pub size_per_node: u64,
+    pub epochs: usize,
+    pub rest: f64,
+    pub kill: usize,
+    pub restart_threads: usize,
+    pub per_process: usize,
+    pub deadlines: Deadlines,
+    /// Directory the cluster's temporary directory is made in (default: tmpfs).
+    pub dir: Option<PathBuf>,
+}
+
+impl Args {
+    fn options(&self) -> Result<Options> {
+        Ok(Options {
+            nodes: self.nodes,
+            coding: self.coding.coding()?,
+            size_per_node: self.size_per_node,
+            epochs: self.epochs,
+            rest: self.rest,
+            kill: self.kill,
+            restart_threads: self.restart_threads,
+            per_process: self.per_process,
+            deadlines: self.deadlines.deadlines(),
+            dir: self.dir.clone(),
+        })
+    }
+}
+
 /// One epoch as the coordinator saw it.
 #[derive(Serialize)]
 struct Epoch {
@@ -78,6 +111,10 @@ struct Epoch {
     commit_seconds: f64,
     /// CPU the coordinator process spent over the epoch.
     coordinator_cpu_seconds: f64,
+    /// CPU the agents' and the ranks' processes spent over the epoch together: the nodes'
+    /// side of the control plane (their calls, connections and tiny encodes), which agents
+    /// on hosts of their own spend in parallel and agents sharing a host add up.
+    nodes_cpu_seconds: f64,
     /// read/write-family calls the coordinator made over the epoch: its messages (each read
     /// or written with one or a few calls) and its journal files.
     coordinator_io_calls: u64,
@@ -88,7 +125,7 @@ struct Epoch {
 }
 
 #[derive(Serialize)]
-struct Report {
+pub(crate) struct Report {
     nodes: usize,
     coding: CodingConfig,
     /// Ranks (one per data-holding node).
@@ -99,24 +136,26 @@ struct Report {
     /// Every epoch, the first (full) one included.
     epochs: Vec<Epoch>,
     /// Medians over the epochs after the first.
-    commit_seconds: f64,
+    pub commit_seconds: f64,
     coordinator_cpu_seconds_per_epoch: f64,
     coordinator_cpu_microseconds_per_node_per_epoch: f64,
+    /// The agents' and ranks' CPU per node and epoch (see [`Epoch::nodes_cpu_seconds`]).
+    nodes_cpu_microseconds_per_node_per_epoch: f64,
     coordinator_io_calls_per_node_per_epoch: f64,
     coordinator_io_bytes_per_node_per_epoch: f64,
     journal_bytes_per_epoch: u64,
-    /// The coordinator's CPU per second of rest (heartbeats only).
-    heartbeat_cpu_seconds_per_second: f64,
+    /// The coordinator's CPU per second of rest (heartbeats only); none without a rest.
+    heartbeat_cpu_seconds_per_second: Option<f64>,
     /// The liveness period the cluster judges nodes by.
     liveness_seconds: f64,
     /// Nodes killed (`--kill`).
     killed: Vec<String>,
     /// From the kill until the coordinator counted every killed node dead.
-    detect_seconds: Option<f64>,
+    pub detect_seconds: Option<f64>,
     /// `eckpt recover` from its call to its answer (planning, decode, install, re-encode).
     recover_seconds: Option<f64>,
     /// What of it was neither the decode nor the re-encode: planning and journal commits.
-    recover_plan_and_commit_seconds: Option<f64>,
+    pub recover_plan_and_commit_seconds: Option<f64>,
     /// From the end of the recovery (or of the epochs) until every rank restarted, each
     /// with exactly the bytes it checkpointed.
     restart_seconds: f64,
@@ -126,6 +165,17 @@ struct Report {
     agent_processes: usize,
     /// The agent processes' peak resident memory together, per node.
     agent_rss_bytes_per_node: u64,
+}
+
+impl Report {
+    /// The coordinator's and the nodes' CPU seconds per epoch, means over the epochs after
+    /// the first: CPU times are clock ticks (10 ms), which one epoch of a small cluster spends
+    /// a few of, so a median over epochs moves by whole ticks where a mean resolves them.
+    pub(crate) fn mean_cpu_seconds_per_epoch(&self) -> (f64, f64) {
+        let later = &self.epochs[1..];
+        let mean = |f: fn(&Epoch) -> f64| later.iter().map(f).sum::<f64>() / later.len() as f64;
+        (mean(|e| e.coordinator_cpu_seconds), mean(|e| e.nodes_cpu_seconds))
+    }
 }
 
 /// One `eckpt agents` process and the nodes it hosts.
@@ -199,6 +249,11 @@ impl Agents {
             let last = log.lines().last().unwrap_or_default().to_string();
             Some(format!("an agent process exited ({status}): {last}"))
         })
+    }
+
+    /// The agent processes' ids.
+    fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.processes.iter().map(|p| p.child.id())
     }
 
     /// The agent processes' peak resident memory together.
@@ -284,22 +339,33 @@ fn until_status(
 }
 
 pub fn run(args: Args) -> Result<i32> {
-    let coding = args.coding.coding()?;
-    if args.kill > coding.m {
+    let report = bench(&args.options()?)?;
+    if args.json {
+        print_json(&report);
+    } else {
+        print_text(&report);
+    }
+    Ok(0)
+}
+
+/// Starts a cluster of `o.nodes` on this host, measures it as `o` says, and stops it.
+pub(crate) fn bench(o: &Options) -> Result<Report> {
+    let coding = o.coding;
+    if o.kill > coding.m {
         bail!(
             "--kill {}: more than m = {} nodes of a group cannot be recovered",
-            args.kill,
+            o.kill,
             coding.m
         );
     }
-    let tmp = match &args.dir {
+    let tmp = match &o.dir {
         Some(dir) => tempfile::Builder::new().prefix("eckpt-bench-").tempdir_in(dir)?,
         None => scratch()?,
     };
     let dir_path = tmp.path().join("cluster");
     launch::up(&UpOptions {
         dir: dir_path.clone(),
-        nodes: Some(args.nodes),
+        nodes: Some(o.nodes),
         spares: 0,
         names: Vec::new(),
         coding,
@@ -311,30 +377,25 @@ pub fn run(args: Args) -> Result<i32> {
         bind: None,
         flush: None,
         job: None,
-        deadlines: args.deadlines.deadlines(),
+        deadlines: o.deadlines,
         domains: Default::default(),
         agent_placement: AgentPlacement {
             threads: Some(1),
             ..AgentPlacement::default()
         },
     })?;
-    let result = measure(&args, coding, &dir_path, tmp.path());
+    let result = measure(o, &dir_path, tmp.path());
     let down = launch::down(&dir_path, true);
     let report = result?;
     down?;
-    if args.json {
-        print_json(&report);
-    } else {
-        print_text(&report);
-    }
-    Ok(0)
+    Ok(report)
 }
 
 fn print_text(r: &Report) {
     println!(
         "{} nodes (k={} m={}, {} ranks of {} B): registered in {:.2} s; per epoch: commit {:.3} s, \
-         coordinator CPU {:.4} s ({:.1} µs/node), {:.1} I/O calls/node, {:.0} B/node, journal {} B; \
-         at rest {:.4} CPU s/s",
+         coordinator CPU {:.4} s ({:.1} µs/node), agents' and ranks' CPU {:.1} µs/node, \
+         {:.1} I/O calls/node, {:.0} B/node, journal {} B{}",
         r.nodes,
         r.coding.k,
         r.coding.m,
@@ -344,10 +405,13 @@ fn print_text(r: &Report) {
         r.commit_seconds,
         r.coordinator_cpu_seconds_per_epoch,
         r.coordinator_cpu_microseconds_per_node_per_epoch,
+        r.nodes_cpu_microseconds_per_node_per_epoch,
         r.coordinator_io_calls_per_node_per_epoch,
         r.coordinator_io_bytes_per_node_per_epoch,
         r.journal_bytes_per_epoch,
         r.heartbeat_cpu_seconds_per_second
+            .map(|s| format!("; at rest {s:.4} CPU s/s"))
+            .unwrap_or_default()
     );
     if let (Some(detect), Some(recover)) = (r.detect_seconds, r.recover_seconds) {
         println!(
@@ -462,6 +526,11 @@ impl RankProcesses {
         Ok(RankProcesses { processes })
     }
 
+    /// The rank processes' ids.
+    fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.processes.iter().map(|(child, _, _)| child.id())
+    }
+
     /// Every rank changes its image (from `seed`) and checkpoints once, and the epoch
     /// commits: the seconds from the request to the last answer, and every rank's digest.
     fn checkpoint_all(&mut self, seed: u64) -> Result<(f64, Vec<u64>)> {
@@ -491,7 +560,7 @@ impl RankProcesses {
     }
 }
 
-fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, logs: &Path) -> Result<Report> {
+fn measure(o: &Options, dir_path: &Path, logs: &Path) -> Result<Report> {
     let dir = ClusterDir::new(dir_path)?;
     let names: Vec<String> = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -501,19 +570,14 @@ fn measure(args: &Args, coding: CodingConfig, dir_path: &Path, logs: &Path) -> R
         .into_iter()
         .map(|n| n.name)
         .collect();
-    let mut agents = Agents::start(dir_path, logs, &names, args.per_process)?;
-    let result = measure_with(args, coding, dir_path, logs, &mut agents);
+    let mut agents = Agents::start(dir_path, logs, &names, o.per_process)?;
+    let result = measure_with(o, dir_path, logs, &mut agents);
     agents.stop();
     result
 }
 
-fn measure_with(
-    args: &Args,
-    coding: CodingConfig,
-    dir_path: &Path,
-    logs: &Path,
-    agents: &mut Agents,
-) -> Result<Report> {
+fn measure_with(o: &Options, dir_path: &Path, logs: &Path, agents: &mut Agents) -> Result<Report> {
+    let coding = o.coding;
     let dir = ClusterDir::new(dir_path)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -522,7 +586,7 @@ fn measure_with(
     let deadlines = dir.load()?.deadlines;
     let coordinator_pid = read_pid_file(&dir.coordinator()).context("the coordinator's pid")?;
     let started = Instant::now();
-    let register_wait = deadlines.start_wait() + Duration::from_secs(args.nodes as u64 / 16);
+    let register_wait = deadlines.start_wait() + Duration::from_secs(o.nodes as u64 / 16);
     until_status(&rt, &dir, register_wait, "every agent registered", |s| {
         s.nodes.iter().all(|n| n.alive)
     })
@@ -534,37 +598,46 @@ fn measure_with(
 
     let status = rt.block_on(coordinator(&dir, Status))?;
     let holders = data_holders(&status, coding);
-    let size = args.size_per_node as usize;
-    let mut ranks = RankProcesses::start(dir_path, logs, &holders, size, args.per_process)?;
+    let size = o.size_per_node as usize;
+    let mut ranks = RankProcesses::start(dir_path, logs, &holders, size, o.per_process)?;
     let journal_bytes =
         || -> Result<u64> { Ok(rt.block_on(coordinator(&dir, Status))?.journal_bytes_written) };
     let mut epochs = Vec::new();
     let mut digests = Vec::new();
-    for seed in 0..args.epochs.max(2) as u64 {
+    let node_pids: Vec<u32> = agents.pids().chain(ranks.pids()).collect();
+    for seed in 0..o.epochs.max(2) as u64 {
         let journal_before = journal_bytes()?;
         let (cpu_before, io_before) = (cpu_seconds(coordinator_pid)?, io_of(coordinator_pid)?);
+        let nodes_before = cpu_seconds_of_all(&node_pids)?;
         let (commit_seconds, step_digests) = ranks.checkpoint_all(seed)?;
         let (cpu_after, io_after) = (cpu_seconds(coordinator_pid)?, io_of(coordinator_pid)?);
+        let nodes_after = cpu_seconds_of_all(&node_pids)?;
         let io = io_after - io_before;
         epochs.push(Epoch {
             commit_seconds,
             coordinator_cpu_seconds: cpu_after - cpu_before,
+            nodes_cpu_seconds: nodes_after - nodes_before,
             coordinator_io_calls: io.calls,
             coordinator_io_bytes: io.bytes,
             journal_bytes: journal_bytes()? - journal_before,
         });
         digests = step_digests;
     }
-    let cpu_before = cpu_seconds(coordinator_pid)?;
-    std::thread::sleep(Duration::from_secs_f64(args.rest));
-    let heartbeat_cpu_seconds_per_second = (cpu_seconds(coordinator_pid)? - cpu_before) / args.rest;
+    let heartbeat_cpu_seconds_per_second = match o.rest > 0.0 {
+        true => {
+            let cpu_before = cpu_seconds(coordinator_pid)?;
+            std::thread::sleep(Duration::from_secs_f64(o.rest));
+            Some((cpu_seconds(coordinator_pid)? - cpu_before) / o.rest)
+        }
+        false => None,
+    };
     ranks.stop();
 
     let killed: Vec<String> = status.groups[0]
         .members
         .iter()
         .filter(|n| holders.contains(n))
-        .take(args.kill)
+        .take(o.kill)
         .cloned()
         .collect();
     let (mut detect_seconds, mut recover_seconds, mut recover_plan_and_commit_seconds) = (None, None, None);
@@ -600,18 +673,18 @@ fn measure_with(
         recover_plan_and_commit_seconds =
             Some((seconds - report.decode_seconds - report.encode_seconds).max(0.0));
     }
-    let restart_seconds = restart_all(dir_path, size, &digests, args.restart_threads)?;
+    let restart_seconds = restart_all(dir_path, size, &digests, o.restart_threads)?;
 
     let later: Vec<f64> = epochs.iter().skip(1).map(|e| e.coordinator_cpu_seconds).collect();
     let cpu_per_epoch = median(&later);
     let per_node = |f: &dyn Fn(&Epoch) -> f64| {
-        median(&epochs.iter().skip(1).map(f).collect::<Vec<_>>()) / args.nodes as f64
+        median(&epochs.iter().skip(1).map(f).collect::<Vec<_>>()) / o.nodes as f64
     };
     Ok(Report {
-        nodes: args.nodes,
+        nodes: o.nodes,
         coding,
         ranks: holders.len(),
-        size_per_node: args.size_per_node,
+        size_per_node: o.size_per_node,
         register_seconds,
         commit_seconds: median(
             &epochs
@@ -621,7 +694,8 @@ fn measure_with(
                 .collect::<Vec<_>>(),
         ),
         coordinator_cpu_seconds_per_epoch: cpu_per_epoch,
-        coordinator_cpu_microseconds_per_node_per_epoch: cpu_per_epoch * 1e6 / args.nodes as f64,
+        coordinator_cpu_microseconds_per_node_per_epoch: cpu_per_epoch * 1e6 / o.nodes as f64,
+        nodes_cpu_microseconds_per_node_per_epoch: per_node(&|e| e.nodes_cpu_seconds) * 1e6,
         coordinator_io_calls_per_node_per_epoch: per_node(&|e| e.coordinator_io_calls as f64),
         coordinator_io_bytes_per_node_per_epoch: per_node(&|e| e.coordinator_io_bytes as f64),
         journal_bytes_per_epoch: median(
@@ -641,6 +715,6 @@ fn measure_with(
         restart_seconds,
         coordinator_rss_bytes: peak_rss(&coordinator_pid.to_string())?,
         agent_processes: agents.processes.len(),
-        agent_rss_bytes_per_node: agents.peak_rss()? / args.nodes as u64,
+        agent_rss_bytes_per_node: agents.peak_rss()? / o.nodes as u64,
     })
 }

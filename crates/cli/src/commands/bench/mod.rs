@@ -6,7 +6,7 @@ mod capture;
 mod cgroup;
 mod cluster;
 mod codec;
-mod control;
+pub(crate) mod control;
 mod flush;
 mod klauspost;
 mod ranks;
