@@ -365,7 +365,7 @@ fn signal(pid: &str, signal: &str) {
 
 /// The coordinator's term in the journal on disk.
 fn journal_term(c: &Cluster) -> u64 {
-    eckpt_cluster::coordinator::Journal::load(&c.dir.join("coordinator/journal.json"))
+    eckpt_coordinator::Journal::load(&c.dir.join("coordinator/journal.json"))
         .unwrap()
         .term
 }
@@ -464,7 +464,7 @@ fn an_agent_answered_by_a_superseded_coordinator_registers_with_the_next_one() {
     c.wait_down("n3");
     let superseded = c.pid("coordinator");
     let path = c.dir.join("coordinator/journal.json");
-    let mut journal = eckpt_cluster::coordinator::Journal::load(&path).unwrap();
+    let mut journal = eckpt_coordinator::Journal::load(&path).unwrap();
     journal.term += 1;
     journal.save(&path).unwrap();
     let log = c.dir.parent().unwrap().join("n3-again.log");

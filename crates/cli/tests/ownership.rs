@@ -769,7 +769,7 @@ fn an_agent_replaced_while_stopped_exits_when_it_continues() {
     wait_for(
         Duration::from_secs(30),
         "the replaced agent to let go of its store",
-        || eckpt_cluster::owner_lock::OwnerLock::take(&lock, "agent").is_ok(),
+        || eckpt_daemon::owner_lock::OwnerLock::take(&lock, "agent").is_ok(),
     );
     wait_for(Duration::from_secs(30), "the replaced agent to exit", || {
         std::fs::read_to_string(format!("/proc/{old}/stat")).map_or(true, |s| {

@@ -66,7 +66,7 @@ pub struct ClusterFile {
 
 /// Where and on how many threads every agent of a cluster runs on its host's cores, so
 /// that protection takes little from the ranks beside it and keeps up with fast links
-/// (applied by `eckpt_cluster::agent_placement`).
+/// (applied by `eckpt_agent::placement`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentPlacement {
     /// The agents' nice value (0–19: higher gives the ranks the cores first under

@@ -24,12 +24,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::agent::identity;
-use crate::coordinator::Journal;
 use crate::launch::{self, Purged};
-use crate::owner_lock::OwnerLock;
+use eckpt_agent::identity;
 use eckpt_cluster_api::dirs::{check_node_name, ClusterDir};
 use eckpt_cluster_api::ClusterError;
+use eckpt_coordinator::Journal;
+use eckpt_daemon::owner_lock::OwnerLock;
 
 /// Where `eckpt run --launcher srun` has each agent store by default (`%j`: the job id,
 /// `%n`: the node's name).
@@ -125,7 +125,7 @@ pub fn purge_unheld(store: &Path, name: &str, owner: Option<u32>) -> Result<Stor
             let why = if !purged.foreign.is_empty() {
                 format!(
                     "it holds files eckpt did not create ({})",
-                    crate::created::listing(local, &purged.foreign)
+                    eckpt_agent::created::listing(local, &purged.foreign)
                 )
             } else if created_local {
                 format!("it holds files eckpt did not create ({})", listing(local))

@@ -11,9 +11,8 @@ use std::time::{Duration, Instant};
 
 use eckpt_proto::{ClusterSecret, Endpoint};
 
-use crate::agent::identity;
-use crate::coordinator::Journal;
 use crate::netns::{parse_rate, Network};
+use eckpt_agent::identity;
 use eckpt_cluster_api::commands;
 use eckpt_cluster_api::dirs::{
     check_domain_name, check_node_name, write_atomic, AgentPlacement, ClusterDir, ClusterFile, Deadlines,
@@ -24,6 +23,7 @@ use eckpt_cluster_api::msg::{
 };
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::config::CodingConfig;
+use eckpt_coordinator::Journal;
 
 /// What `eckpt up` starts.
 #[derive(Debug, Clone)]
@@ -815,7 +815,7 @@ fn daemons(dir: &ClusterDir) -> Vec<u32> {
     pids.extend(
         locks
             .iter()
-            .filter_map(|l| crate::owner_lock::OwnerLock::holder(l)),
+            .filter_map(|l| eckpt_daemon::owner_lock::OwnerLock::holder(l)),
     );
     pids.sort_unstable();
     pids.dedup();
@@ -925,22 +925,22 @@ fn report_left(store: &Path, out: &mut Purged) {
             out.kept.push(format!(
                 "kept {}: it holds files eckpt did not create ({})",
                 dir.display(),
-                crate::created::listing(&dir, &left)
+                eckpt_agent::created::listing(&dir, &left)
             ));
         }
     }
 }
 
 /// Deletes the entries eckpt created in the cluster directory (each one's own entries only,
-/// [`crate::created::cluster_entry`]), then the directory unless something else is in it.
+/// [`eckpt_agent::created::cluster_entry`]), then the directory unless something else is in it.
 /// Why it stays, if it does.
 pub(crate) fn purge_cluster_dir(dir: &ClusterDir, out: &mut Purged) -> Result<Option<String>, ClusterError> {
     let root = dir.root();
     if fs::symlink_metadata(root).is_err() {
         return Ok(None);
     }
-    let mut removal = crate::created::Removal::default();
-    let gone = crate::created::remove_made(root, crate::created::cluster_entry, &mut removal)?;
+    let mut removal = eckpt_agent::created::Removal::default();
+    let gone = eckpt_agent::created::remove_made(root, eckpt_agent::created::cluster_entry, &mut removal)?;
     out.removed.append(&mut removal.removed);
     if gone {
         out.removed.push(root.to_path_buf());
@@ -948,7 +948,7 @@ pub(crate) fn purge_cluster_dir(dir: &ClusterDir, out: &mut Purged) -> Result<Op
     }
     Ok(Some(format!(
         "it holds files eckpt did not create ({})",
-        crate::created::listing(root, &removal.foreign)
+        eckpt_agent::created::listing(root, &removal.foreign)
     )))
 }
 

@@ -21,7 +21,7 @@ pub fn capture_delta(data: &[u8]) {
 /// every delta it accepts is its rank's, and re-encodes to a delta that parses again to the
 /// same thing.
 pub fn stripe_blob(data: &[u8]) {
-    if let Ok(deltas) = eckpt_cluster::stripe_blob::parse_stripe_blob(data) {
+    if let Ok(deltas) = eckpt_agent::stripe_blob::parse_stripe_blob(data) {
         for (rank, bytes) in deltas {
             let delta = eckpt_store::parse_delta(bytes).expect("an accepted delta parses");
             assert_eq!(delta.rank, rank);

@@ -5,7 +5,7 @@ use std::fs;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use eckpt_cluster::parity_store::ParityStore;
+use eckpt_agent::parity_store::ParityStore;
 use eckpt_coding::ObjectId;
 use eckpt_flush::{FlushedJob, ItemEntry, Manifest};
 use eckpt_model::{predict, Machine, Scenario};

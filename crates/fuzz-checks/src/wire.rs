@@ -1,9 +1,9 @@
 //! What crosses the wire: frames and the control messages in them (with the JSON files
 //! commands read, which share their serde types).
 
-use eckpt_cluster::coordinator::Journal;
 use eckpt_cluster_api::dirs::ClusterFile;
 use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, CoordRequest, CoordResponse, Hello};
+use eckpt_coordinator::Journal;
 
 /// The wire frame decoder: never reads past the input, and every accepted frame re-encodes
 /// to exactly the bytes it came from. The first two bytes pick the size limit, so the

@@ -272,9 +272,9 @@ impl ShapeArgs {
         if let Some(list) = &self.agent_cpus {
             let checked = if self.no_agents {
                 // The agents start on other hosts: only the list's form can be checked here.
-                eckpt_cluster::agent_placement::parse_cpu_list(list)
+                eckpt_agent::placement::parse_cpu_list(list)
             } else {
-                eckpt_cluster::agent_placement::usable_cpus(list)
+                eckpt_agent::placement::usable_cpus(list)
             };
             checked.map_err(|e| anyhow::anyhow!("--agent-cpus: {e}"))?;
         }

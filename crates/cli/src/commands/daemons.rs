@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use eckpt_cluster::{agent, agent_placement, coordinator};
 use eckpt_cluster_api::dirs::{check_domain_name, ClusterDir};
 
 use super::cluster::NodeArgs;
@@ -55,11 +54,11 @@ pub fn run_agent(args: AgentArgs) -> Result<i32> {
     // Before the runtime starts its threads: they inherit it. A directory that is no
     // cluster's yet is the agent's to report below.
     if let Ok(file) = ClusterDir::new(&args.node.dir).and_then(|d| d.load()) {
-        agent_placement::apply(&file.agent_placement)?;
+        eckpt_agent::placement::apply(&file.agent_placement)?;
     }
     let name = args.node.name;
     let for_node = |text: &str| text.replace("%n", &name);
-    runtime()?.block_on(agent::run(agent::AgentOptions {
+    runtime()?.block_on(eckpt_agent::run(eckpt_agent::AgentOptions {
         dir: args.node.dir,
         bind: for_node(&args.bind),
         local: args
@@ -84,16 +83,16 @@ pub struct AgentsArgs {
 }
 
 /// `eckpt agents`: the agents of `--nodes`, each on a thread and runtime of its own
-/// (`agent_host`). Reads `kill NODE` lines on stdin and answers `killed NODE` (or `error:
+/// (`eckpt_agent::host`). Reads `kill NODE` lines on stdin and answers `killed NODE` (or `error:
 /// …`) once every task of that agent has ended; stops every agent at the end of stdin.
 pub fn run_agents(args: AgentsArgs) -> Result<i32> {
     use std::io::{BufRead, Write};
     init_logging();
-    eckpt_cluster::crash_only::install();
+    eckpt_daemon::crash_only::install();
     let options = args
         .nodes
         .iter()
-        .map(|name| agent::AgentOptions {
+        .map(|name| eckpt_agent::AgentOptions {
             dir: args.dir.clone(),
             name: name.clone(),
             spare: false,
@@ -103,7 +102,7 @@ pub fn run_agents(args: AgentsArgs) -> Result<i32> {
             domain: None,
         })
         .collect();
-    let mut host = eckpt_cluster::agent_host::AgentHost::start(options)?;
+    let mut host = eckpt_agent::host::AgentHost::start(options)?;
     let mut out = std::io::stdout().lock();
     for line in std::io::stdin().lock().lines() {
         let line = line?;
@@ -142,7 +141,7 @@ pub fn run_coordinator(args: CoordinatorArgs) -> Result<i32> {
             eckpt_cluster::launch::default_coordinator_bind(&dir, &file)
         }
     };
-    runtime()?.block_on(coordinator::run(coordinator::CoordinatorOptions {
+    runtime()?.block_on(eckpt_coordinator::run(eckpt_coordinator::CoordinatorOptions {
         dir: args.dir,
         bind,
     }))?;

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use eckpt_cluster::debug::Phase;
 use eckpt_cluster_api::dirs::ClusterDir;
+use eckpt_daemon::debug::Phase;
 
 /// The `debug` subcommands.
 #[derive(clap::Subcommand)]

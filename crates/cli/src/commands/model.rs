@@ -321,7 +321,7 @@ fn read_cluster(dir: &ClusterDir) -> Result<ClusterInfo> {
         serde_json::from_slice(&text).with_context(|| format!("reading {}", path.display()))?;
     let journal =
         std::fs::read(dir.journal()).with_context(|| format!("reading {}", dir.journal().display()))?;
-    let journal: eckpt_cluster::coordinator::Journal =
+    let journal: eckpt_coordinator::Journal =
         serde_json::from_slice(&journal).with_context(|| format!("reading {}", dir.journal().display()))?;
     let members: Vec<&String> = journal.groups.iter().flat_map(|g| &g.group.members).collect();
     let cores = members

@@ -404,7 +404,7 @@ fn measure(
     Ok(Report {
         nodes: args.nodes,
         coding,
-        agent_threads: eckpt_cluster::agent_placement::coding_threads(&args.agent_placement()),
+        agent_threads: eckpt_agent::placement::coding_threads(&args.agent_placement()),
         size_per_node: args.size_per_node,
         pattern: args.pattern,
         dirty_fraction: args.dirty_fraction,

@@ -1,6 +1,6 @@
 //! `eckpt bench control`: what the control plane costs as the cluster grows. The real
 //! coordinator runs as its own process; N real agents run in a few `eckpt agents` processes
-//! (`agent_host`: a thread and runtime each, their stores on tmpfs, their own TCP
+//! (`eckpt_agent::host`: a thread and runtime each, their stores on tmpfs, their own TCP
 //! connections), with one rank per data-holding node as a thread checkpointing a small image
 //! through the rank library, in a few `eckpt bench control-ranks` processes. A process holds
 //! a thousand or so agents or ranks: each takes about ten descriptors, and the hard limit of

@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::oneshot;
 
-use crate::agent::{self, AgentOptions};
+use crate::AgentOptions;
 use eckpt_cluster_api::ClusterError;
 
 /// Stack of an agent's thread: its runtime polls the agent's futures on it.
@@ -64,7 +64,7 @@ impl AgentHost {
                     .map_err(|e| ClusterError::Internal(format!("starting the agent's runtime: {e}")))
                     // Either end drops the runtime, and with it every task of this agent.
                     .and_then(|rt| {
-                        rt.block_on(agent::run_hosted(options, async {
+                        rt.block_on(crate::run_hosted(options, async {
                             let _ = killed.await;
                         }))
                     });

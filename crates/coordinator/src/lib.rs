@@ -1,12 +1,15 @@
 //! `eckpt coordinator`: one per cluster. Tracks which agents are alive (their sessions and
 //! heartbeats), places ranks, runs each epoch's encode across every group and commits it by
 //! two-phase commit (the journal write is the commit point), and runs recovery. Its state
-//! is a journal rewritten atomically on every decision, so a restarted coordinator resumes.
+//! is a journal, a snapshot and a log of the changes appended and fsynced at every decision,
+//! so a restarted coordinator resumes.
 //!
 //! Here: the shared state, the listeners and the request dispatch. `sessions` tracks the
 //! agents' liveness; `epoch_state` is the epoch state machine and `epoch` runs an epoch's
 //! encode and commit, planned by `encode_plan`; `recovery` executes what `recovery_plan`
 //! decides, and `repair` re-encodes by itself the parity a node is found without.
+
+#![warn(missing_docs)]
 
 mod agents;
 mod blame;
@@ -413,11 +416,11 @@ fn group_status(
 
 /// Runs the coordinator until told to shut down.
 pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
-    crate::crash_only::install();
+    eckpt_daemon::crash_only::install();
     let dir = ClusterDir::new(&options.dir)?;
     let mut cluster = dir.load()?;
     // One coordinator per cluster directory: a second one would make decisions of its own.
-    let _owner = crate::owner_lock::OwnerLock::take(&dir.coordinator().join("lock"), "coordinator")?;
+    let _owner = eckpt_daemon::owner_lock::OwnerLock::take(&dir.coordinator().join("lock"), "coordinator")?;
     let secret = dir.load_secret()?;
     let mut journal = Journal::load(&dir.journal())?;
     // Listening first: a coordinator that cannot listen must not take the term, or the one

@@ -560,7 +560,7 @@ fn regroup_around_ranks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordinator::protection::check_protection;
+    use crate::protection::check_protection;
     use eckpt_cluster_api::msg::{ObjectKind, ObjectRecord, ShardRecord};
     use eckpt_coding::config::{CodingConfig, Layout, Mode};
     use eckpt_coding::ObjectId;
@@ -833,7 +833,7 @@ mod tests {
                 let name = format!("s{}", j.nodes.len());
                 j.nodes.insert(
                     name,
-                    crate::coordinator::NodeEntry {
+                    crate::NodeEntry {
                         info: None,
                         spare: true,
                         removed: false,

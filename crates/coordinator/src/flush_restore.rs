@@ -22,11 +22,11 @@ use super::epoch_state::outcome;
 use super::flush_plan::plan_flush_restore;
 use super::protection::check_protection;
 use super::Coordinator;
-use crate::blocking;
 use eckpt_cluster_api::dirs::FlushConfig;
 use eckpt_cluster_api::msg::{FlushRestore, ImportFlushed};
 use eckpt_cluster_api::{ClusterError, ErrorKind};
 use eckpt_coding::ObjectId;
+use eckpt_daemon::blocking;
 use eckpt_flush::{FlushDir, JobFilter};
 
 impl Coordinator {

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use super::protection::check_protection;
 use super::recovery_plan::{plan_recovery, RecoveryPlan};
 use super::{Coordinator, Journal};
-use crate::debug::pause_point_async;
 use eckpt_cluster_api::msg::{
     CodingTask, CoordResponse, Damage, DecodeSpec, Deliver, GroupRecord, Install, MoveRank, NodeInfo,
     RecoveryReport, Relocation, Scrub,
 };
 use eckpt_cluster_api::{ClusterError, ErrorKind};
+use eckpt_daemon::debug::pause_point_async;
 
 /// A member to rebuild: its position, the node decoding it, and what that node does with it.
 type Rebuild = (usize, NodeInfo, Deliver);
@@ -448,7 +448,12 @@ impl Coordinator {
         report.decode_seconds = started.elapsed().as_secs_f64();
         report.decode_task_seconds = cost.seconds;
         report.decode_traffic = cost.traffic;
-        pause_point_async(&self.dir.debug(), crate::debug::Phase::MidRecovery, "coordinator").await;
+        pause_point_async(
+            &self.dir.debug(),
+            eckpt_daemon::debug::Phase::MidRecovery,
+            "coordinator",
+        )
+        .await;
 
         progress.step("restoring redundancy", 2, 3).await;
         let started = Instant::now();
@@ -466,7 +471,7 @@ impl Coordinator {
         check_protection(&next, &plan.lost_groups)?;
         pause_point_async(
             &self.dir.debug(),
-            crate::debug::Phase::BeforeCommit,
+            eckpt_daemon::debug::Phase::BeforeCommit,
             "coordinator",
         )
         .await;

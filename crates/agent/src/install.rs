@@ -22,8 +22,8 @@ use memmap2::Mmap;
 
 use super::coding::rebuilt_path;
 use super::{blocking, frames, Agent};
-use crate::debug::{pause_point_async, Phase};
 use crate::stripe_blob::parse_stripe_blob;
+use eckpt_daemon::debug::{pause_point_async, Phase};
 
 /// Rank images readable window by window.
 pub trait ImageSource: Send + Sync {
@@ -84,7 +84,7 @@ impl RebuiltShard {
 
     /// Copies shard bytes `[offset, offset + out.len())` out of checked chunks.
     fn read(&self, offset: u64, out: &mut [u8], record: &str) -> Result<(), ClusterError> {
-        let mut cached = crate::crash_only::lock(&self.cached);
+        let mut cached = eckpt_daemon::crash_only::lock(&self.cached);
         let mut done = 0;
         while done < out.len() {
             let at = offset + done as u64;

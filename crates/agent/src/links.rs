@@ -44,11 +44,11 @@ impl Buffers {
     }
 
     fn take(&self) -> Option<Vec<u8>> {
-        crate::crash_only::lock(&self.idle).pop()
+        eckpt_daemon::crash_only::lock(&self.idle).pop()
     }
 
     fn give(&self, buffer: Vec<u8>) {
-        let mut idle = crate::crash_only::lock(&self.idle);
+        let mut idle = eckpt_daemon::crash_only::lock(&self.idle);
         if idle.len() < self.most {
             idle.push(buffer);
         }
@@ -67,7 +67,7 @@ pub struct TaskLinks {
 
 /// The error for a link that ended: what broke it, else that `what` ended early.
 pub fn failure_of(f: &Failure, name: &str, what: &str) -> ClusterError {
-    let reason = crate::crash_only::lock(f).clone();
+    let reason = eckpt_daemon::crash_only::lock(f).clone();
     let reason = reason.unwrap_or_else(|| format!("{what} ended early"));
     ClusterError::Link(format!("node {name}: {reason}"))
 }
@@ -137,7 +137,7 @@ impl TaskLinks {
         let writer = tokio::spawn(async move {
             let result = write_stream(endpoint, secret, hello, rx, buffers, peer_wait).await;
             if let Err(e) = &result {
-                *crate::crash_only::lock(&fail) = Some(e.to_string());
+                *eckpt_daemon::crash_only::lock(&fail) = Some(e.to_string());
             }
             result
         });
@@ -154,7 +154,7 @@ impl TaskLinks {
         let buffers = self.buffers.clone();
         self.readers.push(tokio::spawn(async move {
             if let Err(e) = read_stream(inbox, task, phase, from, tx, buffers).await {
-                *crate::crash_only::lock(&fail) = Some(e.to_string());
+                *eckpt_daemon::crash_only::lock(&fail) = Some(e.to_string());
             }
         }));
         self.inp.insert(from, (rx, failure));

@@ -3,13 +3,23 @@
 //! decides, and heartbeats to the coordinator over a session it re-establishes if the
 //! coordinator restarts.
 
+#![warn(missing_docs)]
+
+mod chunk_crc;
+mod chunk_io;
 mod coding;
+pub mod created;
 mod flush;
 mod frames;
+pub mod host;
 pub mod identity;
 mod install;
 mod links;
+pub mod parity_store;
+pub mod placement;
 mod ranks;
+pub mod shard;
+pub mod stripe_blob;
 mod update;
 
 use std::path::PathBuf;
@@ -19,9 +29,7 @@ use std::time::{Duration, Instant};
 use eckpt_proto::{ClusterSecret, Connection, Endpoint};
 use eckpt_store::{Options, Store};
 
-use crate::debug::{pause_point_async, Phase};
 use crate::parity_store::ParityStore;
-use crate::{background, blocking};
 use eckpt_cluster_api::call::{agent_answer, coordinator_answer, Call, ToCoordinator};
 use eckpt_cluster_api::commands::ask_coordinator;
 use eckpt_cluster_api::dirs::{check_node_name, ClusterDir, ClusterFile};
@@ -36,6 +44,8 @@ use eckpt_cluster_api::net::{
     accept_loop, call, host_identity, listen_for_cluster, next_request, open, Inbox,
 };
 use eckpt_cluster_api::{ClusterError, WireError};
+use eckpt_daemon::debug::{pause_point_async, Phase};
+use eckpt_daemon::{background, blocking};
 
 /// How an agent is started.
 #[derive(Debug, Clone)]
@@ -144,7 +154,7 @@ impl Agent {
 
 /// Runs an agent until it is told to shut down: the daemon `eckpt agent`, one per process.
 pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
-    crate::crash_only::install();
+    eckpt_daemon::crash_only::install();
     let mut started = start(options, SessionOn::OwnThread).await?;
     eckpt_cluster_api::dirs::write_pid_file(&started.agent.dir.node(&started.agent.info.name))?;
     tracing::info!(node = %started.agent.info.name, tcp = %started.agent.info.tcp, "agent started");
@@ -156,7 +166,7 @@ pub async fn run(options: AgentOptions) -> Result<(), ClusterError> {
     Ok(())
 }
 
-/// Runs an agent, one of many in this process (`agent_host`), until it is told to shut down
+/// Runs an agent, one of many in this process ([`host`]), until it is told to shut down
 /// or `killed` resolves. It runs on the caller's runtime, which it shares with nothing else:
 /// dropping that runtime ends every task of this agent, as a crash of its node would. It
 /// writes no pid file (the process is not this node's alone) and leaves signals to its host.
@@ -259,7 +269,7 @@ async fn start(options: AgentOptions, session_on: SessionOn) -> Result<Started, 
         store: store.root().to_path_buf(),
         pid: std::process::id(),
     };
-    let coding_threads = crate::agent_placement::coding_threads(&cluster.agent_placement);
+    let coding_threads = crate::placement::coding_threads(&cluster.agent_placement);
     let agent = Arc::new(Agent {
         host: info.host.clone(),
         dir,

@@ -15,12 +15,12 @@ use eckpt_cluster_api::dirs::{
 };
 use eckpt_cluster_api::ClusterError;
 
-use crate::agent::identity;
+use crate::identity;
 use crate::parity_store::ParityStore;
 
 /// What eckpt makes under one name in a directory of its own.
 #[derive(Clone, Copy)]
-pub(crate) enum Made {
+pub enum Made {
     /// A file (or socket) of eckpt's.
     File,
     /// A directory only eckpt's daemons write into, deleted whole (the coordinator's and
@@ -32,7 +32,7 @@ pub(crate) enum Made {
 
 /// What a deletion removed, and what it left because eckpt did not make it.
 #[derive(Debug, Default)]
-pub(crate) struct Removal {
+pub struct Removal {
     /// Deleted, each given once: a directory emptied and removed stands for its entries.
     pub removed: Vec<PathBuf>,
     /// Left: entries eckpt did not make.
@@ -42,7 +42,7 @@ pub(crate) struct Removal {
 /// Deletes the entries of `dir` that `made` names (recursing into [`Made::Dir`]s), then
 /// `dir` itself when nothing is left in it. A missing `dir` is not an error. Returns
 /// whether `dir` is gone.
-pub(crate) fn remove_made(
+pub fn remove_made(
     dir: &Path,
     made: fn(&str) -> Option<Made>,
     out: &mut Removal,
@@ -102,7 +102,7 @@ fn remove(result: std::io::Result<()>, path: &Path) -> Result<bool, ClusterError
 }
 
 /// The entries of a cluster directory ([`is_created_entry`]).
-pub(crate) fn cluster_entry(name: &str) -> Option<Made> {
+pub fn cluster_entry(name: &str) -> Option<Made> {
     match name {
         "runs" => Some(Made::Dir(run_entry)),
         "nodes" => Some(Made::Dir(|node| {
@@ -146,7 +146,7 @@ fn node_entry(name: &str) -> Option<Made> {
 }
 
 /// The entries of a node's store: the store's ranks and the node's identity.
-pub(crate) fn store_entry(name: &str) -> Option<Made> {
+pub fn store_entry(name: &str) -> Option<Made> {
     if eckpt_store::is_root_entry(name) {
         return Some(Made::Whole);
     }
@@ -154,13 +154,13 @@ pub(crate) fn store_entry(name: &str) -> Option<Made> {
 }
 
 /// The entries of a node's parity directory.
-pub(crate) fn coded_entry(name: &str) -> Option<Made> {
+pub fn coded_entry(name: &str) -> Option<Made> {
     ParityStore::is_entry(name).then_some(Made::Whole)
 }
 
 /// `paths`, relative to `root` where they are below it, for a one-line message (at most
 /// five, then how many more).
-pub(crate) fn listing(root: &Path, paths: &[PathBuf]) -> String {
+pub fn listing(root: &Path, paths: &[PathBuf]) -> String {
     let mut names: Vec<String> = paths
         .iter()
         .map(|p| p.strip_prefix(root).unwrap_or(p).display().to_string())

@@ -158,8 +158,8 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
     let debug = agent.dir.debug();
     let who = agent.info.name.clone();
     let phase = match task.decode {
-        Some(_) => crate::debug::Phase::MidDecode,
-        None => crate::debug::Phase::MidEncode,
+        Some(_) => eckpt_daemon::debug::Phase::MidDecode,
+        None => eckpt_daemon::debug::Phase::MidEncode,
     };
     let topology = task.coding.topology;
     let options = ExecOptions {
@@ -170,8 +170,8 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
         let mut links = links;
         let mut local = local;
         let mut progress = |done: u64, total: u64| {
-            if crate::debug::pause_row(total) == Some(done) {
-                crate::debug::pause_point(&debug, phase, &who);
+            if eckpt_daemon::debug::pause_row(total) == Some(done) {
+                eckpt_daemon::debug::pause_point(&debug, phase, &who);
             }
         };
         let result = run_participant(

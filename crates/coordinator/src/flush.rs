@@ -18,11 +18,11 @@ use std::time::Instant;
 use tokio::sync::{Notify, OwnedMutexGuard};
 
 use super::Coordinator;
-use crate::blocking;
-use crate::debug::{pause_point_async, Phase};
 use eckpt_cluster_api::dirs::FlushConfig;
 use eckpt_cluster_api::msg::{FlushRanks, FlushReport, FlushStatus};
 use eckpt_cluster_api::ClusterError;
+use eckpt_daemon::blocking;
+use eckpt_daemon::debug::{pause_point_async, Phase};
 use eckpt_flush::{FlushDir, FlushedJob, JobFilter, Manifest, BLOCK_SIZE, NO_JOB};
 
 use super::Journal;

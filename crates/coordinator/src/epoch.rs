@@ -13,10 +13,10 @@ use super::pace::aggregate;
 use super::protection::check_protection;
 use super::state::RanksByNode;
 use super::Coordinator;
-use crate::debug::pause_point_async;
 use eckpt_cluster_api::msg::{Commit, EpochOutcome, GroupRecord, NodeInfo, ShardInfo};
 use eckpt_cluster_api::ClusterError;
 use eckpt_coding::ObjectId;
+use eckpt_daemon::debug::pause_point_async;
 
 impl Coordinator {
     /// Encodes `epoch` for one group: a full encode (image or stripe) or, in update mode
@@ -211,7 +211,7 @@ impl Coordinator {
             return;
         }
         let debug = self.dir.debug();
-        pause_point_async(&debug, crate::debug::Phase::BeforeEncode, "coordinator").await;
+        pause_point_async(&debug, eckpt_daemon::debug::Phase::BeforeEncode, "coordinator").await;
         self.spread_before_first_encode(epoch).await;
         let (journal, reports) = self
             .read(|s| (s.journal().clone(), s.epochs.reports.clone()))
@@ -246,7 +246,7 @@ impl Coordinator {
             }
         }
         if outcome.reason.is_none() {
-            pause_point_async(&debug, crate::debug::Phase::BeforeCommit, "coordinator").await;
+            pause_point_async(&debug, eckpt_daemon::debug::Phase::BeforeCommit, "coordinator").await;
             let commit: Vec<(ObjectId, Option<u64>)> =
                 encoded.iter().flat_map(|e| e.commit.clone()).collect();
             for e in &encoded {
@@ -275,7 +275,7 @@ impl Coordinator {
             match saved {
                 Ok(()) => {
                     outcome.committed = true;
-                    pause_point_async(&debug, crate::debug::Phase::AfterCommit, "coordinator").await;
+                    pause_point_async(&debug, eckpt_daemon::debug::Phase::AfterCommit, "coordinator").await;
                     self.send_commit(epoch, &commit, true).await;
                     self.flush_after_commit(epoch).await;
                 }
@@ -323,7 +323,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let exposed = |j: &crate::coordinator::state::Journal| {
+        let exposed = |j: &crate::state::Journal| {
             j.groups
                 .iter()
                 .filter(|g| j.overexposed(&g.group).is_some())

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::owner_lock::OwnerLock;
 use eckpt_cluster_api::dirs::{is_temp_of, write_atomic, ClusterDir};
 use eckpt_cluster_api::ClusterError;
+use eckpt_daemon::owner_lock::OwnerLock;
 
 /// The identity file in a node's store.
 pub const IDENTITY_FILE: &str = "node.json";
@@ -148,7 +148,7 @@ fn refuse_foreign(dir: &Path, made: fn(&str) -> Option<crate::created::Made>) ->
 /// in its parity directory, each directory once nothing else is in it, and the directory
 /// holding them when the agent created it and it is empty then. What was deleted, and the
 /// files eckpt did not make, which stay.
-pub(crate) fn purge(store: &Path, created_local: bool) -> Result<crate::created::Removal, ClusterError> {
+pub fn purge(store: &Path, created_local: bool) -> Result<crate::created::Removal, ClusterError> {
     use crate::created::{remove_made, Removal};
     let mut out = Removal::default();
     for (dir, made) in [

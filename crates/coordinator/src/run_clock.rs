@@ -66,7 +66,7 @@ impl RunClock {
 
     /// Now, on the running clock.
     pub(super) fn now(&self) -> RunTime {
-        let mut notes = crate::crash_only::lock(&self.inner);
+        let mut notes = eckpt_daemon::crash_only::lock(&self.inner);
         let now = notes.note();
         RunTime(now.duration_since(notes.started).saturating_sub(notes.stalled))
     }
@@ -105,7 +105,7 @@ async fn tick(clock: Weak<Mutex<Notes>>) {
         let Some(clock) = clock.upgrade() else {
             return;
         };
-        crate::crash_only::lock(&clock).note();
+        eckpt_daemon::crash_only::lock(&clock).note();
     }
 }
 

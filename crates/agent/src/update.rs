@@ -255,9 +255,9 @@ impl DataRole {
         let sent = blocking(move || changes.send(&outs)).await?;
         // Fault injection: records are on their way but no stream has ended.
         let agent = &self.changes.agent;
-        crate::debug::pause_point_async(
+        eckpt_daemon::debug::pause_point_async(
             &agent.dir.debug(),
-            crate::debug::Phase::MidEncode,
+            eckpt_daemon::debug::Phase::MidEncode,
             &agent.info.name,
         )
         .await;
@@ -616,7 +616,7 @@ impl StreamIn {
 
     async fn fold(&self, batch: Vec<u8>) -> Result<(), ClusterError> {
         let (stage, p) = (self.stage.clone(), self.phase);
-        blocking(move || crate::crash_only::lock(&stage).fold(p, &batch)).await
+        blocking(move || eckpt_daemon::crash_only::lock(&stage).fold(p, &batch)).await
     }
 }
 

@@ -13,7 +13,7 @@ use eckpt_flush::{FlushDir, Pacer, RankWriter};
 use eckpt_store::StoreError;
 
 use super::Agent;
-use crate::debug::{pause_point, Phase};
+use eckpt_daemon::debug::{pause_point, Phase};
 
 impl Agent {
     /// Copies committed `epoch` of each of `ranks`, deltas resolved, to `staging`, at most

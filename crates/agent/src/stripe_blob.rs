@@ -189,7 +189,7 @@ struct Counted {
 
 impl Counted {
     fn advance(&self, n: usize) {
-        crate::crash_only::lock(&self.shared.progress).written += n as u64;
+        eckpt_daemon::crash_only::lock(&self.shared.progress).written += n as u64;
         self.shared.moved.notify_all();
     }
 }
@@ -248,7 +248,7 @@ impl BlobTee {
                 let result = plan
                     .write(&store, &mut out, &thread_path)
                     .and_then(|_| out.file.sync_all().map_err(io_at(&thread_path)));
-                let mut progress = crate::crash_only::lock(&thread_shared.progress);
+                let mut progress = eckpt_daemon::crash_only::lock(&thread_shared.progress);
                 progress.ended = Some(result.as_ref().err().map(|e| e.to_string()));
                 thread_shared.moved.notify_all();
                 result
@@ -268,7 +268,7 @@ impl BlobTee {
     /// writing thread has written them.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ClusterError> {
         let need = (offset + buf.len() as u64).min(self.len);
-        let mut progress = crate::crash_only::lock(&self.shared.progress);
+        let mut progress = eckpt_daemon::crash_only::lock(&self.shared.progress);
         while progress.written < need {
             if let Some(ended) = &progress.ended {
                 return Err(ClusterError::Internal(format!(
@@ -297,7 +297,7 @@ impl BlobTee {
         writer
             .join()
             .map_err(|_| ClusterError::Internal("the blob writer panicked".into()))??;
-        let written = crate::crash_only::lock(&self.shared.progress).written;
+        let written = eckpt_daemon::crash_only::lock(&self.shared.progress).written;
         if written != self.len {
             return Err(ClusterError::Internal(format!(
                 "the stripe blob {} has {written} bytes, {} planned",
