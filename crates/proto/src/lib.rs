@@ -14,7 +14,8 @@
 //!   refused if group or others can read it.
 //! - **Transports** ([`connect`], [`listen`]): TCP or Unix sockets behind one
 //!   [`Endpoint`] (`tcp://host:port`, `unix:///path`); TCP optionally inside TLS 1.3
-//!   ([`ClusterTls`], `eckpt up --tls`).
+//!   ([`ClusterTls`], `eckpt up --tls`). TCP is the kernel's unless a simulator installed a
+//!   network of its own for the process ([`network`]).
 
 #![warn(missing_docs)]
 
@@ -22,6 +23,7 @@ mod auth;
 mod error;
 pub mod frame;
 mod io;
+pub mod network;
 mod tls;
 mod transport;
 

@@ -21,7 +21,7 @@ use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvi
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, ServerConfig, SignatureScheme};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::auth::{create_private_file, read_private_file};
 use crate::error::ProtoError;
@@ -101,19 +101,19 @@ impl ClusterTls {
     }
 
     /// The client side of a TLS session over `stream` (bounded by the caller).
-    pub(crate) async fn connect(
+    pub(crate) async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
         &self,
-        stream: TcpStream,
-    ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        stream: S,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<S>> {
         let name = ServerName::try_from(CLUSTER_NAME).expect("a valid DNS name");
         self.client.connect(name, stream).await
     }
 
     /// The server side of a TLS session over `stream` (bounded by the caller).
-    pub(crate) async fn accept(
+    pub(crate) async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         &self,
-        stream: TcpStream,
-    ) -> std::io::Result<tokio_rustls::server::TlsStream<TcpStream>> {
+        stream: S,
+    ) -> std::io::Result<tokio_rustls::server::TlsStream<S>> {
         self.server.accept(stream).await
     }
 }

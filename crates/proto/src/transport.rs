@@ -18,6 +18,7 @@ use crate::auth::{handshake, ClusterSecret, Role, AUTH_MAX_PAYLOAD, HANDSHAKE_TI
 use crate::error::{io_ctx, ProtoError};
 use crate::frame::{FrameKind, DEFAULT_MAX_PAYLOAD};
 use crate::io::{BoxRead, BoxWrite, FrameReader, FrameWriter};
+use crate::network::{self, Acceptor, ByteStream};
 
 /// Socket buffer asked for on Unix connections. Linux's default (~208 KiB) lets only a few
 /// 64 KiB skbs be in flight, so a MiB-sized frame costs dozens of sender/receiver wakeups
@@ -270,31 +271,35 @@ fn tune_tcp(stream: &TcpStream) -> std::io::Result<()> {
 /// handshake are each bounded by [`HANDSHAKE_TIMEOUT`].
 pub async fn connect(endpoint: &Endpoint, secret: &ClusterSecret) -> Result<Connection, ProtoError> {
     let peer = endpoint.to_string();
-    let (read, write): (BoxRead, BoxWrite) = match endpoint {
-        Endpoint::Tcp { host, port } => {
+    let (read, write): (BoxRead, BoxWrite) = match (endpoint, network::installed()) {
+        (Endpoint::Tcp { host, port }, None) => {
             // Bounded, so an unreachable host fails in seconds rather than after the
             // kernel's SYN retries (minutes).
-            let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect((host.as_str(), *port)))
+            let stream = within_handshake(TcpStream::connect((host.as_str(), *port)))
                 .await
-                .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
                 .map_err(io_ctx(format!("connecting to {peer}")))?;
             tune_tcp(&stream).map_err(io_ctx(format!("setting the TCP options of {peer}")))?;
             match secret.tls() {
-                Some(tls) => {
-                    let session = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.connect(stream))
-                        .await
-                        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
-                        .map_err(io_ctx(format!("TLS with {peer}")))?;
-                    let (r, w) = tokio::io::split(session);
-                    (Box::new(r), Box::new(w))
-                }
+                Some(tls) => client_tls(tls, stream, &peer).await?,
                 None => {
                     let (r, w) = stream.into_split();
                     (Box::new(r), Box::new(w))
                 }
             }
         }
-        Endpoint::Unix(path) => {
+        (Endpoint::Tcp { host, port }, Some(network)) => {
+            let stream = within_handshake(network.connect(host, *port))
+                .await
+                .map_err(io_ctx(format!("connecting to {peer}")))?;
+            match secret.tls() {
+                Some(tls) => client_tls(tls, stream, &peer).await?,
+                None => {
+                    let (r, w) = tokio::io::split(stream);
+                    (Box::new(r), Box::new(w))
+                }
+            }
+        }
+        (Endpoint::Unix(path), None) => {
             let stream = UnixStream::connect(path)
                 .await
                 .map_err(io_ctx(format!("connecting to {peer}")))?;
@@ -302,31 +307,76 @@ pub async fn connect(endpoint: &Endpoint, secret: &ClusterSecret) -> Result<Conn
             let (r, w) = stream.into_split();
             (Box::new(r), Box::new(w))
         }
+        (Endpoint::Unix(_), Some(_)) => {
+            return Err(io_ctx(format!("connecting to {peer}"))(not_simulated()));
+        }
     };
     Connection::establish(read, write, Role::Client, secret, peer, HANDSHAKE_TIMEOUT).await
+}
+
+/// `connect` bounded by [`HANDSHAKE_TIMEOUT`].
+async fn within_handshake<T>(
+    connect: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, connect)
+        .await
+        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+}
+
+/// The client side of a TLS session over `stream`, split into halves.
+async fn client_tls<S: ByteStream>(
+    tls: &crate::ClusterTls,
+    stream: S,
+    peer: &str,
+) -> Result<(BoxRead, BoxWrite), ProtoError> {
+    let session = within_handshake(tls.connect(stream))
+        .await
+        .map_err(io_ctx(format!("TLS with {peer}")))?;
+    let (r, w) = tokio::io::split(session);
+    Ok((Box::new(r), Box::new(w)))
+}
+
+/// What connecting to or listening on a Unix socket fails with in a simulated network:
+/// its hosts are machines of their own, which reach each other over TCP only.
+fn not_simulated() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionRefused,
+        "Unix sockets are not part of the simulated network",
+    )
 }
 
 /// Listens on `endpoint`; accepted peers must prove they hold `secret`. For a Unix path a
 /// stale socket file left by a dead listener is replaced; a live listener or a file that is
 /// not a socket is an error (nothing else is ever deleted).
 pub async fn listen(endpoint: &Endpoint, secret: &ClusterSecret) -> Result<Listener, ProtoError> {
-    let (inner, local) = match endpoint {
-        Endpoint::Tcp { host, port } => {
+    let local_of = |addr: std::net::SocketAddr| Endpoint::Tcp {
+        host: addr.ip().to_string(),
+        port: addr.port(),
+    };
+    let (inner, local) = match (endpoint, network::installed()) {
+        (Endpoint::Tcp { host, port }, None) => {
             let listener = TcpListener::bind((host.as_str(), *port))
                 .await
                 .map_err(io_ctx(format!("listening on {endpoint}")))?;
             let addr = listener
                 .local_addr()
                 .map_err(io_ctx(format!("address of {endpoint}")))?;
-            (
-                Inner::Tcp(listener),
-                Endpoint::Tcp {
-                    host: addr.ip().to_string(),
-                    port: addr.port(),
-                },
-            )
+            (Inner::Tcp(listener), local_of(addr))
         }
-        Endpoint::Unix(path) => {
+        (Endpoint::Tcp { host, port }, Some(network)) => {
+            let listener = network
+                .bind(host, *port)
+                .await
+                .map_err(io_ctx(format!("listening on {endpoint}")))?;
+            let addr = listener
+                .local_addr()
+                .map_err(io_ctx(format!("address of {endpoint}")))?;
+            (Inner::Simulated(listener), local_of(addr))
+        }
+        // Nobody can connect to it (see `connect`); the daemon listening on it goes on, as
+        // with a socket nobody on its machine uses.
+        (Endpoint::Unix(_), Some(_)) => (Inner::Unreachable, endpoint.clone()),
+        (Endpoint::Unix(path), None) => {
             let listener = bind_unix(path)
                 .await
                 .map_err(io_ctx(format!("listening on {endpoint}")))?;
@@ -395,6 +445,10 @@ async fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
 
 enum Inner {
     Tcp(TcpListener),
+    /// A listener of the network installed in this process ([`network::install`]).
+    Simulated(Box<dyn Acceptor>),
+    /// A Unix socket in a simulated network: no peer can reach it.
+    Unreachable,
     Unix {
         listener: UnixListener,
         path: PathBuf,
@@ -441,9 +495,22 @@ impl Listener {
                     .map_err(io_ctx(format!("accepting on {}", self.local)))?;
                 tune_tcp(&stream).map_err(io_ctx(format!("setting the TCP options of {addr}")))?;
                 if self.secret.tls().is_some() {
-                    (Accepted::Tls(stream), addr.to_string())
+                    (Accepted::Tls(Box::new(stream)), addr.to_string())
                 } else {
                     let (r, w) = stream.into_split();
+                    (Accepted::Open(Box::new(r), Box::new(w)), addr.to_string())
+                }
+            }
+            Inner::Unreachable => std::future::pending().await,
+            Inner::Simulated(listener) => {
+                let (stream, addr) = listener
+                    .accept()
+                    .await
+                    .map_err(io_ctx(format!("accepting on {}", self.local)))?;
+                if self.secret.tls().is_some() {
+                    (Accepted::Tls(stream), addr.to_string())
+                } else {
+                    let (r, w) = tokio::io::split(stream);
                     (Accepted::Open(Box::new(r), Box::new(w)), addr.to_string())
                 }
             }
@@ -488,7 +555,7 @@ impl Drop for Listener {
 enum Accepted {
     Open(BoxRead, BoxWrite),
     /// A TCP connection of a cluster with TLS: the TLS session comes first.
-    Tls(TcpStream),
+    Tls(Box<dyn ByteStream>),
 }
 
 /// An accepted but not yet authenticated peer; it exposes no way to read or write frames.
@@ -518,7 +585,7 @@ impl Incoming {
     /// `warn` log line naming its address and the reason, and an error is returned.
     /// In a cluster with TLS, the TLS session is set up first, within the same wait.
     pub async fn authenticate(self) -> Result<Connection, ProtoError> {
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let (read, write): (BoxRead, BoxWrite) = match self.stream {
             Accepted::Open(read, write) => (read, write),
             Accepted::Tls(stream) => {

@@ -1,0 +1,13 @@
+//! Deterministic simulation of an eckpt cluster. The daemons' own code runs as hosts of one
+//! process on [turmoil](https://docs.rs/turmoil): a single thread polls every host in turn,
+//! time is virtual (a simulated hour passes in seconds, and a deadline of minutes costs
+//! nothing to wait out), and the network is simulated — its delays drawn from a seeded
+//! generator, its links partitioned, held and repaired, its hosts crashed and restarted —
+//! so that one seed always replays one run.
+//!
+//! [`network`] puts the product's transport ([`eckpt_proto::connect`],
+//! [`eckpt_proto::listen`]) on turmoil's network.
+
+#![warn(missing_docs)]
+
+pub mod network;
