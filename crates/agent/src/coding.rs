@@ -7,7 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use eckpt_codec::Code;
 

@@ -5,7 +5,7 @@
 //! from a flush.
 
 use std::path::Path;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use eckpt_cluster_api::msg::FlushPart;
 use eckpt_cluster_api::ClusterError;

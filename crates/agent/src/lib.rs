@@ -24,7 +24,8 @@ mod update;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use eckpt_proto::{ClusterSecret, Connection, Endpoint};
 use eckpt_store::{Options, Store};

@@ -139,7 +139,7 @@ pub struct CoordinatorLink {
     /// How long the coordinator's next word may take (`Deadlines::answer`).
     answer: std::time::Duration,
     reuse_within: std::time::Duration,
-    kept: Option<(Connection, std::time::Instant)>,
+    kept: Option<(Connection, tokio::time::Instant)>,
 }
 
 impl CoordinatorLink {
@@ -162,7 +162,7 @@ impl CoordinatorLink {
         retry: std::time::Duration,
     ) -> Result<C::Answer, ClusterError> {
         let request = call.request();
-        let deadline = std::time::Instant::now() + retry;
+        let deadline = tokio::time::Instant::now() + retry;
         let mut pause = std::time::Duration::from_millis(100);
         loop {
             let answer = self.call_once(&request).await;
@@ -171,7 +171,7 @@ impl CoordinatorLink {
                 Err(ClusterError::NoAnswer(_)) => request.may_repeat(),
                 _ => false,
             };
-            if !again || std::time::Instant::now() + pause >= deadline {
+            if !again || tokio::time::Instant::now() + pause >= deadline {
                 return answer_of::<C>(&self.who, answer?);
             }
             tokio::time::sleep(pause).await;
@@ -194,7 +194,7 @@ impl CoordinatorLink {
         let answer = ask(&mut conn, &self.who, request, self.answer, |_| {}).await;
         // An error may have left a word unread: only a connection answered whole is kept.
         if answer.is_ok() {
-            self.kept = Some((conn, std::time::Instant::now()));
+            self.kept = Some((conn, tokio::time::Instant::now()));
         }
         answer
     }

@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use eckpt_proto::{connect, listen, ClusterSecret, Connection, Endpoint, FrameReader, Listener};
 use serde::de::DeserializeOwned;

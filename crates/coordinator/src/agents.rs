@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, Hello, NodeInfo};
 use eckpt_cluster_api::net::{call, node_error, open_node_as, with_agent};

@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use super::epoch_state::outcome;
 use super::flush_plan::plan_flush_restore;
