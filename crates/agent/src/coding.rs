@@ -166,7 +166,7 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
         chunk,
         threads: agent.coding_threads,
     };
-    let (result, links, local) = tokio::task::spawn_blocking(move || {
+    let (result, links, local) = eckpt_daemon::worker::spawn(move || {
         let mut links = links;
         let mut local = local;
         let mut progress = |done: u64, total: u64| {
@@ -185,8 +185,7 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
         );
         (result, links, local)
     })
-    .await
-    .map_err(|e| ClusterError::Internal(format!("coding thread: {e}")))?;
+    .await?;
     let stats = result?;
     links.finish().await?;
     let report = TaskReport {
@@ -196,9 +195,7 @@ pub async fn run(agent: Arc<Agent>, task: CodingTask) -> Result<TaskReport, Clus
         seconds: 0.0,
     };
     let coded = agent.coded.clone();
-    tokio::task::spawn_blocking(move || finish_local(local, &coded))
-        .await
-        .map_err(|e| ClusterError::Internal(format!("coding thread: {e}")))??;
+    eckpt_daemon::worker::spawn(move || finish_local(local, &coded)).await??;
     Ok(TaskReport {
         seconds: started.elapsed().as_secs_f64(),
         ..report

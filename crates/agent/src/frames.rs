@@ -10,8 +10,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use eckpt_cluster_api::{io_at, ClusterError};
+use eckpt_daemon::worker;
 use eckpt_proto::Connection;
-use tokio::sync::mpsc;
 
 /// Frames received and waiting to be taken in, besides the one the writer takes in and
 /// the one being received: enough to keep both sides busy. A writer that falls behind
@@ -20,7 +20,7 @@ const QUEUE: usize = 1;
 
 /// The frames as the writer sees them: a byte stream it fills its windows from.
 pub struct Frames {
-    queue: mpsc::Receiver<Vec<u8>>,
+    queue: worker::Receiver<Vec<u8>>,
     /// Frames taken in, back to the receiver.
     spent: std::sync::mpsc::Sender<Vec<u8>>,
     frame: Vec<u8>,
@@ -86,7 +86,7 @@ pub async fn receive<T: Send + 'static>(
     peer_wait: Duration,
     write: impl FnOnce(&mut Frames) -> Result<T, ClusterError> + Send + 'static,
 ) -> Result<T, ClusterError> {
-    let (tx, queue) = mpsc::channel::<Vec<u8>>(QUEUE);
+    let (tx, queue) = worker::channel::<Vec<u8>>(QUEUE);
     let (spent, reuse) = std::sync::mpsc::channel();
     let mut frames = Frames {
         queue,
@@ -95,7 +95,7 @@ pub async fn receive<T: Send + 'static>(
         used: 0,
         what: what.clone(),
     };
-    let writer = tokio::task::spawn_blocking(move || write(&mut frames));
+    let writer = worker::spawn(move || write(&mut frames));
     let mut received = 0u64;
     let mut result = Ok(());
     while received < total {
@@ -127,8 +127,6 @@ pub async fn receive<T: Send + 'static>(
         }
     }
     drop(tx);
-    let written = writer
-        .await
-        .map_err(|e| ClusterError::Internal(format!("taking in {what}: {e}")))?;
+    let written = writer.await?;
     result.and(written)
 }

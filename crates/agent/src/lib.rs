@@ -66,6 +66,9 @@ pub struct AgentOptions {
     pub local: Option<PathBuf>,
     /// The failure domain this node is in (a rack, a switch), sent with each registration.
     pub domain: Option<String>,
+    /// The machine this agent says it runs on (`None`: this one, [`host_identity`]). Hosts
+    /// of a simulation share one process, and each says which it is.
+    pub host: Option<String>,
 }
 
 /// A running agent's shared state.
@@ -265,7 +268,7 @@ async fn start(options: AgentOptions, session_on: SessionOn) -> Result<Started, 
         spare: options.spare,
         tcp: tcp.local_endpoint().clone(),
         unix: unix.local_endpoint().clone(),
-        host: host_identity(),
+        host: options.host.clone().unwrap_or_else(host_identity),
         cores,
         store: store.root().to_path_buf(),
         pid: std::process::id(),

@@ -6,8 +6,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use eckpt_daemon::worker;
 use eckpt_proto::{ClusterSecret, Endpoint};
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use eckpt_cluster_api::msg::{Hello, NodeInfo};
@@ -57,8 +57,8 @@ impl Buffers {
 
 /// The links of one participant of one task.
 pub struct TaskLinks {
-    out: HashMap<usize, (mpsc::Sender<Vec<u8>>, Failure)>,
-    inp: HashMap<usize, (mpsc::Receiver<Vec<u8>>, Failure)>,
+    out: HashMap<usize, (worker::Sender<Vec<u8>>, Failure)>,
+    inp: HashMap<usize, (worker::Receiver<Vec<u8>>, Failure)>,
     names: HashMap<usize, String>,
     writers: Vec<(String, JoinHandle<Result<(), ClusterError>>)>,
     readers: Vec<JoinHandle<()>>,
@@ -124,7 +124,7 @@ impl TaskLinks {
     /// A writer task connecting to participant `to`, on `node`, and sending what its channel
     /// carries.
     fn open_writer(&mut self, agent: &Agent, plan: &LinkPlan<'_>, to: usize, node: NodeInfo) {
-        let (tx, rx) = mpsc::channel::<Vec<u8>>(DEPTH);
+        let (tx, rx) = worker::channel::<Vec<u8>>(DEPTH);
         let failure: Failure = Arc::default();
         let endpoint = node.endpoint_from(&agent.host).clone();
         let hello = Hello::Peer {
@@ -148,7 +148,7 @@ impl TaskLinks {
     /// A reader task taking participant `from`'s connection from the inbox and passing its
     /// messages into a channel.
     fn open_reader(&mut self, inbox: &Inbox, plan: &LinkPlan<'_>, from: usize) {
-        let (tx, rx) = mpsc::channel::<Vec<u8>>(DEPTH);
+        let (tx, rx) = worker::channel::<Vec<u8>>(DEPTH);
         let failure: Failure = Arc::default();
         let (fail, inbox, task, phase) = (failure.clone(), inbox.clone(), plan.task, plan.phase);
         let buffers = self.buffers.clone();
@@ -191,12 +191,12 @@ impl TaskLinks {
     }
 
     /// Takes the receiving half of the link from `from` (for concurrent readers).
-    pub fn take_receiver(&mut self, from: usize) -> Option<(mpsc::Receiver<Vec<u8>>, Failure)> {
+    pub fn take_receiver(&mut self, from: usize) -> Option<(worker::Receiver<Vec<u8>>, Failure)> {
         self.inp.remove(&from)
     }
 
     /// A sender to `to` that can be cloned into concurrent tasks.
-    pub fn sender(&self, to: usize) -> Option<mpsc::Sender<Vec<u8>>> {
+    pub fn sender(&self, to: usize) -> Option<worker::Sender<Vec<u8>>> {
         self.out.get(&to).map(|(tx, _)| tx.clone())
     }
 }
@@ -276,7 +276,7 @@ async fn write_stream(
     endpoint: Endpoint,
     secret: ClusterSecret,
     hello: Hello,
-    mut rx: mpsc::Receiver<Vec<u8>>,
+    mut rx: worker::Receiver<Vec<u8>>,
     buffers: Buffers,
     peer_wait: Duration,
 ) -> Result<(), ClusterError> {
@@ -299,7 +299,7 @@ async fn read_stream(
     task: u64,
     phase: u32,
     from: usize,
-    tx: mpsc::Sender<Vec<u8>>,
+    tx: worker::Sender<Vec<u8>>,
     buffers: Buffers,
 ) -> Result<(), ClusterError> {
     let mut reader = inbox.take(task, phase, from).await?;

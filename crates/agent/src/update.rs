@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
 use eckpt_codec::{Code, LinearMap};
-use tokio::sync::mpsc;
+use eckpt_daemon::worker;
 use tokio::task::JoinHandle;
 
 use super::links::{failure_of, Failure, LinkPlan, TaskLinks};
@@ -42,7 +42,7 @@ use eckpt_coding::records::{parse_batch, push_record, RecordRef, BATCH};
 use eckpt_store::XorBlock;
 
 /// A stream of record batches to one peer.
-type Out = mpsc::Sender<Vec<u8>>;
+type Out = worker::Sender<Vec<u8>>;
 
 /// Runs this agent's part of an update: the roles it holds, at once (in the rotated layout
 /// members send to each other, and both directions must drain), then stages the new parity.
@@ -577,7 +577,7 @@ fn receiver(
     task: u64,
     p: usize,
     from: usize,
-) -> Result<(mpsc::Receiver<Vec<u8>>, Failure), ClusterError> {
+) -> Result<(worker::Receiver<Vec<u8>>, Failure), ClusterError> {
     links.take_receiver(from).ok_or_else(|| {
         ClusterError::Internal(format!(
             "update task {task}: no link from member {from} in phase {p} (taken twice, or never opened)"
@@ -590,7 +590,7 @@ fn receiver(
 struct StreamIn {
     phase: usize,
     name: String,
-    rx: mpsc::Receiver<Vec<u8>>,
+    rx: worker::Receiver<Vec<u8>>,
     failure: Failure,
     stage: Arc<Mutex<Stage>>,
     received: Arc<AtomicU64>,

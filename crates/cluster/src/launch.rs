@@ -223,6 +223,29 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
     if dir.cluster_file().exists() {
         return restart(&dir, options);
     }
+    let NewCluster { file, nodes, spares } = create(&dir, options)?;
+    start(&dir, &file, options, &nodes, &spares)?;
+    let mut summary = summary(&dir, &file, nodes, spares, false);
+    if options.agents {
+        summary.from_flush = resume_flushed_job(&dir, &file)?;
+    }
+    Ok(summary)
+}
+
+/// A cluster directory made, before any daemon of it runs.
+pub struct NewCluster {
+    /// Its `cluster.json`.
+    pub file: ClusterFile,
+    /// Its members' names.
+    pub nodes: Vec<String>,
+    /// Its spares' names.
+    pub spares: Vec<String>,
+}
+
+/// Makes the cluster directory `options` describe — its secret, `cluster.json` and first
+/// journal — and starts nothing: what `up` does before the daemons (and what a simulation
+/// does before it starts them as its hosts).
+pub fn create(dir: &ClusterDir, options: &UpOptions) -> Result<NewCluster, ClusterError> {
     let node_count = options.nodes.ok_or_else(|| {
         ClusterError::NotFound(format!(
             "{} holds no cluster: --nodes is needed to create one",
@@ -246,7 +269,7 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
             config.dir.display()
         )));
     }
-    claim_new_dir(&dir)?;
+    claim_new_dir(dir)?;
     for sub in [dir.coordinator(), dir.debug(), dir.root().join("nodes")] {
         fs::create_dir_all(&sub).map_err(eckpt_cluster_api::io_at(&sub))?;
     }
@@ -275,16 +298,11 @@ pub fn up(options: &UpOptions) -> Result<UpSummary, ClusterError> {
         deadlines: options.deadlines,
         agent_placement: options.agent_placement.clone(),
     };
-    write_cluster_file(&dir, &file)?;
+    write_cluster_file(dir, &file)?;
     let mut journal = Journal::in_domains(options.coding, &nodes, &spares, &options.domains);
     journal.job.id = options.job.clone();
     journal.save(&dir.journal())?;
-    start(&dir, &file, options, &nodes, &spares)?;
-    let mut summary = summary(&dir, &file, nodes, spares, false);
-    if options.agents {
-        summary.from_flush = resume_flushed_job(&dir, &file)?;
-    }
-    Ok(summary)
+    Ok(NewCluster { file, nodes, spares })
 }
 
 /// The member and spare names of a new cluster of `node_count` members, once its shape is

@@ -74,6 +74,9 @@ pub struct CoordinatorOptions {
     pub dir: PathBuf,
     /// Address for the TCP listener agents in other namespaces use.
     pub bind: String,
+    /// The machine this coordinator says it runs on (`None`: this one, [`host_identity`]).
+    /// Hosts of a simulation share one process, and each says which it is.
+    pub host: Option<String>,
 }
 
 /// The coordinator: its state's owner, and what never changes while it runs.
@@ -414,9 +417,22 @@ fn group_status(
     }
 }
 
-/// Runs the coordinator until told to shut down.
+/// Runs the coordinator until told to shut down (a `StopCluster`, its idle rule, SIGINT).
 pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
+    run_until(options, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+}
+
+/// Runs the coordinator until told to shut down or until `interrupted` resolves (what
+/// SIGINT is to [`run`]; a simulation's hosts have no signals).
+pub async fn run_until(
+    options: CoordinatorOptions,
+    interrupted: impl std::future::Future<Output = ()>,
+) -> Result<(), ClusterError> {
     eckpt_daemon::crash_only::install();
+    let host = options.host.clone().unwrap_or_else(host_identity);
     let dir = ClusterDir::new(&options.dir)?;
     let mut cluster = dir.load()?;
     // One coordinator per cluster directory: a second one would make decisions of its own.
@@ -451,7 +467,7 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
     journal.save(&dir.journal())?;
     let term = journal.term;
     cluster.coordinator_tcp = Some(tcp.local_endpoint().clone());
-    cluster.coordinator_host = Some(host_identity());
+    cluster.coordinator_host = Some(host.clone());
     // Its paths came from cluster.json, so they are UTF-8 and it serializes; a failure would
     // be a bug, answered as one.
     let bytes = serde_json::to_vec_pretty(&cluster)
@@ -467,7 +483,7 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
         None => Vec::new(),
     };
     let agents = Arc::new(SocketAgents {
-        host: host_identity(),
+        host,
         secret,
         term,
         answer_wait: cluster.deadlines.peer_wait(),
@@ -495,7 +511,7 @@ pub async fn run(options: CoordinatorOptions) -> Result<(), ClusterError> {
     }
     tokio::select! {
         _ = stop_rx.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+        _ = interrupted => {}
         // The agents follow the newer coordinator now: they are left running.
         why = coord.state.fenced() => return Err(ClusterError::Fenced(why)),
     }

@@ -263,7 +263,7 @@ struct Commit {
     draft: Arc<Journal>,
     answers: Vec<Answer>,
     /// The writer back, and the bytes written, once written.
-    write: tokio::task::JoinHandle<(Writer, Result<u64, ClusterError>)>,
+    write: eckpt_daemon::worker::Worker<(Writer, Result<u64, ClusterError>)>,
 }
 
 /// The owner's loop: visits at once, changes batched into one write at a time; once
@@ -331,7 +331,7 @@ fn start_commit(state: &mut State, changes: Vec<Change>, writer: &mut Option<Wri
     let (before, after) = (state.journal.clone(), journal.clone());
     // Back after each write, and writes do not overlap.
     let mut writer = writer.take().expect("the journal's writer between writes");
-    let write = tokio::task::spawn_blocking(move || {
+    let write = eckpt_daemon::worker::spawn(move || {
         let written = writer.write(&before, &after);
         (writer, written)
     });
@@ -348,11 +348,11 @@ fn start_commit(state: &mut State, changes: Vec<Change>, writer: &mut Option<Wri
 fn finish_commit(
     state: &mut State,
     commit: Commit,
-    written: Result<(Writer, Result<u64, ClusterError>), tokio::task::JoinError>,
+    written: Result<(Writer, Result<u64, ClusterError>), ClusterError>,
     fence: &watch::Sender<Option<String>>,
 ) -> Writer {
-    // A blocking task ends early only by a panic, which aborts the daemon (crash-only), or
-    // at the runtime's shutdown, when nothing is answered any more.
+    // A worker ends early only by a panic, which aborts the daemon (crash-only), or at the
+    // runtime's shutdown, when nothing is answered any more.
     let (writer, written) = match written {
         Ok(done) => done,
         Err(e) => panic!("the journal write did not finish: {e}"),

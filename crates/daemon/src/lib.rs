@@ -2,22 +2,21 @@
 //! own work: crash-only failure ([`crash_only`]: a panic aborts, the restart path is the
 //! recovery path), one daemon per directory ([`owner_lock`]), pause points for the
 //! fault-injection tests ([`debug`]), and where blocking or background work runs off the
-//! async runtime ([`blocking`], [`background`]).
+//! async runtime ([`worker`], [`blocking`], [`background`]).
 
 #![warn(missing_docs)]
 
 pub mod crash_only;
 pub mod debug;
 pub mod owner_lock;
+pub mod worker;
 
 /// Runs file I/O or computation on a blocking thread, off the async runtime whose workers
 /// serve connections and heartbeats.
 pub async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, eckpt_cluster_api::ClusterError> + Send + 'static,
 ) -> Result<T, eckpt_cluster_api::ClusterError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| eckpt_cluster_api::ClusterError::Internal(format!("worker thread: {e}")))?
+    worker::spawn(f).join().await?
 }
 
 /// The nice value of [`background`] threads: under contention such a thread gets about a
@@ -31,18 +30,9 @@ pub const BACKGROUND_NICE: i32 = 10;
 pub async fn background<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, eckpt_cluster_api::ClusterError> + Send + 'static,
 ) -> Result<T, eckpt_cluster_api::ClusterError> {
-    use eckpt_cluster_api::ClusterError;
-    let (answer, answered) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("eckpt-background".into())
-        .spawn(move || {
-            lower_this_threads_priority();
-            let _ = answer.send(f());
-        })
-        .map_err(|e| ClusterError::Internal(format!("starting a background thread: {e}")))?;
-    answered
-        .await
-        .map_err(|_| ClusterError::Internal("a background thread ended without an answer".into()))?
+    worker::spawn_thread("eckpt-background".into(), |_| lower_this_threads_priority(), f)?
+        .join()
+        .await?
 }
 
 /// Raises the calling thread's nice value to [`BACKGROUND_NICE`] unless it is already as

@@ -5,9 +5,20 @@
 //! generator, its links partitioned, held and repaired, its hosts crashed and restarted —
 //! so that one seed always replays one run.
 //!
-//! [`network`] puts the product's transport ([`eckpt_proto::connect`],
-//! [`eckpt_proto::listen`]) on turmoil's network.
+//! [`install`] makes the process a simulation's: [`network`] puts the product's transport
+//! ([`eckpt_proto::connect`], [`eckpt_proto::listen`]) on turmoil's network, and the
+//! daemons' worker threads hand control back and forth with the simulation's thread
+//! ([`eckpt_daemon::worker`]), so that their work happens at one point of the run.
 
 #![warn(missing_docs)]
 
+pub mod cluster;
 pub mod network;
+pub mod ranks;
+pub mod trace;
+
+/// Makes this process a simulation's, for good (a second call does nothing).
+pub fn install() {
+    network::install();
+    eckpt_daemon::worker::simulate();
+}

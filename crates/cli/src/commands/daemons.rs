@@ -68,6 +68,7 @@ pub fn run_agent(args: AgentArgs) -> Result<i32> {
         spare: args.node.spare,
         cores: args.cores,
         domain: args.node.domain,
+        host: None,
     }))?;
     Ok(0)
 }
@@ -100,6 +101,7 @@ pub fn run_agents(args: AgentsArgs) -> Result<i32> {
             cores: Some(1),
             local: None,
             domain: None,
+            host: None,
         })
         .collect();
     let mut host = eckpt_agent::host::AgentHost::start(options)?;
@@ -144,6 +146,7 @@ pub fn run_coordinator(args: CoordinatorArgs) -> Result<i32> {
     runtime()?.block_on(eckpt_coordinator::run(eckpt_coordinator::CoordinatorOptions {
         dir: args.dir,
         bind,
+        host: None,
     }))?;
     Ok(0)
 }

@@ -1,0 +1,144 @@
+//! A cluster of simulated hosts: its directory made as `eckpt up` makes it, the real
+//! coordinator on host `coord` and the real agent of each node on a host of the node's
+//! name, each with a node-local store of its own.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use eckpt_cluster::launch::{self, NewCluster, UpOptions};
+use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
+use eckpt_coding::config::CodingConfig;
+
+use crate::trace::Trace;
+
+/// The coordinator's host.
+pub const COORDINATOR: &str = "coord";
+
+/// What a simulated cluster is made of.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    /// Member nodes (`n0`…).
+    pub nodes: usize,
+    /// Spare nodes (`s0`…).
+    pub spares: usize,
+    /// The erasure code and its layout.
+    pub coding: CodingConfig,
+    /// The cluster's time bounds.
+    pub deadlines: Deadlines,
+}
+
+/// A simulated cluster's files: its directory, shared by every host as a shared file system
+/// is, and each node's local storage.
+pub struct SimCluster {
+    root: tempfile::TempDir,
+    dir: ClusterDir,
+    /// Member nodes' names.
+    pub nodes: Vec<String>,
+    /// Spare nodes' names.
+    pub spares: Vec<String>,
+    /// The shape it was made with.
+    pub shape: Shape,
+}
+
+impl SimCluster {
+    /// Makes the cluster directory of `shape` in a new scratch directory.
+    pub fn create(shape: Shape) -> Result<SimCluster> {
+        let root = tempfile::Builder::new().prefix("eckpt-sim-").tempdir()?;
+        let dir = ClusterDir::new(&root.path().join("cluster"))?;
+        let NewCluster { nodes, spares, .. } = launch::create(
+            &dir,
+            &UpOptions {
+                dir: dir.root().to_path_buf(),
+                nodes: Some(shape.nodes),
+                spares: shape.spares,
+                names: Vec::new(),
+                coding: shape.coding,
+                netns: false,
+                tls: false,
+                link_rate: None,
+                exe: PathBuf::from("eckpt"),
+                agents: false,
+                bind: Some(COORDINATOR.into()),
+                flush: None,
+                job: None,
+                deadlines: shape.deadlines,
+                domains: Default::default(),
+                agent_placement: Default::default(),
+            },
+        )?;
+        Ok(SimCluster {
+            root,
+            dir,
+            nodes,
+            spares,
+            shape,
+        })
+    }
+
+    /// The cluster directory.
+    pub fn dir(&self) -> &ClusterDir {
+        &self.dir
+    }
+
+    /// Node `name`'s local storage (its store and parity).
+    pub fn local(&self, name: &str) -> PathBuf {
+        self.root.path().join("local").join(name)
+    }
+
+    /// Every node, members then spares.
+    pub fn all_nodes(&self) -> impl Iterator<Item = &String> {
+        self.nodes.iter().chain(&self.spares)
+    }
+
+    /// Registers the coordinator's host and every node's with `sim`. A host that crashes
+    /// and is bounced starts its daemon again, which is the daemons' recovery path.
+    pub fn add_hosts(&self, sim: &mut turmoil::Sim<'_>, trace: &Trace) {
+        let (dir, trace_c) = (self.dir.root().to_path_buf(), trace.clone());
+        sim.host(COORDINATOR, move || coordinator(dir.clone(), trace_c.clone()));
+        for (name, spare) in self
+            .nodes
+            .iter()
+            .map(|n| (n, false))
+            .chain(self.spares.iter().map(|n| (n, true)))
+        {
+            let options = eckpt_agent::AgentOptions {
+                dir: self.dir.root().to_path_buf(),
+                name: name.clone(),
+                spare,
+                bind: name.clone(),
+                cores: Some(1),
+                local: Some(self.local(name)),
+                domain: None,
+                host: Some(identity(name)),
+            };
+            let trace = trace.clone();
+            sim.host(name.as_str(), move || agent(options.clone(), trace.clone()));
+        }
+    }
+}
+
+/// The machine identity a simulated host says it is: one of its own, not the process's.
+fn identity(host: &str) -> String {
+    format!("sim:{host}")
+}
+
+/// The coordinator's daemon; its end (an error, or fenced by a successor) is a trace line,
+/// not a failure of the simulation.
+async fn coordinator(dir: PathBuf, trace: Trace) -> turmoil::Result {
+    let options = eckpt_coordinator::CoordinatorOptions {
+        dir,
+        bind: COORDINATOR.into(),
+        host: Some(identity(COORDINATOR)),
+    };
+    let ended = eckpt_coordinator::run_until(options, std::future::pending()).await;
+    trace.event(COORDINATOR, format!("coordinator ended: {ended:?}"));
+    Ok(())
+}
+
+/// A node's agent, as [`coordinator`].
+async fn agent(options: eckpt_agent::AgentOptions, trace: Trace) -> turmoil::Result {
+    let name = options.name.clone();
+    let ended = eckpt_agent::run_hosted(options, std::future::pending()).await;
+    trace.event(&name, format!("agent ended: {ended:?}"));
+    Ok(())
+}

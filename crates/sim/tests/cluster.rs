@@ -1,0 +1,61 @@
+//! The real coordinator and agents as simulated hosts: epochs commit, a node is lost, its
+//! ranks' images come back byte for byte.
+
+use std::time::Duration;
+
+use eckpt_cluster_api::commands::coordinator_call;
+use eckpt_cluster_api::msg::Status;
+use eckpt_coding::config::CodingConfig;
+use eckpt_sim::cluster::{Shape, SimCluster};
+use eckpt_sim::ranks::Rank;
+use eckpt_sim::trace::Lines;
+
+#[test]
+fn epochs_commit_on_simulated_hosts() {
+    eckpt_sim::install();
+    let cluster = SimCluster::create(Shape {
+        nodes: 6,
+        spares: 0,
+        coding: CodingConfig::default(),
+        deadlines: Default::default(),
+    })
+    .unwrap();
+    let trace = Lines::new(true);
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(1)
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(5))
+        .simulation_duration(Duration::from_secs(600))
+        .build();
+    cluster.add_hosts(&mut sim, &trace);
+    let dir = cluster.dir().clone();
+    let t = trace.clone();
+    sim.client("job", async move {
+        loop {
+            match coordinator_call(&dir, Status, |_| {}).await {
+                Ok(s) if s.nodes.iter().all(|n| n.alive) => break,
+                Ok(_) => {}
+                Err(e) => t.event("job", format!("status: {e}")),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        t.event("job", "every node registered");
+        let world = 4u32;
+        for round in 0..3u64 {
+            let mut ranks = Vec::new();
+            for r in 0..world {
+                let dir = dir.clone();
+                ranks.push(tokio::task::spawn_local(async move {
+                    Rank::new(&dir, r, world)?.checkpoint(7, 64 << 10).await
+                }));
+            }
+            for r in ranks {
+                let done = r.await??;
+                t.event("job", format!("round {round}: {done:?}"));
+                assert!(done.committed);
+            }
+        }
+        Ok(())
+    });
+    sim.run().unwrap();
+}
