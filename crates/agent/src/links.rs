@@ -2,7 +2,7 @@
 //! to and one reader task per peer it receives from, joined to the (blocking) executor by
 //! bounded channels — transfer overlaps compute, and a slow link pushes back.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -57,9 +57,9 @@ impl Buffers {
 
 /// The links of one participant of one task.
 pub struct TaskLinks {
-    out: HashMap<usize, (worker::Sender<Vec<u8>>, Failure)>,
-    inp: HashMap<usize, (worker::Receiver<Vec<u8>>, Failure)>,
-    names: HashMap<usize, String>,
+    out: BTreeMap<usize, (worker::Sender<Vec<u8>>, Failure)>,
+    inp: BTreeMap<usize, (worker::Receiver<Vec<u8>>, Failure)>,
+    names: BTreeMap<usize, String>,
     writers: Vec<(String, JoinHandle<Result<(), ClusterError>>)>,
     readers: Vec<JoinHandle<()>>,
     buffers: Buffers,
@@ -112,8 +112,8 @@ impl TaskLinks {
                 .map_or_else(|| format!("participant {p}"), |n| n.name.clone())
         };
         TaskLinks {
-            out: HashMap::new(),
-            inp: HashMap::new(),
+            out: BTreeMap::new(),
+            inp: BTreeMap::new(),
             names: (0..nodes.len()).map(|p| (p, name(p))).collect(),
             writers: Vec::new(),
             readers: Vec::new(),

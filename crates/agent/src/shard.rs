@@ -7,7 +7,7 @@
 //!   its parity can be updated in place.
 //! - **Stripe blobs** (mode `stripe`): see [`crate::stripe_blob`].
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use eckpt_cluster_api::shard_layout::{ItemList, ShardLayout};
 use eckpt_cluster_api::ClusterError;
@@ -31,13 +31,13 @@ pub fn node_items(store: &Store, ranks: &[u32], epoch: u64) -> Result<ItemList, 
 /// Reads an image shard from the store: each extent from its rank's epoch, zero between.
 pub struct ImageShard {
     layout: ShardLayout,
-    views: HashMap<u32, EpochView>,
+    views: BTreeMap<u32, EpochView>,
 }
 
 impl ImageShard {
     /// Opens the epochs the layout needs.
     pub fn open(store: &Store, layout: ShardLayout, epoch: u64) -> Result<ImageShard, ClusterError> {
-        let mut views = HashMap::new();
+        let mut views = BTreeMap::new();
         for rank in layout.ranks() {
             views.insert(rank, store.view(rank, epoch)?);
         }

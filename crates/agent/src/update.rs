@@ -19,8 +19,8 @@
 //! the async tasks only move messages, one batch at a time per stream, so a slow consumer
 //! still pushes back on its producers.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
@@ -449,7 +449,7 @@ struct Stage {
     generator: Vec<u8>,
     me: usize,
     chunk: usize,
-    maps: HashMap<u8, LinearMap>,
+    maps: BTreeMap<u8, LinearMap>,
 }
 
 impl Stage {
@@ -524,7 +524,7 @@ impl ParityRole {
             generator,
             me: part.me,
             chunk: part.chunk(),
-            maps: HashMap::new(),
+            maps: BTreeMap::new(),
         }));
         let received: Arc<AtomicU64> = Arc::default();
         let mut readers = Vec::new();

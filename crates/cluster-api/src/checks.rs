@@ -4,7 +4,7 @@
 //! the agent will use (members, participants, rebuild targets, layouts) is checked against
 //! the group, and every length against the object's geometry.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 
 use eckpt_coding::config::CHUNK_RANGE;
 use eckpt_coding::geometry::Geometry;
@@ -149,7 +149,7 @@ fn check_shard(
 
 /// No node is named twice among the participants.
 fn distinct<'a>(nodes: impl Iterator<Item = &'a NodeInfo>) -> Result<(), ClusterError> {
-    let mut seen = HashSet::new();
+    let mut seen = BTreeSet::new();
     for node in nodes {
         if !seen.insert(node.name.as_str()) {
             return malformed(format!("node {} takes part twice", node.name));

@@ -2,7 +2,7 @@
 //! host, TCP otherwise), request/response over control frames, and the inbox where an
 //! agent parks incoming peer streams until the task they belong to takes them.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -182,9 +182,9 @@ type StreamKey = (u64, u32, usize);
 struct InboxInner {
     /// How long a task waits for a peer's stream (the cluster's `peer_wait`).
     peer_wait: Duration,
-    streams: Mutex<HashMap<StreamKey, (FrameReader, Instant)>>,
+    streams: Mutex<BTreeMap<StreamKey, (FrameReader, Instant)>>,
     /// Tasks the coordinator cancelled (a participant is gone), with why, and when.
-    cancelled: Mutex<HashMap<u64, (String, Instant)>>,
+    cancelled: Mutex<BTreeMap<u64, (String, Instant)>>,
     arrived: Notify,
 }
 

@@ -2,7 +2,7 @@
 //! layout the coordinator records per object and member, so that any node can cut a
 //! decoded shard back into images.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -95,7 +95,7 @@ impl ShardLayout {
         if items.len() != self.extents.len() {
             return None;
         }
-        let lens: HashMap<(u32, &str), u64> = items.iter().map(|(r, i, l)| ((*r, i.as_str()), *l)).collect();
+        let lens: BTreeMap<(u32, &str), u64> = items.iter().map(|(r, i, l)| ((*r, i.as_str()), *l)).collect();
         let mut extents = self.extents.clone();
         for e in &mut extents {
             let len = *lens.get(&(e.rank, e.item.as_str()))?;

@@ -3,7 +3,7 @@
 //! executors (epoch, recovery, export, flush) run the same over the cluster's sockets in
 //! the daemon and over agents in memory in their unit tests (`memory_agents`).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -83,7 +83,7 @@ impl Agents for SocketAgents {
 /// instead of reused.
 #[derive(Clone)]
 pub(super) struct IdleConnections {
-    kept: Arc<Mutex<HashMap<String, Vec<Kept>>>>,
+    kept: Arc<Mutex<BTreeMap<String, Vec<Kept>>>>,
     /// Half the agents' [`Deadlines::control_idle`](eckpt_cluster_api::dirs::Deadlines::control_idle).
     reuse_within: Duration,
 }

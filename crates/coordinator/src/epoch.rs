@@ -1,7 +1,7 @@
 //! One epoch's encode across all groups and its two-phase commit, and the group encode
 //! that recovery reuses to restore redundancy.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -112,7 +112,7 @@ impl Coordinator {
             .iter()
             .map(|rec| rec.objects.iter().map(|o| o.id).collect())
             .collect();
-        let object_group: HashMap<ObjectId, usize> = keep
+        let object_group: BTreeMap<ObjectId, usize> = keep
             .iter()
             .enumerate()
             .flat_map(|(g, ids)| ids.iter().map(move |&id| (id, g)))

@@ -21,7 +21,7 @@
 //! the one fenced is this coordinator, not the agent or the rank that asked, which goes
 //! on to the coordinator `cluster.json` names — an agent told "fenced" would exit.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -53,12 +53,12 @@ pub(super) struct State {
     /// its last write.
     next_task: u64,
     /// Agents' sessions by node name.
-    pub live: HashMap<String, Live>,
+    pub live: BTreeMap<String, Live>,
     /// When each agent with a session was last seen (for judging it alive).
     pub sightings: Sightings,
     /// When the coordinator last heard each node whose session ended (and that has not
     /// registered again since).
-    pub ended: HashMap<String, Instant>,
+    pub ended: BTreeMap<String, Instant>,
     /// The ranks' progress through the open epoch, and decided epochs.
     pub epochs: EpochState,
     /// `snapshot()` pace points waiting for every rank.
@@ -101,9 +101,9 @@ impl State {
             epochs: EpochState::new(journal.next_epoch),
             next_task: journal.next_task,
             journal: Arc::new(journal),
-            live: HashMap::new(),
+            live: BTreeMap::new(),
             sightings: Sightings::default(),
-            ended: HashMap::new(),
+            ended: BTreeMap::new(),
             pace_points: PacePoints::default(),
             flush: FlushState::new(flushed),
             lease_renewed,

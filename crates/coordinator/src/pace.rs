@@ -9,7 +9,7 @@
 //! pace point without a checkpoint (`Pace`: a barrier of every rank, used when no figures
 //! are known yet — a fresh launch, or after an epoch aborted before every rank was in).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::Coordinator;
 use eckpt_cluster_api::msg::{PaceReport, PaceStats};
@@ -93,7 +93,7 @@ const ANSWERED_KEPT: usize = 64;
 /// Pace points in progress, by launch and round, and the last answered ones.
 #[derive(Default)]
 pub(super) struct PacePoints {
-    rounds: HashMap<PointKey, Round>,
+    rounds: BTreeMap<PointKey, Round>,
     /// Answers of points every rank took: a rank asking again (a retry after a broken
     /// connection) gets the same answer instead of opening the point anew.
     answered: VecDeque<(PointKey, Result<PaceStats, String>)>,

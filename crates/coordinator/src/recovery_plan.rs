@@ -9,7 +9,7 @@
 //! exactly one group. A rank on a parity-only member would be in no data shard and its next
 //! loss would be final.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::state::{natural_key, Journal};
 use eckpt_cluster_api::msg::{GroupRecord, Relocation};
@@ -413,7 +413,7 @@ fn balance(plan: &mut RecoveryPlan, alive: &BTreeSet<String>) {
         .collect();
     // Ranks per node, counted once and kept as ranks move (counting them per node and per
     // move made balancing thousands of nodes quadratic and worse).
-    let mut placed: HashMap<String, usize> = nodes
+    let mut placed: BTreeMap<String, usize> = nodes
         .iter()
         .map(|n| (n.clone(), index.ranks_on(n).len()))
         .collect();
@@ -497,7 +497,7 @@ fn regroup_around_ranks(
 
     // Ranks per node, counted once and kept as ranks move.
     let index = plan.next.node_index();
-    let mut placed: HashMap<String, usize> = nodes
+    let mut placed: BTreeMap<String, usize> = nodes
         .iter()
         .map(|n| (n.clone(), index.ranks_on(n).len()))
         .collect();

@@ -5,7 +5,7 @@
 //! nodes paid O(N) per heartbeat and O(N²) per heartbeat period. Here each is O(log N), and
 //! the nodes seen within a window come out of one range.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 /// Each node's last sighting, by node and by time.
 #[derive(Debug, Default)]
 pub(super) struct Sightings {
-    by_node: HashMap<String, Instant>,
+    by_node: BTreeMap<String, Instant>,
     by_time: BTreeSet<(Instant, String)>,
 }
 

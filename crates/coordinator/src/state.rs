@@ -1,7 +1,7 @@
 //! The coordinator's durable state (its journal) and the decisions made from it alone:
 //! forming groups and placing ranks.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -77,8 +77,8 @@ pub struct Journal {
 /// Where every node is in a journal ([`Journal::node_index`]).
 pub struct NodeIndex<'a> {
     /// Each member's group (by index) and position, and whether the position holds data.
-    positions: HashMap<&'a str, ((usize, usize), bool)>,
-    ranks: HashMap<&'a str, Vec<u32>>,
+    positions: BTreeMap<&'a str, ((usize, usize), bool)>,
+    ranks: BTreeMap<&'a str, Vec<u32>>,
 }
 
 impl NodeIndex<'_> {
@@ -396,11 +396,11 @@ impl Journal {
     /// placement: what a loop over every node asks instead of [`Journal::group_of`] and
     /// [`Journal::ranks_on`], each of which scans, which made such loops quadratic.
     pub fn node_index(&self) -> NodeIndex<'_> {
-        let mut ranks: HashMap<&str, Vec<u32>> = HashMap::new();
+        let mut ranks: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
         for (&rank, node) in &self.placement {
             ranks.entry(node.as_str()).or_default().push(rank);
         }
-        let mut positions = HashMap::new();
+        let mut positions = BTreeMap::new();
         for (g, rec) in self.groups.iter().enumerate() {
             let geometry = Geometry::new(self.coding.layout, rec.group.k, rec.group.m, 1);
             for (pos, member) in rec.group.members.iter().enumerate() {
@@ -442,7 +442,7 @@ impl Journal {
         candidates: impl IntoIterator<Item = &'a String>,
         extra: &BTreeMap<String, usize>,
     ) -> Option<String> {
-        let mut placed: HashMap<&str, usize> = HashMap::new();
+        let mut placed: BTreeMap<&str, usize> = BTreeMap::new();
         for node in self.placement.values() {
             *placed.entry(node.as_str()).or_default() += 1;
         }
@@ -469,7 +469,7 @@ impl Journal {
     }
 
     /// Each member's group (by index), in one pass over the groups.
-    pub fn group_index(&self) -> HashMap<&str, usize> {
+    pub fn group_index(&self) -> BTreeMap<&str, usize> {
         self.groups
             .iter()
             .enumerate()
@@ -526,12 +526,12 @@ impl Journal {
 /// ranks are a lookup rather than a scan of the whole placement each (which made an epoch
 /// cost nodes × ranks).
 #[derive(Debug, Default, Clone)]
-pub struct RanksByNode(HashMap<String, Vec<u32>>);
+pub struct RanksByNode(BTreeMap<String, Vec<u32>>);
 
 impl RanksByNode {
     /// `placement` (rank → node) inverted.
     pub fn of(placement: &BTreeMap<u32, String>) -> RanksByNode {
-        let mut by_node: HashMap<String, Vec<u32>> = HashMap::new();
+        let mut by_node: BTreeMap<String, Vec<u32>> = BTreeMap::new();
         for (&rank, node) in placement {
             by_node.entry(node.clone()).or_default().push(rank);
         }

@@ -253,6 +253,18 @@ enum ReceiverInner<T> {
     Simulated(Arc<Simulated<T>>),
 }
 
+impl<T> std::fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender").finish_non_exhaustive()
+    }
+}
+
+impl<T> std::fmt::Debug for Receiver<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver").finish_non_exhaustive()
+    }
+}
+
 /// A simulated channel: every change under one lock, so that the side that wakes a parked
 /// worker counts it as running before the worker can run (and block again).
 struct Simulated<T> {

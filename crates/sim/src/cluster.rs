@@ -43,7 +43,9 @@ pub struct SimCluster {
 impl SimCluster {
     /// Makes the cluster directory of `shape` in a new scratch directory.
     pub fn create(shape: Shape) -> Result<SimCluster> {
-        let root = tempfile::Builder::new().prefix("eckpt-sim-").tempdir()?;
+        let root = tempfile::Builder::new()
+            .prefix("eckpt-sim-")
+            .tempdir_in(scratch_parent())?;
         let dir = ClusterDir::new(&root.path().join("cluster"))?;
         let NewCluster { nodes, spares, .. } = launch::create(
             &dir,
@@ -73,6 +75,11 @@ impl SimCluster {
             spares,
             shape,
         })
+    }
+
+    /// The scratch directory everything of the cluster is in.
+    pub fn root(&self) -> &std::path::Path {
+        self.root.path()
     }
 
     /// The cluster directory.
@@ -114,6 +121,17 @@ impl SimCluster {
             let trace = trace.clone();
             sim.host(name.as_str(), move || agent(options.clone(), trace.clone()));
         }
+    }
+}
+
+/// Where runs make their scratch directories: `ECKPT_SIM_DIR`, else memory (`/dev/shm`)
+/// when there is one — the daemons sync what they write, and a disk's syncs would be most
+/// of a run's time — else the temporary directory.
+fn scratch_parent() -> PathBuf {
+    match std::env::var_os("ECKPT_SIM_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None if std::path::Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
+        None => std::env::temp_dir(),
     }
 }
 

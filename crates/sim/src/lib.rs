@@ -13,8 +13,11 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod faults;
+pub mod invariants;
 pub mod network;
 pub mod ranks;
+pub mod run;
 pub mod trace;
 
 /// Makes this process a simulation's, for good (a second call does nothing).

@@ -4,7 +4,10 @@
 //! tracking, as tasks of a simulated host. Images are drawn from the run's seed, the rank
 //! and the epoch, so that any epoch's bytes can be checked again later.
 
-use anyhow::{bail, Context, Result};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use eckpt_cluster_api::call::ToCoordinator;
 use eckpt_cluster_api::commands::CoordinatorLink;
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{Locate, OpenEpoch, RankReady, RankReport, WaitEpoch};
@@ -13,20 +16,58 @@ use eckpt_store::{Options, Store};
 /// The store item a light rank's image is.
 const ITEM: &str = "image";
 
-/// The image of `rank` at `epoch` in the run of `seed`: `bytes` long.
+/// Bytes of an image that change together from epoch to epoch.
+const BLOCK: usize = 4096;
+
+/// The image of `rank` at `epoch` in the run of `seed`: `bytes` long. Each block of it
+/// changes at an epoch with a chance of one in three (all of them at epoch 1), so that the
+/// incremental modes have both changed and unchanged blocks to encode.
 pub fn image(seed: u64, rank: u32, epoch: u64, bytes: usize) -> Vec<u8> {
-    let mut state = seed ^ (u64::from(rank) << 40) ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let mut out = Vec::with_capacity(bytes + 8);
-    while out.len() < bytes {
-        // splitmix64: a different stream per (seed, rank, epoch), cheap and reproducible.
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    for block in 0..bytes.div_ceil(BLOCK) as u64 {
+        let written = (1..=epoch.max(1))
+            .rev()
+            .find(|&e| e == 1 || mix(seed ^ mix(u64::from(rank) << 32 | block) ^ mix(e)) % 3 == 0)
+            .unwrap_or(1);
+        let mut state = mix(seed ^ (u64::from(rank) << 40) ^ (block << 20) ^ written);
+        let end = (out.len() + BLOCK).min(bytes);
+        while out.len() < end {
+            state = mix(state);
+            out.extend_from_slice(&state.to_le_bytes());
+        }
+        out.truncate(end);
     }
-    out.truncate(bytes);
     out
+}
+
+/// splitmix64's finalizer: a reproducible stream per seed, rank, block and epoch.
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_is_reproducible_and_changes_in_some_blocks_only() {
+        let bytes = 64 * BLOCK + 100;
+        let one = image(7, 2, 5, bytes);
+        assert_eq!(one.len(), bytes);
+        assert_eq!(one, image(7, 2, 5, bytes));
+        assert_ne!(one, image(8, 2, 5, bytes));
+        assert_ne!(one, image(7, 3, 5, bytes));
+        let next = image(7, 2, 6, bytes);
+        let changed = (0..65)
+            .filter(|b| {
+                one[b * BLOCK..((b + 1) * BLOCK).min(bytes)] != next[b * BLOCK..((b + 1) * BLOCK).min(bytes)]
+            })
+            .count();
+        assert!(changed > 5 && changed < 60, "{changed} of 65 blocks changed");
+    }
 }
 
 /// One rank of a job of `world` ranks.
@@ -34,7 +75,9 @@ pub struct Rank {
     rank: u32,
     world: u32,
     link: CoordinatorLink,
-    retry: std::time::Duration,
+    retry: Duration,
+    /// The most one call may take, retries included (as the rank library bounds it).
+    limit: Duration,
 }
 
 /// What one checkpoint of a rank came to.
@@ -49,13 +92,24 @@ pub struct Checkpointed {
 impl Rank {
     /// Rank `rank` of `world`, reaching the coordinator of `dir`.
     pub fn new(dir: &ClusterDir, rank: u32, world: u32) -> Result<Rank> {
-        let retry = dir.load()?.deadlines.coordinator_retry();
+        let deadlines = dir.load()?.deadlines;
+        let retry = deadlines.coordinator_retry();
         Ok(Rank {
             rank,
             world,
             link: CoordinatorLink::new(dir)?,
             retry,
+            limit: deadlines.open_wait() + 2 * retry,
         })
+    }
+
+    /// One request, retried while the coordinator cannot be reached, bounded as a whole.
+    async fn call<C: ToCoordinator + Clone>(&mut self, call: C) -> Result<C::Answer> {
+        let what = format!("{:?}", call.clone().request());
+        let answer = tokio::time::timeout(self.limit, self.link.call_retrying(call, self.retry))
+            .await
+            .map_err(|_| anyhow!("rank {}: no answer to {what} within {:?}", self.rank, self.limit))?;
+        Ok(answer?)
     }
 
     /// Writes the rank's next epoch (its image drawn from `seed`, `bytes` long) and waits
@@ -63,20 +117,17 @@ impl Rank {
     pub async fn checkpoint(&mut self, seed: u64, bytes: usize) -> Result<Checkpointed> {
         let rank = self.rank;
         let opened = self
-            .link
-            .call_retrying(
-                OpenEpoch {
-                    rank,
-                    world: self.world,
-                    node: None,
-                    epoch: None,
-                    generation: None,
-                },
-                self.retry,
-            )
+            .call(OpenEpoch {
+                rank,
+                world: self.world,
+                node: None,
+                epoch: None,
+                generation: None,
+            })
             .await
             .with_context(|| format!("rank {rank}: opening an epoch"))?;
         let epoch = opened.epoch;
+        tracing::debug!(rank, epoch, node = %opened.node.name, "rank opened an epoch");
         let store = Store::open_with(&opened.node.store, Options::default())?;
         let mut writer = store.writer(rank, epoch)?;
         writer.put_full(ITEM, &image(seed, rank, epoch, bytes))?;
@@ -96,19 +147,15 @@ impl Rank {
             report,
             generation: None,
         };
-        self.link
-            .call_retrying(ready, self.retry)
+        self.call(ready)
             .await
             .with_context(|| format!("rank {rank}: epoch {epoch} ready"))?;
+        tracing::debug!(rank, epoch, "rank ready");
         let outcome = self
-            .link
-            .call_retrying(
-                WaitEpoch {
-                    epoch,
-                    decision_only: true,
-                },
-                self.retry,
-            )
+            .call(WaitEpoch {
+                epoch,
+                decision_only: true,
+            })
             .await
             .with_context(|| format!("rank {rank}: waiting for epoch {epoch}"))?;
         Ok(Checkpointed {
@@ -122,15 +169,11 @@ impl Rank {
     pub async fn restore(&mut self, seed: u64, bytes: usize) -> Result<Option<u64>> {
         let rank = self.rank;
         let located = self
-            .link
-            .call_retrying(
-                Locate {
-                    rank,
-                    world: self.world,
-                    generation: None,
-                },
-                self.retry,
-            )
+            .call(Locate {
+                rank,
+                world: self.world,
+                generation: None,
+            })
             .await
             .with_context(|| format!("rank {rank}: locating its checkpoint"))?;
         let Some((node, epoch)) = located else {

@@ -1,0 +1,163 @@
+//! The faults of a simulated run, drawn from its seed before it starts: hosts restarted
+//! (a crash, its disk kept) or lost (crashed for good, its disk gone), links cut (packets
+//! refused) or stalled (packets held, then delivered), each for a while.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// One fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// The host crashes and starts again after `down`, its disk as the crash left it.
+    Restart {
+        /// The host.
+        host: String,
+        /// How long it stays down.
+        down: Duration,
+    },
+    /// The node crashes for good and its local storage is gone.
+    Lose {
+        /// The node.
+        node: String,
+    },
+    /// Packets between `a` and `b` are refused for `lasting`.
+    Cut {
+        /// One end.
+        a: String,
+        /// The other end.
+        b: String,
+        /// How long.
+        lasting: Duration,
+    },
+    /// Packets between `a` and `b` are held for `lasting`, then delivered.
+    Stall {
+        /// One end.
+        a: String,
+        /// The other end.
+        b: String,
+        /// How long.
+        lasting: Duration,
+    },
+}
+
+impl Fault {
+    /// The fault's kind, for counts.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::Restart { .. } => "restart",
+            Fault::Lose { .. } => "lose",
+            Fault::Cut { .. } => "cut",
+            Fault::Stall { .. } => "stall",
+        }
+    }
+}
+
+/// What faults a run draws.
+#[derive(Debug, Clone)]
+pub struct FaultPlan {
+    /// Faults are injected from this virtual time on…
+    pub from: Duration,
+    /// …for this long; after it every fault is healed.
+    pub window: Duration,
+    /// How many.
+    pub count: usize,
+    /// How many nodes may be lost for good in a run (at most `m`, so that every committed
+    /// epoch stays restorable).
+    pub losses: usize,
+    /// The longest a fault lasts.
+    pub longest: Duration,
+}
+
+/// The faults of the run of `seed`, by the virtual time they begin: hosts are `hosts`
+/// (the coordinator's among them), nodes that may be lost are `nodes`.
+pub fn draw(seed: u64, plan: &FaultPlan, hosts: &[String], nodes: &[String]) -> Vec<(Duration, Fault)> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut faults = Vec::new();
+    let mut lost = Vec::new();
+    let window_ms = plan.window.as_millis().max(1) as u64;
+    let longest_ms = plan.longest.as_millis().max(2) as u64;
+    for _ in 0..plan.count {
+        let at = plan.from + Duration::from_millis(rng.random_range(0..window_ms));
+        let lasting = Duration::from_millis(rng.random_range(1..longest_ms));
+        let pick = |rng: &mut ChaCha8Rng, from: &[String]| from[rng.random_range(0..from.len())].clone();
+        let fault = match rng.random_range(0..10u32) {
+            0..=2 => Fault::Restart {
+                host: pick(&mut rng, hosts),
+                down: lasting,
+            },
+            3 if lost.len() < plan.losses => {
+                let left: Vec<String> = nodes.iter().filter(|n| !lost.contains(*n)).cloned().collect();
+                let node = pick(&mut rng, &left);
+                lost.push(node.clone());
+                Fault::Lose { node }
+            }
+            3..=6 => {
+                let (a, b) = two(&mut rng, hosts);
+                Fault::Cut { a, b, lasting }
+            }
+            _ => {
+                let (a, b) = two(&mut rng, hosts);
+                Fault::Stall { a, b, lasting }
+            }
+        };
+        faults.push((at, fault));
+    }
+    faults.sort_by_key(|(at, _)| *at);
+    faults
+}
+
+/// Two different hosts of `hosts`.
+fn two(rng: &mut ChaCha8Rng, hosts: &[String]) -> (String, String) {
+    let a = rng.random_range(0..hosts.len());
+    let b = (a + 1 + rng.random_range(0..hosts.len() - 1)) % hosts.len();
+    (hosts[a].clone(), hosts[b].clone())
+}
+
+/// Faults by kind.
+pub fn by_kind(faults: &[(Duration, Fault)]) -> BTreeMap<&'static str, u64> {
+    let mut counts = BTreeMap::new();
+    for (_, fault) in faults {
+        *counts.entry(fault.kind()).or_default() += 1;
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(prefix: &str, n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}{i}")).collect()
+    }
+
+    #[test]
+    fn a_seed_draws_one_schedule_within_the_window_and_the_loss_budget() {
+        let plan = FaultPlan {
+            from: Duration::from_secs(1),
+            window: Duration::from_secs(10),
+            count: 200,
+            losses: 2,
+            longest: Duration::from_secs(3),
+        };
+        let (hosts, nodes) = (names("h", 5), names("n", 4));
+        let faults = draw(9, &plan, &hosts, &nodes);
+        assert_eq!(faults, draw(9, &plan, &hosts, &nodes));
+        assert_ne!(faults, draw(10, &plan, &hosts, &nodes));
+        assert_eq!(faults.len(), 200);
+        assert!(faults.windows(2).all(|w| w[0].0 <= w[1].0));
+        assert!(faults
+            .iter()
+            .all(|(at, _)| *at >= plan.from && *at < plan.from + plan.window));
+        let lost: Vec<_> = faults.iter().filter(|(_, f)| f.kind() == "lose").collect();
+        assert_eq!(lost.len(), 2, "{lost:?}");
+        for (_, fault) in &faults {
+            if let Fault::Cut { a, b, .. } | Fault::Stall { a, b, .. } = fault {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(by_kind(&faults).values().sum::<u64>(), 200);
+    }
+}

@@ -1,0 +1,127 @@
+//! `eckpt-sim`: seeded runs of the real coordinator and agents in the deterministic
+//! simulator, with a summary of what they did and which failed (`scripts/sim-soak.sh`).
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use clap::Parser;
+use eckpt_sim::run::{run, Plan};
+use serde::Serialize;
+
+/// Runs seeds of the simulation: a cluster of simulated hosts running the real daemons,
+/// faults drawn from each seed, invariants checked after every step.
+#[derive(Parser)]
+#[command(name = "eckpt-sim", version)]
+struct Args {
+    /// Seeds to run, `FROM..TO` (TO excluded).
+    #[arg(long, value_name = "FROM..TO", conflicts_with = "hours")]
+    seeds: Option<String>,
+    /// Run seeds from `--from` on until this many hours (real time) have passed.
+    #[arg(long)]
+    hours: Option<f64>,
+    /// The first seed of `--hours`.
+    #[arg(long, default_value_t = 0)]
+    from: u64,
+    /// Print one seed's trace as it runs (to replay a failure).
+    #[arg(long, value_name = "SEED", conflicts_with_all = ["seeds", "hours"])]
+    replay: Option<u64>,
+    /// The summary as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What the seeds came to.
+#[derive(Serialize, Default)]
+struct Summary {
+    seeds: u64,
+    simulated_hours: f64,
+    real_seconds: f64,
+    faults: BTreeMap<&'static str, u64>,
+    invariant_checks: u64,
+    failed_seeds: Vec<u64>,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    if let Some(seed) = args.replay {
+        let outcome = run(&Plan::drawn(seed), true);
+        if let Some(why) = outcome.failure {
+            bail!("seed {seed} failed: {why}");
+        }
+        return Ok(());
+    }
+    let (first, end, until) = match (&args.seeds, args.hours) {
+        (Some(range), _) => {
+            let (a, b) = range
+                .split_once("..")
+                .ok_or_else(|| anyhow::anyhow!("--seeds {range}: expected FROM..TO"))?;
+            (a.parse()?, b.parse()?, None)
+        }
+        (None, Some(hours)) if hours > 0.0 => (
+            args.from,
+            u64::MAX,
+            Some(Instant::now() + Duration::from_secs_f64(hours * 3600.0)),
+        ),
+        _ => bail!("say which seeds: --seeds FROM..TO, --hours H or --replay SEED"),
+    };
+    let started = Instant::now();
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = match until {
+            Some(_) => indicatif::ProgressBar::new_spinner(),
+            None => indicatif::ProgressBar::new(end.saturating_sub(first)),
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {elapsed_precise} {pos} seeds {msg}")
+                .expect("a valid template"),
+        );
+        bar
+    });
+    let mut summary = Summary::default();
+    let mut seed = first;
+    while seed < end && until.is_none_or(|t| Instant::now() < t) {
+        let outcome = run(&Plan::drawn(seed), false);
+        summary.seeds += 1;
+        summary.simulated_hours += outcome.simulated.as_secs_f64() / 3600.0;
+        summary.invariant_checks += outcome.checks;
+        for (kind, n) in &outcome.faults {
+            *summary.faults.entry(kind).or_default() += n;
+        }
+        if let Some(why) = &outcome.failure {
+            summary.failed_seeds.push(seed);
+            eprintln!("seed {seed} FAILED: {why}\n{}\n", outcome.trace.join("\n"));
+        }
+        if let Some(bar) = &bar {
+            bar.inc(1);
+            bar.set_message(format!("{} failed", summary.failed_seeds.len()));
+        }
+        seed += 1;
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    summary.real_seconds = started.elapsed().as_secs_f64();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print_table(&summary);
+    }
+    if !summary.failed_seeds.is_empty() {
+        bail!("{} of {} seeds failed", summary.failed_seeds.len(), summary.seeds);
+    }
+    Ok(())
+}
+
+fn print_table(s: &Summary) {
+    let faults: u64 = s.faults.values().sum();
+    println!("seeds              {}", s.seeds);
+    println!("simulated hours    {:.2}", s.simulated_hours);
+    println!("real seconds       {:.0}", s.real_seconds);
+    println!("faults             {faults}");
+    for (kind, n) in &s.faults {
+        println!("  {kind:<16} {n}");
+    }
+    println!("invariant checks   {}", s.invariant_checks);
+    println!("failed seeds       {:?}", s.failed_seeds);
+}
