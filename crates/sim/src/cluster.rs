@@ -46,7 +46,7 @@ impl SimCluster {
         let root = tempfile::Builder::new()
             .prefix("eckpt-sim-")
             .tempdir_in(scratch_parent())?;
-        let dir = ClusterDir::new(&root.path().join("cluster"))?;
+        let dir = ClusterDir::new(root.path().join("cluster"))?;
         let NewCluster { nodes, spares, .. } = launch::create(
             &dir,
             &UpOptions {

@@ -110,3 +110,45 @@ impl Invariants {
         changed
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eckpt_coding::config::CodingConfig;
+
+    fn journal_at(dir: &ClusterDir, committed: u64, term: u64) {
+        let nodes: Vec<String> = (0..6).map(|i| format!("n{i}")).collect();
+        let mut journal = Journal::in_domains(CodingConfig::default(), &nodes, &[], &Default::default());
+        (journal.committed, journal.term) = (committed, term);
+        std::fs::create_dir_all(dir.coordinator()).unwrap();
+        journal.save(&dir.journal()).unwrap();
+    }
+
+    #[test]
+    fn a_committed_epoch_that_goes_back_or_was_told_too_soon_is_caught() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = ClusterDir::new(root.path()).unwrap();
+        let shared = Rc::new(RefCell::new(Shared::default()));
+        let mut invariants = Invariants::new(&dir, shared.clone());
+        journal_at(&dir, 5, 2);
+        invariants.check(Duration::ZERO).unwrap();
+        shared.borrow_mut().committed_told = 5;
+        invariants.check(Duration::ZERO).unwrap();
+        shared.borrow_mut().committed_told = 6;
+        let e = invariants.check(Duration::ZERO).unwrap_err();
+        assert!(e.to_string().contains("was told epoch 6"), "{e}");
+        shared.borrow_mut().committed_told = 5;
+        journal_at(&dir, 4, 2);
+        let e = invariants.check(Duration::ZERO).unwrap_err();
+        assert!(e.to_string().contains("went back from 5 to 4"), "{e}");
+        let mut invariants = Invariants::new(&dir, shared);
+        journal_at(&dir, 5, 3);
+        invariants.check(Duration::ZERO).unwrap();
+        // The journal fences a lower term itself: only a journal replaced whole has one.
+        std::fs::remove_dir_all(dir.coordinator()).unwrap();
+        journal_at(&dir, 5, 2);
+        let e = invariants.check(Duration::ZERO).unwrap_err();
+        assert!(e.to_string().contains("term went back"), "{e}");
+        assert_eq!(invariants.checks(), 2);
+    }
+}

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use eckpt_cluster_api::call::ToCoordinator;
-use eckpt_cluster_api::commands::CoordinatorLink;
+use eckpt_cluster_api::commands::{export_items, CoordinatorLink};
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{Locate, OpenEpoch, RankReady, RankReport, WaitEpoch};
+use eckpt_cluster_api::msg::{OpenEpoch, RankReady, RankReport, WaitEpoch};
 use eckpt_store::{Options, Store};
 
 /// The store item a light rank's image is.
@@ -27,7 +27,7 @@ pub fn image(seed: u64, rank: u32, epoch: u64, bytes: usize) -> Vec<u8> {
     for block in 0..bytes.div_ceil(BLOCK) as u64 {
         let written = (1..=epoch.max(1))
             .rev()
-            .find(|&e| e == 1 || mix(seed ^ mix(u64::from(rank) << 32 | block) ^ mix(e)) % 3 == 0)
+            .find(|&e| e == 1 || mix(seed ^ mix(u64::from(rank) << 32 | block) ^ mix(e)).is_multiple_of(3))
             .unwrap_or(1);
         let mut state = mix(seed ^ (u64::from(rank) << 40) ^ (block << 20) ^ written);
         let end = (out.len() + BLOCK).min(bytes);
@@ -164,32 +164,23 @@ impl Rank {
         })
     }
 
-    /// Reads the rank's newest committed image from the node the coordinator says holds it
-    /// and checks it byte for byte against the image of that epoch: the epoch.
-    pub async fn restore(&mut self, seed: u64, bytes: usize) -> Result<Option<u64>> {
+    /// Reads the rank's newest committed image back as a restart does when its node may be
+    /// gone — exported by the coordinator, from the node that holds it or decoded from its
+    /// group — and checks it byte for byte against the image of that epoch: the epoch.
+    pub async fn restore(&mut self, dir: &ClusterDir, seed: u64, bytes: usize) -> Result<u64> {
         let rank = self.rank;
-        let located = self
-            .call(Locate {
-                rank,
-                world: self.world,
-                generation: None,
-            })
+        let exported = tokio::time::timeout(self.limit, export_items(dir, rank, None, |name| name == ITEM))
             .await
-            .with_context(|| format!("rank {rank}: locating its checkpoint"))?;
-        let Some((node, epoch)) = located else {
-            return Ok(None);
-        };
-        let store = Store::open_with(&node.store, Options::default())?;
-        let mut read = vec![0u8; bytes];
-        store
-            .read_item_into(rank, epoch, ITEM, &mut read)
-            .with_context(|| format!("rank {rank}: reading epoch {epoch} on {}", node.name))?;
+            .map_err(|_| anyhow!("rank {rank}: its export did not end within {:?}", self.limit))?;
+        let (epoch, items) = exported.with_context(|| format!("rank {rank}: exporting its checkpoint"))?;
+        let read = items
+            .into_iter()
+            .find(|(name, _)| name == ITEM)
+            .map(|(_, content)| content)
+            .ok_or_else(|| anyhow!("rank {rank}: epoch {epoch} has no {ITEM}"))?;
         if read != image(seed, rank, epoch, bytes) {
-            bail!(
-                "rank {rank}: epoch {epoch} on {} is not the image it wrote",
-                node.name
-            );
+            bail!("rank {rank}: epoch {epoch} is not the image it wrote");
         }
-        Ok(Some(epoch))
+        Ok(epoch)
     }
 }

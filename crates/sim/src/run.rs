@@ -51,7 +51,7 @@ impl Plan {
     pub fn drawn(seed: u64) -> Plan {
         use rand::{Rng, SeedableRng};
         // Another stream than the faults' (same seed), so that either can change alone.
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5EED_0F_5A4E);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x005E_ED0F_5A4E);
         let (k, m) = [(2, 1), (3, 1), (2, 2), (4, 2)][rng.random_range(0..4)];
         let layout = [Layout::Dedicated, Layout::Rotated][rng.random_range(0..2)];
         let coding = CodingConfig {
@@ -320,6 +320,7 @@ async fn job(plan: Plan, dir: ClusterDir, trace: Trace, shared: Rc<RefCell<Share
         recovering: tokio::sync::Mutex::new(()),
         progressed: RefCell::new(BTreeSet::new()),
         all_progressed: tokio::sync::Notify::new(),
+        out_of_room: std::cell::Cell::new(false),
     });
     let mut running = tokio::task::JoinSet::new();
     for r in 0..plan.ranks {
@@ -330,17 +331,18 @@ async fn job(plan: Plan, dir: ClusterDir, trace: Trace, shared: Rc<RefCell<Share
     // The job ends as an application does: its ranks' calls in flight are dropped.
     running.abort_all();
     while running.join_next().await.is_some() {}
-    trace.event(
-        JOB,
-        "every rank progressed after the faults: reading every rank back",
-    );
+    let ended = match job.out_of_room.get() {
+        true => "the cluster has no room left for the ranks of its lost nodes: the job ends",
+        false => "every rank progressed after the faults",
+    };
+    trace.event(JOB, format!("{ended}: reading every rank back"));
     let mut ranks = Vec::new();
     for r in 0..plan.ranks {
         ranks.push(Rank::new(&dir, r, plan.ranks)?);
     }
     loop {
         let told = shared.borrow().committed_told;
-        match restore_all(&plan, &mut ranks, told).await {
+        match restore_all(&plan, &dir, &mut ranks, told).await {
             Ok(()) => break,
             Err(e) if e.to_string().contains("is not the image") || e.to_string().contains("went back") => {
                 return Err(e.into())
@@ -348,6 +350,7 @@ async fn job(plan: Plan, dir: ClusterDir, trace: Trace, shared: Rc<RefCell<Share
             Err(e) => {
                 trace.event(JOB, format!("a restore failed: {e:#}"));
                 job.recover().await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
     }
@@ -366,8 +369,11 @@ struct JobState {
     recovering: tokio::sync::Mutex<()>,
     /// Ranks that had a checkpoint committed that began after the faults were over.
     progressed: RefCell<BTreeSet<u32>>,
-    /// Told when every rank has.
+    /// Told when every rank has, or when the job cannot go on.
     all_progressed: tokio::sync::Notify,
+    /// Lost nodes left too few for the ranks to be protected (no spare, no survivor with
+    /// room): no checkpoint can commit any more, and the job ends as `eckpt run` would.
+    out_of_room: std::cell::Cell<bool>,
 }
 
 impl JobState {
@@ -434,18 +440,23 @@ impl JobState {
                     report.epoch, report.rebuilt, report.moved, report.unrecoverable
                 ),
             ),
-            Err(e) => trace.event(JOB, format!("recovery of {down:?}: {e}")),
+            Err(e) => {
+                trace.event(JOB, format!("recovery of {down:?}: {e}"));
+                if e.to_string().contains("cannot be protected") && !self.out_of_room.replace(true) {
+                    self.all_progressed.notify_one();
+                }
+            }
         }
     }
 }
 
 /// Every rank reads its newest committed image back; it must be at least the newest epoch
 /// a rank was told was committed.
-async fn restore_all(plan: &Plan, ranks: &mut [Rank], told: u64) -> Result<()> {
+async fn restore_all(plan: &Plan, dir: &ClusterDir, ranks: &mut [Rank], told: u64) -> Result<()> {
     for rank in ranks {
-        let epoch = rank.restore(plan.seed, plan.image_bytes).await?;
-        if epoch.unwrap_or(0) < told {
-            bail!("a committed epoch went back: {epoch:?} located, epoch {told} was committed");
+        let epoch = rank.restore(dir, plan.seed, plan.image_bytes).await?;
+        if epoch < told {
+            bail!("a committed epoch went back: epoch {epoch} read back, epoch {told} was committed");
         }
     }
     Ok(())

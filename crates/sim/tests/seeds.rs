@@ -33,7 +33,7 @@ fn a_seed_replays_its_run_line_for_line() {
 #[test]
 fn seeded_runs_hold_every_invariant() {
     let mut failed = Vec::new();
-    for seed in 0..20 {
+    for seed in 0..50 {
         let outcome = run(&plan(seed), false);
         eprintln!(
             "seed {seed}: {:?} simulated, {} checks, faults {:?}{}",
