@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use eckpt_cluster::launch::{self, NewCluster, UpOptions};
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
+use eckpt_cluster_api::msg::Status;
 use eckpt_coding::config::CodingConfig;
 
 use crate::trace::Trace;
@@ -122,6 +123,24 @@ impl SimCluster {
             sim.host(name.as_str(), move || agent(options.clone(), trace.clone()));
         }
     }
+}
+
+/// Waits until every node of the cluster in `dir` is registered and alive, at most the
+/// cluster's start wait (as `eckpt up` waits for its agents).
+pub async fn until_registered(dir: &ClusterDir) -> Result<()> {
+    let wait = dir.load()?.deadlines.start_wait();
+    let every_node = async {
+        loop {
+            let status = eckpt_cluster_api::commands::coordinator_call(dir, Status, |_| {}).await;
+            if status.is_ok_and(|s| s.nodes.iter().all(|n| n.alive)) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(wait, every_node)
+        .await
+        .map_err(|_| anyhow::anyhow!("the nodes did not all register within {wait:?}"))
 }
 
 /// Where runs make their scratch directories: `ECKPT_SIM_DIR`, else memory (`/dev/shm`)

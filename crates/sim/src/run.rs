@@ -300,17 +300,7 @@ fn inject(
 /// does. Once the faults are over and every rank has had a checkpoint committed since, the
 /// ranks stop and read their newest committed images back.
 async fn job(plan: Plan, dir: ClusterDir, trace: Trace, shared: Rc<RefCell<Shared>>) -> turmoil::Result {
-    let all_registered = async {
-        loop {
-            if let Ok(s) = coordinator_call(&dir, Status, |_| {}).await {
-                if s.nodes.iter().all(|n| n.alive) {
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    all_registered.await;
+    crate::cluster::until_registered(&dir).await?;
     trace.event(JOB, "every node registered");
     let job = Rc::new(JobState {
         plan: plan.clone(),

@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use eckpt_cluster_api::commands::coordinator_call;
-use eckpt_cluster_api::msg::Status;
 use eckpt_coding::config::CodingConfig;
 use eckpt_sim::cluster::{Shape, SimCluster};
 use eckpt_sim::ranks::Rank;
@@ -31,14 +29,7 @@ fn epochs_commit_on_simulated_hosts() {
     let dir = cluster.dir().clone();
     let t = trace.clone();
     sim.client("job", async move {
-        loop {
-            match coordinator_call(&dir, Status, |_| {}).await {
-                Ok(s) if s.nodes.iter().all(|n| n.alive) => break,
-                Ok(_) => {}
-                Err(e) => t.event("job", format!("status: {e}")),
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        eckpt_sim::cluster::until_registered(&dir).await?;
         t.event("job", "every node registered");
         let world = 4u32;
         for round in 0..3u64 {
