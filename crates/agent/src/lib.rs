@@ -433,6 +433,7 @@ async fn session(agent: &Arc<Agent>, first: &mut Option<FirstRegistration>) -> R
         committed,
         keep,
         versions,
+        discard,
     } = coordinator_answer::<Registration>(COORDINATOR, registered)?;
     // An older coordinator's view of what is committed must not be resolved from: the
     // session is tried again, with the coordinator `cluster.json` names then.
@@ -442,7 +443,12 @@ async fn session(agent: &Arc<Agent>, first: &mut Option<FirstRegistration>) -> R
     pause_point_async(&agent.dir.debug(), Phase::BeforeResolve, &agent.info.name).await;
     let a = agent.clone();
     let held = blocking(move || {
-        a.resolve(committed, &keep, &versions)?;
+        if discard {
+            tracing::warn!("this node was rebuilt elsewhere while it was away: it discards what it held and rejoins as a spare");
+            a.discard()?;
+        } else {
+            a.resolve(committed, &keep, &versions)?;
+        }
         a.inventory()
     })
     .await?;

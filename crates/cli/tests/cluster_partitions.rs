@@ -129,9 +129,10 @@ fn a_node_cut_off_from_the_coordinator_within_its_liveness_is_never_declared_los
 /// peers still reach it: its ranks are rebuilt elsewhere from the group's shards. When the
 /// cut heals, the node's agent — still running, with its old store — is not trusted with
 /// the ranks again: they stay where recovery put them, every committed epoch restores
-/// byte-exact, and the next epoch commits.
+/// byte-exact, and the next epoch commits. The node discards its old store's ranks and
+/// parity and rejoins as a spare, for the next loss.
 #[test]
-fn a_node_cut_off_from_the_coordinator_beyond_its_liveness_is_rebuilt_and_stays_out_of_its_old_ranks() {
+fn a_node_cut_off_from_the_coordinator_beyond_its_liveness_is_rebuilt_and_rejoins_as_a_spare() {
     let mut c = cluster_with_an_epoch();
     let victim = c.status_placement(0);
     let cut = Cut::new(&c, &victim, vec![Network::for_dir(&c.dir).bridge_ip()]);
@@ -143,17 +144,26 @@ fn a_node_cut_off_from_the_coordinator_beyond_its_liveness_is_rebuilt_and_stays_
     c.assert_restorable();
     drop(cut);
     c.wait_up(&victim);
-    let s = c.status();
-    let entry = s["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["name"] == victim.as_str())
-        .unwrap();
-    assert_eq!(
-        entry["removed"], true,
-        "its agent is back, but not as a member: {s}"
-    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (s, entry) = loop {
+        let s = c.status();
+        let entry = s["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == victim.as_str())
+            .unwrap()
+            .clone();
+        if entry["spare"] == true {
+            break (s, entry);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "its agent is back, but not as a spare: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(entry["removed"], false, "{s}");
     assert!(entry["ranks"].as_array().unwrap().is_empty(), "{s}");
     assert!(
         !c.members().contains(&victim),

@@ -1296,6 +1296,11 @@ pub struct Registered {
     pub keep: Vec<ObjectId>,
     /// Update versions committed per object (apply staged updates up to them).
     pub versions: Vec<(ObjectId, u64)>,
+    /// The node was rebuilt elsewhere while it was away: nothing it holds is the cluster's
+    /// any more. It discards its ranks' epochs and its coded objects instead of resolving
+    /// them, and rejoins as a spare once it reports holding nothing.
+    #[serde(default)]
+    pub discard: bool,
 }
 
 /// Answer to [`OpenEpoch`]: where and as which epoch the rank checkpoints.

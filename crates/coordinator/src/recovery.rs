@@ -657,6 +657,63 @@ mod tests {
         );
     }
 
+    /// Registers n1's agent again (its store kept) as a new session; the answer and session.
+    async fn n1_comes_back(c: &TestCluster) -> (eckpt_cluster_api::msg::Registered, u64) {
+        let reg = eckpt_cluster_api::msg::Registration {
+            info: TestCluster::info("n1"),
+            token: "token-n1".into(),
+            fresh: false,
+            domain: None,
+        };
+        let (answer, session) = c.register(reg).await;
+        (answer.unwrap(), session)
+    }
+
+    #[tokio::test]
+    async fn a_node_rebuilt_elsewhere_while_away_rejoins_as_a_spare_once_it_holds_nothing() {
+        let c = one_lost().await;
+        recover(&c).await.unwrap();
+        let removed = |j: &crate::state::Journal| (j.nodes["n1"].removed, j.nodes["n1"].spare);
+        assert_eq!(removed(&c.coord.snapshot().await), (true, false));
+
+        // Back with its store: told to discard what it holds; while it reports holding
+        // something (it did not discard), it stays out, and its heartbeats end its session.
+        let (answer, session) = n1_comes_back(&c).await;
+        assert!(answer.discard && answer.keep.is_empty(), "{answer:?}");
+        let stale = eckpt_cluster_api::msg::Inventory {
+            ranks: vec![(1, Some(1))],
+            objects: Vec::new(),
+        };
+        c.coord.holds("n1".into(), session, stale).await.unwrap();
+        assert_eq!(removed(&c.coord.snapshot().await), (true, false));
+        let beat = c.coord.read(move |s| s.heard_from("n1", session)).await;
+        assert!(beat.is_err_and(|e| e.to_string().contains("rebuilt elsewhere")));
+
+        // Discarded: a spare, and the next loss is rebuilt onto it.
+        let (answer, session) = n1_comes_back(&c).await;
+        assert!(answer.discard);
+        c.coord
+            .holds("n1".into(), session, Default::default())
+            .await
+            .unwrap();
+        assert_eq!(removed(&c.coord.snapshot().await), (false, true));
+        let (again, _) = n1_comes_back(&c).await;
+        assert!(!again.discard, "a spare keeps what it holds");
+        assert!(c.checkpoint(8).await.committed);
+        let lost = "n2";
+        assert!(!c.coord.snapshot().await.ranks_on(lost).is_empty());
+        c.kill(lost).await;
+        let report = recover(&c).await.unwrap();
+        assert_eq!(report.rebuilt.len(), 1, "{report:?}");
+        let journal = c.coord.snapshot().await;
+        assert!(
+            journal.group_of("n1").is_some(),
+            "n1 replaced {lost}: {:?}",
+            journal.groups
+        );
+        assert!(!journal.nodes["n1"].spare && !journal.nodes["n1"].removed);
+    }
+
     #[tokio::test]
     async fn a_failure_in_any_phase_of_a_recovery_leaves_the_journal_as_it_was_and_names_the_node() {
         // n1's ranks are decoded onto n0 and n2 (Install); n3 takes part in every task.

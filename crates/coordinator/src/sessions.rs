@@ -370,7 +370,26 @@ impl State {
             committed: journal.committed,
             keep: journal.keep_of(name),
             versions: journal.versions_of(name),
+            discard: journal.nodes.get(name).is_some_and(|e| e.removed),
         })
+    }
+
+    /// A node rebuilt elsewhere while it was away, back and holding nothing (it discarded
+    /// what it held when it registered: `Registered::discard`), becomes a spare, so that
+    /// the next loss can be rebuilt onto it. Only for the session that reported it, and
+    /// only while no group and no rank is the node's.
+    pub(super) fn rejoin_as_spare(&mut self, journal: &mut Draft, node: &str, session: u64) {
+        let current = self.live.get(node).is_some_and(|l| l.session == session);
+        let removed = journal.nodes.get(node).is_some_and(|e| e.removed);
+        let unused = journal.group_of(node).is_none() && !journal.placement.values().any(|n| n == node);
+        if !(current && removed && unused) {
+            return;
+        }
+        if let Some(entry) = journal.nodes.get_mut(node) {
+            entry.removed = false;
+            entry.spare = true;
+        }
+        tracing::info!(node = %node, "a node rebuilt elsewhere while it was away rejoined as a spare");
     }
 
     /// Renews the session — unless the agent missed a decision ([`State::missed_decision`]):
@@ -380,6 +399,15 @@ impl State {
     /// register again, and it would keep what it prepared for a committed epoch undecided.)
     pub(super) fn heard_from(&mut self, node: &str, session: u64) -> Result<(), ClusterError> {
         self.end_silence();
+        if self.journal().nodes.get(node).is_some_and(|e| e.removed) {
+            // Alive through the recovery that rebuilt it elsewhere (it registered before
+            // that recovery's commit): it holds what is no longer the cluster's, and
+            // registers again to discard it and rejoin as a spare.
+            return Err(ClusterError::Node {
+                node: node.into(),
+                reason: "this node was rebuilt elsewhere: register again to rejoin as a spare".into(),
+            });
+        }
         let Some(l) = self.live.get_mut(node).filter(|l| l.session == session) else {
             // Another agent registered as this node meanwhile (this one was stopped past
             // its liveness and replaced), or the session was forgotten: its agent must
@@ -580,6 +608,35 @@ impl State {
 }
 
 impl Coordinator {
+    /// What the agent of `session` holds, as it reports after registering: compared with the
+    /// journal, after which the node counts as alive; parity it lacks is re-encoded soon; a
+    /// node rebuilt elsewhere that holds nothing now rejoins as a spare.
+    pub(super) async fn holds(
+        self: &Arc<Self>,
+        node: String,
+        session: u64,
+        held: Inventory,
+    ) -> Result<(), ClusterError> {
+        let holds_nothing = held.ranks.is_empty() && held.objects.is_empty();
+        let at = node.clone();
+        let (parity_gap, removed) = self
+            .read(move |s| {
+                let gap = s.check_holdings(&at, session, &held);
+                (gap, s.journal().nodes.get(&at).is_some_and(|e| e.removed))
+            })
+            .await;
+        if removed && holds_nothing {
+            self.state
+                .change(move |s, journal| s.rejoin_as_spare(journal, &node, session))
+                .await?;
+        }
+        self.changed.notify_waiters();
+        if parity_gap {
+            self.repair_soon();
+        }
+        Ok(())
+    }
+
     /// Applies `change` to the journal, as [`Coordinator::update`] does, only if no agent of
     /// `sessions` is now in another session ([`State::same_sessions`]).
     pub(super) async fn update_if_same_sessions<T: Send + 'static>(
@@ -645,13 +702,7 @@ async fn requests(
                     return Err(e);
                 }
             }
-            CoordRequest::Holds(held) => {
-                let parity_gap = coord.read(move |s| s.check_holdings(&node, session, &held)).await;
-                coord.changed.notify_waiters();
-                if parity_gap {
-                    coord.repair_soon();
-                }
-            }
+            CoordRequest::Holds(held) => coord.holds(node, session, held).await?,
             other => {
                 return Err(ClusterError::Protocol(format!(
                     "unexpected {other:?} on a session"
