@@ -298,6 +298,9 @@ struct Supervisor<'a> {
     /// Nodes this run killed that the coordinator still reports alive: until it declares
     /// them dead, a restart would place ranks on them.
     undeclared: BTreeSet<String>,
+    /// Nodes this run killed or Slurm took out of the job: they do not come back, so a group
+    /// that lost more than m members, all of them these, is not awaited.
+    gone: BTreeSet<String>,
     /// A recovery done, waiting for the relaunch that completes it.
     recovered: Option<RecoveryRecord>,
     /// Names this run's launches (`ECKPT_LAUNCH` is `<run_id>-<attempt>`).
@@ -391,6 +394,7 @@ impl<'a> Supervisor<'a> {
             lost_heard: None,
             reported_lost: BTreeSet::new(),
             undeclared: BTreeSet::new(),
+            gone: BTreeSet::new(),
             recovered: None,
             run_id: format!("{:x}-{}", now_unix as u64, std::process::id()),
             lease: None,
@@ -697,6 +701,8 @@ impl<'a> Supervisor<'a> {
         let mut tries = 0;
         // Since when nothing is lost but a node this run killed is not declared dead yet.
         let mut undeclared_since: Option<Instant> = None;
+        // Since when recoveries have answered that a group lost more than it tolerates.
+        let mut unrecoverable_since: Option<Instant> = None;
         // Slurm is asked once per heal, not at every tick of the loop below (which polls the
         // coordinator every 50 ms while a node is not declared dead): the nodes it took away
         // join `undeclared`, which the loop waits out.
@@ -755,7 +761,27 @@ impl<'a> Supervisor<'a> {
             match result {
                 Ok(report) => self.absorb(&report, events),
                 Err(RunError::Cluster(e)) if e.kind() == ErrorKind::Unrecoverable => {
-                    return Err(RunError::Unrecoverable(e.to_string()));
+                    // More than m members of a group are down. A member down is often one
+                    // rebooting or cut off for a while, its store intact (a link that
+                    // blinks past the liveness period is enough): the job ends only once
+                    // they have stayed away for the partition grace, and is recovered as
+                    // soon as enough of them are back. Nodes this run killed, or Slurm
+                    // took, are not awaited.
+                    if lost.is_subset(&self.gone) {
+                        return Err(RunError::Unrecoverable(e.to_string()));
+                    }
+                    let grace = self.deadlines.partition_grace();
+                    let since = *unrecoverable_since.get_or_insert_with(|| {
+                        events(Event::Note(format!(
+                            "{e}: waiting up to {:.0} s for its members to come back",
+                            grace.as_secs_f64()
+                        )));
+                        Instant::now()
+                    });
+                    if since.elapsed() >= grace {
+                        return Err(RunError::Unrecoverable(e.to_string()));
+                    }
+                    std::thread::sleep(self.deadlines.liveness().min(grace - since.elapsed()));
                 }
                 Err(e) => {
                     tries += 1;
@@ -797,6 +823,7 @@ impl<'a> Supervisor<'a> {
         }
         if !gone.is_empty() {
             self.undeclared.extend(gone.iter().cloned());
+            self.gone.extend(gone.iter().cloned());
             self.note_lost(&gone, None, "Slurm took the node out of the job", events);
         }
         Ok(())
@@ -903,6 +930,7 @@ impl<'a> Supervisor<'a> {
         }
         let set: BTreeSet<String> = victims.into_iter().collect();
         self.undeclared.extend(set.iter().cloned());
+        self.gone.extend(set.iter().cloned());
         self.note_lost(&set, None, cause, events);
         Ok(())
     }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use eckpt_cluster::launch::UpOptions;
 use eckpt_cluster_api::dirs::{ClusterDir, ClusterFile, Deadlines};
@@ -45,6 +45,8 @@ struct World {
     recoveries: u32,
     /// Recoveries answer that more is lost than the code tolerates.
     unrecoverable: bool,
+    /// After this many recoveries answered so, the dead nodes come back with their stores.
+    back_after: Option<u32>,
     /// `ClaimJob` is refused until this holder's lease expires (then claimable).
     holder: Option<(LeaseHolder, Instant, f64)>,
     released: Option<bool>,
@@ -144,6 +146,12 @@ impl Coordinator for Scripted {
     fn recover(&self, _: Relocation) -> Result<RecoveryReport, RunError> {
         let mut w = self.world.lock().unwrap();
         w.recoveries += 1;
+        if w.back_after.is_some_and(|n| w.recoveries > n) {
+            w.unrecoverable = false;
+            for node in w.nodes.values_mut() {
+                node.alive |= !node.removed;
+            }
+        }
         if w.unrecoverable {
             return Err(RunError::Cluster(ClusterError::Unrecoverable(
                 "group 1 lost 3 of 6 members, more than m=2".into(),
@@ -373,6 +381,9 @@ fn supervise(scripts: Vec<Script>, change: impl FnOnce(&mut World)) -> Run {
     supervise_with_slots(crate::placement::Slots::new(), scripts, change)
 }
 
+/// The scripted clusters' partition grace: how long a run awaits members lost beyond m.
+const PARTITION_GRACE_MS: u64 = 2_000;
+
 /// [`supervise`] with each node running at most `slots` ranks.
 fn supervise_with_slots(
     slots: crate::placement::Slots,
@@ -403,6 +414,7 @@ fn supervise_with_slots(
     let deadlines = Deadlines {
         liveness_ms: 600,
         lease_ms: 1_000,
+        partition_grace_ms: PARTITION_GRACE_MS,
         ..Deadlines::default()
     };
     let file = ClusterFile {
@@ -657,13 +669,40 @@ fn a_rank_killed_by_a_signal_is_relaunched_from_the_last_epoch_without_a_recover
 }
 
 #[test]
-fn more_losses_than_the_code_tolerates_end_the_run_with_the_coordinators_reason() {
+fn more_losses_than_the_code_tolerates_end_the_run_with_the_coordinators_reason_after_the_grace() {
+    let started = Instant::now();
     let run = supervise(vec![node_dies("n0", 1, None)], |w| w.unrecoverable = true);
     match run.result {
         Err(RunError::Unrecoverable(why)) => assert!(why.contains("more than m=2"), "{why}"),
         other => panic!("{other:?}"),
     }
     assert_eq!(run.placements.len(), 1, "no relaunch on a lost checkpoint");
+    assert!(
+        started.elapsed() >= Duration::from_millis(PARTITION_GRACE_MS),
+        "the lost members were awaited for the partition grace"
+    );
+    let recoveries = run.world.lock().unwrap().recoveries;
+    assert!(
+        (2..=6).contains(&recoveries),
+        "asked about once per liveness period: {recoveries}"
+    );
+}
+
+/// Members down past what the code tolerates are often rebooting or cut off for a while,
+/// their stores intact: once they are back, the job goes on from its last epoch.
+#[test]
+fn members_that_come_back_within_the_grace_let_the_run_go_on() {
+    let run = supervise(vec![node_dies("n0", 1, None), end_at(0, Ending::Done)], |w| {
+        w.unrecoverable = true;
+        w.back_after = Some(2);
+    });
+    assert_eq!(run.result.unwrap(), 0);
+    assert_eq!(run.placements.len(), 2, "relaunched once they were back");
+    assert!(
+        run.placements[1].values().any(|n| n == "n0"),
+        "n0 came back with its store and hosts its ranks again: {:?}",
+        run.placements[1]
+    );
 }
 
 #[test]
