@@ -23,7 +23,8 @@ pub struct NodeEntry {
     pub info: Option<NodeInfo>,
     /// Joined as a spare (or joined after the groups were formed).
     pub spare: bool,
-    /// Lost and rebuilt elsewhere: holds nothing the cluster needs.
+    /// Lost and rebuilt elsewhere: holds nothing the cluster needs. Until it comes back and
+    /// discards what it held: then it is a spare again (`State::rejoin_as_spare`).
     pub removed: bool,
     /// The token its store proves it is this node with (set at its first registration).
     #[serde(default)]

@@ -1,8 +1,9 @@
 //! The faults of a simulated run, drawn from its seed before it starts: hosts restarted
 //! (a crash, its disk kept) or lost (crashed for good, its disk gone), links cut (packets
-//! refused) or stalled (packets held, then delivered), each for a while.
+//! refused) or stalled (packets held, then delivered), hosts frozen (every link of theirs
+//! stalled), each for a while; and freezes of the coordinator that strike as it plans a
+//! recovery, the moment when a stall once left a group without its parity.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
@@ -41,6 +42,14 @@ pub enum Fault {
         /// How long.
         lasting: Duration,
     },
+    /// Every packet to and from `host` is held for `lasting`, then delivered: what the
+    /// others see of a host stopped (SIGSTOP) or starved, though its own timers run on.
+    Freeze {
+        /// The host.
+        host: String,
+        /// How long.
+        lasting: Duration,
+    },
 }
 
 impl Fault {
@@ -51,6 +60,7 @@ impl Fault {
             Fault::Lose { .. } => "lose",
             Fault::Cut { .. } => "cut",
             Fault::Stall { .. } => "stall",
+            Fault::Freeze { .. } => "freeze",
         }
     }
 }
@@ -69,6 +79,34 @@ pub struct FaultPlan {
     pub losses: usize,
     /// The longest a fault lasts.
     pub longest: Duration,
+    /// At most how many of the coordinator's recoveries within the window are struck by a
+    /// freeze of the coordinator ([`recovery_freezes`]).
+    pub recovery_freezes: usize,
+}
+
+/// A freeze of the coordinator that strikes `after` it plans a recovery, for `lasting`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryFreeze {
+    /// From the recovery's plan to the freeze: somewhere in its decode, its encode or its
+    /// commit.
+    pub after: Duration,
+    /// How long.
+    pub lasting: Duration,
+}
+
+/// The freezes that strike the first recoveries of the run of `seed`, in order: up to
+/// `plan.recovery_freezes` of them, each beginning up to 150 ms after its recovery's plan
+/// (a recovery's decode and encode take tens of milliseconds here).
+pub fn recovery_freezes(seed: u64, plan: &FaultPlan) -> Vec<RecoveryFreeze> {
+    // Another stream than the schedule's (same seed), so that either can change alone.
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0F4E_E2E5);
+    let longest_ms = plan.longest.as_millis().max(2) as u64;
+    (0..rng.random_range(0..=plan.recovery_freezes))
+        .map(|_| RecoveryFreeze {
+            after: Duration::from_millis(rng.random_range(0..150)),
+            lasting: Duration::from_millis(rng.random_range(1..longest_ms)),
+        })
+        .collect()
 }
 
 /// The faults of the run of `seed`, by the virtual time they begin: hosts are `hosts`
@@ -83,7 +121,7 @@ pub fn draw(seed: u64, plan: &FaultPlan, hosts: &[String], nodes: &[String]) -> 
         let at = plan.from + Duration::from_millis(rng.random_range(0..window_ms));
         let lasting = Duration::from_millis(rng.random_range(1..longest_ms));
         let pick = |rng: &mut ChaCha8Rng, from: &[String]| from[rng.random_range(0..from.len())].clone();
-        let fault = match rng.random_range(0..10u32) {
+        let fault = match rng.random_range(0..12u32) {
             0..=2 => Fault::Restart {
                 host: pick(&mut rng, hosts),
                 down: lasting,
@@ -98,10 +136,14 @@ pub fn draw(seed: u64, plan: &FaultPlan, hosts: &[String], nodes: &[String]) -> 
                 let (a, b) = two(&mut rng, hosts);
                 Fault::Cut { a, b, lasting }
             }
-            _ => {
+            7..=9 => {
                 let (a, b) = two(&mut rng, hosts);
                 Fault::Stall { a, b, lasting }
             }
+            _ => Fault::Freeze {
+                host: pick(&mut rng, hosts),
+                lasting,
+            },
         };
         faults.push((at, fault));
     }
@@ -116,18 +158,19 @@ fn two(rng: &mut ChaCha8Rng, hosts: &[String]) -> (String, String) {
     (hosts[a].clone(), hosts[b].clone())
 }
 
-/// Faults by kind.
-pub fn by_kind(faults: &[(Duration, Fault)]) -> BTreeMap<&'static str, u64> {
-    let mut counts = BTreeMap::new();
-    for (_, fault) in faults {
-        *counts.entry(fault.kind()).or_default() += 1;
-    }
-    counts
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
+    /// Faults by kind.
+    fn by_kind(faults: &[(Duration, Fault)]) -> BTreeMap<&'static str, u64> {
+        let mut counts = BTreeMap::new();
+        for (_, fault) in faults {
+            *counts.entry(fault.kind()).or_default() += 1;
+        }
+        counts
+    }
 
     fn names(prefix: &str, n: usize) -> Vec<String> {
         (0..n).map(|i| format!("{prefix}{i}")).collect()
@@ -141,6 +184,7 @@ mod tests {
             count: 200,
             losses: 2,
             longest: Duration::from_secs(3),
+            recovery_freezes: 2,
         };
         let (hosts, nodes) = (names("h", 5), names("n", 4));
         let faults = draw(9, &plan, &hosts, &nodes);
@@ -159,5 +203,18 @@ mod tests {
             }
         }
         assert_eq!(by_kind(&faults).values().sum::<u64>(), 200);
+        assert_eq!(
+            by_kind(&faults).len(),
+            5,
+            "every kind is drawn: {:?}",
+            by_kind(&faults)
+        );
+        let freezes: Vec<_> = (0..50).map(|seed| recovery_freezes(seed, &plan)).collect();
+        assert!(freezes.iter().all(|f| f.len() <= 2));
+        assert!(freezes.iter().any(|f| f.len() == 2) && freezes.iter().any(|f| f.is_empty()));
+        assert!(freezes
+            .iter()
+            .flatten()
+            .all(|f| f.after < Duration::from_millis(150) && f.lasting < plan.longest));
     }
 }

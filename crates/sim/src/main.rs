@@ -40,6 +40,9 @@ struct Summary {
     real_seconds: f64,
     faults: BTreeMap<&'static str, u64>,
     invariant_checks: u64,
+    /// Seeds whose final loss ran (`status` said the cluster was healthy at the end, and m
+    /// members of each group were lost) and every rank read back after it.
+    final_losses_survived: u64,
     failed_seeds: Vec<u64>,
 }
 
@@ -85,6 +88,7 @@ fn main() -> Result<()> {
         summary.seeds += 1;
         summary.simulated_hours += outcome.simulated.as_secs_f64() / 3600.0;
         summary.invariant_checks += outcome.checks;
+        summary.final_losses_survived += u64::from(outcome.final_loss_survived);
         for (kind, n) in &outcome.faults {
             *summary.faults.entry(kind).or_default() += n;
         }
@@ -123,5 +127,6 @@ fn print_table(s: &Summary) {
         println!("  {kind:<16} {n}");
     }
     println!("invariant checks   {}", s.invariant_checks);
+    println!("final losses       {}", s.final_losses_survived);
     println!("failed seeds       {:?}", s.failed_seeds);
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Result};
 use eckpt_cluster_api::commands::coordinator_call;
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
-use eckpt_cluster_api::msg::{Recover, Relocation, Status};
+use eckpt_cluster_api::msg::{Recover, Relocation, Status, StatusReport};
 use eckpt_coding::config::{CodingConfig, Layout, Mode, Topology};
 
 use crate::cluster::{Shape, SimCluster, COORDINATOR};
@@ -101,6 +101,7 @@ impl Plan {
                 count: rng.random_range(4..=12),
                 losses: m,
                 longest: Duration::from_secs(5),
+                recovery_freezes: 2,
             },
             finish_within: Duration::from_secs(120),
         }
@@ -122,6 +123,9 @@ pub struct Outcome {
     pub simulated: Duration,
     /// Why it failed, if it did.
     pub failure: Option<String>,
+    /// Whether the final loss ran (`status` said the cluster was healthy) and every rank
+    /// read back after it.
+    pub final_loss_survived: bool,
 }
 
 /// What the job and the simulation's loop share.
@@ -133,6 +137,10 @@ pub(crate) struct Shared {
     pub healed_at: Duration,
     /// The job finished its epochs and read its images back.
     pub done: bool,
+    /// Nodes the job's last check asks the simulation to lose with their disks.
+    pub final_loss: Vec<String>,
+    /// Every rank read back after the final loss.
+    pub final_loss_survived: bool,
 }
 
 /// Runs `plan`; `echo` prints the trace as it goes. Runs of one process take turns: the
@@ -149,6 +157,7 @@ pub fn run(plan: &Plan, echo: bool) -> Outcome {
         checks: 0,
         simulated: Duration::ZERO,
         failure: None,
+        final_loss_survived: false,
     };
     if let Err(e) = run_traced(plan, &trace, &mut outcome) {
         trace.at(outcome.simulated, "sim", format!("FAILED: {e:#}"));
@@ -176,7 +185,6 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
         &linked,
         &members,
     );
-    outcome.faults = faults::by_kind(&schedule);
     let mut sim = turmoil::Builder::new()
         .rng_seed(plan.seed)
         .min_message_latency(Duration::from_micros(100))
@@ -191,7 +199,11 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
     );
 
     let mut pending: Vec<(Duration, Heal)> = Vec::new();
-    let mut faults = schedule.into_iter().peekable();
+    // Faults by when they strike, first last: the schedule, and freezes added as the
+    // coordinator plans recoveries.
+    let mut faults: Vec<(Duration, Fault)> = schedule.into_iter().rev().collect();
+    let mut recovery_freezes = faults::recovery_freezes(plan.seed, &plan.faults).into_iter();
+    let (mut read, fault_window_end) = (0, plan.faults.from + plan.faults.window);
     let mut lost = BTreeSet::new();
     let mut invariants = Invariants::new(cluster.dir(), shared.clone());
     let healed_at = plan.faults.from + plan.faults.window + plan.faults.longest;
@@ -199,17 +211,43 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
     let limit = healed_at + plan.finish_within;
     loop {
         let now = sim.elapsed();
-        while let Some((at, _)) = faults.peek() {
-            if *at > now {
-                break;
+        let (lines, recoveries) = trace.count_since(read, "recovery planned");
+        read = lines;
+        for _ in 0..recoveries {
+            if let Some(freeze) = recovery_freezes.next().filter(|_| now < fault_window_end) {
+                let host = COORDINATOR.to_string();
+                faults.push((
+                    now + freeze.after,
+                    Fault::Freeze {
+                        host,
+                        lasting: freeze.lasting,
+                    },
+                ));
+                faults.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
             }
-            let (_, fault) = faults.next().expect("peeked");
-            inject(&mut sim, &cluster, &fault, now, &mut lost, &mut pending, trace)?;
+        }
+        while faults.last().is_some_and(|(at, _)| *at <= now) {
+            let (_, fault) = faults.pop().expect("looked at");
+            if inject(&mut sim, &cluster, &fault, now, &mut lost, &mut pending, trace)? {
+                *outcome.faults.entry(fault.kind()).or_default() += 1;
+            }
         }
         pending.sort_by_key(|(at, _)| *at);
         while pending.first().is_some_and(|(at, _)| *at <= now) {
             let (_, heal) = pending.remove(0);
             heal.apply(&mut sim, &lost, now, trace);
+        }
+        let final_loss = std::mem::take(&mut shared.borrow_mut().final_loss);
+        for node in final_loss {
+            inject(
+                &mut sim,
+                &cluster,
+                &Fault::Lose { node },
+                now,
+                &mut lost,
+                &mut pending,
+                trace,
+            )?;
         }
         let finished = sim.step().map_err(|e| anyhow!("a host failed: {e}"))?;
         outcome.simulated = sim.elapsed();
@@ -228,6 +266,7 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
     if !shared.borrow().done {
         bail!("the job ended without reading its images back");
     }
+    outcome.final_loss_survived = shared.borrow().final_loss_survived;
     Ok(())
 }
 
@@ -236,6 +275,8 @@ enum Heal {
     Bounce(String),
     Repair(String, String),
     Release(String, String),
+    /// A frozen host's links, every one released.
+    Thaw(String, Vec<String>),
 }
 
 impl Heal {
@@ -254,6 +295,12 @@ impl Heal {
                 sim.release(a.as_str(), b.as_str());
                 trace.at(now, "sim", format!("link {a}-{b} released"));
             }
+            Heal::Thaw(host, others) => {
+                for other in &others {
+                    sim.release(host.as_str(), other.as_str());
+                }
+                trace.at(now, "sim", format!("{host} thaws"));
+            }
         }
     }
 }
@@ -266,10 +313,10 @@ fn inject(
     lost: &mut BTreeSet<String>,
     pending: &mut Vec<(Duration, Heal)>,
     trace: &Trace,
-) -> Result<()> {
+) -> Result<bool> {
     match fault {
-        Fault::Restart { host, .. } | Fault::Lose { node: host } if lost.contains(host) => {}
-        Fault::Restart { host, .. } if host == JOB => {}
+        Fault::Restart { host, .. } | Fault::Lose { node: host } if lost.contains(host) => return Ok(false),
+        Fault::Restart { host, .. } if host == JOB => return Ok(false),
         Fault::Restart { host, down } => {
             sim.crash(host.as_str());
             trace.at(now, "sim", format!("{host} crashes for {down:?}"));
@@ -291,8 +338,21 @@ fn inject(
             trace.at(now, "sim", format!("link {a}-{b} stalled for {lasting:?}"));
             pending.push((now + *lasting, Heal::Release(a.clone(), b.clone())));
         }
+        Fault::Freeze { host, lasting } => {
+            let others: Vec<String> = cluster
+                .all_nodes()
+                .chain([&COORDINATOR.to_string(), &JOB.to_string()])
+                .filter(|h| *h != host)
+                .cloned()
+                .collect();
+            for other in &others {
+                sim.hold(host.as_str(), other.as_str());
+            }
+            trace.at(now, "sim", format!("{host} freezes for {lasting:?}"));
+            pending.push((now + *lasting, Heal::Thaw(host.clone(), others)));
+        }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The job: each rank checkpoints every `plan.interval`, as an application calling the
@@ -345,8 +405,87 @@ async fn job(plan: Plan, dir: ClusterDir, trace: Trace, shared: Rc<RefCell<Share
         }
     }
     trace.event(JOB, "every rank read back byte for byte");
+    if !job.out_of_room.get() {
+        final_loss(&job, &mut ranks).await?;
+    }
     shared.borrow_mut().done = true;
     Ok(())
+}
+
+/// How long after the job the cluster has to say it is healthy, and then to count the nodes
+/// of the final loss down: a recovery's re-encode and repairs of parity take seconds here.
+const SETTLE_WITHIN: Duration = Duration::from_secs(30);
+
+/// The last check of a run: once `status` says every group's parity protects the committed
+/// epoch and every member is up and undamaged, `m` members of each group are lost with
+/// their disks at once, and every rank must still read back byte for byte, decoded from the
+/// survivors without a recovery. A status that calls the cluster healthy while a holder
+/// lacks its parity, or holds a stale one, fails here; so does parity that does not decode.
+async fn final_loss(job: &JobState, ranks: &mut [Rank]) -> Result<()> {
+    let Some(status) = settled(&job.dir, SETTLE_WITHIN, healthy).await else {
+        job.trace.event(
+            JOB,
+            format!("status did not say every group is protected within {SETTLE_WITHIN:?}: no final loss"),
+        );
+        return Ok(());
+    };
+    let lose: Vec<String> = status
+        .groups
+        .iter()
+        .flat_map(|g| g.members.iter().take(g.m).cloned())
+        .collect();
+    let epoch = status.committed_epoch;
+    job.trace.event(
+        JOB,
+        format!("status says every group protects epoch {epoch}: losing {lose:?} with their disks"),
+    );
+    job.shared.borrow_mut().final_loss = lose.clone();
+    let down = |s: &StatusReport| s.nodes.iter().all(|n| !lose.contains(&n.name) || !n.alive);
+    if settled(&job.dir, SETTLE_WITHIN, down).await.is_none() {
+        bail!("the coordinator did not count the nodes lost at the end, {lose:?}, down within {SETTLE_WITHIN:?}");
+    }
+    restore_all(&job.plan, &job.dir, ranks, epoch).await.map_err(|e| {
+        anyhow!("status said every group protects epoch {epoch}, yet with {lose:?} lost a rank cannot be read back: {e:#}")
+    })?;
+    job.trace.event(
+        JOB,
+        "every rank read back byte for byte, decoded without the nodes lost at the end",
+    );
+    job.shared.borrow_mut().final_loss_survived = true;
+    Ok(())
+}
+
+/// Whether `status` says the cluster is healthy: an epoch committed, every group's parity
+/// at it, every member up and undamaged.
+fn healthy(status: &StatusReport) -> bool {
+    let up = |name: &String| {
+        status
+            .nodes
+            .iter()
+            .any(|n| &n.name == name && n.alive && n.damaged.is_none())
+    };
+    status.committed_epoch > 0
+        && status.groups.iter().all(|g| {
+            g.lost.is_empty() && g.protected_epoch == status.committed_epoch && g.members.iter().all(up)
+        })
+}
+
+/// The first status, polled every 100 ms for at most `within`, of which `wanted` holds.
+async fn settled(
+    dir: &ClusterDir,
+    within: Duration,
+    wanted: impl Fn(&StatusReport) -> bool,
+) -> Option<StatusReport> {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(status) = coordinator_call(dir, Status, |_| {}).await {
+            if wanted(&status) {
+                return Some(*status);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
 }
 
 /// What the ranks of the job share.

@@ -68,6 +68,14 @@ impl Lines {
         lock(&self.lines).push(line);
     }
 
+    /// How many lines there are so far, and how many of those from the `from`th on hold
+    /// `needle`.
+    pub fn count_since(&self, from: usize, needle: &str) -> (usize, usize) {
+        let lines = lock(&self.lines);
+        let found = lines.iter().skip(from).filter(|l| l.contains(needle)).count();
+        (lines.len(), found)
+    }
+
     /// Every line so far.
     pub fn lines(&self) -> Vec<String> {
         lock(&self.lines).clone()

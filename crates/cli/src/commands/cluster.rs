@@ -184,7 +184,8 @@ pub struct DeadlineArgs {
     #[arg(long, default_value = "10s", value_parser = parse_deadline)]
     lease: Duration,
     /// How long a coordinator that hears from no agent at all suspects its own link (a
-    /// partition) rather than every node, declaring nobody dead.
+    /// partition) rather than every node, declaring nobody dead; and how long `eckpt run`
+    /// awaits members of a group lost beyond m (rebooting, cut off) before it ends the job.
     #[arg(long, default_value = "60s", value_parser = parse_deadline)]
     partition_grace: Duration,
     /// Stop the cluster (as `eckpt down`, checkpoints kept) once no job has run on it for
