@@ -145,26 +145,20 @@ fn a_node_cut_off_from_the_coordinator_beyond_its_liveness_is_rebuilt_and_rejoin
     drop(cut);
     c.wait_up(&victim);
     let deadline = Instant::now() + Duration::from_secs(30);
-    let (s, entry) = loop {
-        let s = c.status();
-        let entry = s["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|n| n["name"] == victim.as_str())
-            .unwrap()
-            .clone();
+    let entry = loop {
+        let entry = c.node_status(&victim);
         if entry["spare"] == true {
-            break (s, entry);
+            break entry;
         }
         assert!(
             Instant::now() < deadline,
-            "its agent is back, but not as a spare: {s}"
+            "its agent is back, but not as a spare: {entry}"
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert_eq!(entry["removed"], false, "{s}");
-    assert!(entry["ranks"].as_array().unwrap().is_empty(), "{s}");
+    let s = c.status();
+    assert_eq!(entry["removed"], false, "{entry}");
+    assert!(entry["ranks"].as_array().unwrap().is_empty(), "{entry}");
     assert!(
         !c.members().contains(&victim),
         "no group counts on its old shards: {s}"

@@ -264,14 +264,7 @@ fn an_agent_that_cannot_resolve_a_damaged_prepared_epoch_registers_and_is_rebuil
     c.wait_decided(2);
     assert_eq!(c.committed(), 2, "the epoch was prepared everywhere: committed");
     ok(&["join", "--dir", c.d(), "--name", &victim]);
-    let status = c.status();
-    let node = status["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["name"] == victim.as_str())
-        .unwrap()
-        .clone();
+    let node = c.node_status(&victim);
     assert_eq!(node["alive"], true, "{node}");
     assert!(
         node["damaged"].as_str().is_some_and(|d| d.contains("rank 0")),

@@ -385,6 +385,19 @@ impl Cluster {
         serde_json::from_str(&ok(&["status", "--dir", self.d(), "--json"])).expect("status JSON")
     }
 
+    /// `node`'s entry in `status`.
+    pub fn node_status(&self, node: &str) -> Value {
+        let status = self.status();
+        let entry = status["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == node);
+        entry
+            .cloned()
+            .unwrap_or_else(|| panic!("{node} is not in {status}"))
+    }
+
     pub fn committed(&self) -> u64 {
         self.status()["committed_epoch"].as_u64().unwrap()
     }
