@@ -685,6 +685,60 @@ async fn handle(
         AgentRequest::ImportRank(ImportRank { rank, epoch, items }) => {
             ImportRank::reply(install::receive(agent, conn, rank, epoch, items).await?)
         }
+        AgentRequest::Export(ExportItems { rank, epoch, scratch }) => {
+            let streamed = export(agent, conn, rank, epoch, scratch).await;
+            // A decoded image is kept only for the one restore that asked for it.
+            if let Some(task) = scratch {
+                let _ = std::fs::remove_dir_all(agent.export_scratch(task));
+            }
+            streamed?;
+            return Ok(None);
+        }
+        AgentRequest::LinkSink(_) => {
+            let mut buf = Vec::new();
+            loop {
+                conn.recv_data(&mut buf).await?;
+                if buf.is_empty() {
+                    break;
+                }
+            }
+            LinkSink::reply(())
+        }
+        other if other.reports_working() => {
+            reporting_work(conn, agent.cluster.deadlines.heartbeat(), work(agent, other)).await
+        }
+        other => work(agent, other).await?,
+    }))
+}
+
+/// `work`'s answer, with [`AgentResponse::Working`] sent on `conn` every `every` until it
+/// comes (once per heartbeat: the coordinator bounds the silence by the liveness period).
+/// A connection that fails under it takes no more reports; the work goes on, as it would
+/// have without them, and its answer meets the same failure.
+async fn reporting_work(
+    conn: &mut Connection,
+    every: Duration,
+    work: impl std::future::Future<Output = Result<AgentResponse, ClusterError>>,
+) -> AgentResponse {
+    tokio::pin!(work);
+    let mut reports = tokio::time::interval_at(Instant::now() + every, every);
+    reports.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reporting = true;
+    let done = loop {
+        tokio::select! {
+            done = &mut work => break done,
+            _ = reports.tick(), if reporting => {
+                reporting = conn.send_control(&AgentResponse::Working).await.is_ok();
+            }
+        }
+    };
+    done.unwrap_or_else(|e| AgentResponse::Error(WireError::from(&e)))
+}
+
+/// Handles a request the agent answers without using its connection.
+async fn work(agent: &Arc<Agent>, request: AgentRequest) -> Result<AgentResponse, ClusterError> {
+    let a = agent.clone();
+    Ok(match request {
         AgentRequest::CancelTask(CancelTask { task, reason }) => {
             agent.inbox.cancel(task, reason);
             CancelTask::reply(())
@@ -722,15 +776,6 @@ async fn handle(
             epoch,
             objects,
         }) => Scrub::reply(blocking(move || Ok(a.scrub(&ranks, epoch, &objects))).await?),
-        AgentRequest::Export(ExportItems { rank, epoch, scratch }) => {
-            let streamed = export(agent, conn, rank, epoch, scratch).await;
-            // A decoded image is kept only for the one restore that asked for it.
-            if let Some(task) = scratch {
-                let _ = std::fs::remove_dir_all(agent.export_scratch(task));
-            }
-            streamed?;
-            return Ok(None);
-        }
         AgentRequest::Flush(FlushRanks {
             epoch,
             ranks,
@@ -760,16 +805,6 @@ async fn handle(
             agent_answer::<LinkSink>(&peer.name, peer_conn.recv_control().await?)?;
             LinkTest::reply(started.elapsed().as_secs_f64())
         }
-        AgentRequest::LinkSink(_) => {
-            let mut buf = Vec::new();
-            loop {
-                conn.recv_data(&mut buf).await?;
-                if buf.is_empty() {
-                    break;
-                }
-            }
-            LinkSink::reply(())
-        }
         AgentRequest::Purge(_) => {
             let created_local = agent.identity.created_local;
             let store = agent.store.root().to_path_buf();
@@ -785,5 +820,13 @@ async fn handle(
         }
         AgentRequest::Discard(_) => Discard::reply(blocking(move || a.discard()).await?),
         AgentRequest::Shutdown(_) => StopAgent::reply(()),
-    }))
+        AgentRequest::PutRank(_)
+        | AgentRequest::ImportRank(_)
+        | AgentRequest::Export(_)
+        | AgentRequest::LinkSink(_) => {
+            return Err(ClusterError::Internal(
+                "a request that streams was handled without its connection".into(),
+            ))
+        }
+    })
 }

@@ -436,6 +436,15 @@ impl AgentRequest {
         )
     }
 
+    /// Whether the agent reports [`AgentResponse::Working`] while it works on it: a request
+    /// of one exchange whose work grows with the data (a coding task, a flush). Its caller
+    /// cannot bound the whole exchange, so it bounds the silence between frames instead,
+    /// and an answer lost on a connection that stays up (or an agent wedged on it while its
+    /// heartbeats go on) ends the wait as a dead agent would.
+    pub fn reports_working(&self) -> bool {
+        self.is_one_exchange() && !self.is_constant_work()
+    }
+
     /// Whether its exchange is this request and one answer, after which the connection
     /// can carry the next request. Not so for those that stream data frames after the
     /// request or the answer, nor for those that end the agent.
@@ -622,6 +631,8 @@ pub struct StopAgent;
 pub enum AgentResponse {
     /// Done.
     Ok,
+    /// Still at work on the request ([`AgentRequest::reports_working`]); the answer follows.
+    Working,
     /// Failed: what kind of failure, and the reason.
     Error(WireError),
     /// Answer to `Describe`.

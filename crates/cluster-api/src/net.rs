@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 
 use crate::call::{agent_answer, ToAgent};
 use crate::dirs::Deadlines;
-use crate::msg::{Hello, NodeInfo};
+use crate::msg::{AgentResponse, Hello, NodeInfo};
 use crate::ClusterError;
 
 /// This process's host identity: the host name and the network namespace, since peers in
@@ -97,15 +97,38 @@ pub async fn call<Q: Serialize, R: DeserializeOwned>(
 }
 
 /// Sends `request` to the agent of node `node` on `conn` and reads its answer, waiting at
-/// most `answer` for it ([`with_agent`]); the agent's error answer becomes the error.
+/// most `answer` for it, or for each of its reports of work ([`answer_of_agent`]); the
+/// agent's error answer becomes the error.
 pub async fn ask_agent<C: ToAgent>(
     conn: &mut Connection,
     node: &str,
     request: C,
     answer: Duration,
 ) -> Result<C::Answer, ClusterError> {
-    let answered = with_agent(node, "the request", answer, call(conn, &request.request())).await?;
-    agent_answer::<C>(node, answered)
+    conn.send_control(&request.request()).await?;
+    agent_answer::<C>(node, answer_of_agent(conn, node, answer).await?)
+}
+
+/// The answer of node `node`'s agent to the request just sent on `conn`, its reports of
+/// work ([`AgentResponse::Working`]) passed over: each frame must come within `silence` of
+/// the one before. For a request of constant work, which has no reports, that bounds the
+/// whole exchange.
+pub async fn answer_of_agent(
+    conn: &mut Connection,
+    node: &str,
+    silence: Duration,
+) -> Result<AgentResponse, ClusterError> {
+    loop {
+        let frame = async {
+            conn.recv_control()
+                .await
+                .map_err(|e| node_error(node, ClusterError::from(e)))
+        };
+        match with_agent(node, "the request", silence, frame).await? {
+            AgentResponse::Working => continue,
+            answer => return Ok(answer),
+        }
+    }
 }
 
 /// `step`, one exchange with the agent of node `node` (`what`: a request, a stream), given

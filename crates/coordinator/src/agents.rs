@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, Hello, NodeInfo};
-use eckpt_cluster_api::net::{call, node_error, open_node_as, with_agent};
+use eckpt_cluster_api::net::{answer_of_agent, node_error, open_node_as};
 use eckpt_cluster_api::ClusterError;
 use eckpt_proto::{ClusterSecret, Connection, Endpoint};
 
@@ -22,8 +22,9 @@ pub(super) type Answer = Pin<Box<dyn Future<Output = Result<AgentResponse, Clust
 pub(super) trait Agents: Send + Sync {
     /// Sends `request` to `node`'s agent; its answer, or an error naming the node (one it
     /// could not reach, or a refusal of its own). A request of constant work gets its answer
-    /// within the peer wait ([`AgentRequest::is_constant_work`]); the caller bounds the
-    /// others: it gives up on a node that stops heartbeating.
+    /// within the peer wait ([`AgentRequest::is_constant_work`]); one whose agent reports
+    /// its work ([`AgentRequest::reports_working`]) hears from it within the liveness
+    /// period; the caller bounds the streams: it gives up on a node that stops heartbeating.
     fn ask(&self, node: NodeInfo, request: AgentRequest) -> Answer;
 }
 
@@ -40,6 +41,10 @@ pub(super) struct SocketAgents {
     pub term: u64,
     /// How long a request of constant work waits for its answer (the cluster's peer wait).
     pub answer_wait: Duration,
+    /// How long a request whose agent reports its work waits between two reports (the
+    /// cluster's liveness period: an agent silent that long on it is as good as dead, even
+    /// while its heartbeats, on another connection, go on).
+    pub report_wait: Duration,
     /// Connections between requests.
     pub idle: IdleConnections,
 }
@@ -47,7 +52,11 @@ pub(super) struct SocketAgents {
 impl Agents for SocketAgents {
     fn ask(&self, node: NodeInfo, request: AgentRequest) -> Answer {
         let (host, secret, term) = (self.host.clone(), self.secret.clone(), self.term);
-        let answer_wait = request.is_constant_work().then_some(self.answer_wait);
+        let answer_wait = if request.is_constant_work() {
+            Some(self.answer_wait)
+        } else {
+            request.reports_working().then_some(self.report_wait)
+        };
         let reusable = request.is_one_exchange();
         let idle = self.idle.clone();
         Box::pin(async move {
@@ -55,14 +64,15 @@ impl Agents for SocketAgents {
                 Some(conn) => conn,
                 None => open_node_as(&node, &host, &secret, &Hello::Coordinator { term }).await?,
             };
-            let answered = async {
-                call(&mut conn, &request)
-                    .await
-                    .map_err(|e| node_error(&node.name, e))
-            };
+            conn.send_control(&request)
+                .await
+                .map_err(|e| node_error(&node.name, ClusterError::from(e)))?;
             let answered = match answer_wait {
-                Some(wait) => with_agent(&node.name, "the request", wait, answered).await?,
-                None => answered.await?,
+                Some(wait) => answer_of_agent(&mut conn, &node.name, wait).await?,
+                None => conn
+                    .recv_control()
+                    .await
+                    .map_err(|e| node_error(&node.name, ClusterError::from(e)))?,
             };
             // Answered whole: the connection is between requests again. One that failed
             // or timed out is dropped (closed) with its half-read answer.
@@ -146,7 +156,7 @@ mod tests {
     use std::time::Instant;
 
     use eckpt_cluster_api::call::Call;
-    use eckpt_cluster_api::msg::{Abort, ExportItems};
+    use eckpt_cluster_api::msg::{Abort, ExportItems, Scrub};
     use eckpt_proto::{listen, Endpoint};
 
     use super::*;
@@ -154,6 +164,12 @@ mod tests {
     /// An agent that takes every request and answers none: a handler that hangs while its
     /// heartbeats go on.
     async fn silent_agent(secret: &ClusterSecret) -> NodeInfo {
+        scripted_agent(secret, 0, false).await
+    }
+
+    /// An agent that reports its work on each request `reports` times, 100 ms apart, and
+    /// then answers it, if `answers`, or goes silent.
+    async fn scripted_agent(secret: &ClusterSecret, reports: usize, answers: bool) -> NodeInfo {
         let any_port = Endpoint::Tcp {
             host: "127.0.0.1".into(),
             port: 0,
@@ -163,7 +179,19 @@ mod tests {
         tokio::spawn(async move {
             let mut held = Vec::new();
             while let Ok(incoming) = listener.accept().await {
-                held.extend(incoming.authenticate().await);
+                let Ok(mut conn) = incoming.authenticate().await else {
+                    continue;
+                };
+                let _hello: Hello = conn.recv_control().await.unwrap();
+                let _request: AgentRequest = conn.recv_control().await.unwrap();
+                for _ in 0..reports {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    conn.send_control(&AgentResponse::Working).await.unwrap();
+                }
+                if answers {
+                    conn.send_control(&AgentResponse::Ok).await.unwrap();
+                }
+                held.push(conn);
             }
         });
         NodeInfo {
@@ -178,17 +206,67 @@ mod tests {
         }
     }
 
+    fn agents_waiting(secret: ClusterSecret, answer_wait: Duration, report_wait: Duration) -> SocketAgents {
+        SocketAgents {
+            host: "this host".into(),
+            secret,
+            term: 1,
+            answer_wait,
+            report_wait,
+            idle: IdleConnections::new(Duration::from_secs(60)),
+        }
+    }
+
+    fn scrub() -> AgentRequest {
+        Scrub {
+            ranks: vec![0],
+            epoch: 3,
+            objects: Vec::new(),
+        }
+        .request()
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_agent_reports_its_work_waits_as_long_as_the_reports_come() {
+        let secret = ClusterSecret::generate().unwrap();
+        // Eight reports, 0.8 s in all, each well within the 0.3 s between them.
+        let node = scripted_agent(&secret, 8, true).await;
+        let agents = agents_waiting(secret, Duration::from_millis(300), Duration::from_millis(300));
+        let asked = Instant::now();
+        let answer = agents.ask(node, scrub()).await.unwrap();
+        assert!(matches!(answer, AgentResponse::Ok), "{answer:?}");
+        assert!(
+            asked.elapsed() >= Duration::from_millis(800),
+            "{:?}",
+            asked.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_agent_stops_reporting_ends_within_the_report_wait() {
+        let secret = ClusterSecret::generate().unwrap();
+        // Reports for 0.3 s, then nothing: the answer lost on a connection that stays up.
+        let node = scripted_agent(&secret, 3, false).await;
+        let agents = agents_waiting(secret, Duration::from_secs(60), Duration::from_millis(400));
+        let asked = Instant::now();
+        let err = agents.ask(node, scrub()).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("node silent took the request and then said nothing for 0.4 s"),
+            "{err}"
+        );
+        let took = asked.elapsed();
+        assert!(
+            took >= Duration::from_millis(700) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+    }
+
     #[tokio::test]
     async fn a_request_of_constant_work_ends_within_the_answer_wait_one_moving_bytes_waits_on() {
         let secret = ClusterSecret::generate().unwrap();
         let node = silent_agent(&secret).await;
-        let agents = SocketAgents {
-            host: "this host".into(),
-            secret,
-            term: 1,
-            answer_wait: Duration::from_millis(300),
-            idle: IdleConnections::new(Duration::from_secs(60)),
-        };
+        let agents = agents_waiting(secret, Duration::from_millis(300), Duration::from_secs(60));
         let asked = Instant::now();
         let err = agents
             .ask(node.clone(), Abort { epoch: 3 }.request())

@@ -487,6 +487,7 @@ pub async fn run_until(
         secret,
         term,
         answer_wait: cluster.deadlines.peer_wait(),
+        report_wait: cluster.deadlines.liveness(),
         idle: IdleConnections::new(cluster.deadlines.control_idle()),
     });
     let coord = Arc::new(Coordinator::new(
