@@ -564,7 +564,9 @@ async fn serve_requests(
             agent.until_resolved().await
         };
         let handled = match settled {
-            Ok(()) => handle(&agent, &mut conn, request).await,
+            // On the heap while it runs: inline, the largest request's future would be held
+            // by every idle connection's task.
+            Ok(()) => Box::pin(handle(&agent, &mut conn, request)).await,
             Err(e) => Err(e),
         };
         let response = match handled {
@@ -705,7 +707,7 @@ async fn handle(
             LinkSink::reply(())
         }
         other if other.reports_working() => {
-            reporting_work(conn, agent.cluster.deadlines.heartbeat(), work(agent, other)).await
+            reporting_work(conn, agent.cluster.deadlines.keepalive(), work(agent, other)).await
         }
         other => work(agent, other).await?,
     }))

@@ -83,3 +83,27 @@ fn a_thousand_nodes_checkpoint_lose_two_and_restart_byte_exact_at_the_cost_per_n
         "{journal} journal bytes per epoch at 1,024 nodes"
     );
 }
+
+#[test]
+fn a_dir_that_does_not_exist_is_named_in_one_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_eckpt"))
+        .args([
+            "bench",
+            "control",
+            "--nodes",
+            "4",
+            "--dir",
+            "/nonexistent-eckpt/bench",
+        ])
+        .output()
+        .expect("eckpt runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "cannot make the benchmark's directory in /nonexistent-eckpt/bench: No such file or directory"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+}

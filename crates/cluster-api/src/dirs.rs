@@ -253,8 +253,9 @@ impl Deadlines {
     }
 
     /// How often the coordinator tells a caller waiting on a long request that it is still
-    /// at work on it ([`CoordResponse::Working`](crate::msg::CoordResponse::Working)): as
-    /// often as agents heartbeat.
+    /// at work on it ([`CoordResponse::Working`](crate::msg::CoordResponse::Working)), and
+    /// an agent tells the coordinator ([`AgentResponse::Working`](crate::msg::AgentResponse::Working)):
+    /// as often as agents heartbeat.
     pub fn keepalive(&self) -> Duration {
         self.heartbeat()
     }

@@ -621,8 +621,10 @@ async fn answer_keeping_alive(
     request: CoordRequest,
 ) -> Result<CoordResponse, ClusterError> {
     let (mut progress, mut reports) = tokio::sync::mpsc::unbounded_channel();
-    let handled = handle(coord, &mut progress, request);
-    tokio::pin!(handled);
+    // On the heap, for as long as the request takes: inline, the largest of every request's
+    // futures (a recovery's, a flush's) would be part of each connection's task — some 10 KB
+    // held by every idle connection of every rank and agent.
+    let mut handled = Box::pin(handle(coord, &mut progress, request));
     let mut keepalive = tokio::time::interval(coord.deadlines.keepalive());
     keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     keepalive.tick().await;

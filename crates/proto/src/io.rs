@@ -21,8 +21,12 @@ pub(crate) type BoxRead = Box<dyn AsyncRead + Send + Unpin>;
 pub(crate) type BoxWrite = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// Buffer in front of the socket: headers and small control frames cost no extra syscall,
-/// while payloads at least this large are read straight into the caller's buffer.
-const READ_BUFFER: usize = 64 << 10;
+/// while payloads at least this large are read straight into the caller's buffer. Small,
+/// because every connection holds one for its whole life: a coordinator of 4,096 nodes
+/// keeps three connections or more per node (the agent's session, the requests to it, its
+/// ranks'), and 64 KiB each was most of its memory. A data frame's payload still goes
+/// straight to its buffer once this one's bytes of it are copied out.
+const READ_BUFFER: usize = 8 << 10;
 
 fn read_error(source: io::Error) -> ProtoError {
     ProtoError::Io {

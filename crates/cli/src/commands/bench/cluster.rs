@@ -154,15 +154,24 @@ struct Report {
     recovery: Option<Recovery>,
 }
 
-/// The directory the benchmark's cluster lives in: tmpfs when there is one (a node-local RAM
-/// disk, as ranks would use).
-pub(super) fn scratch() -> Result<tempfile::TempDir> {
+/// The directory the benchmark's cluster lives in, made in `dir` (its `--dir`), else on
+/// tmpfs when there is one (a node-local RAM disk, as ranks would use).
+pub(super) fn scratch(dir: Option<&Path>) -> Result<tempfile::TempDir> {
     let shm = Path::new("/dev/shm");
-    Ok(if shm.is_dir() {
-        tempfile::Builder::new().prefix("eckpt-bench-").tempdir_in(shm)?
-    } else {
-        tempfile::tempdir()?
-    })
+    let within = match dir {
+        Some(dir) => dir.to_path_buf(),
+        None if shm.is_dir() => shm.to_path_buf(),
+        None => std::env::temp_dir(),
+    };
+    tempfile::Builder::new()
+        .prefix("eckpt-bench-")
+        .tempdir_in(&within)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot make the benchmark's directory in {}: {e}",
+                within.display()
+            )
+        })
 }
 
 /// Every group's members that hold data, group by group: the benchmarks' ranks, one per
@@ -216,10 +225,7 @@ async fn outcome(dir: &ClusterDir, epoch: u64) -> Result<EpochOutcome> {
 
 pub fn run(args: Args) -> Result<i32> {
     let coding = args.coding.coding()?;
-    let tmp = match &args.dir {
-        Some(dir) => tempfile::Builder::new().prefix("eckpt-bench-").tempdir_in(dir)?,
-        None => scratch()?,
-    };
+    let tmp = scratch(args.dir.as_deref())?;
     if args.memory_limit.is_some() && (!args.recover || is_tmpfs(tmp.path())) {
         bail!(
             "--memory-limit needs --recover and a --dir off tmpfs (tmpfs pages count as the agents' memory)"

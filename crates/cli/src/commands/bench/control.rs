@@ -358,10 +358,7 @@ pub(crate) fn bench(o: &Options) -> Result<Report> {
             coding.m
         );
     }
-    let tmp = match &o.dir {
-        Some(dir) => tempfile::Builder::new().prefix("eckpt-bench-").tempdir_in(dir)?,
-        None => scratch()?,
-    };
+    let tmp = scratch(o.dir.as_deref())?;
     let dir_path = tmp.path().join("cluster");
     launch::up(&UpOptions {
         dir: dir_path.clone(),

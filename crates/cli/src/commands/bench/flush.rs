@@ -159,7 +159,7 @@ fn write_reference(dir: &Path, shares: &[u64]) -> Result<f64> {
 
 pub fn run(args: Args) -> Result<i32> {
     let coding = args.coding.coding()?;
-    let scratch = super::cluster::scratch()?;
+    let scratch = super::cluster::scratch(None)?;
     let own_flush = match &args.flush_dir {
         Some(_) => None,
         None => Some(tempfile::Builder::new().prefix("eckpt-bench-flush-").tempdir()?),

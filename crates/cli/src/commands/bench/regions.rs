@@ -84,7 +84,7 @@ pub fn run(args: Args) -> Result<i32> {
     );
     ensure!(args.region_size > 0, "--region-size must be at least 1 byte");
     let size = usize::try_from(args.region_size).context("--region-size")?;
-    let scratch = scratch()?;
+    let scratch = scratch(None)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if !args.json {
         println!(
