@@ -190,6 +190,11 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
         .min_message_latency(Duration::from_micros(100))
         .max_message_latency(Duration::from_millis(3))
         .simulation_duration(Duration::from_secs(24 * 3600))
+        // turmoil panics when a listener's backlog is full (a kernel drops the SYN and the
+        // client sends it again), and its default of 64 is reached when a coordinator frozen
+        // for seconds thaws with every connection attempt made meanwhile. 1,024 is the
+        // backlog the daemons' listeners ask the kernel for (tokio's).
+        .tcp_capacity(1024)
         .build();
     cluster.add_hosts(&mut sim, trace);
     let shared = Rc::new(RefCell::new(Shared::default()));

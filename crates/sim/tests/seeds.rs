@@ -51,6 +51,41 @@ fn a_seed_replays_its_run_line_for_line() {
     }
 }
 
+/// Seeds in which the simulator found a defect, with what it found. Each failed before its
+/// fix (replayed with the fix taken out) and must pass after.
+const FOUND: [(u64, &str); 3] = [
+    // A coordinator freeze overlapped by a cut of one link lost a node's answer to a
+    // recovery's coding task on a connection that stayed up; the recovery waited for it
+    // for ever, holding the cluster's operations. Agents report their work on long requests
+    // now, and the coordinator gives up after a liveness period of silence.
+    (
+        629,
+        "a recovery waited for ever on an answer lost on a live connection",
+    ),
+    (
+        966,
+        "a recovery waited for ever on an answer lost on a live connection",
+    ),
+    (
+        1000016,
+        "a recovery waited for ever on an answer lost on a live connection",
+    ),
+];
+
+#[test]
+fn seeds_that_found_defects_pass() {
+    for (seed, found) in FOUND {
+        let out = Command::new(env!("CARGO_BIN_EXE_eckpt-sim"))
+            .args(["--replay", &seed.to_string()])
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            let trace = String::from_utf8_lossy(&out.stderr);
+            fail(format!("seed {seed} (found: {found}): {}\n{trace}", out.status));
+        }
+    }
+}
+
 /// Seeds `make test` runs, spread over as many `eckpt-sim` processes as the machine has
 /// cores (up to four): the runs of one process take turns.
 const SEEDS: u64 = 240;
