@@ -608,8 +608,10 @@ async fn serve(
 }
 
 /// Where a request's handler reports its progress: `answer_keeping_alive` forwards the
-/// reports to the caller.
-type ProgressReports = tokio::sync::mpsc::UnboundedSender<CoordResponse>;
+/// reports to the caller. Boxed: the channel's first block of slots is made with it, for
+/// every request, and a rank's request waits as long as an epoch takes; 32 slots of a whole
+/// `CoordResponse` (312 B) held 10 KB per waiting rank.
+type ProgressReports = tokio::sync::mpsc::UnboundedSender<Box<CoordResponse>>;
 
 /// Handles `request`, forwarding its progress to the caller and telling it every keepalive
 /// that the request is still being worked on ([`CoordResponse::Working`]), so that a caller
@@ -701,13 +703,17 @@ async fn handle(
             coord.begin_stop(by_run.into()).await?;
             PurgeCluster::reply(coord.purge().await)
         }
+        // The three largest futures (a recovery's is 6 KB), on the heap while they run:
+        // inline, each rank's request waiting for its epoch would hold their size.
         CoordRequest::Recover(Recover { relocation }) => {
-            Recover::reply(coord.recover(progress, relocation).await?)
+            Recover::reply(Box::pin(coord.recover(progress, relocation)).await?)
         }
         CoordRequest::Export(ExportRank { rank, epoch }) => {
-            ExportRank::reply(coord.export(rank, epoch).await?)
+            ExportRank::reply(Box::pin(coord.export(rank, epoch)).await?)
         }
-        CoordRequest::Flush(FlushEpoch { epoch }) => FlushEpoch::reply(coord.flush_now(epoch).await?),
+        CoordRequest::Flush(FlushEpoch { epoch }) => {
+            FlushEpoch::reply(Box::pin(coord.flush_now(epoch)).await?)
+        }
         CoordRequest::WaitFlush(_) => WaitFlush::reply(coord.wait_flush().await),
         CoordRequest::Leave(Leave { node }) => {
             let name = node.clone();

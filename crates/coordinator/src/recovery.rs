@@ -70,13 +70,13 @@ pub(super) trait Progress: Send {
 
 /// The reports the client's connection forwards: `eckpt recover` draws the steps. A client
 /// gone meanwhile does not stop the recovery.
-impl Progress for tokio::sync::mpsc::UnboundedSender<CoordResponse> {
+impl Progress for tokio::sync::mpsc::UnboundedSender<Box<CoordResponse>> {
     async fn step(&mut self, what: &str, done: u64, total: u64) {
-        let _ = self.send(CoordResponse::Progress {
+        let _ = self.send(Box::new(CoordResponse::Progress {
             what: what.to_string(),
             done,
             total,
-        });
+        }));
     }
 }
 
