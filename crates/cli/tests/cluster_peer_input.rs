@@ -16,8 +16,8 @@ use eckpt_cluster_api::msg::{
     AgentRequest, AgentResponse, CancelTask, CodingTask, DecodeSpec, Group, Hello, ImportRank, Install,
     NodeInfo, Nodes, ObjectKind, ObjectRecord, PutRank, ShardRecord, UpdateTask,
 };
-use eckpt_cluster_api::net::{ask_agent, call, host_identity, open, open_node};
-use eckpt_cluster_api::CodingConfig;
+use eckpt_cluster_api::net::{answer_of_agent, ask_agent, host_identity, open, open_node};
+use eckpt_cluster_api::{ClusterError, CodingConfig};
 use eckpt_coding::ObjectId;
 use eckpt_proto::{ClusterSecret, Connection};
 
@@ -82,9 +82,8 @@ impl Peer {
     /// that says `expected`.
     async fn refused(&self, node: &str, request: &AgentRequest, expected: &str) {
         let mut conn = self.connect(node).await;
-        let answer = tokio::time::timeout(ANSWER, call::<_, AgentResponse>(&mut conn, request))
+        let answer = ask(&mut conn, node, request)
             .await
-            .unwrap_or_else(|_| panic!("no answer to {request:?}"))
             .unwrap_or_else(|e| panic!("no answer to {request:?}: {e}"));
         match answer {
             AgentResponse::Error(why) => {
@@ -122,6 +121,17 @@ impl Peer {
             decode: None,
         }
     }
+}
+
+/// Sends `request` to node `node`'s agent on `conn` and reads its answer, passing over its
+/// reports of work: each frame within [`ANSWER`].
+async fn ask(
+    conn: &mut Connection,
+    node: &str,
+    request: &AgentRequest,
+) -> Result<AgentResponse, ClusterError> {
+    conn.send_control(request).await?;
+    answer_of_agent(conn, node, ANSWER).await
 }
 
 fn decode(unavailable: Vec<usize>, rebuild: Vec<(usize, usize)>) -> Option<DecodeSpec> {
@@ -215,7 +225,7 @@ fn malformed_tasks_and_huge_lengths_get_errors_and_the_agent_keeps_serving() {
         }
         .request();
         let mut conn = peer.connect(t).await;
-        match call::<_, AgentResponse>(&mut conn, &install).await.unwrap() {
+        match ask(&mut conn, t, &install).await.unwrap() {
             AgentResponse::Error(_) => {}
             other => panic!("install of member 99 answered {other:?}"),
         }
@@ -265,10 +275,9 @@ fn malformed_tasks_and_huge_lengths_get_errors_and_the_agent_keeps_serving() {
             .await
             .unwrap();
         stream.send_data(&[1, 2, 3, 4, 5]).await.unwrap();
-        let answer = tokio::time::timeout(ANSWER, control.recv_control::<AgentResponse>())
+        let answer = answer_of_agent(&mut control, t, ANSWER)
             .await
-            .expect("an answer to the update")
-            .unwrap();
+            .expect("an answer to the update");
         match answer {
             AgentResponse::Error(why) => assert!(why.message.contains("truncated update record"), "{why:?}"),
             other => panic!("a truncated record answered {other:?}"),
