@@ -715,8 +715,10 @@ async fn handle(
 
 /// `work`'s answer, with [`AgentResponse::Working`] sent on `conn` every `every` until it
 /// comes (once per heartbeat: the coordinator bounds the silence by the liveness period).
-/// A connection that fails under it takes no more reports; the work goes on, as it would
-/// have without them, and its answer meets the same failure.
+/// A connection that fails under it, or takes longer than `every` to take a report (a
+/// coordinator stopped with the socket's buffer full), takes no more reports; the work goes
+/// on, as it would have without them, and its answer meets the same failure — the
+/// coordinator gave up on the silence long before.
 async fn reporting_work(
     conn: &mut Connection,
     every: Duration,
@@ -730,7 +732,8 @@ async fn reporting_work(
         tokio::select! {
             done = &mut work => break done,
             _ = reports.tick(), if reporting => {
-                reporting = conn.send_control(&AgentResponse::Working).await.is_ok();
+                let report = tokio::time::timeout(every, conn.send_control(&AgentResponse::Working));
+                reporting = matches!(report.await, Ok(Ok(())));
             }
         }
     };

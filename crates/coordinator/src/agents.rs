@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use eckpt_cluster_api::msg::{AgentRequest, AgentResponse, Hello, NodeInfo};
-use eckpt_cluster_api::net::{answer_of_agent, node_error, open_node_as};
+use eckpt_cluster_api::net::{answer_of_agent, node_error, open_node_as, with_agent};
 use eckpt_cluster_api::ClusterError;
 use eckpt_proto::{ClusterSecret, Connection, Endpoint};
 
@@ -64,9 +64,17 @@ impl Agents for SocketAgents {
                 Some(conn) => conn,
                 None => open_node_as(&node, &host, &secret, &Hello::Coordinator { term }).await?,
             };
-            conn.send_control(&request)
-                .await
-                .map_err(|e| node_error(&node.name, ClusterError::from(e)))?;
+            // The request is bounded as its answer is: an agent stopped with its socket's
+            // buffer full would otherwise hold the send.
+            let sent = async {
+                conn.send_control(&request)
+                    .await
+                    .map_err(|e| node_error(&node.name, ClusterError::from(e)))
+            };
+            match answer_wait {
+                Some(wait) => with_agent(&node.name, "the request", wait, sent).await?,
+                None => sent.await?,
+            }
             let answered = match answer_wait {
                 Some(wait) => answer_of_agent(&mut conn, &node.name, wait).await?,
                 None => conn
