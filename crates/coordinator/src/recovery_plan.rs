@@ -140,20 +140,6 @@ pub fn plan_recovery(
         })
         .map(|(gi, _)| *gi)
         .collect();
-    // Ranks spread over survivors go to data members of groups that will be re-encoded (or,
-    // when none is left, to any survivor: the new groups give hosting nodes data positions).
-    let index = journal.node_index();
-    let survivors: Vec<&String> = members
-        .iter()
-        .filter(|n| {
-            !lost_names.contains(*n) && index.group_of(n).is_some_and(|(gi, _)| !hopeless.contains(&gi))
-        })
-        .collect();
-    let mut hosts: Vec<String> = survivors
-        .iter()
-        .filter(|n| index.holds_data(n))
-        .map(|n| n.to_string())
-        .collect();
     // Spares first: each takes a lost member's position and its ranks whole. One at a data
     // position can host more, so the ranks spread below count it with its new load.
     let mut replaced: BTreeMap<String, String> = BTreeMap::new();
@@ -172,14 +158,72 @@ pub fn plan_recovery(
             let name = &group[x];
             if journal.holds_data(name) {
                 added.insert(spare.clone(), journal.ranks_on(name).len());
-                hosts.push(spare.clone());
             }
             replaced.insert(name.clone(), spare);
         }
     }
-    if hosts.is_empty() {
-        hosts = survivors.iter().map(|n| n.to_string()).collect();
-    }
+    // Groups with a loss no spare replaced are formed anew, each with the groups it needs
+    // to stay large enough ([`regroup_sets`]); every other group keeps its members.
+    let left = |gi: usize| {
+        journal.groups[gi]
+            .group
+            .members
+            .iter()
+            .filter(|n| !lost_names.contains(*n) || replaced.contains_key(*n))
+            .count()
+    };
+    let short: Vec<usize> = damage
+        .iter()
+        .filter(|(gi, d)| {
+            !hopeless.contains(gi)
+                && d.lost
+                    .iter()
+                    .any(|&x| !replaced.contains_key(&journal.groups[**gi].group.members[x]))
+        })
+        .map(|(gi, _)| *gi)
+        .collect();
+    let sets = regroup_sets(journal, &short, &hopeless, left);
+    let set_of: BTreeMap<usize, usize> = sets
+        .iter()
+        .enumerate()
+        .flat_map(|(s, set)| set.iter().map(move |&gi| (gi, s)))
+        .collect();
+    // The nodes each set is formed from: its groups' survivors and the spares that took
+    // lost members' places.
+    let set_nodes: Vec<Vec<String>> = sets
+        .iter()
+        .map(|set| {
+            let mut nodes: Vec<String> = set
+                .iter()
+                .flat_map(|&gi| &journal.groups[gi].group.members)
+                .filter_map(|n| match replaced.get(n) {
+                    Some(spare) => Some(spare.clone()),
+                    None => (!lost_names.contains(n)).then(|| n.clone()),
+                })
+                .collect();
+            nodes.sort_by_key(|n| natural_key(n));
+            nodes
+        })
+        .collect();
+    // The ranks of a lost member no spare replaced go to the data members of its set (or,
+    // when none is left, to any node of the set: the new groups give hosting nodes data
+    // positions), so that they change no other group.
+    let index = journal.node_index();
+    let hosts: Vec<Vec<String>> = set_nodes
+        .iter()
+        .map(|nodes| {
+            let data: Vec<String> = nodes
+                .iter()
+                .filter(|n| index.holds_data(n) || added.contains_key(*n))
+                .cloned()
+                .collect();
+            if data.is_empty() {
+                nodes.clone()
+            } else {
+                data
+            }
+        })
+        .collect();
     let placement = &mut plan.next.placement;
     for (&gi, d) in &damage {
         let rec = &journal.groups[gi];
@@ -212,7 +256,7 @@ pub fn plan_recovery(
                     let together = to.values().next().filter(|_| relocation == Relocation::Node);
                     let host = match together {
                         Some(host) => host.clone(),
-                        None => journal.least_loaded(&hosts, &added).ok_or_else(|| {
+                        None => journal.least_loaded(&hosts[set_of[&gi]], &added).ok_or_else(|| {
                             ClusterError::Unrecoverable("no node is left to host ranks".into())
                         })?,
                     };
@@ -240,36 +284,32 @@ pub fn plan_recovery(
         });
     }
 
-    // New groups: spares replace lost members in place when every loss of a recovered group
-    // found one; otherwise the nodes left are grouped anew.
+    // Groups whose every loss found a spare keep their shape, the spares in the lost
+    // members' places; the sets are formed anew.
     let recovered: BTreeSet<usize> = plan.repairs.iter().map(|r| r.group).collect();
-    let regroup_all = damage.iter().any(|(gi, d)| {
-        recovered.contains(gi)
-            && d.lost
-                .iter()
-                .any(|&x| !replaced.contains_key(&journal.groups[*gi].group.members[x]))
-    });
-    if regroup_all {
-        regroup_around_ranks(&mut plan, journal, &lost_names, &replaced, &damage, &recovered)?;
-    } else {
-        for &gi in &recovered {
-            for member in plan.next.groups[gi].group.members.iter_mut() {
-                if let Some(spare) = replaced.get(member) {
-                    *member = spare.clone();
-                }
+    for &gi in recovered.iter().filter(|gi| !set_of.contains_key(gi)) {
+        for member in plan.next.groups[gi].group.members.iter_mut() {
+            if let Some(spare) = replaced.get(member) {
+                *member = spare.clone();
             }
-            reencode(&mut plan, gi);
         }
+        reencode(&mut plan, gi);
     }
+    regroup_around_ranks(&mut plan, journal, &sets, &set_nodes)?;
     if relocation == Relocation::Process && plan.unrecoverable.is_empty() {
         balance(&mut plan, alive);
     }
-    // A moved rank changes the shards of the groups it leaves and joins.
+    // A rank that changes nodes (moved, or rebuilt somewhere) changes the shards of the
+    // groups it leaves and joins.
+    let group_of = plan.next.group_index();
     let touched: BTreeSet<usize> = plan
-        .moves
+        .next
+        .placement
         .iter()
-        .flat_map(|m| [&m.from, &m.to])
-        .filter_map(|n| plan.next.group_of(n).map(|(gi, _)| gi))
+        .filter_map(|(rank, to)| Some((journal.placement.get(rank)?, to)))
+        .filter(|(from, to)| from != to)
+        .flat_map(|(from, to)| [from, to])
+        .filter_map(|n| group_of.get(n.as_str()).copied())
         .filter(|gi| !plan.reencode.contains(gi) && !plan.lost_groups.contains(gi))
         .collect();
     for gi in touched {
@@ -447,36 +487,126 @@ fn balance(plan: &mut RecoveryPlan, alive: &BTreeSet<String>) {
     }
 }
 
-/// Forms new groups over the members left (and the spares that replaced lost ones), keeping
-/// unrecoverable groups as they are. Nodes that host ranks take the data positions; when
-/// there are more of them than data positions, the ranks of the least loaded ones move to
-/// the others (recorded as [`Move`]s), so no rank ends up on a parity-only member.
+/// The groups formed anew together, as sets of group indexes: each group that lost a member
+/// no spare replaced (`short`), with the groups of fewest nodes left added while its own
+/// number fewer than half a configured group (and at least `m + 1`). A recovery then
+/// re-encodes the groups its losses touched, not the cluster's; and a group shrinks with
+/// its losses only down to half its configured size, so that its parity overhead stays
+/// within about twice the configured one, before it takes in another. A group wanted by
+/// two sets joins them into one. `left` counts a group's members that stay (spares
+/// included).
+fn regroup_sets(
+    journal: &Journal,
+    short: &[usize],
+    hopeless: &BTreeSet<usize>,
+    left: impl Fn(usize) -> usize,
+) -> Vec<BTreeSet<usize>> {
+    let (k, m) = (journal.coding.k, journal.coding.m);
+    let enough = (k + m).div_ceil(2).max(m + 1);
+    let mut sets: Vec<BTreeSet<usize>> = Vec::new();
+    for &gi in short {
+        if sets.iter().any(|set| set.contains(&gi)) {
+            continue;
+        }
+        let mut set = BTreeSet::from([gi]);
+        while set.iter().map(|&g| left(g)).sum::<usize>() < enough {
+            let Some(partner) = (0..journal.groups.len())
+                .filter(|g| !set.contains(g) && !hopeless.contains(g))
+                .min_by_key(|&g| (left(g), g))
+            else {
+                break;
+            };
+            match sets.iter().position(|other| other.contains(&partner)) {
+                Some(at) => set.extend(sets.remove(at)),
+                None => {
+                    set.insert(partner);
+                }
+            }
+        }
+        sets.push(set);
+    }
+    sets
+}
+
+/// Forms new groups over the nodes of each set ([`regroup_sets`]), in place of the set's
+/// groups; every other group keeps its place and its index. Nodes that host ranks take the
+/// data positions; when a set has more of them than data positions, the ranks of its least
+/// loaded ones move to the others (recorded as [`Move`]s), so no rank ends up on a
+/// parity-only member.
 fn regroup_around_ranks(
     plan: &mut RecoveryPlan,
     journal: &Journal,
-    lost_names: &BTreeSet<String>,
-    replaced: &BTreeMap<String, String>,
-    damage: &BTreeMap<usize, Damage>,
-    recovered: &BTreeSet<usize>,
+    sets: &[BTreeSet<usize>],
+    set_nodes: &[Vec<String>],
 ) -> Result<(), ClusterError> {
-    let keep_unrecoverable: Vec<GroupRecord> = journal
-        .groups
+    if sets.is_empty() {
+        return Ok(());
+    }
+    let (k, m) = (journal.coding.k, journal.coding.m);
+    // Ranks per node, counted once and kept as ranks move.
+    let index = plan.next.node_index();
+    let mut placed: BTreeMap<String, usize> = set_nodes
+        .iter()
+        .flatten()
+        .map(|n| (n.clone(), index.ranks_on(n).len()))
+        .collect();
+    let mut formed = Vec::with_capacity(sets.len());
+    for nodes in set_nodes {
+        formed.push(regroup_set(plan, journal, nodes, &mut placed)?);
+    }
+    for rec in formed.iter().flatten() {
+        if rec.group.k < k {
+            plan.warnings.push(format!(
+                "group {} now has k={} m={} (configured k={k}): storage overhead {:.0}% instead of {:.0}%",
+                rec.group.id,
+                rec.group.k,
+                m,
+                100.0 * m as f64 / rec.group.k as f64,
+                100.0 * m as f64 / k as f64
+            ));
+        }
+    }
+    // The new groups take the place of their set's first group; indexes kept by the plan
+    // follow the groups that stay.
+    let first_of: BTreeMap<usize, usize> = sets
         .iter()
         .enumerate()
-        .filter(|(gi, _)| damage.contains_key(gi) && !recovered.contains(gi))
-        .map(|(_, g)| g.clone())
+        .filter_map(|(s, set)| Some((*set.first()?, s)))
         .collect();
-    let stuck: BTreeSet<&String> = keep_unrecoverable.iter().flat_map(|g| &g.group.members).collect();
-    let mut nodes: Vec<String> = journal
-        .members()
-        .into_iter()
-        .filter(|n| !lost_names.contains(n))
-        .chain(replaced.values().cloned())
-        .filter(|n| !stuck.contains(n))
-        .collect();
-    nodes.sort_by_key(|n| natural_key(n));
-    let (k, m, layout) = (journal.coding.k, journal.coding.m, journal.coding.layout);
-    let shapes = journal.form_groups(&nodes);
+    let in_a_set: BTreeSet<usize> = sets.iter().flatten().copied().collect();
+    let mut formed: Vec<Option<Vec<GroupRecord>>> = formed.into_iter().map(Some).collect();
+    let mut moved_to: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut reencode = Vec::new();
+    let mut groups = Vec::with_capacity(plan.next.groups.len());
+    for (gi, rec) in std::mem::take(&mut plan.next.groups).into_iter().enumerate() {
+        if let Some(&s) = first_of.get(&gi) {
+            for new in formed[s].take().into_iter().flatten() {
+                reencode.push(groups.len());
+                groups.push(new);
+            }
+        } else if !in_a_set.contains(&gi) {
+            moved_to.insert(gi, groups.len());
+            groups.push(rec);
+        }
+    }
+    plan.next.groups = groups;
+    let follow = |indexes: &[usize]| -> Vec<usize> { indexes.iter().map(|gi| moved_to[gi]).collect() };
+    plan.lost_groups = follow(&plan.lost_groups);
+    plan.reencode = follow(&plan.reencode);
+    plan.reencode.extend(reencode);
+    Ok(())
+}
+
+/// New groups over `nodes` (one set), rank-hosting nodes at data positions; `placed` counts
+/// the ranks on each node and follows the moves.
+fn regroup_set(
+    plan: &mut RecoveryPlan,
+    journal: &Journal,
+    nodes: &[String],
+    placed: &mut BTreeMap<String, usize>,
+) -> Result<Vec<GroupRecord>, ClusterError> {
+    let (m, layout) = (journal.coding.m, journal.coding.layout);
+    let shapes = journal.form_groups(nodes);
     if shapes.is_empty() {
         return Err(ClusterError::Unrecoverable(format!(
             "only {} node(s) left, fewer than m+1={}: the ranks cannot be protected; add spares \
@@ -485,22 +615,13 @@ fn regroup_around_ranks(
             m + 1
         )));
     }
-    // Data and parity positions of the new groups, in group order.
-    let data_at: Vec<Vec<bool>> = shapes
+    let data_slots: usize = shapes
         .iter()
         .map(|(gk, members)| {
             let geometry = Geometry::new(layout, *gk, members.len() - gk, 1);
-            (0..members.len()).map(|x| geometry.holds_data(x)).collect()
+            (0..members.len()).filter(|&x| geometry.holds_data(x)).count()
         })
-        .collect();
-    let data_slots = data_at.iter().flatten().filter(|d| **d).count();
-
-    // Ranks per node, counted once and kept as ranks move.
-    let index = plan.next.node_index();
-    let mut placed: BTreeMap<String, usize> = nodes
-        .iter()
-        .map(|n| (n.clone(), index.ranks_on(n).len()))
-        .collect();
+        .sum();
     let mut hosting: Vec<String> = nodes.iter().filter(|n| placed[*n] > 0).cloned().collect();
     // Too many hosting nodes: the least loaded give their ranks to the others.
     while hosting.len() > data_slots {
@@ -526,35 +647,19 @@ fn regroup_around_ranks(
             relocate(plan, rank, &to);
             *placed.entry(to).or_default() += 1;
         }
+        *placed.entry(victim).or_default() = 0;
     }
     // Hosting nodes at data positions, the groups spread over the failure domains. The
     // loop above left no more of them than data positions, so they have seats unless the
     // groups `seat` forms differ from `shapes`: a bug, answered as one.
     let hosting: BTreeSet<String> = hosting.into_iter().collect();
-    let seated = journal.seat(&nodes, &hosting).ok_or_else(|| {
+    let seated = journal.seat(nodes, &hosting).ok_or_else(|| {
         ClusterError::Internal(format!(
             "recovery plan: {} rank-hosting node(s) do not fit the {data_slots} data positions of the new groups",
             hosting.len()
         ))
     })?;
-    let mut groups = plan.next.numbered(seated);
-    for rec in &groups {
-        if rec.group.k < k {
-            plan.warnings.push(format!(
-                "group {} now has k={} m={} (configured k={k}): storage overhead {:.0}% instead of {:.0}%",
-                rec.group.id,
-                rec.group.k,
-                m,
-                100.0 * m as f64 / rec.group.k as f64,
-                100.0 * m as f64 / k as f64
-            ));
-        }
-    }
-    plan.reencode = (0..groups.len()).collect();
-    plan.lost_groups = (groups.len()..groups.len() + keep_unrecoverable.len()).collect();
-    groups.extend(keep_unrecoverable);
-    plan.next.groups = groups;
-    Ok(())
+    Ok(plan.next.numbered(seated))
 }
 
 #[cfg(test)]
@@ -662,6 +767,15 @@ mod tests {
             "per-process relocation keeps ranks per node within one: {:?}",
             next.placement
         );
+        for (gi, rec) in next.groups.iter().enumerate() {
+            if !plan.reencode.contains(&gi) {
+                assert!(
+                    j.groups.contains(rec),
+                    "group {} is neither re-encoded nor as it was",
+                    rec.group.id
+                );
+            }
+        }
         for m in &plan.moves {
             assert!(
                 alive.contains(&m.from) && alive.contains(&m.to),
@@ -805,6 +919,51 @@ mod tests {
             "{:?}",
             plan.warnings
         );
+    }
+
+    /// Without spares, a loss re-forms its own group from the survivors and re-encodes it:
+    /// the other groups keep their members, ids and parity (at 4,096 nodes, re-encoding
+    /// every group for one lost node cost seconds of the whole cluster's time).
+    #[test]
+    fn a_loss_without_spares_re_encodes_its_own_group_only() {
+        let j = cluster(60, 0, 4, 2, Layout::Dedicated, 40);
+        let lost = j.groups[3].group.members[1].clone();
+        let plan = plan_losing(&j, &[&lost]).unwrap();
+        assert_eq!(plan.reencode, [3], "{:?}", plan.next.groups);
+        assert_eq!(plan.next.groups.len(), j.groups.len());
+        let survivors: Vec<&String> = j.groups[3].group.members.iter().filter(|n| **n != lost).collect();
+        assert_eq!(plan.next.groups[3].group.members.iter().collect::<Vec<_>>(), survivors);
+        assert_eq!(plan.next.groups[3].group.k, 3);
+        for (_, to) in &plan.rebuilt {
+            for node in to.values() {
+                assert!(survivors.contains(&node), "{node} is not of the lost node's group");
+            }
+        }
+        recover(&j, &alive_without(&j, &[&lost]), &BTreeSet::new());
+    }
+
+    /// A group left with fewer than half its configured members takes in the group of
+    /// fewest members, and the two are formed anew as one; the rest stay.
+    #[test]
+    fn a_group_shrunk_below_half_its_size_merges_with_the_smallest_other() {
+        let j = cluster(30, 0, 4, 2, Layout::Dedicated, 20);
+        let members = j.groups[2].group.members.clone();
+        let j = recover(&j, &alive_without(&j, &[&members[0], &members[1]]), &BTreeSet::new());
+        assert_eq!(j.groups.len(), 5);
+        assert_eq!(j.groups[2].group.members.len(), 4, "2 of 6 lost: 4 left, enough");
+        let members = j.groups[2].group.members.clone();
+        let alive = alive_without(&j, &[&members[0], &members[1]]);
+        let plan = plan_recovery(&j, &alive, &BTreeSet::new(), Relocation::Process).unwrap();
+        // 2 left of 6 configured: group 2 takes in group 0 (6 members, the first of the
+        // smallest), and their 8 nodes form one group.
+        assert_eq!(plan.next.groups.len(), 4);
+        assert_eq!(plan.next.groups[0].group.members.len(), 8);
+        assert!(plan.next.groups[0].group.members.contains(&members[2]));
+        assert!(plan.reencode.contains(&0));
+        for gi in [1, 2, 3] {
+            assert!(j.groups.contains(&plan.next.groups[gi]), "group {gi} changed");
+        }
+        recover(&j, &alive, &BTreeSet::new());
     }
 
     /// A random walk over a cluster's life: losses (at most `m` per group, some with silent
