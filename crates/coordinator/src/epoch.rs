@@ -1,7 +1,7 @@
 //! One epoch's encode across all groups and its two-phase commit, and the group encode
 //! that recovery reuses to restore redundancy.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -98,51 +98,69 @@ impl Coordinator {
             .collect()
     }
 
-    /// Tells every node with a session to commit: the ranks it hosts, the objects it
-    /// prepared, and which objects it keeps. One that is not told (not alive, or the request
-    /// failed) is marked: it registers again at its next heartbeat and resolves the decision
-    /// then, as an agent without a session does when it comes back.
-    pub(super) async fn send_commit(&self, epoch: u64, commit: &[(ObjectId, Option<u64>)], ranks: bool) {
-        let (journal, sessions) = self.read(|s| (s.journal().clone(), s.with_sessions())).await;
-        // Each node's part, from maps built once: a scan per node made a commit cost nodes
-        // × (groups + ranks).
-        let group_of = journal.group_index();
-        let keep: Vec<Vec<ObjectId>> = journal
-            .groups
-            .iter()
-            .map(|rec| rec.objects.iter().map(|o| o.id).collect())
-            .collect();
-        let object_group: BTreeMap<ObjectId, usize> = keep
-            .iter()
-            .enumerate()
-            .flat_map(|(g, ids)| ids.iter().map(move |&id| (id, g)))
-            .collect();
-        let mut committed: Vec<Vec<(ObjectId, Option<u64>)>> = vec![Vec::new(); keep.len()];
-        for &(id, version) in commit {
-            if let Some(&g) = object_group.get(&id) {
-                committed[g].push((id, version));
-            }
-        }
-        let ranks_by_node = RanksByNode::of(&journal.placement);
-        let requests = sessions
-            .iter()
-            .map(|(info, _)| {
-                let group = group_of.get(info.name.as_str()).copied();
-                (
-                    info.clone(),
-                    Commit {
-                        epoch,
-                        ranks: if ranks {
-                            ranks_by_node.on(&info.name).to_vec()
-                        } else {
-                            Vec::new()
-                        },
-                        objects: group.map(|g| committed[g].clone()).unwrap_or_default(),
-                        keep: group.map(|g| keep[g].clone()).unwrap_or_default(),
-                    },
-                )
+    /// Tells every node with a session (or, `to`, those of them named) to commit: the ranks
+    /// it hosts, the objects it prepared, and which objects it keeps. One that is not told
+    /// (not alive, or the request failed) is marked: it registers again at its next
+    /// heartbeat and resolves the decision then, as an agent without a session does when it
+    /// comes back. A recovery tells only the members of the groups it encoded anew: the
+    /// others' holdings did not change.
+    pub(super) async fn send_commit(
+        &self,
+        epoch: u64,
+        commit: &[(ObjectId, Option<u64>)],
+        ranks: bool,
+        to: Option<BTreeSet<String>>,
+    ) {
+        let commit = commit.to_vec();
+        // Each node's part, from maps built once (a scan per node made a commit cost nodes
+        // × (groups + ranks)), within the state's visit rather than on a copy of the journal.
+        let (sessions, requests) = self
+            .read(move |s| {
+                let sessions = match &to {
+                    Some(to) => s.with_sessions_of(to),
+                    None => s.with_sessions(),
+                };
+                let journal = s.journal();
+                let group_of = journal.group_index();
+                let keep: Vec<Vec<ObjectId>> = journal
+                    .groups
+                    .iter()
+                    .map(|rec| rec.objects.iter().map(|o| o.id).collect())
+                    .collect();
+                let object_group: BTreeMap<ObjectId, usize> = keep
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(g, ids)| ids.iter().map(move |&id| (id, g)))
+                    .collect();
+                let mut committed: Vec<Vec<(ObjectId, Option<u64>)>> = vec![Vec::new(); keep.len()];
+                for (id, version) in commit {
+                    if let Some(&g) = object_group.get(&id) {
+                        committed[g].push((id, version));
+                    }
+                }
+                let ranks_by_node = RanksByNode::of(&journal.placement);
+                let requests: Vec<(NodeInfo, Commit)> = sessions
+                    .iter()
+                    .map(|(info, _)| {
+                        let group = group_of.get(info.name.as_str()).copied();
+                        (
+                            info.clone(),
+                            Commit {
+                                epoch,
+                                ranks: if ranks {
+                                    ranks_by_node.on(&info.name).to_vec()
+                                } else {
+                                    Vec::new()
+                                },
+                                objects: group.map(|g| committed[g].clone()).unwrap_or_default(),
+                                keep: group.map(|g| keep[g].clone()).unwrap_or_default(),
+                            },
+                        )
+                    })
+                    .collect();
+                (sessions, requests)
             })
-            .collect();
+            .await;
         let mut missed = Vec::new();
         let told = sessions.len();
         for ((info, session), r) in sessions.into_iter().zip(self.ask_all(requests).await) {
@@ -276,7 +294,7 @@ impl Coordinator {
                 Ok(()) => {
                     outcome.committed = true;
                     pause_point_async(&debug, eckpt_daemon::debug::Phase::AfterCommit, "coordinator").await;
-                    self.send_commit(epoch, &commit, true).await;
+                    self.send_commit(epoch, &commit, true, None).await;
                     self.flush_after_commit(epoch).await;
                 }
                 Err(e) => outcome.reason = Some(e.to_string()),

@@ -151,7 +151,7 @@ impl Coordinator {
                 next
             })
             .await?;
-        self.send_commit(epoch, &commit, true).await;
+        self.send_commit(epoch, &commit, true, None).await;
         let mut done = outcome(epoch, true, None);
         done.reason = Some(format!("restored from flushed epoch {flushed}"));
         self.finish_epoch(done).await;

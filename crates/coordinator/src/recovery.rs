@@ -486,7 +486,11 @@ impl Coordinator {
         .await?;
         self.clear_damage(damaged_before).await;
         report.encode_seconds = started.elapsed().as_secs_f64();
-        self.send_commit(epoch, &commit, false).await;
+        let members: BTreeSet<String> = reencoded
+            .iter()
+            .flat_map(|rec| rec.group.members.iter().cloned())
+            .collect();
+        self.send_commit(epoch, &commit, false, Some(members)).await;
         if epoch > 0 {
             let (confirmed, unconfirmed) = self.confirm_parity(&reencoded, epoch).await;
             report.reencoded = confirmed;

@@ -932,11 +932,17 @@ mod tests {
         assert_eq!(plan.reencode, [3], "{:?}", plan.next.groups);
         assert_eq!(plan.next.groups.len(), j.groups.len());
         let survivors: Vec<&String> = j.groups[3].group.members.iter().filter(|n| **n != lost).collect();
-        assert_eq!(plan.next.groups[3].group.members.iter().collect::<Vec<_>>(), survivors);
+        assert_eq!(
+            plan.next.groups[3].group.members.iter().collect::<Vec<_>>(),
+            survivors
+        );
         assert_eq!(plan.next.groups[3].group.k, 3);
         for (_, to) in &plan.rebuilt {
             for node in to.values() {
-                assert!(survivors.contains(&node), "{node} is not of the lost node's group");
+                assert!(
+                    survivors.contains(&node),
+                    "{node} is not of the lost node's group"
+                );
             }
         }
         recover(&j, &alive_without(&j, &[&lost]), &BTreeSet::new());
@@ -948,7 +954,11 @@ mod tests {
     fn a_group_shrunk_below_half_its_size_merges_with_the_smallest_other() {
         let j = cluster(30, 0, 4, 2, Layout::Dedicated, 20);
         let members = j.groups[2].group.members.clone();
-        let j = recover(&j, &alive_without(&j, &[&members[0], &members[1]]), &BTreeSet::new());
+        let j = recover(
+            &j,
+            &alive_without(&j, &[&members[0], &members[1]]),
+            &BTreeSet::new(),
+        );
         assert_eq!(j.groups.len(), 5);
         assert_eq!(j.groups[2].group.members.len(), 4, "2 of 6 lost: 4 left, enough");
         let members = j.groups[2].group.members.clone();

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use eckpt_coding::config::CodingConfig;
 
-use super::test_cluster::{kind, TestCluster};
+use super::test_cluster::{kind, Kind, Steps, TestCluster};
+use eckpt_cluster_api::msg::Relocation;
 
 /// Groups of 2 data and 2 parity members: 64 and 1,024 nodes are whole groups.
 fn coding() -> CodingConfig {
@@ -62,4 +63,35 @@ async fn an_epoch_asks_each_node_as_much_at_1024_nodes_as_at_64() {
     let large = requests_per_node_in_an_epoch(1024).await;
     assert!(!small.is_empty(), "no node was asked anything");
     assert_eq!(small, large, "requests per node (fewest, most) by kind");
+}
+
+/// How many nodes a recovery asks anything but the scrub every survivor gets, in a cluster
+/// of `nodes` nodes that lost one.
+async fn nodes_a_recovery_works_on(nodes: usize) -> usize {
+    let c = TestCluster::start(nodes, coding()).await;
+    assert!(
+        c.checkpoint_together((nodes / 2) as u32).await.committed,
+        "epoch 1 at {nodes} nodes"
+    );
+    c.kill("n1").await;
+    c.agents.clear();
+    c.coord
+        .recover(&mut Steps::default(), Relocation::Process)
+        .await
+        .expect("one loss is recovered");
+    (0..nodes)
+        .map(|i| format!("n{i}"))
+        .filter(|n| c.agents.asked(n).iter().any(|k| *k != Kind::Scrub))
+        .count()
+}
+
+/// A loss is decoded, re-placed, re-encoded and committed among the nodes of its group:
+/// at 1,024 nodes the same few as at 64, not the cluster (which every group's re-encode
+/// and a commit told to every node were).
+#[tokio::test(start_paused = true)]
+async fn a_recovery_works_on_as_many_nodes_at_1024_nodes_as_at_64() {
+    let small = nodes_a_recovery_works_on(64).await;
+    let large = nodes_a_recovery_works_on(1024).await;
+    assert!(small > 0 && small <= 4, "{small} nodes at 64");
+    assert_eq!(small, large, "nodes worked on at 64 and at 1,024");
 }

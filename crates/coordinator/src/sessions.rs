@@ -472,6 +472,15 @@ impl State {
         self.live.values().map(|l| (l.info.clone(), l.session)).collect()
     }
 
+    /// [`State::with_sessions`] of `nodes` only.
+    pub(super) fn with_sessions_of(&self, nodes: &BTreeSet<String>) -> Vec<(NodeInfo, u64)> {
+        nodes
+            .iter()
+            .filter_map(|n| self.live.get(n))
+            .map(|l| (l.info.clone(), l.session))
+            .collect()
+    }
+
     /// Called as the coordinator hears an agent: if it had heard nobody for longer than the
     /// liveness period, the silence was its own link's, so every node alive when it began
     /// gets an agent's longest reconnection (`Deadlines::reconnection`) from now to be heard
@@ -936,7 +945,7 @@ mod tests {
         }
         c.coord.read(move |s| s.heard_from("n3", n3)).await.unwrap();
         assert!(alive_now(&c, "n3").await, "n3 missed nothing: alive again");
-        c.coord.send_commit(7, &[], true).await;
+        c.coord.send_commit(7, &[], true, None).await;
         let why = c.coord.read(|s| s.not_alive("n2")).await.unwrap();
         assert!(why.contains("missed the decision on epoch 7"), "{why}");
         let e = c.coord.read(move |s| s.heard_from("n2", n2)).await.unwrap_err();
