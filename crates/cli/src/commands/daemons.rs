@@ -133,7 +133,20 @@ pub struct CoordinatorArgs {
     bind: Option<String>,
 }
 
+/// The coordinator holds a few small buffers per connection, allocated and freed by
+/// whichever worker thread runs the connection's task, and glibc keeps an arena per thread
+/// (up to eight per core), each holding on to what was freed in it. Two arenas keep a
+/// 4,096-node coordinator within 256 MiB (docs/PERFORMANCE.md, "Local recovery").
+fn limit_malloc_arenas() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: sets an allocator parameter; called before the runtime starts its threads.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
 pub fn run_coordinator(args: CoordinatorArgs) -> Result<i32> {
+    limit_malloc_arenas();
     init_logging();
     let bind = match args.bind {
         Some(bind) => bind,
