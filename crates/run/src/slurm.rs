@@ -33,13 +33,24 @@ const LAYOUT_VARIABLES: [&str; 4] = [
 /// takes its layout from its own options only.
 pub fn step() -> Command {
     let mut command = Command::new("srun");
+    clear_layout(&mut command);
+    command.args(step_options());
+    command
+}
+
+/// The options every srun of eckpt's takes ([`step`]), for an srun another program starts.
+pub fn step_options() -> [String; 2] {
+    [
+        "--overlap".into(),
+        format!("--immediate={}", COMMAND_WAIT.as_secs()),
+    ]
+}
+
+/// Keeps the batch script's layout variables from `command` and the sruns it starts.
+pub fn clear_layout(command: &mut Command) {
     for variable in LAYOUT_VARIABLES {
         command.env_remove(variable);
     }
-    command
-        .arg("--overlap")
-        .arg(format!("--immediate={}", COMMAND_WAIT.as_secs()));
-    command
 }
 
 /// The allocation this process runs in.

@@ -4,7 +4,9 @@
 //! host of its own, reached through `eckpt mpirun-agent` as Open MPI's rsh agent, which
 //! starts Open MPI's daemon inside the node's network namespace with the node's name as
 //! host name — so ranks on one node share memory and ranks on different nodes talk over
-//! the node's (shaped) link. A node on another host is reached by ssh.
+//! the node's (shaped) link. A node on another host is reached by ssh; inside a Slurm
+//! allocation whose hosts are all other hosts, Open MPI starts its daemons by its own
+//! Slurm support, one srun step for all of them ([`daemon_options`]).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -56,8 +58,11 @@ fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
             "none",
             "--tag-output",
         ]);
-    command.args(["--mca", "plm_rsh_agent", &rsh_agent_command(spec)]);
-    command.args(["--mca", "plm_rsh_no_tree_spawn", "1"]);
+    let in_allocation = crate::slurm::Allocation::current().is_ok();
+    if in_allocation && all_remote(spec) {
+        crate::slurm::clear_layout(&mut command);
+    }
+    command.args(daemon_options(spec, in_allocation));
     // More ranks on this machine than cores: ranks waiting for a message must give the core
     // to the rank it waits for, or every exchange costs a scheduler time slice.
     let here = spec
@@ -79,6 +84,40 @@ fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
     command.args(spec.launcher_args);
     command.args(rank_command(spec));
     Ok(command)
+}
+
+/// Whether every node of the job runs on another host (none here, none in a network
+/// namespace of this host).
+fn all_remote(spec: &LaunchSpec<'_>) -> bool {
+    spec.placement
+        .values()
+        .all(|n| matches!(spec.hosts.get(n), Some(NodeHost::Remote { .. })))
+}
+
+/// How Open MPI starts its daemons on the job's hosts. Inside a Slurm allocation whose
+/// hosts are all other hosts, by its own Slurm support: one srun step starts every daemon,
+/// sharing the allocation's CPUs and bounded in its wait to start as every step of eckpt's
+/// is (`slurm::step_options`), where one srun per host from the batch host would start
+/// thousands of processes there. Otherwise through `eckpt mpirun-agent`, once per host and
+/// from here (no tree spawn): the nodes in network namespaces of this host are reachable
+/// from it alone.
+fn daemon_options(spec: &LaunchSpec<'_>, in_allocation: bool) -> Vec<String> {
+    if in_allocation && all_remote(spec) {
+        let srun = crate::slurm::step_options().join(" ");
+        return ["--mca", "plm", "slurm", "--mca", "plm_slurm_args", &srun]
+            .map(String::from)
+            .into();
+    }
+    [
+        "--mca",
+        "plm_rsh_agent",
+        &rsh_agent_command(spec),
+        "--mca",
+        "plm_rsh_no_tree_spawn",
+        "1",
+    ]
+    .map(String::from)
+    .into()
 }
 
 /// `eckpt mpirun-agent` for the cluster of `spec`, as a launcher's rsh command.
@@ -151,4 +190,86 @@ pub fn rsh_agent(
     }
     let error = Command::new("sh").args(["-c", &script]).exec();
     Err(RunError::Launch(format!("sh: {error}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::{Sink, Sinks};
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    /// One rank per node of `hosts`, the command line's daemon options.
+    fn daemon_options_of(hosts: &BTreeMap<String, NodeHost>, in_allocation: bool) -> Vec<String> {
+        let placement: BTreeMap<u32, String> = hosts
+            .keys()
+            .cloned()
+            .enumerate()
+            .map(|(r, n)| (r as u32, n))
+            .collect();
+        let spec = LaunchSpec {
+            command: &[],
+            launcher_args: &[],
+            world: placement.len() as u32,
+            placement: &placement,
+            hosts,
+            env: &[],
+            launch_id: "l1",
+            sinks: Sinks {
+                out: Sink::Stdout,
+                err: Sink::Stderr,
+            },
+            cluster_dir: PathBuf::from("/c"),
+            exe: PathBuf::from("/bin/eckpt"),
+            subnet: None,
+            scratch: PathBuf::from("/s"),
+            output_drain: Duration::from_secs(1),
+        };
+        daemon_options(&spec, in_allocation)
+    }
+
+    /// A generated allocation of 4,096 hosts.
+    fn remote_hosts(n: usize) -> BTreeMap<String, NodeHost> {
+        (1..=n)
+            .map(|i| {
+                let name = format!("node{i:04}");
+                (name.clone(), NodeHost::Remote { hostname: name })
+            })
+            .collect()
+    }
+
+    /// Inside an allocation of 4,096 other hosts, Open MPI starts its daemons by one srun
+    /// step (its Slurm support), not one process per host from the batch host.
+    #[test]
+    fn daemons_of_an_allocation_start_by_one_slurm_step() {
+        let options = daemon_options_of(&remote_hosts(4096), true);
+        assert_eq!(
+            options,
+            [
+                "--mca",
+                "plm",
+                "slurm",
+                "--mca",
+                "plm_slurm_args",
+                "--overlap --immediate=30"
+            ]
+        );
+    }
+
+    /// Outside an allocation, or with a node in a network namespace of this host, the
+    /// daemons go through `eckpt mpirun-agent`, each from here.
+    #[test]
+    fn daemons_elsewhere_start_through_the_agent() {
+        let agent = |options: Vec<String>| options.iter().any(|o| o == "plm_rsh_agent");
+        assert!(agent(daemon_options_of(&remote_hosts(4), false)));
+        let mut hosts = remote_hosts(4);
+        hosts.insert(
+            "n1".into(),
+            NodeHost::Namespace {
+                path: "/proc/1/ns/net".into(),
+                id: "net:[1]".into(),
+            },
+        );
+        assert!(agent(daemon_options_of(&hosts, true)));
+    }
 }
