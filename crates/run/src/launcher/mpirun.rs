@@ -5,8 +5,8 @@
 //! starts Open MPI's daemon inside the node's network namespace with the node's name as
 //! host name — so ranks on one node share memory and ranks on different nodes talk over
 //! the node's (shaped) link. A node on another host is reached by ssh; inside a Slurm
-//! allocation whose hosts are all other hosts, Open MPI starts its daemons by its own
-//! Slurm support, one srun step for all of them ([`daemon_options`]).
+//! allocation (no node in a network namespace here), Open MPI starts its daemons by its
+//! own Slurm support, one srun step for all of them ([`daemon_options`]).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -59,7 +59,7 @@ fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
             "--tag-output",
         ]);
     let in_allocation = crate::slurm::Allocation::current().is_ok();
-    if in_allocation && all_remote(spec) {
+    if by_slurm(spec, in_allocation) {
         crate::slurm::clear_layout(&mut command);
     }
     command.args(daemon_options(spec, in_allocation));
@@ -86,23 +86,25 @@ fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
     Ok(command)
 }
 
-/// Whether every node of the job runs on another host (none here, none in a network
-/// namespace of this host).
-fn all_remote(spec: &LaunchSpec<'_>) -> bool {
-    spec.placement
-        .values()
-        .all(|n| matches!(spec.hosts.get(n), Some(NodeHost::Remote { .. })))
+/// Whether Open MPI's own Slurm support starts the job's daemons: inside an allocation,
+/// when no node of the job is in a network namespace of this host (the batch host is a
+/// host of the allocation, where `mpirun` runs the ranks itself).
+fn by_slurm(spec: &LaunchSpec<'_>, in_allocation: bool) -> bool {
+    in_allocation
+        && !spec
+            .placement
+            .values()
+            .any(|n| matches!(spec.hosts.get(n), Some(NodeHost::Namespace { .. })))
 }
 
-/// How Open MPI starts its daemons on the job's hosts. Inside a Slurm allocation whose
-/// hosts are all other hosts, by its own Slurm support: one srun step starts every daemon,
-/// sharing the allocation's CPUs and bounded in its wait to start as every step of eckpt's
-/// is (`slurm::step_options`), where one srun per host from the batch host would start
-/// thousands of processes there. Otherwise through `eckpt mpirun-agent`, once per host and
-/// from here (no tree spawn): the nodes in network namespaces of this host are reachable
-/// from it alone.
+/// How Open MPI starts its daemons on the job's hosts. By its own Slurm support where
+/// [`by_slurm`]: one srun step starts every daemon, sharing the allocation's CPUs and
+/// bounded in its wait to start as every step of eckpt's is (`slurm::step_options`),
+/// where one srun per host from the batch host would start thousands of processes there.
+/// Otherwise through `eckpt mpirun-agent`, once per host and from here (no tree spawn):
+/// the nodes in network namespaces of this host are reachable from it alone.
 fn daemon_options(spec: &LaunchSpec<'_>, in_allocation: bool) -> Vec<String> {
-    if in_allocation && all_remote(spec) {
+    if by_slurm(spec, in_allocation) {
         let srun = crate::slurm::step_options().join(" ");
         return ["--mca", "plm", "slurm", "--mca", "plm_slurm_args", &srun]
             .map(String::from)
@@ -228,18 +230,24 @@ mod tests {
         daemon_options(&spec, in_allocation)
     }
 
-    /// A generated allocation of 4,096 hosts.
+    /// A generated allocation of `n` hosts, seen from its first (the batch host).
     fn remote_hosts(n: usize) -> BTreeMap<String, NodeHost> {
         (1..=n)
             .map(|i| {
                 let name = format!("node{i:04}");
-                (name.clone(), NodeHost::Remote { hostname: name })
+                let host = match i {
+                    1 => NodeHost::Here,
+                    _ => NodeHost::Remote {
+                        hostname: name.clone(),
+                    },
+                };
+                (name, host)
             })
             .collect()
     }
 
-    /// Inside an allocation of 4,096 other hosts, Open MPI starts its daemons by one srun
-    /// step (its Slurm support), not one process per host from the batch host.
+    /// Inside an allocation of 4,096 hosts, Open MPI starts its daemons by one srun step
+    /// (its Slurm support), not one process per host from the batch host.
     #[test]
     fn daemons_of_an_allocation_start_by_one_slurm_step() {
         let options = daemon_options_of(&remote_hosts(4096), true);
