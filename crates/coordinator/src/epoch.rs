@@ -138,7 +138,7 @@ impl Coordinator {
                         committed[g].push((id, version));
                     }
                 }
-                let ranks_by_node = RanksByNode::of(&journal.placement);
+                let ranks_by_node = ranks.then(|| RanksByNode::of(&journal.placement));
                 let requests: Vec<(NodeInfo, Commit)> = sessions
                     .iter()
                     .map(|(info, _)| {
@@ -147,11 +147,10 @@ impl Coordinator {
                             info.clone(),
                             Commit {
                                 epoch,
-                                ranks: if ranks {
-                                    ranks_by_node.on(&info.name).to_vec()
-                                } else {
-                                    Vec::new()
-                                },
+                                ranks: ranks_by_node
+                                    .as_ref()
+                                    .map(|r| r.on(&info.name).to_vec())
+                                    .unwrap_or_default(),
                                 objects: group.map(|g| committed[g].clone()).unwrap_or_default(),
                                 keep: group.map(|g| keep[g].clone()).unwrap_or_default(),
                             },

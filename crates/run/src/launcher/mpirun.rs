@@ -58,11 +58,11 @@ fn command(spec: &LaunchSpec<'_>) -> Result<Command, RunError> {
             "none",
             "--tag-output",
         ]);
-    let in_allocation = crate::slurm::Allocation::current().is_ok();
-    if by_slurm(spec, in_allocation) {
+    let slurm = by_slurm(spec, crate::slurm::Allocation::current().is_ok());
+    if slurm {
         crate::slurm::clear_layout(&mut command);
     }
-    command.args(daemon_options(spec, in_allocation));
+    command.args(daemon_options(spec, slurm));
     // More ranks on this machine than cores: ranks waiting for a message must give the core
     // to the rank it waits for, or every exchange costs a scheduler time slice.
     let here = spec
@@ -97,14 +97,14 @@ fn by_slurm(spec: &LaunchSpec<'_>, in_allocation: bool) -> bool {
             .any(|n| matches!(spec.hosts.get(n), Some(NodeHost::Namespace { .. })))
 }
 
-/// How Open MPI starts its daemons on the job's hosts. By its own Slurm support where
-/// [`by_slurm`]: one srun step starts every daemon, sharing the allocation's CPUs and
+/// How Open MPI starts its daemons on the job's hosts. By its own Slurm support when
+/// `slurm` ([`by_slurm`]): one srun step starts every daemon, sharing the allocation's CPUs and
 /// bounded in its wait to start as every step of eckpt's is (`slurm::step_options`),
 /// where one srun per host from the batch host would start thousands of processes there.
 /// Otherwise through `eckpt mpirun-agent`, once per host and from here (no tree spawn):
 /// the nodes in network namespaces of this host are reachable from it alone.
-fn daemon_options(spec: &LaunchSpec<'_>, in_allocation: bool) -> Vec<String> {
-    if by_slurm(spec, in_allocation) {
+fn daemon_options(spec: &LaunchSpec<'_>, slurm: bool) -> Vec<String> {
+    if slurm {
         let srun = crate::slurm::step_options().join(" ");
         return ["--mca", "plm", "slurm", "--mca", "plm_slurm_args", &srun]
             .map(String::from)
@@ -227,7 +227,7 @@ mod tests {
             scratch: PathBuf::from("/s"),
             output_drain: Duration::from_secs(1),
         };
-        daemon_options(&spec, in_allocation)
+        daemon_options(&spec, by_slurm(&spec, in_allocation))
     }
 
     /// A generated allocation of `n` hosts, seen from its first (the batch host).
