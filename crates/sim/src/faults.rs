@@ -1,8 +1,9 @@
 //! The faults of a simulated run, drawn from its seed before it starts: hosts restarted
 //! (a crash, its disk kept) or lost (crashed for good, its disk gone), links cut (packets
 //! refused) or stalled (packets held, then delivered), hosts frozen (every link of theirs
-//! stalled), each for a while; and freezes of the coordinator that strike as it plans a
-//! recovery, the moment when a stall once left a group without its parity.
+//! stalled), each for a while; freezes of the coordinator that strike as it plans a
+//! recovery, the moment when a stall once left a group without its parity; and bits that
+//! flip in what a node stores (rot its disk does not report).
 
 use std::time::Duration;
 
@@ -50,6 +51,16 @@ pub enum Fault {
         /// How long.
         lasting: Duration,
     },
+    /// One bit flips in a file the node stores bulk data in — a rank's epoch or a coded
+    /// object — chosen by `pick` among them when it strikes: what a disk that returns
+    /// wrong bytes without an error does. The node stays up and counts against the run's
+    /// loss budget, as a lost one does: its group has one member fewer it can trust.
+    Flip {
+        /// The node.
+        node: String,
+        /// Which file, byte and bit (`DiskFlip::target`).
+        pick: u64,
+    },
 }
 
 impl Fault {
@@ -61,6 +72,7 @@ impl Fault {
             Fault::Cut { .. } => "cut",
             Fault::Stall { .. } => "stall",
             Fault::Freeze { .. } => "freeze",
+            Fault::Flip { .. } => "flip",
         }
     }
 }
@@ -107,6 +119,45 @@ pub fn recovery_freezes(seed: u64, plan: &FaultPlan) -> Vec<RecoveryFreeze> {
             lasting: Duration::from_millis(rng.random_range(1..longest_ms)),
         })
         .collect()
+}
+
+/// Bit flips in the stores of the run of `seed`, by the virtual time they strike: as many as
+/// the loss budget left after `faults` (one flip per node, never a node lost, each with a
+/// chance of one in two). A stream of their own, so that adding them changed no other fault
+/// of a seed.
+pub fn disk_flips(
+    seed: u64,
+    plan: &FaultPlan,
+    faults: &[(Duration, Fault)],
+    nodes: &[String],
+) -> Vec<(Duration, Fault)> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xD15C_F11B);
+    let mut spared: Vec<&String> = nodes
+        .iter()
+        .filter(|n| {
+            !faults
+                .iter()
+                .any(|(_, f)| matches!(f, Fault::Lose { node } if node == *n))
+        })
+        .collect();
+    let budget = plan.losses.saturating_sub(nodes.len() - spared.len());
+    let window_ms = plan.window.as_millis().max(1) as u64;
+    let mut flips = Vec::new();
+    for _ in 0..budget {
+        if spared.is_empty() || rng.random_range(0..2) == 0 {
+            continue;
+        }
+        let node = spared.remove(rng.random_range(0..spared.len())).clone();
+        let at = plan.from + Duration::from_millis(rng.random_range(0..window_ms));
+        flips.push((
+            at,
+            Fault::Flip {
+                node,
+                pick: rng.random(),
+            },
+        ));
+    }
+    flips
 }
 
 /// The faults of the run of `seed`, by the virtual time they begin: hosts are `hosts`
@@ -209,6 +260,8 @@ mod tests {
             "every kind is drawn: {:?}",
             by_kind(&faults)
         );
+        let flips = disk_flips(9, &plan, &faults, &nodes);
+        assert!(flips.is_empty(), "the two losses took the budget: {flips:?}");
         let freezes: Vec<_> = (0..50).map(|seed| recovery_freezes(seed, &plan)).collect();
         assert!(freezes.iter().all(|f| f.len() <= 2));
         assert!(freezes.iter().any(|f| f.len() == 2) && freezes.iter().any(|f| f.is_empty()));
@@ -216,5 +269,37 @@ mod tests {
             .iter()
             .flatten()
             .all(|f| f.after < Duration::from_millis(150) && f.lasting < plan.longest));
+    }
+
+    #[test]
+    fn bit_flips_take_what_the_losses_left_of_the_budget_and_spare_the_lost() {
+        let plan = FaultPlan {
+            from: Duration::from_secs(1),
+            window: Duration::from_secs(10),
+            count: 0,
+            losses: 2,
+            longest: Duration::from_secs(3),
+            recovery_freezes: 0,
+        };
+        let nodes = names("n", 6);
+        let lost = [(Duration::from_secs(2), Fault::Lose { node: "n4".into() })];
+        let mut counts = [0usize; 3];
+        for seed in 0..200 {
+            let flips = disk_flips(seed, &plan, &lost, &nodes);
+            assert_eq!(flips, disk_flips(seed, &plan, &lost, &nodes));
+            assert!(flips.len() <= 1, "one loss leaves one flip: {flips:?}");
+            counts[disk_flips(seed, &plan, &[], &nodes).len()] += 1;
+            for (at, flip) in &flips {
+                assert!(*at >= plan.from && *at < plan.from + plan.window);
+                assert!(
+                    matches!(flip, Fault::Flip { node, .. } if node != "n4"),
+                    "{flip:?}"
+                );
+            }
+        }
+        assert!(
+            counts.iter().all(|&c| c > 20),
+            "none, one and two flips are drawn: {counts:?}"
+        );
     }
 }

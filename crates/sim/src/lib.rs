@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod disk;
 pub mod faults;
 pub mod invariants;
 pub mod network;

@@ -141,6 +141,9 @@ pub(crate) struct Shared {
     pub final_loss: Vec<String>,
     /// Every rank read back after the final loss.
     pub final_loss_survived: bool,
+    /// Nodes a bit of whose stored data flipped: a final loss takes them first, so that
+    /// it leaves each group no more than `m` members it cannot trust.
+    pub flipped: BTreeSet<String>,
 }
 
 /// Runs `plan`; `echo` prints the trace as it goes. Runs of one process take turns: the
@@ -176,15 +179,13 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
     let mut linked = hosts.clone();
     linked.push(JOB.into());
     let losses = plan.faults.losses.min(plan.shape.coding.m);
-    let schedule = faults::draw(
-        plan.seed,
-        &FaultPlan {
-            losses,
-            ..plan.faults.clone()
-        },
-        &linked,
-        &members,
-    );
+    let fault_plan = FaultPlan {
+        losses,
+        ..plan.faults.clone()
+    };
+    let mut schedule = faults::draw(plan.seed, &fault_plan, &linked, &members);
+    schedule.extend(faults::disk_flips(plan.seed, &fault_plan, &schedule, &members));
+    schedule.sort_by_key(|(at, _)| *at);
     let mut sim = turmoil::Builder::new()
         .rng_seed(plan.seed)
         .min_message_latency(Duration::from_micros(100))
@@ -203,13 +204,12 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
         job(plan.clone(), cluster.dir().clone(), trace.clone(), shared.clone()),
     );
 
-    let mut pending: Vec<(Duration, Heal)> = Vec::new();
+    let mut harm = Harm::default();
     // Faults by when they strike, first last: the schedule, and freezes added as the
     // coordinator plans recoveries.
     let mut faults: Vec<(Duration, Fault)> = schedule.into_iter().rev().collect();
     let mut recovery_freezes = faults::recovery_freezes(plan.seed, &plan.faults).into_iter();
     let (mut read, fault_window_end) = (0, plan.faults.from + plan.faults.window);
-    let mut lost = BTreeSet::new();
     let mut invariants = Invariants::new(cluster.dir(), shared.clone());
     let healed_at = plan.faults.from + plan.faults.window + plan.faults.longest;
     shared.borrow_mut().healed_at = healed_at;
@@ -233,14 +233,14 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
         }
         while faults.last().is_some_and(|(at, _)| *at <= now) {
             let (_, fault) = faults.pop().expect("looked at");
-            if inject(&mut sim, &cluster, &fault, now, &mut lost, &mut pending, trace)? {
+            if inject(&mut sim, &cluster, &fault, now, &mut harm, &shared, trace)? {
                 *outcome.faults.entry(fault.kind()).or_default() += 1;
             }
         }
-        pending.sort_by_key(|(at, _)| *at);
-        while pending.first().is_some_and(|(at, _)| *at <= now) {
-            let (_, heal) = pending.remove(0);
-            heal.apply(&mut sim, &lost, now, trace);
+        harm.pending.sort_by_key(|(at, _)| *at);
+        while harm.pending.first().is_some_and(|(at, _)| *at <= now) {
+            let (_, heal) = harm.pending.remove(0);
+            heal.apply(&mut sim, &harm.lost, now, trace);
         }
         let final_loss = std::mem::take(&mut shared.borrow_mut().final_loss);
         for node in final_loss {
@@ -249,8 +249,8 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
                 &cluster,
                 &Fault::Lose { node },
                 now,
-                &mut lost,
-                &mut pending,
+                &mut harm,
+                &shared,
                 trace,
             )?;
         }
@@ -273,6 +273,13 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
     }
     outcome.final_loss_survived = shared.borrow().final_loss_survived;
     Ok(())
+}
+
+/// What the faults did that lasts: nodes lost for good, and what undoes the others, by when.
+#[derive(Default)]
+struct Harm {
+    lost: BTreeSet<String>,
+    pending: Vec<(Duration, Heal)>,
 }
 
 /// Undoing a fault.
@@ -315,33 +322,39 @@ fn inject(
     cluster: &SimCluster,
     fault: &Fault,
     now: Duration,
-    lost: &mut BTreeSet<String>,
-    pending: &mut Vec<(Duration, Heal)>,
+    harm: &mut Harm,
+    shared: &RefCell<Shared>,
     trace: &Trace,
 ) -> Result<bool> {
     match fault {
-        Fault::Restart { host, .. } | Fault::Lose { node: host } if lost.contains(host) => return Ok(false),
+        Fault::Restart { host, .. } | Fault::Lose { node: host } | Fault::Flip { node: host, .. }
+            if harm.lost.contains(host) =>
+        {
+            return Ok(false)
+        }
         Fault::Restart { host, .. } if host == JOB => return Ok(false),
         Fault::Restart { host, down } => {
             sim.crash(host.as_str());
             trace.at(now, "sim", format!("{host} crashes for {down:?}"));
-            pending.push((now + *down, Heal::Bounce(host.clone())));
+            harm.pending.push((now + *down, Heal::Bounce(host.clone())));
         }
         Fault::Lose { node } => {
             sim.crash(node.as_str());
             std::fs::remove_dir_all(cluster.local(node))?;
-            lost.insert(node.clone());
+            harm.lost.insert(node.clone());
             trace.at(now, "sim", format!("{node} is lost with its disk"));
         }
         Fault::Cut { a, b, lasting } => {
             sim.partition(a.as_str(), b.as_str());
             trace.at(now, "sim", format!("link {a}-{b} cut for {lasting:?}"));
-            pending.push((now + *lasting, Heal::Repair(a.clone(), b.clone())));
+            harm.pending
+                .push((now + *lasting, Heal::Repair(a.clone(), b.clone())));
         }
         Fault::Stall { a, b, lasting } => {
             sim.hold(a.as_str(), b.as_str());
             trace.at(now, "sim", format!("link {a}-{b} stalled for {lasting:?}"));
-            pending.push((now + *lasting, Heal::Release(a.clone(), b.clone())));
+            harm.pending
+                .push((now + *lasting, Heal::Release(a.clone(), b.clone())));
         }
         Fault::Freeze { host, lasting } => {
             let others: Vec<String> = cluster
@@ -354,7 +367,22 @@ fn inject(
                 sim.hold(host.as_str(), other.as_str());
             }
             trace.at(now, "sim", format!("{host} freezes for {lasting:?}"));
-            pending.push((now + *lasting, Heal::Thaw(host.clone(), others)));
+            harm.pending
+                .push((now + *lasting, Heal::Thaw(host.clone(), others)));
+        }
+        Fault::Flip { node, pick } => {
+            let local = cluster.local(node);
+            let Some((path, at)) = crate::disk::flip(&local, *pick)? else {
+                trace.at(
+                    now,
+                    "sim",
+                    format!("{node} stores no bulk data yet: no bit flips"),
+                );
+                return Ok(false);
+            };
+            let file = path.strip_prefix(&local).unwrap_or(&path).display();
+            trace.at(now, "sim", format!("{node}: a bit flips in {file} at byte {at}"));
+            shared.borrow_mut().flipped.insert(node.clone());
         }
     }
     Ok(true)
@@ -434,10 +462,15 @@ async fn final_loss(job: &JobState, ranks: &mut [Rank]) -> Result<()> {
         );
         return Ok(());
     };
+    let flipped = job.shared.borrow().flipped.clone();
     let lose: Vec<String> = status
         .groups
         .iter()
-        .flat_map(|g| g.members.iter().take(g.m).cloned())
+        .flat_map(|g| {
+            let (rotten, sound): (Vec<&String>, Vec<&String>) =
+                g.members.iter().partition(|n| flipped.contains(*n));
+            rotten.into_iter().chain(sound).take(g.m).cloned()
+        })
         .collect();
     let epoch = status.committed_epoch;
     job.trace.event(

@@ -213,7 +213,9 @@ impl Chain {
     /// epoch, where bytes past the item's end (or of an absent item) read as zero.
     ///
     /// Replays the chain over the window only: each epoch first cuts the item to its
-    /// length at that epoch (bytes beyond become zero), then writes its stored blocks.
+    /// length at that epoch (bytes beyond become zero), then writes its stored blocks. A
+    /// block that fails its checksum fails the read only if no newer epoch overwrites or
+    /// cuts all of it: rot in bytes the target no longer holds is not damage to it.
     pub(crate) fn read_padded(&self, name: &str, offset: u64, buf: &mut [u8]) -> Result<()> {
         let a = offset;
         let b = offset
@@ -235,6 +237,10 @@ impl Chain {
         // written by the first epoch before any later one reads the invariant).
         let mut nonzero_end = a;
         let mut scratch = Vec::new();
+        let mut damage = Damage::default();
+        // Blocks before this index of the current link are read one at a time: a run of
+        // them failed its checksums.
+        let mut singly_until;
         let target = self.epoch();
         for link in &self.links {
             let index = link.item_index(name);
@@ -244,11 +250,14 @@ impl Chain {
                 buf[(from - a) as usize..(nonzero_end - a) as usize].fill(0);
                 nonzero_end = from;
             }
+            // Bytes at or past the item's length read as zero from here on.
+            damage.overwritten(len.max(a), b);
             let Some(i) = index else { continue };
             let item = &link.manifest.items[i];
             let bs = u64::from(item.block_size);
             let first = a / bs;
             let mut k = item.blocks.partition_point(|blk| blk.index < first);
+            singly_until = 0;
             while k < item.blocks.len() {
                 // index < block_count, so index * bs < len: no overflow.
                 let bstart = item.blocks[k].index * bs;
@@ -269,24 +278,37 @@ impl Chain {
                     bend += item.block_len(item.blocks[end].index);
                     end += 1;
                 }
-                if end > k {
-                    link.read_blocks(target, i, k, &mut buf[(bstart - a) as usize..(bend - a) as usize])?;
-                    nonzero_end = nonzero_end.max(bend);
-                    k = end;
-                    continue;
+                if end > k && k >= singly_until {
+                    let run = &mut buf[(bstart - a) as usize..(bend - a) as usize];
+                    match link.read_blocks(target, i, k, run) {
+                        Ok(()) => {
+                            damage.overwritten(bstart, bend);
+                            nonzero_end = nonzero_end.max(bend);
+                            k = end;
+                            continue;
+                        }
+                        // Block by block, so that the damage is known to the block.
+                        Err(StoreError::BlockChecksum { .. }) => singly_until = end,
+                        Err(e) => return Err(e),
+                    }
                 }
-                link.read_block(target, i, k, &mut scratch)?;
+                let read = link.read_block(target, i, k, &mut scratch);
                 let lo = bstart.max(a);
-                let hi = (bstart + scratch.len() as u64).min(b);
+                let hi = (bstart + item.block_len(item.blocks[k].index)).min(b);
                 if lo < hi {
-                    buf[(lo - a) as usize..(hi - a) as usize]
-                        .copy_from_slice(&scratch[(lo - bstart) as usize..(hi - bstart) as usize]);
+                    if let Err(e) = read {
+                        damage.found(lo, hi, e)?;
+                    } else {
+                        buf[(lo - a) as usize..(hi - a) as usize]
+                            .copy_from_slice(&scratch[(lo - bstart) as usize..(hi - bstart) as usize]);
+                        damage.overwritten(lo, hi);
+                    }
                     nonzero_end = nonzero_end.max(hi);
                 }
                 k += 1;
             }
         }
-        Ok(())
+        damage.into_result()
     }
 
     /// Like [`Chain::read_padded`] but the window must lie inside an existing item.
@@ -300,6 +322,54 @@ impl Chain {
             )));
         }
         self.read_padded(name, offset, buf)
+    }
+}
+
+/// Byte ranges of a read's window whose stored block failed its checksum, each with its
+/// error, until a newer epoch overwrites them ([`Chain::read_padded`]).
+#[derive(Default)]
+struct Damage {
+    /// `(from, to, error)`: an index into `errors`, which a range split in two shares.
+    ranges: Vec<(u64, u64, usize)>,
+    errors: Vec<StoreError>,
+}
+
+impl Damage {
+    /// Bytes `lo..hi` are damaged, if `e` is a checksum failure, unless a newer epoch
+    /// overwrites them; any other error is the read's.
+    fn found(&mut self, lo: u64, hi: u64, e: StoreError) -> Result<()> {
+        if !matches!(e, StoreError::BlockChecksum { .. }) {
+            return Err(e);
+        }
+        self.overwritten(lo, hi);
+        self.ranges.push((lo, hi, self.errors.len()));
+        self.errors.push(e);
+        Ok(())
+    }
+
+    /// Bytes `lo..hi` now hold what a newer epoch says: damage there no longer matters.
+    fn overwritten(&mut self, lo: u64, hi: u64) {
+        if self.ranges.is_empty() || lo >= hi {
+            return;
+        }
+        let mut left = Vec::with_capacity(self.ranges.len());
+        for (a, b, e) in self.ranges.drain(..) {
+            if a < lo {
+                left.push((a, b.min(lo), e));
+            }
+            if b > hi {
+                left.push((a.max(hi), b, e));
+            }
+        }
+        self.ranges = left;
+    }
+
+    /// The damage left at the lowest offset, as the read's error.
+    fn into_result(mut self) -> Result<()> {
+        match self.ranges.iter().min_by_key(|(a, _, _)| *a) {
+            Some(&(_, _, e)) => Err(self.errors.swap_remove(e)),
+            None => Ok(()),
+        }
     }
 }
 

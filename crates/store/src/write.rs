@@ -294,10 +294,10 @@ impl EpochWriter {
                         }
                     } else {
                         old.resize(n, 0);
-                        self.read_source(&item.name, a, &mut old)?;
+                        let comparable = self.comparable_source(&item.name, a, &mut old)?;
                         let pairs = new.chunks(bs as usize).zip(old.chunks(bs as usize));
                         for (k, (nb, ob)) in pairs.enumerate() {
-                            if nb != ob {
+                            if !comparable || nb != ob {
                                 self.emit(item, first + k as u64, nb)?;
                             }
                         }
@@ -324,6 +324,23 @@ impl EpochWriter {
             first = end_block;
         }
         Ok(())
+    }
+
+    /// [`Self::read_source`] for a window whose new content is known in full, where the
+    /// source only tells which blocks changed: `false` when a source block fails its
+    /// checksum. Every block of the window is then stored anew, so that the new epoch leans
+    /// on nothing damaged — rot in a committed epoch must not fail every later checkpoint
+    /// of the rank. The damaged epoch itself is left as it is, for the cluster to repair or
+    /// retention to drop.
+    fn comparable_source(&self, name: &str, offset: u64, buf: &mut [u8]) -> Result<bool> {
+        match self.read_source(name, offset, buf) {
+            Ok(()) => Ok(true),
+            Err(e @ StoreError::BlockChecksum { .. }) => {
+                tracing::warn!(rank = self.rank, epoch = self.epoch, error = %e, "the previous epoch is damaged: its blocks are stored anew");
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Bytes of the source image for an item window, zero where it has none.

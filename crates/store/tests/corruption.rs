@@ -128,3 +128,54 @@ fn truncated_data_and_missing_parent_are_reported() {
     // A writer cannot build on a broken chain either.
     assert!(store.writer(2, 3).is_err());
 }
+
+/// Rot in bytes a newer epoch overwrote is not damage to it: epoch 2 rewrote heap block 1,
+/// so a flip in epoch 1's copy of it fails reads of epoch 1 only.
+#[test]
+fn a_flipped_block_that_a_newer_epoch_overwrote_does_not_fail_its_reads() {
+    let (dir, store) = two_epochs();
+    flip(&epoch_file(dir.path(), 1, "data"), 70);
+    let mut heap = vec![1u8; 256];
+    heap[64..128].fill(2);
+    let image = store.read_image(2, 2).unwrap();
+    assert_eq!(image.items["heap"], heap);
+    let mut middle = vec![0u8; 100];
+    store.read_item_range(2, 2, "heap", 50, &mut middle).unwrap();
+    assert_eq!(middle, heap[50..150]);
+    assert!(matches!(
+        store.read_image(2, 1),
+        Err(StoreError::BlockChecksum {
+            block: 1,
+            stored_in: 1,
+            ..
+        })
+    ));
+}
+
+/// Rot in a committed epoch must not fail every later checkpoint of the rank: a write
+/// whose content is known in full stores anew every block it could not compare with, and
+/// the new epoch reads back exact without the damaged one.
+#[test]
+fn a_full_write_over_a_damaged_epoch_stores_its_blocks_anew() {
+    let (dir, store) = two_epochs();
+    // Heap block 3 of epoch 1, still live in epoch 2.
+    flip(&epoch_file(dir.path(), 1, "data"), 200);
+    let mut heap = vec![1u8; 256];
+    heap[64..128].fill(2);
+    heap[0] = 9;
+    let mut w = store.writer(2, 3).unwrap();
+    w.put_full("heap", &heap).unwrap();
+    w.commit().unwrap();
+    // All four heap blocks were stored, not only the one that changed.
+    let stored = std::fs::metadata(epoch_file(dir.path(), 3, "data"))
+        .unwrap()
+        .len();
+    assert_eq!(stored, 256);
+    let mut buf = vec![0u8; 256];
+    store.read_item_into(2, 3, "heap", &mut buf).unwrap();
+    assert_eq!(buf, heap);
+    let mut tail = vec![0u8; 10];
+    store.read_item_into(2, 3, "tail", &mut tail).unwrap();
+    assert_eq!(&tail, b"tail bytes", "the tail is carried over");
+    assert!(store.read_image(2, 2).is_err(), "epoch 2 is still damaged");
+}
