@@ -57,8 +57,8 @@ enum Command {
     Checkpoint(commands::ckpt::CheckpointArgs),
     /// Rebuild lost or damaged nodes' data from the survivors and restore redundancy.
     Recover(commands::ckpt::RecoverArgs),
-    /// Export a rank's committed image (decoded from the survivors if its node is gone), or
-    /// its flushed image from a flush directory.
+    /// Export a rank's committed image (decoded from the survivors if its node is gone or
+    /// its copy fails its checksums), or its flushed image from a flush directory.
     Restore(commands::ckpt::RestoreArgs),
     /// Copy a committed epoch of every rank to the cluster's flush directory now.
     Flush(commands::ckpt::FlushArgs),

@@ -96,7 +96,7 @@ fn ranks_restart_in_place_after_their_node_is_lost() {
 }
 
 #[test]
-fn a_restart_that_meets_a_damaged_block_says_how_to_rebuild_it_and_recover_does() {
+fn a_restart_that_meets_a_damaged_block_has_its_node_marked_damaged_and_recover_rebuilds_it() {
     let c = Cluster::up(&["--nodes", "5", "--k", "3", "--m", "2", "--block-size", "8KiB"]);
     let mut memory: Vec<Vec<u8>> = (0..3).map(|r| bytes(60_000, r as u64 + 70)).collect();
     let mut ranks: Vec<Checkpointer> = (0..3).map(|r| checkpointer(&c, r, false)).collect();
@@ -121,7 +121,23 @@ fn a_restart_that_meets_a_damaged_block_says_how_to_rebuild_it_and_recover_does(
         "a damaged block is corruption (ECKPT_ECORRUPT): {err}"
     );
     assert!(err.to_string().contains("eckpt recover"), "{err}");
+    assert!(err.to_string().contains("its node is marked damaged"), "{err}");
     drop(ck);
+    // The coordinator checked the copy itself: `status` says the node is damaged, which is
+    // what has `eckpt run` rebuild it before relaunching the ranks.
+    let node = c.status_placement(1);
+    let status = c.status();
+    let entry = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == node.as_str())
+        .cloned();
+    let damaged = entry.unwrap()["damaged"].as_str().map(str::to_string);
+    assert!(
+        damaged.as_deref().is_some_and(|d| d.contains("checksum")),
+        "{damaged:?}"
+    );
 
     ok(&["recover", "--dir", c.d()]);
     let mut ck = checkpointer(&c, 1, false);

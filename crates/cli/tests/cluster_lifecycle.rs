@@ -52,19 +52,30 @@ fn a_spare_takes_over_a_lost_node_whole() {
     c.assert_restorable();
 }
 
+/// A flipped bit in a rank's stored block: `eckpt restore` finds it, has the coordinator
+/// check the copy, and returns the rank's bytes decoded from its group; `status` then says
+/// the node is damaged, and `eckpt recover` repairs it in place.
 #[test]
 fn silent_corruption_is_found_and_repaired() {
     let mut c = Cluster::up(&["--nodes", "5", "--k", "3", "--m", "2", "--block-size", "8KiB"]);
     let d = data(3, 7);
     epoch_of(&mut c, &d);
-    // Flip a byte in a stored block of rank 1 and in a parity file.
     let node = c.status_placement(1);
     c.corrupt_rank_block(1, 5000);
-    let err = c.restore(1).unwrap_err();
-    assert!(
-        err.contains("checksum"),
-        "a damaged block is reported, not returned: {err}"
-    );
+    let got = c.restore(1).expect("decoded from the group");
+    assert!(got == d[1], "rank 1 restored other bytes");
+    let damage = |c: &Cluster| {
+        let status = c.status();
+        let entry = status["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == node.as_str())
+            .cloned();
+        entry.unwrap()["damaged"].as_str().map(str::to_string)
+    };
+    let said = damage(&c).expect("status says the node is damaged");
+    assert!(said.contains("checksum"), "{said}");
     let out = ok(&["recover", "--dir", c.d(), "--json"]);
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(
@@ -74,6 +85,7 @@ fn silent_corruption_is_found_and_repaired() {
             .contains(&node.as_str().into()),
         "{report}"
     );
+    assert_eq!(damage(&c), None, "repaired");
     c.assert_restorable();
 }
 

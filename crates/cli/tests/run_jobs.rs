@@ -720,3 +720,91 @@ fn the_cluster_of_a_killed_run_stops_itself_and_keeps_its_checkpoints() {
     ]);
     assert_eq!(std::fs::read(&restored).unwrap(), b"rank 1");
 }
+
+/// A flipped bit in a rank's committed image, met as the rank restarts under `eckpt run`:
+/// the rank library has the coordinator check that copy, which marks its node damaged; the
+/// run takes that for a failure, rebuilds the copy from the group and relaunches, and the
+/// job ends with the output of a failure-free run.
+#[test]
+fn a_restart_that_meets_a_flipped_block_is_rebuilt_from_the_group_and_the_run_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let w = tmp.path();
+    let mat = build_c("mat", w);
+    let dir = w.join("cluster");
+    let d = dir.display().to_string();
+    let _purge = PurgeAtEnd(d.clone());
+    let program = mat.display().to_string();
+    let job = |extra: &[&str]| {
+        let mut args = vec!["--dir", &d, "--keep"];
+        args.extend_from_slice(extra);
+        args.extend([
+            "-n", "2", "--", &program, "-m", "1", "-s", "16", "-k", "4", "-l", "log%r",
+        ]);
+        let out = run_in(w, &args, Duration::from_secs(300));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        out
+    };
+    job(&["--nodes", "4", "--k", "2", "--m", "1"]);
+    let status: Value = serde_json::from_str(&ok(&["status", "--dir", &d, "--json"])).unwrap();
+    let node = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["ranks"].as_array().is_some_and(|r| r.contains(&1.into())))
+        .map(|n| n["name"].as_str().unwrap().to_string())
+        .expect("rank 1 has a node");
+    // The newest epoch of rank 1 that stored blocks: each of them is what a restart reads.
+    let rank_dir = dir.join("nodes").join(&node).join("store").join("rank.1");
+    let mut stored: Vec<(u64, PathBuf)> = std::fs::read_dir(&rank_dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let epoch = name.strip_prefix("epoch-")?.split('-').next()?.parse().ok()?;
+            let data = e.path().join("data");
+            (std::fs::metadata(&data).ok()?.len() > 0).then_some((epoch, data))
+        })
+        .collect();
+    stored.sort();
+    let (_, data) = stored.pop().expect("rank 1 stored blocks");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x20;
+    std::fs::write(&data, bytes).unwrap();
+
+    let record = w.join("resumed.json");
+    let record_arg = record.display().to_string();
+    let out = job(&["--resume", "--record", &record_arg]);
+    let record: Value = serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    let failures = record["failures"].as_array().unwrap();
+    assert!(
+        failures.iter().any(|f| f["cause"] == "node found damaged"
+            && f["nodes"]
+                .as_array()
+                .is_some_and(|n| n.contains(&node.as_str().into()))),
+        "the damaged node was the run's failure: {record}"
+    );
+    assert_eq!(
+        record["attempts"].as_array().unwrap().len(),
+        2,
+        "relaunched once: {record}"
+    );
+    assert_eq!(record["exit_code"], 0, "{record}");
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("its node is marked damaged"),
+        "the rank said why: {said}"
+    );
+    let args = ["-m", "1", "-s", "16", "-k", "4", "-l", "log%r"];
+    let expected = reference(&mat, &w.join("reference"), 2, &args);
+    assert_failure_free(&out.stdout, w, &expected, "after the rebuilt copy");
+    let status: Value = serde_json::from_str(&ok(&["status", "--dir", &d, "--json"])).unwrap();
+    assert!(
+        status["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["damaged"].is_null()),
+        "rebuilt: {status}"
+    );
+}

@@ -769,15 +769,22 @@ impl Checkpointer {
             self.baseline.cut_back(&self.files)?;
             return Ok(None);
         };
-        match self.restore_epoch(epoch) {
-            // The node's copy is damaged but its group holds parity for it: say how to
-            // rebuild it rather than only that a block is bad.
-            Err(e) if self.cluster.is_some() && e.code() == capi::ECKPT_ECORRUPT => {
+        match (self.restore_epoch(epoch), &self.cluster) {
+            // The node's copy is damaged but its group holds parity for it: the coordinator
+            // checks the copy and marks the node damaged, so that `eckpt run` rebuilds it
+            // before it relaunches; the error says how to rebuild it rather than only that a
+            // block is bad.
+            (Err(e), Some(link)) if e.code() == capi::ECKPT_ECORRUPT => {
+                let checked = match link.check_copy(rank) {
+                    Ok(Some(_)) => "its node is marked damaged".to_string(),
+                    Ok(None) => "its node's agent reads it back sound, though".to_string(),
+                    Err(check) => format!("the coordinator could not check it: {check}"),
+                };
                 Err(Error::ClusterCall(ClusterError::Corrupt(format!(
-                    "{e}; rank {rank}'s copy on its node is damaged: run `eckpt recover` to rebuild it from its group"
+                    "{e}; rank {rank}'s copy on its node is damaged ({checked}): `eckpt run` rebuilds it from its group, or run `eckpt recover`"
                 ))))
             }
-            result => result.map(Some),
+            (result, _) => result.map(Some),
         }
     }
 

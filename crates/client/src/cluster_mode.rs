@@ -16,8 +16,8 @@ use eckpt_cluster_api::call::ToCoordinator;
 use eckpt_cluster_api::commands::{export_items, CoordinatorLink};
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
-    EpochOutcome, Locate, NodeInfo, OpenEpoch, Opened, Pace, PaceReport, PaceStats, RankReady, RankReport,
-    WaitEpoch,
+    CheckCopy, EpochOutcome, Locate, NodeInfo, OpenEpoch, Opened, Pace, PaceReport, PaceStats, RankReady,
+    RankReport, WaitEpoch,
 };
 use eckpt_cluster_api::{ClusterError, ErrorKind};
 
@@ -156,6 +156,13 @@ impl ClusterLink {
                 generation: self.generation,
             },
         )
+    }
+
+    /// Has the coordinator check rank `rank`'s copy on its node, which failed its checksums
+    /// here: what is wrong with it (the node is then marked damaged), or `None` when the
+    /// node's agent reads it back sound.
+    pub(crate) fn check_copy(&self, rank: u32) -> Result<Option<String>, Error> {
+        self.call(rank, CheckCopy { rank })
     }
 
     /// The items of rank `rank`'s committed image at `epoch` (default: the committed one)

@@ -12,10 +12,11 @@ use crate::msg::{
     PurgeNode, PutRank, Scrub, ShardInfo, StopAgent, TaskReport, UpdateTask,
 };
 use crate::msg::{
-    CoordRequest, CoordResponse, EpochOutcome, ExportFrom, ExportRank, FlushEpoch, FlushReport, FlushStatus,
-    Heartbeat, Hello, Inventory, JobClaim, JobGrant, Leave, Locate, NextAttempt, NodeInfo, NodePurge, Nodes,
-    OpenEpoch, Opened, Pace, PaceStats, PurgeCluster, RankReady, Recover, RecoveryReport, Registered,
-    Registration, ReleaseJob, RenewLease, Status, StatusReport, StopCluster, WaitEpoch, WaitFlush,
+    CheckCopy, CoordRequest, CoordResponse, EpochOutcome, ExportFrom, ExportRank, FlushEpoch, FlushReport,
+    FlushStatus, Heartbeat, Hello, Inventory, JobClaim, JobGrant, Leave, Locate, NextAttempt, NodeInfo,
+    NodePurge, Nodes, OpenEpoch, Opened, Pace, PaceStats, PurgeCluster, RankReady, Recover, RecoveryReport,
+    Registered, Registration, ReleaseJob, RenewLease, Status, StatusReport, StopCluster, WaitEpoch,
+    WaitFlush,
 };
 use crate::ClusterError;
 
@@ -146,6 +147,7 @@ call!(CoordRequest::WaitEpoch(WaitEpoch) => CoordResponse::Outcome(EpochOutcome)
 call!(CoordRequest::Locate(Locate) => CoordResponse::Located(Option<(NodeInfo, u64)>));
 call!(CoordRequest::Recover(Recover) => CoordResponse::Recovered(RecoveryReport));
 call!(CoordRequest::Export(ExportRank) => CoordResponse::ExportFrom(ExportFrom));
+call!(CoordRequest::CheckCopy(CheckCopy) => CoordResponse::CopyDamage(Option<String>));
 call!(CoordRequest::Flush(FlushEpoch) => CoordResponse::Flushed(FlushReport));
 call!(CoordRequest::WaitFlush(WaitFlush) => CoordResponse::FlushState(Option<FlushStatus>));
 call!(CoordRequest::Leave(Leave) => CoordResponse::Ok);

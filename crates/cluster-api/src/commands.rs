@@ -14,6 +14,7 @@ use crate::msg::{ExportFrom, ExportItems, ExportRank, OpenEpoch, Opened, PutRank
 use crate::msg::{DATA_FRAME, FILE_ITEM};
 use crate::net::{ask_agent, host_identity, open, open_node, with_agent};
 use crate::ClusterError;
+use crate::ErrorKind;
 
 /// Opens a control connection to the coordinator of the cluster in `dir`, waiting at most
 /// the cluster's connection wait (`Deadlines::connect`); with the cluster's deadlines.
@@ -375,24 +376,17 @@ async fn receive_items(
     Ok(())
 }
 
-/// Writes item `wanted` of an export to `path`, fsynced; the bytes written.
-async fn receive_item(
-    conn: &mut Connection,
-    node: &str,
-    items: &[(String, u64)],
-    wanted: &str,
-    path: &Path,
-    limit: std::time::Duration,
-) -> Result<u64, ClusterError> {
+/// Writes item `wanted` of `export` to `path` (made anew), fsynced; the bytes written.
+async fn receive_item(export: &mut Export, wanted: &str, path: &Path) -> Result<u64, ClusterError> {
     let mut file = std::fs::File::create(path).map_err(crate::io_at(path))?;
     let mut written = 0u64;
     receive_items(
-        conn,
-        node,
+        &mut export.conn,
+        &export.node,
         "the restore",
-        items,
+        &export.items,
         |name| name == wanted,
-        limit,
+        export.limit,
         &mut |_, bytes| {
             written += bytes.len() as u64;
             file.write_all(bytes).map_err(crate::io_at(path))
@@ -413,7 +407,22 @@ pub async fn export_items(
     epoch: Option<u64>,
     wanted: impl Fn(&str) -> bool,
 ) -> Result<(u64, Vec<(String, Vec<u8>)>), ClusterError> {
-    let mut export = Export::start(dir, rank, epoch).await?;
+    let mut export = Export::start(dir, rank, epoch, false).await?;
+    match receive_all(&mut export, &wanted).await {
+        Err(e) if export.copy_failed(&e) => {
+            let mut decoded = Export::start(dir, rank, epoch, true).await?;
+            let kept = receive_all(&mut decoded, &wanted).await?;
+            Ok((decoded.epoch, kept))
+        }
+        received => Ok((export.epoch, received?)),
+    }
+}
+
+/// The items of `export` that `wanted` keeps, with their bytes.
+async fn receive_all(
+    export: &mut Export,
+    wanted: &impl Fn(&str) -> bool,
+) -> Result<Vec<(String, Vec<u8>)>, ClusterError> {
     // Reserved up to 64 MiB ahead: the length is the agent's word, not yet the bytes.
     let mut kept: Vec<(String, Vec<u8>)> = export
         .items
@@ -429,20 +438,13 @@ pub async fn export_items(
             )
         })
         .collect();
-    let Export {
-        conn,
-        node,
-        items,
-        limit,
-        ..
-    } = &mut export;
     receive_items(
-        conn,
-        node,
+        &mut export.conn,
+        &export.node,
         "the export",
-        items,
-        &wanted,
-        *limit,
+        &export.items,
+        wanted,
+        export.limit,
         &mut |index, bytes| {
             kept[index].1.extend_from_slice(bytes);
             Ok(())
@@ -450,7 +452,7 @@ pub async fn export_items(
     )
     .await?;
     kept.retain(|(name, _)| wanted(name));
-    Ok((export.epoch, kept))
+    Ok(kept)
 }
 
 /// A rank's committed image being exported: the agent that streams it, and what it streams.
@@ -470,10 +472,20 @@ struct Export {
 
 impl Export {
     /// Asks the coordinator where rank `rank` at `epoch` (default: the committed one) is read
-    /// from — decoded onto a helper when its node is gone — and that agent to stream it.
-    async fn start(dir: &ClusterDir, rank: u32, epoch: Option<u64>) -> Result<Export, ClusterError> {
-        let ExportFrom { node, epoch, scratch } =
-            coordinator_call(dir, ExportRank { rank, epoch }, |_| {}).await?;
+    /// from — decoded onto a helper when its node is gone, or when `damaged_copy` and the
+    /// coordinator finds the node's copy damaged — and that agent to stream it.
+    async fn start(
+        dir: &ClusterDir,
+        rank: u32,
+        epoch: Option<u64>,
+        damaged_copy: bool,
+    ) -> Result<Export, ClusterError> {
+        let export = ExportRank {
+            rank,
+            epoch,
+            damaged_copy,
+        };
+        let ExportFrom { node, epoch, scratch } = coordinator_call(dir, export, |_| {}).await?;
         let secret = dir.load_secret()?;
         let limit = dir.load()?.deadlines.peer_wait();
         let mut conn = open_node(&node, &host_identity(), &secret).await?;
@@ -486,6 +498,12 @@ impl Export {
             items,
             limit,
         })
+    }
+
+    /// Whether `e`, which ended this export, says the copy on the rank's node is damaged:
+    /// the export is then asked for again, decoded from the rank's group.
+    fn copy_failed(&self, e: &ClusterError) -> bool {
+        !self.decoded && e.kind() == ErrorKind::Corrupt
     }
 }
 
@@ -519,26 +537,28 @@ pub async fn restore(
     out: &Path,
 ) -> Result<RestoreReport, ClusterError> {
     refuse_directory(out)?;
-    let Export {
-        mut conn,
-        node,
-        epoch,
-        decoded,
-        items,
-        limit,
-    } = Export::start(dir, rank, epoch).await?;
-    let names: Vec<&str> = items.iter().map(|(n, _)| n.as_str()).collect();
+    let mut export = Export::start(dir, rank, epoch, false).await?;
+    let names: Vec<&str> = export.items.iter().map(|(n, _)| n.as_str()).collect();
     let wanted = choose_item(rank, &names, item)?;
     let tmp = temp_output(out);
-    let received = receive_item(&mut conn, &node, &items, &wanted, &tmp, limit).await;
+    let mut received = receive_item(&mut export, &wanted, &tmp).await;
+    if received.as_ref().is_err_and(|e| export.copy_failed(e)) {
+        received = match Export::start(dir, rank, epoch, true).await {
+            Ok(decoded) => {
+                export = decoded;
+                receive_item(&mut export, &wanted, &tmp).await
+            }
+            Err(e) => Err(e),
+        };
+    }
     let written = publish_output(&tmp, out, received)?;
     Ok(RestoreReport {
         rank,
-        epoch,
+        epoch: export.epoch,
         item: wanted,
         bytes: written,
-        from: node,
-        decoded,
+        from: export.node,
+        decoded: export.decoded,
         from_flush: false,
     })
 }

@@ -1015,6 +1015,8 @@ pub enum CoordRequest {
     Recover(Recover),
     /// Prepare an export of a rank's image.
     Export(ExportRank),
+    /// Check a rank's copy that failed its checksums when read.
+    CheckCopy(CheckCopy),
     /// Flush an epoch now.
     Flush(FlushEpoch),
     /// Wait until no flush is running.
@@ -1141,6 +1143,22 @@ pub struct ExportRank {
     pub rank: u32,
     /// Epoch (default: the committed one).
     pub epoch: Option<u64>,
+    /// The copy on the rank's node failed its checksums when the caller read it: the
+    /// coordinator checks that copy itself and, if it is damaged, marks the node damaged and
+    /// decodes the rank from its group instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub damaged_copy: bool,
+}
+
+/// Rank `rank`'s copy of its committed epoch failed its checksums when the rank read it on
+/// its node (a restart): the coordinator checks that copy itself and, if it is damaged,
+/// marks the node damaged, so that `status` says so and `eckpt run` or `eckpt recover`
+/// rebuilds it from its group. Answered with what is wrong with the copy, or `None` when
+/// it reads back sound.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct CheckCopy {
+    /// Rank.
+    pub rank: u32,
 }
 
 /// Flush `epoch` (default: the committed one) now and answer when it is published.
@@ -1223,6 +1241,7 @@ impl CoordRequest {
                 | CoordRequest::Pace(_)
                 | CoordRequest::WaitEpoch(_)
                 | CoordRequest::Locate(_)
+                | CoordRequest::CheckCopy(_)
                 | CoordRequest::WaitFlush(_)
                 | CoordRequest::RenewLease(_)
         )
@@ -1248,6 +1267,8 @@ pub enum CoordResponse {
     Outcome(EpochOutcome),
     /// `Locate`: the node and epoch, or `None` when the cluster has no committed epoch.
     Located(Option<(NodeInfo, u64)>),
+    /// `CheckCopy`: what is wrong with the copy, or `None` when it reads back sound.
+    CopyDamage(Option<String>),
     /// `Export`.
     ExportFrom(ExportFrom),
     /// `Recover`.

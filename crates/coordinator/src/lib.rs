@@ -55,12 +55,12 @@ use agents::{Agents, IdleConnections, SocketAgents};
 use eckpt_cluster_api::call::{agent_answer, Call, ToAgent};
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines, FlushConfig};
 use eckpt_cluster_api::msg::{
-    CoordRequest, CoordResponse, GroupRecord, GroupStatus, Hello, NodeInfo, NodePurge, NodeStatus, PurgeNode,
-    StatusReport, StopAgent,
+    CheckCopy, ExportRank, FlushEpoch, JobClaim, Leave, Locate, NextAttempt, Nodes, OpenEpoch, Pace,
+    PurgeCluster, RankReady, Recover, ReleaseJob, RenewLease, Status, StopCluster, WaitEpoch, WaitFlush,
 };
 use eckpt_cluster_api::msg::{
-    ExportRank, FlushEpoch, JobClaim, Leave, Locate, NextAttempt, Nodes, OpenEpoch, Pace, PurgeCluster,
-    RankReady, Recover, ReleaseJob, RenewLease, Status, StopCluster, WaitEpoch, WaitFlush,
+    CoordRequest, CoordResponse, GroupRecord, GroupStatus, Hello, NodeInfo, NodePurge, NodeStatus, PurgeNode,
+    StatusReport, StopAgent,
 };
 use eckpt_cluster_api::net::{accept_loop, host_identity, listen_for_cluster, next_request};
 use eckpt_cluster_api::{ClusterError, WireError};
@@ -708,9 +708,8 @@ async fn handle(
         CoordRequest::Recover(Recover { relocation }) => {
             Recover::reply(Box::pin(coord.recover(progress, relocation)).await?)
         }
-        CoordRequest::Export(ExportRank { rank, epoch }) => {
-            ExportRank::reply(Box::pin(coord.export(rank, epoch)).await?)
-        }
+        CoordRequest::Export(export) => ExportRank::reply(Box::pin(coord.export(export)).await?),
+        CoordRequest::CheckCopy(CheckCopy { rank }) => CheckCopy::reply(coord.check_copy(rank).await?),
         CoordRequest::Flush(FlushEpoch { epoch }) => {
             FlushEpoch::reply(Box::pin(coord.flush_now(epoch)).await?)
         }

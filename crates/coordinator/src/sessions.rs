@@ -261,6 +261,15 @@ impl State {
         }
     }
 
+    /// Marks `node` damaged, holding rank data that fails its checksums (`what`): found
+    /// when the data was read. Only a recovery rebuilds it (`eckpt recover`, `eckpt run`).
+    pub(super) fn holds_damaged_ranks(&mut self, node: &str, what: String) {
+        if let Some(l) = self.live.get_mut(node) {
+            tracing::warn!(node = %node, damage = %what, "node holds rank data that fails its checksums: damaged");
+            l.damage = Some(Missing { what, ranks: true });
+        }
+    }
+
     /// Forgets the damage of `nodes`: a recovery rebuilt what they were missing.
     pub(super) fn clear_damage(&mut self, nodes: &BTreeSet<String>) {
         for (name, l) in self.live.iter_mut() {

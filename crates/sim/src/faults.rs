@@ -121,16 +121,17 @@ pub fn recovery_freezes(seed: u64, plan: &FaultPlan) -> Vec<RecoveryFreeze> {
         .collect()
 }
 
-/// Bit flips in the stores of the run of `seed`, by the virtual time they strike: as many as
-/// the loss budget left after `faults` (one flip per node, never a node lost, each with a
-/// chance of one in two). A stream of their own, so that adding them changed no other fault
-/// of a seed.
+/// Bit flips in the stores of the run of `seed`: as many as the loss budget left after
+/// `faults` (one flip per node, never a node lost, each with a chance of one in two). Each
+/// strikes at a time of the window, or (`None`, one in three) once the job has stopped and
+/// before it reads its images back — rot while nothing runs, which no later checkpoint
+/// overwrites. A stream of their own, so that adding them changed no other fault of a seed.
 pub fn disk_flips(
     seed: u64,
     plan: &FaultPlan,
     faults: &[(Duration, Fault)],
     nodes: &[String],
-) -> Vec<(Duration, Fault)> {
+) -> Vec<(Option<Duration>, Fault)> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xD15C_F11B);
     let mut spared: Vec<&String> = nodes
         .iter()
@@ -148,7 +149,8 @@ pub fn disk_flips(
             continue;
         }
         let node = spared.remove(rng.random_range(0..spared.len())).clone();
-        let at = plan.from + Duration::from_millis(rng.random_range(0..window_ms));
+        let in_window = plan.from + Duration::from_millis(rng.random_range(0..window_ms));
+        let at = (rng.random_range(0..3) != 0).then_some(in_window);
         flips.push((
             at,
             Fault::Flip {
@@ -283,14 +285,17 @@ mod tests {
         };
         let nodes = names("n", 6);
         let lost = [(Duration::from_secs(2), Fault::Lose { node: "n4".into() })];
-        let mut counts = [0usize; 3];
+        let (mut counts, mut at_rest) = ([0usize; 3], 0);
         for seed in 0..200 {
             let flips = disk_flips(seed, &plan, &lost, &nodes);
             assert_eq!(flips, disk_flips(seed, &plan, &lost, &nodes));
             assert!(flips.len() <= 1, "one loss leaves one flip: {flips:?}");
             counts[disk_flips(seed, &plan, &[], &nodes).len()] += 1;
             for (at, flip) in &flips {
-                assert!(*at >= plan.from && *at < plan.from + plan.window);
+                match at {
+                    Some(at) => assert!(*at >= plan.from && *at < plan.from + plan.window),
+                    None => at_rest += 1,
+                }
                 assert!(
                     matches!(flip, Fault::Flip { node, .. } if node != "n4"),
                     "{flip:?}"
@@ -300,6 +305,10 @@ mod tests {
         assert!(
             counts.iter().all(|&c| c > 20),
             "none, one and two flips are drawn: {counts:?}"
+        );
+        assert!(
+            at_rest > 10 && at_rest < 60,
+            "{at_rest} of about 100 flips strike once the job stopped"
         );
     }
 }

@@ -1,7 +1,7 @@
 //! Light ranks: what a rank of a job does through the rank library in cluster mode —
 //! open an epoch with the coordinator, write its image into the store of the node it was
-//! placed on, report it ready, wait for the decision — without the library's memory
-//! tracking, as tasks of a simulated host. Images are drawn from the run's seed, the rank
+//! placed on (the blocks that changed, as the library's memory tracking finds them), report
+//! it ready, wait for the decision — as tasks of a simulated host. Images are drawn from the run's seed, the rank
 //! and the epoch, so that any epoch's bytes can be checked again later.
 
 use std::time::Duration;
@@ -130,7 +130,23 @@ impl Rank {
         tracing::debug!(rank, epoch, node = %opened.node.name, "rank opened an epoch");
         let store = Store::open_with(&opened.node.store, Options::default())?;
         let mut writer = store.writer(rank, epoch)?;
-        writer.put_full(ITEM, &image(seed, rank, epoch, bytes))?;
+        let new = image(seed, rank, epoch, bytes);
+        match writer.parent().filter(|_| !writer.is_full()) {
+            // As the rank library writes tracked memory: the blocks that changed since the
+            // epoch the new one follows, and nothing read back from the store.
+            Some(parent) => {
+                let old = image(seed, rank, parent, bytes);
+                let changed: Vec<(u64, &[u8])> = new
+                    .chunks(BLOCK)
+                    .zip(old.chunks(BLOCK))
+                    .enumerate()
+                    .filter(|(_, (now, before))| now != before)
+                    .map(|(b, (now, _))| (b as u64, now))
+                    .collect();
+                writer.put_dirty(ITEM, BLOCK as u32, bytes as u64, &changed)?;
+            }
+            None => writer.put_full(ITEM, &new)?,
+        }
         let prepared = writer.prepare()?;
         let sizes = prepared.sizes();
         // Released prepared, the epoch is the node's agent's to commit.

@@ -137,6 +137,8 @@ pub(crate) struct Shared {
     pub healed_at: Duration,
     /// The job finished its epochs and read its images back.
     pub done: bool,
+    /// The job's ranks have stopped: flips that strike at rest strike now.
+    pub stopped: bool,
     /// Nodes the job's last check asks the simulation to lose with their disks.
     pub final_loss: Vec<String>,
     /// Every rank read back after the final loss.
@@ -184,7 +186,13 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
         ..plan.faults.clone()
     };
     let mut schedule = faults::draw(plan.seed, &fault_plan, &linked, &members);
-    schedule.extend(faults::disk_flips(plan.seed, &fault_plan, &schedule, &members));
+    let mut at_rest = Vec::new();
+    for (at, flip) in faults::disk_flips(plan.seed, &fault_plan, &schedule, &members) {
+        match at {
+            Some(at) => schedule.push((at, flip)),
+            None => at_rest.push(flip),
+        }
+    }
     schedule.sort_by_key(|(at, _)| *at);
     let mut sim = turmoil::Builder::new()
         .rng_seed(plan.seed)
@@ -241,6 +249,13 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
         while harm.pending.first().is_some_and(|(at, _)| *at <= now) {
             let (_, heal) = harm.pending.remove(0);
             heal.apply(&mut sim, &harm.lost, now, trace);
+        }
+        if shared.borrow().stopped {
+            for flip in std::mem::take(&mut at_rest) {
+                if inject(&mut sim, &cluster, &flip, now, &mut harm, &shared, trace)? {
+                    *outcome.faults.entry(flip.kind()).or_default() += 1;
+                }
+            }
         }
         let final_loss = std::mem::take(&mut shared.borrow_mut().final_loss);
         for node in final_loss {
@@ -419,6 +434,9 @@ async fn job(plan: Plan, dir: ClusterDir, trace: Trace, shared: Rc<RefCell<Share
         false => "every rank progressed after the faults",
     };
     trace.event(JOB, format!("{ended}: reading every rank back"));
+    // A step for the flips that strike while nothing runs.
+    shared.borrow_mut().stopped = true;
+    tokio::time::sleep(Duration::from_millis(5)).await;
     let mut ranks = Vec::new();
     for r in 0..plan.ranks {
         ranks.push(Rank::new(&dir, r, plan.ranks)?);
@@ -438,6 +456,9 @@ async fn job(plan: Plan, dir: ClusterDir, trace: Trace, shared: Rc<RefCell<Share
         }
     }
     trace.event(JOB, "every rank read back byte for byte");
+    // A copy found damaged on the way was decoded from its group and its node marked
+    // damaged: `eckpt run` rebuilds it before the next attempt.
+    job.recover().await;
     if !job.out_of_room.get() {
         final_loss(&job, &mut ranks).await?;
     }
@@ -578,8 +599,8 @@ impl JobState {
         }
     }
 
-    /// Asks the coordinator to recover lost nodes, if it says some are down; what came of
-    /// it is a trace line.
+    /// Asks the coordinator to recover lost nodes, if it says some are down or damaged; what
+    /// came of it is a trace line.
     async fn recover(&self) {
         let _turn = self.recovering.lock().await;
         let trace = &self.trace;
@@ -587,10 +608,11 @@ impl JobState {
             Ok(status) => status,
             Err(e) => return trace.event(JOB, format!("status: {e}")),
         };
+        // As `eckpt run` judges them: nodes down, or up but holding damaged data.
         let down: Vec<&str> = status
             .nodes
             .iter()
-            .filter(|n| !n.alive && !n.removed)
+            .filter(|n| (!n.alive && !n.removed) || n.damaged.is_some())
             .map(|n| n.name.as_str())
             .collect();
         if down.is_empty() {

@@ -655,6 +655,20 @@ impl<'a> Supervisor<'a> {
             .collect()
     }
 
+    /// Why `status` counts `lost` as lost: declared dead, or only found damaged — up, but
+    /// holding data that is missing or fails its checksums.
+    fn loss_cause(status: &StatusReport, lost: &BTreeSet<String>) -> &'static str {
+        let damaged_only = status
+            .nodes
+            .iter()
+            .filter(|n| lost.contains(&n.name))
+            .all(|n| n.alive && n.damaged.is_some());
+        match damaged_only {
+            true => "node found damaged",
+            false => "node declared dead",
+        }
+    }
+
     /// When the coordinator last heard the first of `nodes` it has not heard for longest,
     /// by `status` (just received), on this process's clock.
     fn last_heard(status: &StatusReport, nodes: &BTreeSet<String>) -> Option<Instant> {
@@ -739,7 +753,7 @@ impl<'a> Supervisor<'a> {
                 continue;
             }
             undeclared_since = None;
-            self.note_lost(&lost, Some(&status), "node declared dead", events);
+            self.note_lost(&lost, Some(&status), Self::loss_cause(&status, &lost), events);
             let start = Instant::now();
             let recovered = self.recovered.get_or_insert_with(|| RecoveryRecord {
                 start_s: 0.0,
@@ -1217,7 +1231,7 @@ impl<'a> Supervisor<'a> {
                     let how = signal.map_or(String::new(), |s| format!(" by signal {s}"));
                     let status = self.cluster.status()?;
                     let lost = Self::lost(&status);
-                    self.note_lost(&lost, Some(&status), "node declared dead", events);
+                    self.note_lost(&lost, Some(&status), Self::loss_cause(&status, &lost), events);
                     if lost.is_empty() && self.undeclared.is_empty() {
                         self.restart_without_loss(
                             &format!("{who} was killed{how}"),
@@ -1234,7 +1248,7 @@ impl<'a> Supervisor<'a> {
                 self.say_isolation(&status, events);
                 let lost = Self::lost(&status);
                 if !lost.is_empty() {
-                    self.note_lost(&lost, Some(&status), "node declared dead", events);
+                    self.note_lost(&lost, Some(&status), Self::loss_cause(&status, &lost), events);
                     return Ok(AttemptEnd::Failure(format!(
                         "node {} lost",
                         lost.into_iter().collect::<Vec<_>>().join(" ")
@@ -1273,7 +1287,7 @@ impl<'a> Supervisor<'a> {
             }
             let lost = Self::lost(&status);
             if !lost.is_empty() || !self.undeclared.is_empty() {
-                self.note_lost(&lost, Some(&status), "node declared dead", events);
+                self.note_lost(&lost, Some(&status), Self::loss_cause(&status, &lost), events);
                 return Ok(AttemptEnd::Failure(format!(
                     "{who} exited {code} after a node loss"
                 )));
