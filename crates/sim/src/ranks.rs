@@ -1,7 +1,8 @@
 //! Light ranks: what a rank of a job does through the rank library in cluster mode —
 //! open an epoch with the coordinator, write its image into the store of the node it was
-//! placed on (the blocks that changed, as the library's memory tracking finds them), report
-//! it ready, wait for the decision — as tasks of a simulated host. Images are drawn from the run's seed, the rank
+//! placed on (the blocks that changed, as the library's memory tracking finds them, or the
+//! whole image, as it writes files and items), report it ready, wait for the decision — as
+//! tasks of a simulated host. Images are drawn from the run's seed, the rank
 //! and the epoch, so that any epoch's bytes can be checked again later.
 
 use std::time::Duration;
@@ -131,9 +132,11 @@ impl Rank {
         let store = Store::open_with(&opened.node.store, Options::default())?;
         let mut writer = store.writer(rank, epoch)?;
         let new = image(seed, rank, epoch, bytes);
-        match writer.parent().filter(|_| !writer.is_full()) {
-            // As the rank library writes tracked memory: the blocks that changed since the
-            // epoch the new one follows, and nothing read back from the store.
+        // Even ranks write as the rank library writes tracked memory: the blocks that changed
+        // since the epoch the new one follows, nothing read back from the store. Odd ranks as
+        // it writes files and named items, known in full: the store compares them with the
+        // previous epoch and keeps the blocks that differ.
+        match writer.parent().filter(|_| !writer.is_full() && rank % 2 == 0) {
             Some(parent) => {
                 let old = image(seed, rank, parent, bytes);
                 let changed: Vec<(u64, &[u8])> = new

@@ -53,7 +53,7 @@ fn a_seed_replays_its_run_line_for_line() {
 
 /// Seeds in which the simulator found a defect, with what it found. Each failed before its
 /// fix (replayed with the fix taken out) and must pass after.
-const FOUND: [(u64, &str); 3] = [
+const FOUND: [(u64, &str); 5] = [
     // A coordinator freeze overlapped by a cut of one link lost a node's answer to a
     // recovery's coding task on a connection that stayed up; the recovery waited for it
     // for ever, holding the cluster's operations. Agents report their work on long requests
@@ -69,6 +69,17 @@ const FOUND: [(u64, &str); 3] = [
     (
         1000016,
         "a recovery waited for ever on an answer lost on a live connection",
+    ),
+    // A bit flipped in a rank's committed epoch failed every later checkpoint of the rank:
+    // the store compared the new image with the damaged one and stopped at its block. A
+    // write known in full now stores anew what it cannot compare.
+    (33, "one flipped block failed every later checkpoint of its rank"),
+    // A bit flipped while the job was stopped left a rank whose node was up unrestorable:
+    // every export read the damaged copy. The coordinator now checks a copy its reader
+    // found damaged, marks the node damaged and decodes the rank from its group.
+    (
+        4,
+        "a rank whose copy on a live node was damaged could not be read back",
     ),
 ];
 
