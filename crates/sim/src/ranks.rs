@@ -136,7 +136,10 @@ impl Rank {
         // since the epoch the new one follows, nothing read back from the store. Odd ranks as
         // it writes files and named items, known in full: the store compares them with the
         // previous epoch and keeps the blocks that differ.
-        match writer.parent().filter(|_| !writer.is_full() && rank % 2 == 0) {
+        match writer
+            .parent()
+            .filter(|_| !writer.is_full() && rank.is_multiple_of(2))
+        {
             Some(parent) => {
                 let old = image(seed, rank, parent, bytes);
                 let changed: Vec<(u64, &[u8])> = new
