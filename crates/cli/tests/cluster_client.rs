@@ -126,14 +126,7 @@ fn a_restart_that_meets_a_damaged_block_has_its_node_marked_damaged_and_recover_
     // The coordinator checked the copy itself: `status` says the node is damaged, which is
     // what has `eckpt run` rebuild it before relaunching the ranks.
     let node = c.status_placement(1);
-    let status = c.status();
-    let entry = status["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["name"] == node.as_str())
-        .cloned();
-    let damaged = entry.unwrap()["damaged"].as_str().map(str::to_string);
+    let damaged = c.node_status(&node)["damaged"].as_str().map(str::to_string);
     assert!(
         damaged.as_deref().is_some_and(|d| d.contains("checksum")),
         "{damaged:?}"

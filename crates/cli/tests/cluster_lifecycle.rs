@@ -64,16 +64,7 @@ fn silent_corruption_is_found_and_repaired() {
     c.corrupt_rank_block(1, 5000);
     let got = c.restore(1).expect("decoded from the group");
     assert!(got == d[1], "rank 1 restored other bytes");
-    let damage = |c: &Cluster| {
-        let status = c.status();
-        let entry = status["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|n| n["name"] == node.as_str())
-            .cloned();
-        entry.unwrap()["damaged"].as_str().map(str::to_string)
-    };
+    let damage = |c: &Cluster| c.node_status(&node)["damaged"].as_str().map(str::to_string);
     let said = damage(&c).expect("status says the node is damaged");
     assert!(said.contains("checksum"), "{said}");
     let out = ok(&["recover", "--dir", c.d(), "--json"]);

@@ -599,30 +599,64 @@ fn clean_deletes_what_a_killed_job_left_on_this_host_and_nothing_else() {
     assert!(text(&out.stdout).contains(&format!("removed {}", store("4243", "n0").display())));
 }
 
+/// The arguments of the example `mat` in the jobs that run on one kept cluster one after
+/// the other: two ranks, four checkpoints, a log per rank.
+const MAT_ARGS: [&str; 8] = ["-m", "1", "-s", "16", "-k", "4", "-l", "log%r"];
+
+/// Jobs of the example `mat` that run one after the other on one cluster, kept between them
+/// and purged at the end, in a scratch directory.
+struct MatJobs {
+    // Dropped first: the cluster is purged before its directory goes.
+    _purge: PurgeAtEnd,
+    scratch: tempfile::TempDir,
+    program: String,
+}
+
+impl MatJobs {
+    fn new() -> MatJobs {
+        let scratch = tempfile::tempdir().unwrap();
+        let program = build_c("mat", scratch.path()).display().to_string();
+        let dir = scratch.path().join("cluster").display().to_string();
+        MatJobs {
+            _purge: PurgeAtEnd(dir),
+            scratch,
+            program,
+        }
+    }
+
+    /// Where the jobs run and write their logs.
+    fn work(&self) -> &Path {
+        self.scratch.path()
+    }
+
+    /// The cluster's directory.
+    fn dir(&self) -> &str {
+        &self._purge.0
+    }
+
+    /// Runs a job of two ranks with `eckpt run`'s other options `extra`; it must exit 0.
+    fn run(&self, extra: &[&str]) -> std::process::Output {
+        let mut args = vec!["--dir", self.dir(), "--keep"];
+        args.extend_from_slice(extra);
+        args.extend(["-n", "2", "--", &self.program]);
+        args.extend(MAT_ARGS);
+        let out = run_in(self.work(), &args, Duration::from_secs(300));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        out
+    }
+}
+
 /// `--kill-at EPOCH` counts the run's own epochs: on a cluster whose numbering an earlier job
 /// carried on, `--fresh --kill-at 2:1` strikes after the second epoch of this run, where it
 /// used to strike after the first (any epoch number was past 2).
 #[test]
 fn kill_at_counts_the_runs_own_epochs_on_a_cluster_that_ran_before() {
-    let tmp = tempfile::tempdir().unwrap();
-    let w = tmp.path();
-    let mat = build_c("mat", w);
-    let dir = w.join("cluster");
-    let d = dir.display().to_string();
-    let _purge = PurgeAtEnd(d.clone());
-    let program = mat.display().to_string();
+    let jobs = MatJobs::new();
+    let (w, d) = (jobs.work(), jobs.dir());
     // The first job starts the cluster (its shape), the second runs on it (its --dir only).
-    let job = |extra: &[&str]| {
-        let mut args = vec!["--dir", &d, "--keep"];
-        args.extend_from_slice(extra);
-        args.extend([
-            "-n", "2", "--", &program, "-m", "1", "-s", "16", "-k", "4", "-l", "log%r",
-        ]);
-        let out = run_in(w, &args, Duration::from_secs(300));
-        assert!(out.status.success(), "{}", text(&out.stderr));
-    };
+    let job = |extra: &[&str]| jobs.run(extra);
     job(&["--nodes", "5", "--spares", "1", "--k", "2", "--m", "1"]);
-    let status: Value = serde_json::from_str(&ok(&["status", "--dir", &d, "--json"])).unwrap();
+    let status: Value = serde_json::from_str(&ok(&["status", "--dir", d, "--json"])).unwrap();
     let before = status["committed_epoch"].as_u64().unwrap();
     assert!(before >= 4, "the first job committed {before} epochs");
     let record = w.join("second.json");
@@ -727,25 +761,12 @@ fn the_cluster_of_a_killed_run_stops_itself_and_keeps_its_checkpoints() {
 /// job ends with the output of a failure-free run.
 #[test]
 fn a_restart_that_meets_a_flipped_block_is_rebuilt_from_the_group_and_the_run_goes_on() {
-    let tmp = tempfile::tempdir().unwrap();
-    let w = tmp.path();
-    let mat = build_c("mat", w);
-    let dir = w.join("cluster");
-    let d = dir.display().to_string();
-    let _purge = PurgeAtEnd(d.clone());
-    let program = mat.display().to_string();
-    let job = |extra: &[&str]| {
-        let mut args = vec!["--dir", &d, "--keep"];
-        args.extend_from_slice(extra);
-        args.extend([
-            "-n", "2", "--", &program, "-m", "1", "-s", "16", "-k", "4", "-l", "log%r",
-        ]);
-        let out = run_in(w, &args, Duration::from_secs(300));
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        out
-    };
+    let jobs = MatJobs::new();
+    let (w, d) = (jobs.work(), jobs.dir());
+    let dir = Path::new(d);
+    let job = |extra: &[&str]| jobs.run(extra);
     job(&["--nodes", "4", "--k", "2", "--m", "1"]);
-    let status: Value = serde_json::from_str(&ok(&["status", "--dir", &d, "--json"])).unwrap();
+    let status: Value = serde_json::from_str(&ok(&["status", "--dir", d, "--json"])).unwrap();
     let node = status["nodes"]
         .as_array()
         .unwrap()
@@ -795,10 +816,9 @@ fn a_restart_that_meets_a_flipped_block_is_rebuilt_from_the_group_and_the_run_go
         said.contains("its node is marked damaged"),
         "the rank said why: {said}"
     );
-    let args = ["-m", "1", "-s", "16", "-k", "4", "-l", "log%r"];
-    let expected = reference(&mat, &w.join("reference"), 2, &args);
+    let expected = reference(Path::new(&jobs.program), &w.join("reference"), 2, &MAT_ARGS);
     assert_failure_free(&out.stdout, w, &expected, "after the rebuilt copy");
-    let status: Value = serde_json::from_str(&ok(&["status", "--dir", &d, "--json"])).unwrap();
+    let status: Value = serde_json::from_str(&ok(&["status", "--dir", d, "--json"])).unwrap();
     assert!(
         status["nodes"]
             .as_array()

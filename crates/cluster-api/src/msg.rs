@@ -1313,6 +1313,20 @@ pub struct Damage {
     pub objects: Vec<(ObjectId, String)>,
 }
 
+impl Damage {
+    /// Whether everything verified.
+    pub fn is_empty(&self) -> bool {
+        self.ranks.is_empty() && self.objects.is_empty()
+    }
+
+    /// What failed, in one line: `rank R: why; object O: why`.
+    pub fn summary(&self) -> String {
+        let ranks = self.ranks.iter().map(|(r, e)| format!("rank {r}: {e}"));
+        let objects = self.objects.iter().map(|(o, e)| format!("object {o}: {e}"));
+        ranks.chain(objects).collect::<Vec<_>>().join("; ")
+    }
+}
+
 /// Answer to an agent's registration ([`Hello::Session`]): what the agent must resolve
 /// from before it restarted.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{Coordinator, Journal};
-use eckpt_cluster_api::msg::{Damage, Deliver, ExportFrom, ExportRank, NodeInfo, Scrub};
+use eckpt_cluster_api::msg::{Deliver, ExportFrom, ExportRank, NodeInfo, Scrub};
 use eckpt_cluster_api::ClusterError;
 
 impl Coordinator {
@@ -166,12 +166,8 @@ impl Coordinator {
             objects: Vec::new(),
         };
         let what = match self.ask_all(vec![(node.clone(), scrub)]).await.pop()? {
-            Ok(Damage { ranks, .. }) if ranks.is_empty() => return None,
-            Ok(Damage { ranks, .. }) => ranks
-                .iter()
-                .map(|(r, e)| format!("rank {r}: {e}"))
-                .collect::<Vec<_>>()
-                .join("; "),
+            Ok(damage) if damage.is_empty() => return None,
+            Ok(damage) => damage.summary(),
             Err(e) => e.to_string(),
         };
         let name = node.name.clone();

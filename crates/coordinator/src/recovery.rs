@@ -13,8 +13,8 @@ use super::protection::check_protection;
 use super::recovery_plan::{plan_recovery, RecoveryPlan};
 use super::{Coordinator, Journal};
 use eckpt_cluster_api::msg::{
-    CodingTask, CoordResponse, Damage, DecodeSpec, Deliver, GroupRecord, Install, MoveRank, NodeInfo,
-    RecoveryReport, Relocation, Scrub,
+    CodingTask, CoordResponse, DecodeSpec, Deliver, GroupRecord, Install, MoveRank, NodeInfo, RecoveryReport,
+    Relocation, Scrub,
 };
 use eckpt_cluster_api::{ClusterError, ErrorKind};
 use eckpt_daemon::debug::pause_point_async;
@@ -108,15 +108,9 @@ impl Coordinator {
         let mut damaged = BTreeMap::new();
         for (name, r) in names.into_iter().zip(self.ask_all(requests).await) {
             match r {
-                Ok(Damage { ranks, objects }) if ranks.is_empty() && objects.is_empty() => {}
-                Ok(Damage { ranks, objects }) => {
-                    let what = ranks
-                        .iter()
-                        .map(|(r, e)| format!("rank {r}: {e}"))
-                        .chain(objects.iter().map(|(o, e)| format!("object {o}: {e}")))
-                        .collect::<Vec<_>>()
-                        .join("; ");
-                    damaged.insert(name, what);
+                Ok(damage) if damage.is_empty() => {}
+                Ok(damage) => {
+                    damaged.insert(name, damage.summary());
                 }
                 Err(e) => {
                     damaged.insert(name, e.to_string());
@@ -171,12 +165,9 @@ impl Coordinator {
         }
         for ((group, name), answer) in asked.into_iter().zip(self.ask_all(requests).await) {
             let problem = match answer {
-                Ok(Damage { objects, .. }) if objects.is_empty() => continue,
-                Ok(Damage { objects, .. }) => objects
-                    .iter()
-                    .map(|(o, e)| format!("object {o}: {e}"))
-                    .collect::<Vec<_>>()
-                    .join("; "),
+                // Only objects were asked for.
+                Ok(damage) if damage.is_empty() => continue,
+                Ok(damage) => damage.summary(),
                 Err(e) => e.to_string(),
             };
             unconfirmed.entry(group).or_default().push((name, problem));
