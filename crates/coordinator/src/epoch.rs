@@ -14,11 +14,27 @@ use super::protection::check_protection;
 use super::state::RanksByNode;
 use super::Coordinator;
 use eckpt_cluster_api::msg::{Commit, EpochOutcome, GroupRecord, NodeInfo, ShardInfo};
-use eckpt_cluster_api::ClusterError;
+use eckpt_cluster_api::{ClusterError, ErrorKind};
 use eckpt_coding::ObjectId;
 use eckpt_daemon::debug::pause_point_async;
 
 impl Coordinator {
+    /// A node whose part of an epoch failed on its own stored data (a checksum) is marked
+    /// damaged: every later epoch would fail on that data the same way, and a recovery
+    /// (`eckpt run`'s, or `eckpt recover`) repairs it from its group. A mark the recovery's
+    /// scrub does not confirm is cleared by it.
+    async fn mark_if_rotten(&self, e: &ClusterError) {
+        if let ClusterError::Remote {
+            node: Some(node),
+            kind: ErrorKind::Corrupt,
+            message,
+        } = e
+        {
+            let (node, what) = (node.clone(), message.clone());
+            self.read(move |s| s.holds_damaged_ranks(&node, what)).await;
+        }
+    }
+
     /// Encodes `epoch` for one group: a full encode (image or stripe) or, in update mode
     /// when every member's layout still fits and it is cheaper, an update of the existing
     /// parity. `force_full` starts over (recovery, new groups). The decisions are
@@ -258,6 +274,7 @@ impl Coordinator {
             match r {
                 Ok(e) => encoded.push(e),
                 Err(e) => {
+                    self.mark_if_rotten(&e).await;
                     outcome.reason.get_or_insert(e.to_string());
                 }
             }
@@ -381,6 +398,43 @@ mod tests {
         }
         let second = c.checkpoint(8).await;
         assert!(second.committed && second.epoch == 2, "{second:?}");
+    }
+
+    /// The nodes `status` calls damaged, with why.
+    async fn damaged(c: &TestCluster) -> Vec<(String, String)> {
+        let status = c.coord.status().await;
+        status
+            .nodes
+            .into_iter()
+            .filter_map(|n| Some((n.name, n.damaged?)))
+            .collect()
+    }
+
+    /// A member whose part of an epoch fails on its own stored data is marked damaged, for a
+    /// recovery to repair: the epoch aborts, and `status` says why. A failure of another
+    /// kind (a disk that filled up) marks nothing.
+    #[tokio::test]
+    async fn an_epoch_that_fails_on_a_members_damaged_data_marks_it_damaged() {
+        let c = cluster().await;
+        assert!(c.checkpoint(8).await.committed);
+        c.agents
+            .fault("n5", Fault::Fail(Kind::Encode, "No space left on device"));
+        assert!(!c.checkpoint(8).await.committed);
+        assert_eq!(damaged(&c).await, []);
+        c.agents.clear();
+        c.agents.fault(
+            "n2",
+            Fault::Rotten(
+                Kind::Encode,
+                "rank 2 epoch 1: checksum mismatch in item \"image\" block 3",
+            ),
+        );
+        let outcome = c.checkpoint(8).await;
+        assert!(!outcome.committed, "{outcome:?}");
+        let marked = damaged(&c).await;
+        assert_eq!(marked.len(), 1, "{marked:?}");
+        assert_eq!(marked[0].0, "n2");
+        assert!(marked[0].1.contains("checksum mismatch"), "{marked:?}");
     }
 
     /// A session that misses decisions is news once: the first miss (it must register

@@ -72,6 +72,9 @@ pub enum Fault {
     /// Its parts of this kind take this long and cannot be cancelled (a flush's copy), then
     /// answer as a healthy agent does.
     Slow(Kind, Duration),
+    /// Answers requests of this kind as an agent whose own stored data fails its checksums
+    /// does (an error of kind `Corrupt`).
+    Rotten(Kind, &'static str),
     /// Stopped (SIGSTOP, a hung host): answers nothing any more.
     Stopped,
 }
@@ -142,7 +145,9 @@ impl Agents for MemoryAgents {
         }
         let fault = agent.faults.iter().find(|f| match f {
             Fault::Stopped => true,
-            Fault::AwaitPeers(k) | Fault::Fail(k, _) | Fault::Slow(k, _) => *k == kind(&request),
+            Fault::AwaitPeers(k) | Fault::Fail(k, _) | Fault::Rotten(k, _) | Fault::Slow(k, _) => {
+                *k == kind(&request)
+            }
             Fault::FailAfter(after, k, _) => {
                 *k == kind(&request) && agent.asked.iter().any(|r| kind(r) == *after)
             }
@@ -168,9 +173,16 @@ impl Agents for MemoryAgents {
                     Ok(answer)
                 })
             }
-            Some(Fault::Fail(_, message) | Fault::FailAfter(_, _, message)) => {
+            Some(
+                fault @ (Fault::Fail(_, message)
+                | Fault::FailAfter(_, _, message)
+                | Fault::Rotten(_, message)),
+            ) => {
                 let e = WireError {
-                    kind: ErrorKind::Io,
+                    kind: match fault {
+                        Fault::Rotten(..) => ErrorKind::Corrupt,
+                        _ => ErrorKind::Io,
+                    },
                     message: message.into(),
                 };
                 let name = node.name.clone();

@@ -53,7 +53,7 @@ fn a_seed_replays_its_run_line_for_line() {
 
 /// Seeds in which the simulator found a defect, with what it found. Each failed before its
 /// fix (replayed with the fix taken out) and must pass after.
-const FOUND: [(u64, &str); 5] = [
+const FOUND: [(u64, &str); 6] = [
     // A coordinator freeze overlapped by a cut of one link lost a node's answer to a
     // recovery's coding task on a connection that stayed up; the recovery waited for it
     // for ever, holding the cluster's operations. Agents report their work on long requests
@@ -80,6 +80,14 @@ const FOUND: [(u64, &str); 5] = [
     (
         4,
         "a rank whose copy on a live node was damaged could not be read back",
+    ),
+    // Update mode read a flipped block of the epoch before to fold the changes into the
+    // parity: every epoch after it failed on that node, and nothing marked the node for
+    // repair. A part of an epoch that fails on its own stored data now marks its node
+    // damaged, and the recovery repairs it.
+    (
+        581,
+        "every epoch failed on a node's damaged data, which nothing repaired",
     ),
 ];
 
