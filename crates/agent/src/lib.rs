@@ -339,11 +339,28 @@ async fn start(options: AgentOptions, session_on: SessionOn) -> Result<Started, 
             start_wait.as_secs_f64()
         ))
     };
-    tokio::time::timeout(start_wait, first_registration)
-        .await
-        .map_err(|_| not_accepted())?
-        // The session ends only by answering its first registration or after it did.
-        .map_err(|_| not_accepted())??;
+    let mut first_registration = first_registration;
+    let answer = match tokio::time::timeout(start_wait, &mut first_registration).await {
+        Ok(answer) => answer,
+        // A node the cluster knows (its store registered before) holds part of the job's
+        // committed checkpoints and parity. Its agent giving up on a coordinator that is
+        // restarting or failing over would turn a node that rebooted into one lost for
+        // good, and a later loss in its group into more than the code rebuilds (found by
+        // the simulator). It says so and keeps trying; `eckpt down` or a kill ends it.
+        // A new store holds nothing yet: its agent gives up, with the reason.
+        Err(_) if !agent.identity.fresh => {
+            tracing::warn!(
+                node = %agent.info.name,
+                "the coordinator of {} has not accepted this agent within {:.0} s; the node holds committed checkpoints, so it keeps trying (`eckpt down --dir {0}` stops it)",
+                agent.dir.root().display(),
+                start_wait.as_secs_f64()
+            );
+            first_registration.await
+        }
+        Err(_) => return Err(not_accepted()),
+    };
+    // The session ends only by answering its first registration or after it did.
+    answer.map_err(|_| not_accepted())??;
     Ok(Started {
         agent,
         stop: stop_rx,

@@ -492,3 +492,69 @@ fn an_agent_answered_by_a_superseded_coordinator_registers_with_the_next_one() {
     let _ = agent.kill();
     let _ = agent.wait();
 }
+
+/// A node that restarts while the coordinator is down — longer than the start wait, as
+/// when the coordinator's host reboots too — holds committed checkpoints: its agent keeps
+/// trying past the start wait and rejoins once a coordinator runs, and the cluster commits
+/// again (one that gave up left the node lost for good). An agent of a new store holds
+/// nothing: it gives up at the start wait, in one line.
+#[test]
+fn a_known_node_restarted_during_a_coordinator_outage_rejoins_after_the_start_wait() {
+    let mut c = Cluster::up(&[
+        "--nodes",
+        "4",
+        "--k",
+        "2",
+        "--m",
+        "2",
+        "--block-size",
+        "8KiB",
+        "--start-wait",
+        "1s",
+    ]);
+    epoch_of(&mut c, &data(2, 1));
+    c.kill("n3", false);
+    c.wait_down("n3");
+    c.kill_coordinator();
+    let logs = c.dir.parent().unwrap().to_path_buf();
+    let agent = |name: &str, extra: &[&str]| {
+        cluster::eckpt()
+            .args(["agent", "--dir", c.d(), "--name", name])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(logs.join(format!("{name}.log"))).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    let mut known = agent("n3", &[]);
+    let fresh = agent("n9", &["--spare"]).wait_with_output().unwrap();
+    let said = |name: &str| std::fs::read_to_string(logs.join(format!("{name}.log"))).unwrap();
+    assert!(
+        !fresh.status.success(),
+        "a new store's agent registered with no coordinator"
+    );
+    assert!(
+        said("n9").contains("did not accept this agent within 1 s"),
+        "{}",
+        said("n9")
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !said("n3").contains("keeps trying") {
+        assert!(std::time::Instant::now() < deadline, "{}", said("n3"));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        known.try_wait().unwrap().is_none(),
+        "the known node's agent gave up: {}",
+        said("n3")
+    );
+    let restarted = c.start_coordinator();
+    c.wait_all_alive();
+    epoch_of(&mut c, &data(2, 2));
+    assert_eq!(c.committed(), 2);
+    c.assert_restorable();
+    drop(c);
+    finish(restarted, "the restarted coordinator after down");
+    let _ = known.kill();
+    let _ = known.wait();
+}

@@ -115,9 +115,9 @@ pub struct Deadlines {
     #[serde(default = "default_open_wait_ms")]
     pub open_wait_ms: u64,
     /// How long a process waits for another to start: `up` for the coordinator and the
-    /// agents, an agent for the coordinator to accept it (the coordinator may start after
-    /// the agents when another launcher starts them), `eckpt run` for agents that never
-    /// registered.
+    /// agents, a new node's agent for the coordinator to accept it (the coordinator may
+    /// start after the agents when another launcher starts them; a known node's agent says
+    /// so and keeps trying), `eckpt run` for agents that never registered.
     #[serde(default = "default_start_wait_ms")]
     pub start_wait_ms: u64,
     /// How long a command or rank waits to reach the coordinator (a coordinator cut off by

@@ -53,7 +53,7 @@ fn a_seed_replays_its_run_line_for_line() {
 
 /// Seeds in which the simulator found a defect, with what it found. Each failed before its
 /// fix (replayed with the fix taken out) and must pass after.
-const FOUND: [(u64, &str); 6] = [
+const FOUND: [(u64, &str); 7] = [
     // A coordinator freeze overlapped by a cut of one link lost a node's answer to a
     // recovery's coding task on a connection that stayed up; the recovery waited for it
     // for ever, holding the cluster's operations. Agents report their work on long requests
@@ -88,6 +88,13 @@ const FOUND: [(u64, &str); 6] = [
     (
         581,
         "every epoch failed on a node's damaged data, which nothing repaired",
+    ),
+    // A node restarted while the coordinator was frozen and then crashed, together longer
+    // than the start wait: its agent gave up and never came back, and a later loss in its
+    // group was more than m. The agent of a node the cluster knows now keeps trying.
+    (
+        5282,
+        "a node that restarted during a long coordinator outage never rejoined",
     ),
 ];
 

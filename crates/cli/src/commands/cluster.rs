@@ -201,8 +201,9 @@ pub struct DeadlineArgs {
     #[arg(long, default_value = "10m", value_parser = parse_deadline)]
     open_wait: Duration,
     /// How long a process waits for another to start: `up` for the coordinator and the
-    /// agents, an agent for the coordinator to accept it, `eckpt run` for agents that
-    /// other launchers start.
+    /// agents, a new node's agent for the coordinator to accept it (a known node's keeps
+    /// trying: its store holds committed checkpoints), `eckpt run` for agents that other
+    /// launchers start.
     #[arg(long, default_value = "60s", value_parser = parse_deadline)]
     start_wait: Duration,
     /// How long a command or a rank waits to reach the coordinator.
