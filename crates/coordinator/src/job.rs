@@ -14,7 +14,8 @@
 //! was last renewed is not: a restarted coordinator gives the holder a whole lease from its
 //! own start. Leases run on the time the coordinator ran (`run_clock.rs`): a coordinator
 //! stopped or starved for longer than a lease has not heard its holder renew, and does not
-//! take the job from it on waking.
+//! take the job from it on waking; nor does one that heard from no agent at all for that
+//! long (its own link was cut, up to the partition grace), as the ranks outlive it.
 //!
 //! A claim is decided before it changes anything: a live holder, another job's checkpoint,
 //! a finished job without `--resume`, or a job checkpointed with another number of ranks is
@@ -102,6 +103,7 @@ impl State {
     /// The lease's holder and how long ago it renewed, while the lease runs.
     pub(super) fn live_lease(&self) -> Option<(LeaseHolder, Duration)> {
         let holder = self.journal().job.holder.clone()?;
+        self.leave_out_silence();
         let ago = self.clock.since(self.lease_renewed?);
         (ago < self.deadlines.lease()).then_some((holder, ago))
     }
@@ -111,6 +113,7 @@ impl State {
         let job = &self.journal().job;
         let id = job.id.clone()?;
         let renewed = self.lease_renewed.filter(|_| job.holder.is_some());
+        self.leave_out_silence();
         Some(JobStatus {
             id,
             generation: job.generation,
@@ -438,6 +441,31 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1_500)).await;
         let lost = c.coord.renew_lease(grant.generation).await.unwrap_err();
         assert!(lost.to_string().contains("expired"), "{lost}");
+    }
+
+    /// A coordinator that hears from no agent at all (its own link cut, within the partition
+    /// grace) did not hear its holder either: the silence does not count against the lease,
+    /// as the ranks, which retry for the grace, outlive it. (Found by the simulator: a
+    /// coordinator cut off for longer than a lease took the job from its live supervisor.)
+    #[tokio::test]
+    async fn a_lease_outlives_a_silence_of_every_agent_within_the_grace() {
+        let deadlines = Deadlines {
+            lease_ms: 1_000,
+            partition_grace_ms: 10_000,
+            ..TestCluster::deadlines()
+        };
+        let c = TestCluster::with_deadlines(6, CodingConfig::default(), deadlines).await;
+        let grant = c.coord.claim_job(claim(JobStart::Default)).await.unwrap();
+        for node in 0..6 {
+            c.stop(&format!("n{node}"));
+        }
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        c.coord
+            .renew_lease(grant.generation)
+            .await
+            .expect("the holder keeps its lease through the coordinator's silence");
+        let job = c.coord.status().await.job.expect("a job");
+        assert!(job.lease_left_seconds.unwrap() > 0.5, "{job:?}");
     }
 
     async fn finished(c: &TestCluster) -> bool {

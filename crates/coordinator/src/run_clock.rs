@@ -10,6 +10,12 @@
 //! time the coordinator did not run. Every reading notes the time too, so a request handled
 //! first thing after a stall — before the ticker runs again — already sees the stall left
 //! out.
+//!
+//! Time the coordinator heard from no agent at all is left out too
+//! ([`RunClock::leave_out_silence`]): that silence is its own link's, and the holder's
+//! renewals were as cut off as the agents' heartbeats. Without it, a partition of the
+//! coordinator longer than a lease and shorter than the partition grace — which the ranks
+//! outlive — took the job from its live supervisor (found by the simulator).
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -38,8 +44,10 @@ struct Notes {
     started: Instant,
     /// The last time noted.
     last: Instant,
-    /// Every stall so far, added up.
+    /// Every stall and silence left out so far, added up.
     stalled: Duration,
+    /// The end of the last time left out: none of it is left out twice.
+    covered_until: Instant,
 }
 
 impl RunClock {
@@ -60,6 +68,7 @@ impl RunClock {
                 started: now,
                 last: now,
                 stalled: Duration::ZERO,
+                covered_until: now,
             })),
         }
     }
@@ -75,6 +84,20 @@ impl RunClock {
     pub(super) fn since(&self, then: RunTime) -> Duration {
         self.now().0.saturating_sub(then.0)
     }
+
+    /// Leaves out the coordinator's silence — no agent heard — from `since` until now, at
+    /// most `longest` of it (the partition grace: past it, the silence is the cluster's
+    /// and no longer the coordinator's own), and none of what was left out already.
+    pub(super) fn leave_out_silence(&self, since: Instant, longest: Duration) {
+        let mut notes = eckpt_daemon::crash_only::lock(&self.inner);
+        let now = notes.note();
+        let from = since.max(notes.covered_until);
+        let until = now.min(since + longest);
+        if until > from {
+            notes.stalled += until - from;
+            notes.covered_until = until;
+        }
+    }
 }
 
 impl Notes {
@@ -85,6 +108,7 @@ impl Notes {
         let gap = now.duration_since(self.last);
         if gap > STALL {
             self.stalled += gap - TICK;
+            self.covered_until = now;
             tracing::warn!(
                 seconds = gap.as_secs_f64(),
                 "the coordinator did not run for {:.1} s (stopped or starved): leases are judged on the time it ran",
@@ -129,6 +153,36 @@ mod tests {
             "a stall of {:?} counted: {after_stall:?} after {ran:?}",
             STALL + Duration::from_millis(500)
         );
+    }
+
+    /// The coordinator's silence is left out once, however often it is reported while it
+    /// goes on, and at most `longest` of it; the time before and after it counts.
+    #[test]
+    fn a_silence_is_left_out_once_and_at_most_its_longest() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let secs = Duration::from_secs;
+        runtime.block_on(async {
+            let clock = RunClock::start();
+            let start = clock.now();
+            tokio::time::sleep(secs(2)).await;
+            let silent_from = Instant::now();
+            tokio::time::sleep(secs(5)).await;
+            clock.leave_out_silence(silent_from, secs(60));
+            tokio::time::sleep(secs(1)).await;
+            clock.leave_out_silence(silent_from, secs(60));
+            let ran = clock.since(start);
+            assert!(ran >= secs(2) && ran < secs(2) + TICK, "{ran:?}");
+            tokio::time::sleep(secs(1)).await;
+            let second = Instant::now();
+            tokio::time::sleep(secs(3)).await;
+            clock.leave_out_silence(second, secs(1));
+            let ran = clock.since(start);
+            assert!(ran >= secs(5) && ran < secs(5) + TICK, "{ran:?}");
+        });
     }
 
     /// A ticking clock is not stalled by a quiet coordinator: time without requests is

@@ -152,6 +152,16 @@ impl State {
             .filter(|n| self.journal().nodes.get(*n).is_some_and(|e| !e.removed))
     }
 
+    /// Leaves the silence going on, if the coordinator hears nobody, out of the time leases
+    /// are judged on (`RunClock::leave_out_silence`): a renewal that gets through before
+    /// any agent's heartbeat does finds its lease as the silence left it.
+    pub(super) fn leave_out_silence(&self) {
+        if let Some(latest) = self.isolated_since() {
+            self.clock
+                .leave_out_silence(latest, self.deadlines.partition_grace());
+        }
+    }
+
     /// Seconds the coordinator has heard from no agent, while it suspects its own link.
     pub(super) fn isolation(&self) -> Option<Duration> {
         self.silence().map(|latest| latest.elapsed())
@@ -502,6 +512,7 @@ impl State {
         let Some(latest) = self.isolated_since() else {
             return;
         };
+        self.clock.leave_out_silence(latest, grace);
         let silent = latest.elapsed();
         if silent < liveness + grace {
             let restart = Instant::now() + self.deadlines.reconnection();
