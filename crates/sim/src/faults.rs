@@ -45,6 +45,7 @@ pub enum Fault {
     },
     /// Every packet to and from `host` is held for `lasting`, then delivered: what the
     /// others see of a host stopped (SIGSTOP) or starved, though its own timers run on.
+    /// A link of a frozen host stays held through the heal of any other fault on it.
     Freeze {
         /// The host.
         host: String,

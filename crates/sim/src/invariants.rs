@@ -4,6 +4,8 @@
 //!
 //! - A committed epoch never goes back, nor does the coordinator's term.
 //! - An epoch a rank was told was committed is committed in the journal.
+//! - The job's supervisor keeps its lease unless it was cut off from the coordinator
+//!   (`lease.rs`).
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -49,6 +51,9 @@ impl Invariants {
     /// Checks every invariant at virtual time `now`.
     pub fn check(&mut self, now: Duration) -> Result<()> {
         self.checks += 1;
+        if let Some(why) = &self.shared.borrow().lease_lost {
+            bail!("a live holder lost the job's lease: {why}");
+        }
         let told = self.shared.borrow().committed_told;
         if self.journal_changed() {
             let journal = Journal::load(&self.journal)?;

@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod disk;
 pub mod faults;
 pub mod invariants;
+pub mod lease;
 pub mod network;
 pub mod ranks;
 pub mod run;

@@ -14,6 +14,8 @@ use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{OpenEpoch, RankReady, RankReport, WaitEpoch};
 use eckpt_store::{Options, Store};
 
+use crate::lease::Generation;
+
 /// The store item a light rank's image is.
 const ITEM: &str = "image";
 
@@ -75,6 +77,8 @@ mod tests {
 pub struct Rank {
     rank: u32,
     world: u32,
+    /// The generation of the job's lease holder, which the rank's requests carry.
+    generation: Generation,
     link: CoordinatorLink,
     retry: Duration,
     /// The most one call may take, retries included (as the rank library bounds it).
@@ -91,13 +95,15 @@ pub struct Checkpointed {
 }
 
 impl Rank {
-    /// Rank `rank` of `world`, reaching the coordinator of `dir`.
-    pub fn new(dir: &ClusterDir, rank: u32, world: u32) -> Result<Rank> {
+    /// Rank `rank` of `world`, reaching the coordinator of `dir`, of the attempt whose
+    /// generation `generation` holds.
+    pub fn new(dir: &ClusterDir, rank: u32, world: u32, generation: Generation) -> Result<Rank> {
         let deadlines = dir.load()?.deadlines;
         let retry = deadlines.coordinator_retry();
         Ok(Rank {
             rank,
             world,
+            generation,
             link: CoordinatorLink::new(dir)?,
             retry,
             limit: deadlines.open_wait() + 2 * retry,
@@ -123,7 +129,7 @@ impl Rank {
                 world: self.world,
                 node: None,
                 epoch: None,
-                generation: None,
+                generation: self.generation.get(),
             })
             .await
             .with_context(|| format!("rank {rank}: opening an epoch"))?;
@@ -167,7 +173,7 @@ impl Rank {
             epoch,
             node: opened.node.name.clone(),
             report,
-            generation: None,
+            generation: self.generation.get(),
         };
         self.call(ready)
             .await

@@ -1,5 +1,6 @@
 //! One seeded run: a cluster of simulated hosts, a job whose light ranks checkpoint epoch
-//! after epoch and recover as `eckpt run` would, faults drawn from the seed, invariants
+//! after epoch and recover as `eckpt run` would (holding its lease, in one seed of two),
+//! faults drawn from the seed, invariants
 //! checked after every step of the simulation, and at the end every rank's newest
 //! committed image read back and compared byte for byte.
 
@@ -17,6 +18,7 @@ use eckpt_coding::config::{CodingConfig, Layout, Mode, Topology};
 use crate::cluster::{Shape, SimCluster, COORDINATOR};
 use crate::faults::{self, Fault, FaultPlan};
 use crate::invariants::Invariants;
+use crate::lease::{CutOff, Generation};
 use crate::ranks::Rank;
 use crate::trace::{Lines, Trace};
 
@@ -42,6 +44,9 @@ pub struct Plan {
     pub faults: FaultPlan,
     /// How long after the last fault healed the job may take to finish.
     pub finish_within: Duration,
+    /// The job holds a lease as `eckpt run` does, and its ranks carry its generation;
+    /// otherwise they run as ranks started by hand, outside `eckpt run`, carrying none.
+    pub supervised: bool,
 }
 
 impl Plan {
@@ -104,6 +109,8 @@ impl Plan {
                 recovery_freezes: 2,
             },
             finish_within: Duration::from_secs(120),
+            // A stream of its own: leases in a run changed none of the other draws.
+            supervised: rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x0001_EA5E).random_range(0..2) == 1,
         }
     }
 }
@@ -146,6 +153,11 @@ pub(crate) struct Shared {
     /// Nodes a bit of whose stored data flipped: a final loss takes them first, so that
     /// it leaves each group no more than `m` members it cannot trust.
     pub flipped: BTreeSet<String>,
+    /// When the job's supervisor could not reach the coordinator through a fault of its
+    /// own side: its host frozen, its link to the coordinator cut or stalled.
+    pub supervisor_cut_off: Vec<CutOff>,
+    /// Why a live holder lost the job's lease, if it did.
+    pub lease_lost: Option<String>,
 }
 
 /// Runs `plan`; `echo` prints the trace as it goes. Runs of one process take turns: the
@@ -248,7 +260,7 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
         harm.pending.sort_by_key(|(at, _)| *at);
         while harm.pending.first().is_some_and(|(at, _)| *at <= now) {
             let (_, heal) = harm.pending.remove(0);
-            heal.apply(&mut sim, &harm.lost, now, trace);
+            heal.apply(&mut sim, &mut harm, now, trace);
         }
         if shared.borrow().stopped {
             for flip in std::mem::take(&mut at_rest) {
@@ -290,10 +302,12 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
     Ok(())
 }
 
-/// What the faults did that lasts: nodes lost for good, and what undoes the others, by when.
+/// What the faults did that lasts: nodes lost for good, hosts frozen (by how many freezes
+/// not yet thawed), and what undoes the others, by when.
 #[derive(Default)]
 struct Harm {
     lost: BTreeSet<String>,
+    frozen: BTreeMap<String, u32>,
     pending: Vec<(Duration, Heal)>,
 }
 
@@ -307,24 +321,38 @@ enum Heal {
 }
 
 impl Heal {
-    fn apply(self, sim: &mut turmoil::Sim<'_>, lost: &BTreeSet<String>, now: Duration, trace: &Trace) {
+    /// Undoes the fault. A link healed between hosts one of which is still frozen stays
+    /// held: the heal of another fault must not let a frozen host's packets through.
+    fn apply(self, sim: &mut turmoil::Sim<'_>, harm: &mut Harm, now: Duration, trace: &Trace) {
+        let frozen =
+            |harm: &Harm, a: &str, b: &str| harm.frozen.contains_key(a) || harm.frozen.contains_key(b);
         match self {
-            Heal::Bounce(host) if !lost.contains(&host) => {
+            Heal::Bounce(host) if !harm.lost.contains(&host) => {
                 sim.bounce(host.as_str());
                 trace.at(now, "sim", format!("{host} starts again"));
             }
             Heal::Bounce(_) => {}
             Heal::Repair(a, b) => {
                 sim.repair(a.as_str(), b.as_str());
+                if frozen(harm, &a, &b) {
+                    sim.hold(a.as_str(), b.as_str());
+                }
                 trace.at(now, "sim", format!("link {a}-{b} repaired"));
             }
             Heal::Release(a, b) => {
-                sim.release(a.as_str(), b.as_str());
+                if !frozen(harm, &a, &b) {
+                    sim.release(a.as_str(), b.as_str());
+                }
                 trace.at(now, "sim", format!("link {a}-{b} released"));
             }
             Heal::Thaw(host, others) => {
-                for other in &others {
-                    sim.release(host.as_str(), other.as_str());
+                let freezes = harm.frozen.get_mut(&host).expect("a thaw follows its freeze");
+                *freezes -= 1;
+                if *freezes == 0 {
+                    harm.frozen.remove(&host);
+                    for other in others.iter().filter(|o| !harm.frozen.contains_key(*o)) {
+                        sim.release(host.as_str(), other.as_str());
+                    }
                 }
                 trace.at(now, "sim", format!("{host} thaws"));
             }
@@ -360,18 +388,23 @@ fn inject(
             trace.at(now, "sim", format!("{node} is lost with its disk"));
         }
         Fault::Cut { a, b, lasting } => {
+            note_cut_off(shared, [a, b], now, *lasting);
             sim.partition(a.as_str(), b.as_str());
             trace.at(now, "sim", format!("link {a}-{b} cut for {lasting:?}"));
             harm.pending
                 .push((now + *lasting, Heal::Repair(a.clone(), b.clone())));
         }
         Fault::Stall { a, b, lasting } => {
+            note_cut_off(shared, [a, b], now, *lasting);
             sim.hold(a.as_str(), b.as_str());
             trace.at(now, "sim", format!("link {a}-{b} stalled for {lasting:?}"));
             harm.pending
                 .push((now + *lasting, Heal::Release(a.clone(), b.clone())));
         }
         Fault::Freeze { host, lasting } => {
+            if host == JOB {
+                note_cut_off(shared, [host, &COORDINATOR.to_string()], now, *lasting);
+            }
             let others: Vec<String> = cluster
                 .all_nodes()
                 .chain([&COORDINATOR.to_string(), &JOB.to_string()])
@@ -381,6 +414,7 @@ fn inject(
             for other in &others {
                 sim.hold(host.as_str(), other.as_str());
             }
+            *harm.frozen.entry(host.clone()).or_default() += 1;
             trace.at(now, "sim", format!("{host} freezes for {lasting:?}"));
             harm.pending
                 .push((now + *lasting, Heal::Thaw(host.clone(), others)));
@@ -403,6 +437,14 @@ fn inject(
     Ok(true)
 }
 
+/// Notes a fault between `ends` from `now` for `lasting` as the supervisor's own cut-off
+/// from the coordinator when those are its ends.
+fn note_cut_off(shared: &RefCell<Shared>, ends: [&String; 2], now: Duration, lasting: Duration) {
+    if ends.iter().any(|e| *e == JOB) && ends.iter().any(|e| *e == COORDINATOR) {
+        shared.borrow_mut().supervisor_cut_off.push((now, now + lasting));
+    }
+}
+
 /// The job: each rank checkpoints every `plan.interval`, as an application calling the
 /// rank library in a loop does, and a failure has the lost nodes recovered as `eckpt run`
 /// does. Once the faults are over and every rank has had a checkpoint committed since, the
@@ -410,6 +452,21 @@ fn inject(
 async fn job(plan: Plan, dir: ClusterDir, trace: Trace, shared: Rc<RefCell<Shared>>) -> turmoil::Result {
     crate::cluster::until_registered(&dir).await?;
     trace.event(JOB, "every node registered");
+    let generation = Generation::default();
+    if plan.supervised {
+        let deadlines = dir.load()?.deadlines;
+        generation.set(Some(
+            crate::lease::claim(&dir, plan.ranks, &deadlines, &trace).await,
+        ));
+        let renewing = crate::lease::renew(
+            dir.clone(),
+            plan.ranks,
+            generation.clone(),
+            trace.clone(),
+            shared.clone(),
+        );
+        tokio::task::spawn_local(renewing);
+    }
     let job = Rc::new(JobState {
         plan: plan.clone(),
         dir: dir.clone(),
@@ -422,7 +479,7 @@ async fn job(plan: Plan, dir: ClusterDir, trace: Trace, shared: Rc<RefCell<Share
     });
     let mut running = tokio::task::JoinSet::new();
     for r in 0..plan.ranks {
-        let rank = Rank::new(&dir, r, plan.ranks)?;
+        let rank = Rank::new(&dir, r, plan.ranks, generation.clone())?;
         running.spawn_local(job.clone().rank_loop(r, rank));
     }
     job.all_progressed.notified().await;
@@ -439,7 +496,7 @@ async fn job(plan: Plan, dir: ClusterDir, trace: Trace, shared: Rc<RefCell<Share
     tokio::time::sleep(Duration::from_millis(5)).await;
     let mut ranks = Vec::new();
     for r in 0..plan.ranks {
-        ranks.push(Rank::new(&dir, r, plan.ranks)?);
+        ranks.push(Rank::new(&dir, r, plan.ranks, generation.clone())?);
     }
     loop {
         let told = shared.borrow().committed_told;

@@ -37,7 +37,9 @@ fn epochs_commit_on_simulated_hosts() {
             for r in 0..world {
                 let dir = dir.clone();
                 ranks.push(tokio::task::spawn_local(async move {
-                    Rank::new(&dir, r, world)?.checkpoint(7, 64 << 10).await
+                    Rank::new(&dir, r, world, Default::default())?
+                        .checkpoint(7, 64 << 10)
+                        .await
                 }));
             }
             for r in ranks {

@@ -1,0 +1,130 @@
+//! The job's lease, held as `eckpt run` holds it: the job claims it once every node has
+//! registered, renews it five times per lease period, and its ranks carry the generation
+//! it was granted in every request. A renewal the coordinator refuses is judged against
+//! what the faults did: the lease may expire while the supervisor itself was cut off from
+//! the coordinator (its host frozen, its link cut or stalled), and the job then claims it
+//! again, as the `eckpt run` that takes a job over does; refused otherwise — the
+//! coordinator stalled or isolated, or restarted — a live holder lost its job, and the run
+//! fails.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use anyhow::Result;
+use eckpt_cluster_api::commands::coordinator_call;
+use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
+use eckpt_cluster_api::msg::{JobClaim, JobStart, LeaseHolder, RenewLease};
+use eckpt_cluster_api::ErrorKind;
+
+use crate::run::{Shared, JOB};
+use crate::trace::Trace;
+
+/// The generation the job's ranks carry: `None` while no lease is held (ranks started by
+/// hand, outside `eckpt run`, carry none).
+pub type Generation = Rc<Cell<Option<u64>>>;
+
+/// When the supervisor could not reach the coordinator through no fault of the
+/// coordinator's: from, until (virtual time).
+pub type CutOff = (Duration, Duration);
+
+/// The job's supervisor, as the coordinator sees it.
+fn holder() -> LeaseHolder {
+    LeaseHolder {
+        host: JOB.into(),
+        pid: 1,
+        since_unix: 0.0,
+        command: "eckpt-sim".into(),
+        run: None,
+    }
+}
+
+/// Claims the job for `world` ranks, trying again while the coordinator cannot be reached
+/// or a lease not yet expired is held; the generation granted.
+pub async fn claim(dir: &ClusterDir, world: u32, deadlines: &Deadlines, trace: &Trace) -> u64 {
+    loop {
+        let claim = JobClaim {
+            // Named: an id the coordinator makes up holds the wall clock and its process
+            // id, which no replay of the seed repeats.
+            job: Some("sim".into()),
+            holder: holder(),
+            start: JobStart::Default,
+            world: Some(world),
+        };
+        match coordinator_call(dir, claim, |_| {}).await {
+            Ok(grant) => {
+                trace.event(
+                    JOB,
+                    format!("the job's lease is held, generation {}", grant.generation),
+                );
+                return grant.generation;
+            }
+            Err(e) => trace.event(JOB, format!("claiming the job: {e}")),
+        }
+        tokio::time::sleep(deadlines.lease_renewal()).await;
+    }
+}
+
+/// Renews the lease of `generation` (the job of `world` ranks) for as long as the job runs. A renewal refused is
+/// judged by [`cut_off_within`]: expected, the job claims the lease again and its ranks
+/// take the new generation; not, `shared.lease_lost` says why and the run fails.
+pub(crate) async fn renew(
+    dir: ClusterDir,
+    world: u32,
+    generation: Generation,
+    trace: Trace,
+    shared: Rc<RefCell<Shared>>,
+) -> Result<()> {
+    let deadlines = dir.load()?.deadlines;
+    let every = deadlines.lease_renewal();
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(held) = generation.get() else {
+            continue;
+        };
+        let refused = match coordinator_call(&dir, RenewLease { generation: held }, |_| {}).await {
+            Err(e) if e.kind() == ErrorKind::Fenced => e,
+            // A coordinator restarting gives the holder a whole lease from its start.
+            _ => continue,
+        };
+        let now = turmoil::sim_elapsed().unwrap_or_default();
+        // The lease runs from the last renewal the coordinator heard, which a renewal
+        // delayed by a fault may have reached up to a lease period before that.
+        let since = now.saturating_sub(2 * deadlines.lease() + every);
+        if !cut_off_within(&shared.borrow().supervisor_cut_off, since, now) {
+            shared.borrow_mut().lease_lost = Some(format!(
+                "at {now:?}: the lease of generation {held} was refused although the job's supervisor was not cut off from the coordinator since {since:?}: {refused}"
+            ));
+            return Ok(());
+        }
+        trace.event(
+            JOB,
+            format!(
+                "the lease expired while the supervisor was cut off ({refused}): the job is claimed again"
+            ),
+        );
+        generation.set(None);
+        generation.set(Some(claim(&dir, world, &deadlines, &trace).await));
+    }
+}
+
+/// Whether one of `cut_off` overlaps the time from `since` to `now`.
+fn cut_off_within(cut_off: &[CutOff], since: Duration, now: Duration) -> bool {
+    cut_off.iter().any(|&(from, until)| from <= now && until >= since)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_cut_off_that_overlaps_the_window_excuses_an_expired_lease() {
+        let s = Duration::from_secs;
+        let cut = [(s(3), s(5))];
+        assert!(cut_off_within(&cut, s(4), s(9)));
+        assert!(cut_off_within(&cut, s(0), s(3)));
+        assert!(!cut_off_within(&cut, s(6), s(9)));
+        assert!(!cut_off_within(&cut, s(0), s(2)));
+        assert!(!cut_off_within(&[], s(0), s(9)));
+    }
+}
