@@ -112,6 +112,8 @@ impl Rng {
     }
 }
 
+// A seed when none is given: the wall clock only names the run.
+#[allow(clippy::disallowed_methods)]
 fn seed() -> u64 {
     std::env::var("ECKPT_TEST_SEED")
         .ok()

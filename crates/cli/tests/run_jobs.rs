@@ -17,6 +17,8 @@ use cluster::programs::{assert_failure_free, build_c, reference, text};
 use cluster::{ok, run_job as run_in, wait_for, Cluster, PurgeAtEnd};
 use serde_json::Value;
 
+// A seed when none is given: the wall clock only names the run.
+#[allow(clippy::disallowed_methods)]
 fn seed() -> u64 {
     let seed = std::env::var("ECKPT_TEST_SEED")
         .ok()

@@ -88,6 +88,9 @@ pub struct JobRecord {
     pub fresh_from: u64,
 }
 
+/// Seconds since the Unix epoch: for job ids and the ages `status` prints, never for a
+/// decision (leases run on the coordinator's run clock).
+#[allow(clippy::disallowed_methods)]
 fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

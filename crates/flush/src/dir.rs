@@ -75,7 +75,9 @@ pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
     eckpt_durable::sync_dir(dir).map_err(io_at(dir))
 }
 
-/// A name no other staging or trash directory of this or another process uses.
+/// A name no other staging or trash directory of this or another process uses (the wall
+/// clock only tells names apart).
+#[allow(clippy::disallowed_methods)]
 fn unique_suffix() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()

@@ -122,6 +122,8 @@ impl Session {
         let (path, temporary) = match &choice.dir {
             Some(dir) => (dir.clone(), false),
             None => {
+                // Part of a unique name, nothing more.
+                #[allow(clippy::disallowed_methods)]
                 let stamp = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos());

@@ -138,11 +138,14 @@ pub fn calibrate(dir: &ClusterDir) -> Result<Calibration> {
     let mut machine = machine_of(&samples, nodes.len(), nominal, file.deadlines.liveness())?;
     let runs = measure_control(&file, &mut samples)?;
     machine.control = fit(&machine, &runs)?;
+    // When it was measured: a stamp.
+    #[allow(clippy::disallowed_methods)]
+    let measured_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64();
     Ok(Calibration {
         format: CALIBRATION_FORMAT,
-        measured_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_secs_f64(),
+        measured_unix,
         dir: dir.root().to_path_buf(),
         link_rate: rate,
         machine,

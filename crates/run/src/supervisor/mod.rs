@@ -345,6 +345,8 @@ impl<'a> Supervisor<'a> {
             slots,
         } = cluster;
         let status = coordinator.status()?;
+        // When the run started, for its record: a stamp.
+        #[allow(clippy::disallowed_methods)]
         let now_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
