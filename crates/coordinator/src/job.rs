@@ -469,6 +469,23 @@ mod tests {
             .expect("the holder keeps its lease through the coordinator's silence");
         let job = c.coord.status().await.job.expect("a job");
         assert!(job.lease_left_seconds.unwrap() > 0.5, "{job:?}");
+
+        // The agents are heard again, and the coordinator is cut off a second time at once,
+        // while their sightings are still set ahead for their reconnection: that silence
+        // does not count either.
+        for node in 0..6 {
+            c.resume(&format!("n{node}"));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c.coord.renew_lease(grant.generation).await.unwrap();
+        for node in 0..6 {
+            c.stop(&format!("n{node}"));
+        }
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        c.coord
+            .renew_lease(grant.generation)
+            .await
+            .expect("the holder keeps its lease through the coordinator's second silence");
     }
 
     async fn finished(c: &TestCluster) -> bool {

@@ -78,6 +78,10 @@ pub(super) struct State {
     /// ([`State::awaited`]).
     pub awaiting_since: Instant,
     pub unregistered: BTreeSet<String>,
+    /// When the coordinator last heard any agent (`State::end_silence`, called as it hears
+    /// one) — heard, unlike a sighting set ahead to give a node its reconnection time: where
+    /// a silence of its own begins, which leases do not count (`State::leave_out_silence`).
+    pub heard_any: Option<Instant>,
     /// Bytes this coordinator wrote to the journal's files since it started (what its
     /// decisions cost the disk: `eckpt status --json`, `eckpt bench control`).
     pub journal_bytes_written: u64,
@@ -111,6 +115,7 @@ impl State {
             deadlines,
             awaiting_since: Instant::now(),
             unregistered,
+            heard_any: None,
             journal_bytes_written: 0,
         }
     }

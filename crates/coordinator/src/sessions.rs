@@ -155,10 +155,17 @@ impl State {
     /// Leaves the silence going on, if the coordinator hears nobody, out of the time leases
     /// are judged on (`RunClock::leave_out_silence`): a renewal that gets through before
     /// any agent's heartbeat does finds its lease as the silence left it.
+    /// The silence is timed from the last agent the coordinator heard (`State::heard_any`),
+    /// not from the latest sighting: after one silence every node's sighting is set ahead by
+    /// its reconnection time, and a second silence within it would go uncounted (found by
+    /// the simulator: a coordinator frozen twice in a row).
     pub(super) fn leave_out_silence(&self) {
-        if let Some(latest) = self.isolated_since() {
+        let Some(heard) = self.heard_any else {
+            return;
+        };
+        if heard.elapsed() >= self.deadlines.liveness() {
             self.clock
-                .leave_out_silence(latest, self.deadlines.partition_grace());
+                .leave_out_silence(heard, self.deadlines.partition_grace());
         }
     }
 
@@ -508,11 +515,12 @@ impl State {
     /// and opens a new session). Within the partition grace they stay alive meanwhile; past
     /// it they were declared dead, and are awaited ([`State::awaited`]) until they register.
     fn end_silence(&mut self) {
+        self.leave_out_silence();
+        self.heard_any = Some(Instant::now());
         let (liveness, grace) = (self.deadlines.liveness(), self.deadlines.partition_grace());
         let Some(latest) = self.isolated_since() else {
             return;
         };
-        self.clock.leave_out_silence(latest, grace);
         let silent = latest.elapsed();
         if silent < liveness + grace {
             let restart = Instant::now() + self.deadlines.reconnection();

@@ -401,6 +401,12 @@ impl TestCluster {
         self.agents.fault(name, Fault::Stopped);
     }
 
+    /// `name`'s agent, stopped, heartbeats again (SIGCONT); requests it was sent while
+    /// stopped stay unanswered.
+    pub fn resume(&self, name: &str) {
+        self.stopped.lock().unwrap().retain(|n| n != name);
+    }
+
     /// `name`'s agent is gone (killed): its session ends.
     pub async fn kill(&self, name: &str) {
         self.stopped.lock().unwrap().push(name.into());

@@ -53,7 +53,7 @@ fn a_seed_replays_its_run_line_for_line() {
 
 /// Seeds in which the simulator found a defect, with what it found. Each failed before its
 /// fix (replayed with the fix taken out) and must pass after.
-const FOUND: [(u64, &str); 8] = [
+const FOUND: [(u64, &str); 9] = [
     // A coordinator freeze overlapped by a cut of one link lost a node's answer to a
     // recovery's coding task on a connection that stayed up; the recovery waited for it
     // for ever, holding the cluster's operations. Agents report their work on long requests
@@ -102,6 +102,13 @@ const FOUND: [(u64, &str); 8] = [
     (
         27,
         "a coordinator cut off for longer than a lease took the job from its supervisor",
+    ),
+    // The same, with the coordinator frozen twice in a row: the second silence began while
+    // every node's sighting was still set ahead for its reconnection, and went uncounted.
+    // A silence is timed from the last agent actually heard now.
+    (
+        20015,
+        "a coordinator cut off twice in a row took the job from its supervisor",
     ),
 ];
 
