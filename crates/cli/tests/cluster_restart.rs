@@ -30,7 +30,14 @@ fn damage_journal(c: &Cluster, from: &str, to: &str) {
 }
 
 fn small_cluster() -> Cluster {
-    Cluster::up(&["--nodes", "4", "--k", "2", "--m", "2", "--block-size", "8KiB"])
+    small_cluster_with(&[])
+}
+
+/// [`small_cluster`] with more options of `up`.
+fn small_cluster_with(extra: &[&str]) -> Cluster {
+    let mut args = vec!["--nodes", "4", "--k", "2", "--m", "2", "--block-size", "8KiB"];
+    args.extend_from_slice(extra);
+    Cluster::up(&args)
 }
 
 /// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
@@ -500,18 +507,7 @@ fn an_agent_answered_by_a_superseded_coordinator_registers_with_the_next_one() {
 /// nothing: it gives up at the start wait, in one line.
 #[test]
 fn a_known_node_restarted_during_a_coordinator_outage_rejoins_after_the_start_wait() {
-    let mut c = Cluster::up(&[
-        "--nodes",
-        "4",
-        "--k",
-        "2",
-        "--m",
-        "2",
-        "--block-size",
-        "8KiB",
-        "--start-wait",
-        "1s",
-    ]);
+    let mut c = small_cluster_with(&["--start-wait", "1s"]);
     epoch_of(&mut c, &data(2, 1));
     c.kill("n3", false);
     c.wait_down("n3");

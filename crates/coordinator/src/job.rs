@@ -459,12 +459,15 @@ mod tests {
         };
         let c = TestCluster::with_deadlines(6, CodingConfig::default(), deadlines).await;
         let grant = c.coord.claim_job(claim(JobStart::Default)).await.unwrap();
-        for node in 0..6 {
-            c.stop(&format!("n{node}"));
-        }
-        tokio::time::sleep(Duration::from_millis(2_500)).await;
-        c.coord
-            .renew_lease(grant.generation)
+        // Every agent silent for two and a half leases, then the holder renews.
+        let silence_then_renew = || async {
+            for node in 0..6 {
+                c.stop(&format!("n{node}"));
+            }
+            tokio::time::sleep(Duration::from_millis(2_500)).await;
+            c.coord.renew_lease(grant.generation).await
+        };
+        silence_then_renew()
             .await
             .expect("the holder keeps its lease through the coordinator's silence");
         let job = c.coord.status().await.job.expect("a job");
@@ -478,12 +481,7 @@ mod tests {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         c.coord.renew_lease(grant.generation).await.unwrap();
-        for node in 0..6 {
-            c.stop(&format!("n{node}"));
-        }
-        tokio::time::sleep(Duration::from_millis(2_500)).await;
-        c.coord
-            .renew_lease(grant.generation)
+        silence_then_renew()
             .await
             .expect("the holder keeps its lease through the coordinator's second silence");
     }
