@@ -403,7 +403,7 @@ mod tests {
     use std::time::Duration;
 
     use eckpt_cluster_api::dirs::Deadlines;
-    use eckpt_cluster_api::msg::{JobClaim, JobStart, LeaseHolder};
+    use eckpt_cluster_api::msg::{JobClaim, JobGrant, JobStart, LeaseHolder};
     use eckpt_coding::config::CodingConfig;
 
     use super::super::test_cluster::TestCluster;
@@ -446,12 +446,9 @@ mod tests {
         assert!(lost.to_string().contains("expired"), "{lost}");
     }
 
-    /// A coordinator that hears from no agent at all (its own link cut, within the partition
-    /// grace) did not hear its holder either: the silence does not count against the lease,
-    /// as the ranks, which retry for the grace, outlive it. (Found by the simulator: a
-    /// coordinator cut off for longer than a lease took the job from its live supervisor.)
-    #[tokio::test]
-    async fn a_lease_outlives_a_silence_of_every_agent_within_the_grace() {
+    /// Six agents, a lease of 1 s and a partition grace of 10 s: the cluster, its deadlines
+    /// and the job's grant.
+    async fn leased_cluster() -> (TestCluster, Deadlines, JobGrant) {
         let deadlines = Deadlines {
             lease_ms: 1_000,
             partition_grace_ms: 10_000,
@@ -459,6 +456,16 @@ mod tests {
         };
         let c = TestCluster::with_deadlines(6, CodingConfig::default(), deadlines).await;
         let grant = c.coord.claim_job(claim(JobStart::Default)).await.unwrap();
+        (c, deadlines, grant)
+    }
+
+    /// A coordinator that hears from no agent at all (its own link cut, within the partition
+    /// grace) did not hear its holder either: the silence does not count against the lease,
+    /// as the ranks, which retry for the grace, outlive it. (Found by the simulator: a
+    /// coordinator cut off for longer than a lease took the job from its live supervisor.)
+    #[tokio::test]
+    async fn a_lease_outlives_a_silence_of_every_agent_within_the_grace() {
+        let (c, _, grant) = leased_cluster().await;
         // Every agent silent for two and a half leases, then the holder renews.
         let silence_then_renew = || async {
             for node in 0..6 {
@@ -484,6 +491,21 @@ mod tests {
         silence_then_renew()
             .await
             .expect("the holder keeps its lease through the coordinator's second silence");
+    }
+
+    /// A coordinator restarted while cut off from every agent gives the holder a whole lease
+    /// from its start and then hears nobody: that silence, from its start, does not count
+    /// either. (Found by the simulator: the coordinator crashed and restarted within a
+    /// freeze.)
+    #[tokio::test]
+    async fn a_lease_outlives_the_silence_of_a_coordinator_restarted_while_cut_off() {
+        let (c, deadlines, grant) = leased_cluster().await;
+        let restarted = c.restarted(deadlines).await;
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        restarted
+            .renew_lease(grant.generation)
+            .await
+            .expect("the holder keeps its lease through the restarted coordinator's silence");
     }
 
     async fn finished(c: &TestCluster) -> bool {

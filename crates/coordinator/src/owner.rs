@@ -79,9 +79,10 @@ pub(super) struct State {
     pub awaiting_since: Instant,
     pub unregistered: BTreeSet<String>,
     /// When the coordinator last heard any agent (`State::end_silence`, called as it hears
-    /// one) — heard, unlike a sighting set ahead to give a node its reconnection time: where
-    /// a silence of its own begins, which leases do not count (`State::leave_out_silence`).
-    pub heard_any: Option<Instant>,
+    /// one), or its start — heard, unlike a sighting set ahead to give a node its
+    /// reconnection time: where a silence of its own begins, which leases do not count
+    /// (`State::leave_out_silence`).
+    pub heard_any: Instant,
     /// Bytes this coordinator wrote to the journal's files since it started (what its
     /// decisions cost the disk: `eckpt status --json`, `eckpt bench control`).
     pub journal_bytes_written: u64,
@@ -115,7 +116,10 @@ impl State {
             deadlines,
             awaiting_since: Instant::now(),
             unregistered,
-            heard_any: None,
+            // A silence of its own may begin at its start: a coordinator restarted while cut
+            // off hears nobody from then on, and the lease it gave its holder at the start
+            // must not run out meanwhile (found by the simulator).
+            heard_any: Instant::now(),
             journal_bytes_written: 0,
         }
     }

@@ -160,9 +160,7 @@ impl State {
     /// its reconnection time, and a second silence within it would go uncounted (found by
     /// the simulator: a coordinator frozen twice in a row).
     pub(super) fn leave_out_silence(&self) {
-        let Some(heard) = self.heard_any else {
-            return;
-        };
+        let heard = self.heard_any;
         if heard.elapsed() >= self.deadlines.liveness() {
             self.clock
                 .leave_out_silence(heard, self.deadlines.partition_grace());
@@ -516,7 +514,7 @@ impl State {
     /// it they were declared dead, and are awaited ([`State::awaited`]) until they register.
     fn end_silence(&mut self) {
         self.leave_out_silence();
-        self.heard_any = Some(Instant::now());
+        self.heard_any = Instant::now();
         let (liveness, grace) = (self.deadlines.liveness(), self.deadlines.partition_grace());
         let Some(latest) = self.isolated_since() else {
             return;

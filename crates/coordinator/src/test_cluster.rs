@@ -401,6 +401,14 @@ impl TestCluster {
         self.agents.fault(name, Fault::Stopped);
     }
 
+    /// A coordinator resuming this one's journal with `deadlines`, as one restarted while
+    /// every agent is cut off: none has registered with it.
+    pub async fn restarted(&self, deadlines: Deadlines) -> Coordinator {
+        let dir = ClusterDir::new(self._root.path()).unwrap();
+        let journal = self.coord.snapshot().await;
+        Coordinator::new(dir, journal, deadlines, None, Vec::new(), self.agents.clone())
+    }
+
     /// `name`'s agent, stopped, heartbeats again (SIGCONT); requests it was sent while
     /// stopped stay unanswered.
     pub fn resume(&self, name: &str) {

@@ -91,17 +91,30 @@ pub(crate) async fn renew(
         // The lease runs from the last renewal the coordinator heard, which a renewal
         // delayed by a fault may have reached up to a lease period before that.
         let since = now.saturating_sub(2 * deadlines.lease() + every);
-        if !cut_off_within(&shared.borrow().supervisor_cut_off, since, now) {
+        let excuse = {
+            let shared = shared.borrow();
+            if cut_off_within(&shared.supervisor_cut_off, since, now) {
+                Some("the supervisor was cut off")
+            } else if cut_off_longer(
+                &shared.coordinator_frozen,
+                deadlines.partition_grace(),
+                since,
+                now,
+            ) {
+                Some("the coordinator was cut off for longer than the partition grace")
+            } else {
+                None
+            }
+        };
+        let Some(excuse) = excuse else {
             shared.borrow_mut().lease_lost = Some(format!(
-                "at {now:?}: the lease of generation {held} was refused although the job's supervisor was not cut off from the coordinator since {since:?}: {refused}"
+                "at {now:?}: the lease of generation {held} was refused although neither the job's supervisor was cut off from the coordinator since {since:?} nor the coordinator from everyone for longer than the partition grace: {refused}"
             ));
             return Ok(());
-        }
+        };
         trace.event(
             JOB,
-            format!(
-                "the lease expired while the supervisor was cut off ({refused}): the job is claimed again"
-            ),
+            format!("the lease expired while {excuse} ({refused}): the job is claimed again"),
         );
         generation.set(None);
         generation.set(Some(claim(&dir, world, &deadlines, &trace).await));
@@ -111,6 +124,24 @@ pub(crate) async fn renew(
 /// Whether one of `cut_off` overlaps the time from `since` to `now`.
 fn cut_off_within(cut_off: &[CutOff], since: Duration, now: Duration) -> bool {
     cut_off.iter().any(|&(from, until)| from <= now && until >= since)
+}
+
+/// Whether `cut_off`, overlapping ones joined, holds one longer than `longest` that
+/// overlaps the time from `since` to `now`: the coordinator's silence the lease leaves out
+/// is at most the partition grace, and no job is promised to outlive a longer one.
+fn cut_off_longer(cut_off: &[CutOff], longest: Duration, since: Duration, now: Duration) -> bool {
+    let mut sorted = cut_off.to_vec();
+    sorted.sort();
+    let mut joined: Vec<CutOff> = Vec::new();
+    for (from, until) in sorted {
+        match joined.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(until),
+            _ => joined.push((from, until)),
+        }
+    }
+    joined
+        .iter()
+        .any(|&(from, until)| until - from > longest && from <= now && until >= since)
 }
 
 #[cfg(test)]
@@ -126,5 +157,15 @@ mod tests {
         assert!(!cut_off_within(&cut, s(6), s(9)));
         assert!(!cut_off_within(&cut, s(0), s(2)));
         assert!(!cut_off_within(&[], s(0), s(9)));
+    }
+
+    #[test]
+    fn overlapping_freezes_join_into_one_silence_longer_than_the_grace() {
+        let s = Duration::from_secs;
+        let freezes = [(s(8), s(11)), (s(5), s(9))];
+        assert!(cut_off_longer(&freezes, s(4), s(10), s(12)));
+        assert!(!cut_off_longer(&freezes, s(6), s(10), s(12)));
+        assert!(!cut_off_longer(&[(s(5), s(7)), (s(8), s(11))], s(4), s(0), s(12)));
+        assert!(!cut_off_longer(&freezes, s(4), s(12), s(14)));
     }
 }

@@ -156,6 +156,8 @@ pub(crate) struct Shared {
     /// When the job's supervisor could not reach the coordinator through a fault of its
     /// own side: its host frozen, its link to the coordinator cut or stalled.
     pub supervisor_cut_off: Vec<CutOff>,
+    /// When the coordinator was frozen: cut off from everyone.
+    pub coordinator_frozen: Vec<CutOff>,
     /// Why a live holder lost the job's lease, if it did.
     pub lease_lost: Option<String>,
 }
@@ -404,6 +406,9 @@ fn inject(
         Fault::Freeze { host, lasting } => {
             if host == JOB {
                 note_cut_off(shared, [host, &COORDINATOR.to_string()], now, *lasting);
+            }
+            if host == COORDINATOR {
+                shared.borrow_mut().coordinator_frozen.push((now, now + *lasting));
             }
             let others: Vec<String> = cluster
                 .all_nodes()

@@ -53,7 +53,7 @@ fn a_seed_replays_its_run_line_for_line() {
 
 /// Seeds in which the simulator found a defect, with what it found. Each failed before its
 /// fix (replayed with the fix taken out) and must pass after.
-const FOUND: [(u64, &str); 9] = [
+const FOUND: [(u64, &str); 10] = [
     // A coordinator freeze overlapped by a cut of one link lost a node's answer to a
     // recovery's coding task on a connection that stayed up; the recovery waited for it
     // for ever, holding the cluster's operations. Agents report their work on long requests
@@ -109,6 +109,12 @@ const FOUND: [(u64, &str); 9] = [
     (
         20015,
         "a coordinator cut off twice in a row took the job from its supervisor",
+    ),
+    // The same, with the coordinator restarted within its freeze: the restarted one heard
+    // nobody from its start, which no silence counted. Its start counts as heard now.
+    (
+        30147,
+        "a coordinator restarted while cut off took the job from its supervisor",
     ),
 ];
 
