@@ -29,7 +29,7 @@ strip -o "$out/python/eckpt/_eckpt.cpython-$tag-x86_64-linux-gnu.so" "target/py$
 # For scripts/bench-device.sh: the klauspost/reedsolomon harness when built (`make klauspost`),
 # and Debian's ISA-L, which that machine lacks, for the codec's comparisons.
 [ -x target/klauspost-bench ] && cp target/klauspost-bench "$out/"
-isal=$(ldconfig -p | awk '/libisal\.so\.2 .*x86-64/ {print $NF; exit}')
+isal=$(ldconfig -p | awk '/libisal\.so\.2 .*x86-64/ && !found {print $NF; found = 1}')
 [ -n "$isal" ] && cp -L "$isal" "$out/lib/libisal.so.2"
 # The GPU machine's copy of the repository may carry stale git metadata: the build says which
 # commit it is (and whether the tree had changes), for gpu-check.sh to print.
