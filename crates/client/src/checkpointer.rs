@@ -370,7 +370,10 @@ impl Checkpointer {
             )));
         }
         // SAFETY: forwarded from this function's contract.
-        let region = unsafe { device.attach(ptr, len, self.config.hash_block_size as u64) }?;
+        let mut region = unsafe { device.attach(ptr, len, self.config.hash_block_size as u64) }?;
+        // The staging buffer now: page-locking gigabytes takes seconds, which must not fall
+        // into a checkpoint's stall.
+        region.staging_mut()?;
         self.devices.insert(name.to_string(), region);
         Ok(())
     }
@@ -870,7 +873,7 @@ impl Checkpointer {
         let mut devices: Vec<&mut Box<dyn DeviceRegion>> = Vec::with_capacity(self.devices.len());
         for (name, region) in &mut self.devices {
             names.push(device_item(name));
-            let staging = region.staging_mut();
+            let staging = region.staging_mut()?;
             // SAFETY: the staging buffer lives as long as its region, which is neither dropped
             // nor staged before the read below ends; the read's threads write disjoint pieces
             // of it, and each piece is handed to `start_restore` only once it is written.

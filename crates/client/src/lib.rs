@@ -33,6 +33,7 @@ mod stored_path;
 pub use checkpointer::{Checkpointer, Items};
 pub use config::Config;
 pub use eckpt_capture::{Mirror, Refreshed, TrackMode};
+pub use eckpt_gpu::{Cuda, DeviceMirror, DeviceRefreshed};
 pub use error::Error;
 pub use files::FileMode;
 pub use pacing::Interval;

@@ -14,8 +14,10 @@ use crate::GpuError;
 /// Memory that can be protected by address: a GPU, or the host.
 pub trait Device: Send + Sync {
     /// Attaches `[ptr, ptr + len)`: checks that the range is memory of this device (one
-    /// allocation), and sets up fingerprints of `block`-byte blocks and a staging buffer of
-    /// `len` host bytes (page-locked for a GPU, so that copies run at the bus's speed).
+    /// allocation), and sets up fingerprints of `block`-byte blocks. Its staging buffer of
+    /// `len` host bytes (page-locked for a GPU, so that copies run at the bus's speed) is
+    /// allocated at first use: a region copied only by [`DeviceRegion::download_blocks`] has
+    /// none.
     ///
     /// # Safety
     /// The range must stay allocated, and not be moved, until the region is dropped.
@@ -43,12 +45,23 @@ pub trait DeviceRegion: Send {
     /// start of the staging buffer, and waits until they are there.
     fn stage(&mut self, blocks: &[u64]) -> Result<(), GpuError>;
 
-    /// The staging buffer (the region's length): what [`DeviceRegion::stage`] copied.
+    /// The staging buffer (the region's length): what [`DeviceRegion::stage`] copied; empty
+    /// before the first stage.
     fn staging(&self) -> &[u8];
 
     /// The staging buffer, to fill with an image that [`DeviceRegion::start_restore`] copies
-    /// to the region.
-    fn staging_mut(&mut self) -> &mut [u8];
+    /// to the region (allocated at the first call).
+    fn staging_mut(&mut self) -> Result<&mut [u8], GpuError>;
+
+    /// Copies the blocks `blocks` (ascending indices) of the region to the same offsets of
+    /// `into`, neighbouring blocks in one copy, and waits until they are there: a copy of the
+    /// region kept current by copying what changed, with no staging buffer between.
+    ///
+    /// # Safety
+    /// `into` is valid for writes of the region's length, and nothing else reads or writes it
+    /// during the call. For a GPU's copies to run at the bus's speed it is page-locked memory
+    /// of the region's context.
+    unsafe fn download_blocks(&mut self, blocks: &[u64], into: *mut u8) -> Result<(), GpuError>;
 
     /// Starts copying bytes `range` of the staging buffer to the same bytes of the region. The
     /// next [`DeviceRegion::changed_blocks`] waits for every copy started (and makes the

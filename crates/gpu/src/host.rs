@@ -25,7 +25,7 @@ impl Device for HostMemory {
             len: len as usize,
             block: block as usize,
             prints: None,
-            staging: vec![0; len as usize],
+            staging: Vec::new(),
         }))
     }
 }
@@ -36,6 +36,7 @@ struct HostRegion {
     block: usize,
     /// The previous call's fingerprints (none before the first).
     prints: Option<Vec<u64>>,
+    /// The region's length once first used, empty before.
     staging: Vec<u8>,
 }
 
@@ -76,6 +77,7 @@ impl DeviceRegion for HostRegion {
     }
 
     fn stage(&mut self, blocks: &[u64]) -> Result<(), GpuError> {
+        self.staging.resize(self.len, 0);
         let mut at = 0;
         for (offset, n) in byte_ranges(blocks, self.block as u64, self.len as u64) {
             let (offset, n) = (offset as usize, n as usize);
@@ -91,13 +93,29 @@ impl DeviceRegion for HostRegion {
         &self.staging
     }
 
-    fn staging_mut(&mut self) -> &mut [u8] {
-        &mut self.staging
+    fn staging_mut(&mut self) -> Result<&mut [u8], GpuError> {
+        self.staging.resize(self.len, 0);
+        Ok(&mut self.staging)
+    }
+
+    unsafe fn download_blocks(&mut self, blocks: &[u64], into: *mut u8) -> Result<(), GpuError> {
+        for (offset, n) in byte_ranges(blocks, self.block as u64, self.len as u64) {
+            // SAFETY: `attach`'s contract for the source, the caller's for `into`; both hold
+            // the region's length, and the ranges lie inside it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.ptr.add(offset as usize),
+                    into.add(offset as usize),
+                    n as usize,
+                )
+            };
+        }
+        Ok(())
     }
 
     unsafe fn start_restore(&mut self, range: Range<usize>) -> Result<(), GpuError> {
         assert!(
-            range.start <= range.end && range.end <= self.len,
+            range.start <= range.end && range.end <= self.staging.len(),
             "restore range {range:?} outside the region"
         );
         // SAFETY: `attach`'s contract and the caller's (others may be writing other pieces of
@@ -158,10 +176,43 @@ mod tests {
             Changes::Full(_) => panic!("expected a delta"),
         }
         // Restore puts the staged image back in place.
-        region.staging_mut().copy_from_slice(&snapshot);
+        region.staging_mut().unwrap().copy_from_slice(&snapshot);
         // SAFETY: the whole staging buffer holds the image, and nothing writes it.
         unsafe { region.start_restore(0..snapshot.len()) }.unwrap();
         assert_eq!(memory, snapshot);
+    }
+
+    #[test]
+    fn downloaded_blocks_land_in_place_and_nothing_else_is_written() {
+        let mut memory: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        let mut region = attach(&mut memory, 64);
+        let mut copy = vec![0u8; 1000];
+        let all = region.changed_blocks(false).unwrap();
+        assert_eq!(all.len(), 16, "the first scan reports every block");
+        // SAFETY: `copy` holds the region's length and nothing else touches it.
+        unsafe { region.download_blocks(&all, copy.as_mut_ptr()) }.unwrap();
+        assert_eq!(copy, memory);
+        memory[5] ^= 0xff; // block 0
+        memory[64 * 2] ^= 0xff; // blocks 2 and 3, neighbours: one copy
+        memory[64 * 3 + 63] ^= 0xff;
+        memory[999] ^= 0xff; // the short last block
+        let changed = region.changed_blocks(false).unwrap();
+        assert_eq!(changed, vec![0, 2, 3, 15]);
+        let mut sparse = vec![0xAAu8; 1000];
+        // SAFETY: as above.
+        unsafe { region.download_blocks(&changed, sparse.as_mut_ptr()) }.unwrap();
+        for (b, chunk) in sparse.chunks(64).enumerate() {
+            let expected = if changed.contains(&(b as u64)) {
+                &memory[b * 64..(b * 64 + chunk.len())]
+            } else {
+                &[0xAA; 64][..chunk.len()]
+            };
+            assert_eq!(chunk, expected, "block {b}");
+        }
+        assert!(
+            region.staging().is_empty(),
+            "no staging buffer for a region only downloaded"
+        );
     }
 
     #[test]

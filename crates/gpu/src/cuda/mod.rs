@@ -4,8 +4,9 @@
 //! A region lives in the context that owns its allocation (the application's — torch's and
 //! cupy's primary context, or one a C program created); every call pushes that context for
 //! its duration. Its fingerprints and change flags stay in device memory; its staging buffer
-//! is page-locked host memory of the region's size, allocated once at attach, so that each
-//! copy runs at the bus's speed and a checkpoint allocates nothing.
+//! is page-locked host memory of the region's size, allocated once at first use, so that each
+//! copy runs at the bus's speed and a checkpoint allocates nothing after its first (a region
+//! that only downloads blocks into a copy of the caller's has none).
 
 mod driver;
 mod nvrtc;
@@ -28,6 +29,9 @@ const MAX_GRID: u64 = 65_536;
 /// Device memory a region may use to gather its changed blocks before one copy to the host;
 /// more changed blocks than fit are gathered and copied in turns.
 const GATHER_SCRATCH: u64 = 64 << 20;
+/// Up to this many runs of changed blocks are copied straight to their place, one copy each;
+/// more are gathered first (a copy costs the bus's latency: 150 µs each on an H100).
+const DIRECT_COPIES: usize = 8;
 
 /// The kernels of one context.
 #[derive(Clone, Copy)]
@@ -179,6 +183,7 @@ impl Device for Cuda {
             list: 0,
             scratch: None,
             staging: std::ptr::null_mut(),
+            bounce: std::ptr::null_mut(),
             flags: vec![0; nblocks as usize],
             scanned: false,
         };
@@ -198,10 +203,6 @@ impl Device for Cuda {
             d.check(
                 "cuMemAlloc",
                 (d.mem_alloc)(&mut region.list, nblocks as usize * 8),
-            )?;
-            d.check(
-                "cuMemHostAlloc",
-                (d.mem_host_alloc)(&mut region.staging, len as usize, 0),
             )?;
         }
         Ok(Box::new(region))
@@ -232,8 +233,11 @@ struct CudaRegion {
     /// at the first partial stage; `Some(0)` when the device had no room (blocks are then
     /// copied range by range).
     scratch: Option<CuDevicePtr>,
-    /// Page-locked host memory, `len` bytes.
+    /// Page-locked host memory, `len` bytes, once first used (null before).
     staging: *mut c_void,
+    /// Page-locked host memory a turn of gathered blocks lands in for `download_blocks`, once
+    /// first used (null before).
+    bounce: *mut c_void,
     /// The change flags copied back.
     flags: Vec<u8>,
     /// Whether a scan ran (the fingerprints on the device are meaningful).
@@ -297,21 +301,93 @@ impl CudaRegion {
         blocks.iter().map(|&b| block_len(b, self.block, self.len)).sum()
     }
 
+    /// The staging buffer, allocated at the first call (the region's context is current).
+    fn allocated_staging(&mut self) -> Result<*mut c_void, GpuError> {
+        if self.staging.is_null() {
+            let d = self.driver;
+            // SAFETY: an out-pointer; the callers push the region's context.
+            let allocated = unsafe { (d.mem_host_alloc)(&mut self.staging, self.len as usize, 0) };
+            d.check("cuMemHostAlloc", allocated).map_err(|e| self.named(e))?;
+        }
+        Ok(self.staging)
+    }
+
     /// Queues a copy of `len` bytes at device address `from` to staging offset `at`.
-    fn download(&self, at: u64, from: CuDevicePtr, len: u64) -> Result<(), GpuError> {
+    fn download(&mut self, at: u64, from: CuDevicePtr, len: u64) -> Result<(), GpuError> {
         assert!(at + len <= self.len, "a copy beyond the staging buffer");
-        // SAFETY: inside the staging buffer (checked) and, by the callers, inside device memory.
-        let copied = unsafe {
-            (self.driver.memcpy_dtoh_async)(
-                self.staging.cast::<u8>().add(at as usize).cast(),
-                from,
-                len as usize,
-                self.stream,
-            )
-        };
+        let staging = self.allocated_staging()?;
+        // SAFETY: inside the staging buffer (`len` bytes; checked) and, by the callers, inside
+        // device memory.
+        unsafe { self.download_to(staging.cast::<u8>().add(at as usize), from, len) }
+    }
+
+    /// Queues a copy of `len` bytes at device address `from` to host address `to`.
+    ///
+    /// # Safety
+    /// `to` is valid for writes of `len` bytes until the stream is synchronised.
+    unsafe fn download_to(&self, to: *mut u8, from: CuDevicePtr, len: u64) -> Result<(), GpuError> {
+        // SAFETY: the caller's contract for `to`; the callers pass device ranges of the region.
+        let copied = unsafe { (self.driver.memcpy_dtoh_async)(to.cast(), from, len as usize, self.stream) };
         self.driver
             .check("cuMemcpyDtoHAsync", copied)
             .map_err(|e| self.named(e))
+    }
+
+    /// Uploads the list of `blocks` to gather and cuts it into the turns the scratch holds:
+    /// `(index of the turn's first block in the list, the turn's blocks)`.
+    fn gather_turns<'b>(
+        &self,
+        blocks: &'b [u64],
+    ) -> Result<impl Iterator<Item = (usize, &'b [u64])>, GpuError> {
+        let d = self.driver;
+        assert!(
+            blocks.len() as u64 <= self.nblocks,
+            "more blocks than the region has"
+        );
+        // SAFETY: `blocks` (at most `nblocks` entries, checked) into the list array of
+        // `nblocks`; a copy from pageable memory is complete when the call returns.
+        let uploaded = unsafe {
+            (d.memcpy_htod_async)(self.list, blocks.as_ptr().cast(), blocks.len() * 8, self.stream)
+        };
+        d.check("cuMemcpyHtoDAsync", uploaded)
+            .map_err(|e| self.named(e))?;
+        let per_turn = (GATHER_SCRATCH.max(self.block) / self.block) as usize;
+        Ok(blocks
+            .chunks(per_turn)
+            .enumerate()
+            .map(move |(turn, batch)| (turn * per_turn, batch)))
+    }
+
+    /// Queues the gather of `batch`, the blocks at `first..` of the uploaded list, packed into
+    /// `scratch`.
+    fn gather(&self, first: usize, batch: &[u64], scratch: CuDevicePtr) -> Result<(), GpuError> {
+        let (mut base, mut len, mut block) = (self.ptr, self.len, self.block);
+        let mut list = self.list + (first * 8) as u64;
+        let (mut count, mut out) = (batch.len() as u64, scratch);
+        let mut params: [*mut c_void; 6] = [
+            (&mut base as *mut u64).cast(),
+            (&mut len as *mut u64).cast(),
+            (&mut block as *mut u64).cast(),
+            (&mut list as *mut u64).cast(),
+            (&mut count as *mut u64).cast(),
+            (&mut out as *mut u64).cast(),
+        ];
+        // SAFETY: the parameters match `eckpt_gather`'s signature; the list holds `count`
+        // block indices of the region from `first`; the scratch holds a turn's blocks.
+        unsafe { self.launch(self.kernels().gather, count, &mut params) }
+    }
+
+    /// Page-locked host memory of the scratch's size, where `download_blocks` lands a gathered
+    /// turn before putting each block in place; allocated at the first call.
+    fn allocated_bounce(&mut self) -> Result<*mut u8, GpuError> {
+        if self.bounce.is_null() {
+            let d = self.driver;
+            let size = GATHER_SCRATCH.max(self.block) as usize;
+            // SAFETY: an out-pointer; the callers push the region's context.
+            let allocated = unsafe { (d.mem_host_alloc)(&mut self.bounce, size, 0) };
+            d.check("cuMemHostAlloc", allocated).map_err(|e| self.named(e))?;
+        }
+        Ok(self.bounce.cast())
     }
 
     fn context(&self) -> Result<CurrentContext<'static>, GpuError> {
@@ -408,33 +484,11 @@ impl DeviceRegion for CudaRegion {
             }
             return self.sync();
         };
-        let d = self.driver;
-        // SAFETY: `blocks` (at most `nblocks` entries) into the list array of `nblocks`; a copy
-        // from pageable memory is complete when the call returns.
-        let uploaded = unsafe {
-            (d.memcpy_htod_async)(self.list, blocks.as_ptr().cast(), blocks.len() * 8, self.stream)
-        };
-        d.check("cuMemcpyHtoDAsync", uploaded)
-            .map_err(|e| self.named(e))?;
-        // Gather as many blocks as the scratch holds, copy them out, and go on: the stream
-        // orders each gather after the previous copy out of the scratch.
-        let per_turn = (GATHER_SCRATCH.max(self.block) / self.block) as usize;
+        // Each turn's copy out of the scratch goes on while the next is gathered: the stream
+        // orders each gather after the previous copy.
         let mut at = 0;
-        for (turn, batch) in blocks.chunks(per_turn).enumerate() {
-            let (mut base, mut len, mut block) = (self.ptr, self.len, self.block);
-            let mut list = self.list + (turn * per_turn * 8) as u64;
-            let (mut count, mut out) = (batch.len() as u64, scratch);
-            let mut params: [*mut c_void; 6] = [
-                (&mut base as *mut u64).cast(),
-                (&mut len as *mut u64).cast(),
-                (&mut block as *mut u64).cast(),
-                (&mut list as *mut u64).cast(),
-                (&mut count as *mut u64).cast(),
-                (&mut out as *mut u64).cast(),
-            ];
-            // SAFETY: the parameters match `eckpt_gather`'s signature; the list holds `count`
-            // block indices of the region; the scratch holds `per_turn` blocks.
-            unsafe { self.launch(self.kernels().gather, count, &mut params)? };
+        for (first, batch) in self.gather_turns(blocks)? {
+            self.gather(first, batch, scratch)?;
             let bytes = self.bytes_of(batch);
             self.download(at, scratch, bytes)?;
             at += bytes;
@@ -443,20 +497,68 @@ impl DeviceRegion for CudaRegion {
     }
 
     fn staging(&self) -> &[u8] {
+        if self.staging.is_null() {
+            return &[];
+        }
         // SAFETY: `len` bytes of page-locked memory owned by the region; `stage` waits for its
         // copies, so none is in flight.
         unsafe { std::slice::from_raw_parts(self.staging.cast::<u8>(), self.len as usize) }
     }
 
-    fn staging_mut(&mut self) -> &mut [u8] {
+    fn staging_mut(&mut self) -> Result<&mut [u8], GpuError> {
+        let staging = {
+            let _current = self.context()?;
+            self.allocated_staging()?
+        };
         // SAFETY: `len` bytes of page-locked memory owned by the region; no copy is in flight.
-        unsafe { std::slice::from_raw_parts_mut(self.staging.cast::<u8>(), self.len as usize) }
+        Ok(unsafe { std::slice::from_raw_parts_mut(staging.cast::<u8>(), self.len as usize) })
+    }
+
+    unsafe fn download_blocks(&mut self, blocks: &[u64], into: *mut u8) -> Result<(), GpuError> {
+        let _current = self.context()?;
+        let ranges = byte_ranges(blocks, self.block, self.len);
+        let scratch = match ranges.len() > DIRECT_COPIES {
+            true => self.scratch(),
+            false => None,
+        };
+        let Some(scratch) = scratch else {
+            for (offset, n) in ranges {
+                // SAFETY: the caller's contract: `into` holds the region's length, and the
+                // ranges lie inside the region; the copies are waited for below.
+                unsafe { self.download_to(into.add(offset as usize), self.ptr + offset, n)? };
+            }
+            return self.sync();
+        };
+        // Scattered blocks: a copy per range costs the bus's latency each, so they are gathered
+        // on the device, copied in one transfer per turn, and put in place by the host.
+        let bounce = self.allocated_bounce()?;
+        for (first, batch) in self.gather_turns(blocks)? {
+            self.gather(first, batch, scratch)?;
+            // SAFETY: the bounce buffer holds a turn's blocks; waited for before it is read.
+            unsafe { self.download_to(bounce, scratch, self.bytes_of(batch))? };
+            self.sync()?;
+            let mut at = 0;
+            for &b in batch {
+                let n = block_len(b, self.block, self.len);
+                // SAFETY: block `b` lies inside the region, so inside `into` (the caller's
+                // contract); the bounce buffer holds the turn's packed blocks.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        bounce.add(at as usize),
+                        into.add((b * self.block) as usize),
+                        n as usize,
+                    )
+                };
+                at += n;
+            }
+        }
+        Ok(())
     }
 
     unsafe fn start_restore(&mut self, range: Range<usize>) -> Result<(), GpuError> {
         assert!(
-            range.start <= range.end && range.end as u64 <= self.len,
-            "restore range {range:?} outside the region"
+            range.start <= range.end && range.end as u64 <= self.len && !self.staging.is_null(),
+            "restore range {range:?} outside the region's staging buffer"
         );
         let d = self.driver;
         let _current = self.context()?;
@@ -494,8 +596,10 @@ impl Drop for CudaRegion {
                         (d.mem_free)(buffer);
                     }
                 }
-                if !self.staging.is_null() {
-                    (d.mem_free_host)(self.staging);
+                for host in [self.staging, self.bounce] {
+                    if !host.is_null() {
+                        (d.mem_free_host)(host);
+                    }
                 }
             }
         }
