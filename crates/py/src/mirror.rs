@@ -1,6 +1,9 @@
-//! `eckpt._eckpt.Mirror`: copies of CPU tensors kept current by copying only the blocks written
-//! since the previous refresh ([`eckpt::Mirror`]): the staging area of `eckpt.torch`'s
-//! `async_save`, whose stall is then the copy of what changed instead of the whole state.
+//! `eckpt._eckpt.Mirror`: copies of tensors kept current by copying only the blocks written
+//! since the previous refresh — the staging area of `eckpt.torch`'s `async_save`, whose stall
+//! is then the copy of what changed instead of the whole state. A CPU tensor is mirrored by
+//! [`eckpt::Mirror`] (the kernel tracks the pages written), a GPU tensor by
+//! [`eckpt::DeviceMirror`] (its blocks fingerprinted on the GPU, the changed ones copied over
+//! the bus straight into the copy).
 //!
 //! A mirrored pair holds references to both tensors, so neither is freed while mirrored; a
 //! refresh first checks that every source still has the data pointer and size it was added
@@ -14,22 +17,38 @@ use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 use pyo3::types::PyDict;
 
-use crate::{guarded, invalid, to_py};
+use crate::{gpu, guarded, invalid, to_py};
 
-/// A mirrored pair: the tensors (kept alive) and where the source was when added.
+/// The blocks in which a GPU source is fingerprinted and copied: small enough that a sparse
+/// change copies little more than itself, large enough that a copy per changed block costs
+/// little next to its bytes on the bus.
+const DEVICE_BLOCK: u64 = 64 << 10;
+
+/// Which mirror keeps a pair, and its id there.
+#[derive(Clone, Copy)]
+enum Kept {
+    Host(u32),
+    Device(u32),
+}
+
+/// A mirrored pair: the tensors (kept alive), where the source was when added, and its mirror.
 struct Pair {
     source: Py<PyAny>,
     _copy: Py<PyAny>,
     address: u64,
     len: u64,
+    kept: Kept,
 }
 
 struct State {
-    mirror: eckpt::Mirror,
+    host: eckpt::Mirror,
+    /// Made at the first GPU source (it opens the CUDA driver).
+    device: Option<eckpt::DeviceMirror>,
     pairs: BTreeMap<u32, Pair>,
+    next: u32,
 }
 
-/// Copies of CPU tensors, each kept equal to its source as of the last `refresh()`.
+/// Copies of CPU and GPU tensors, each kept equal to its source as of the last `refresh()`.
 #[pyclass(name = "Mirror", module = "eckpt._eckpt")]
 pub struct PyMirror {
     state: Mutex<State>,
@@ -52,26 +71,41 @@ fn cpu_range(py: Python<'_>, what: &str, tensor: &Bound<'_, PyAny>) -> PyResult<
     Ok((tensor.call_method0("data_ptr")?.extract()?, elements * size))
 }
 
+/// A source tensor's data pointer and size in bytes, and whether it is on a GPU.
+fn source_range(py: Python<'_>, tensor: &Bound<'_, PyAny>) -> PyResult<(u64, u64, bool)> {
+    let device: String = tensor.getattr("device")?.getattr("type")?.extract()?;
+    if device == "cuda" {
+        let (address, len) = gpu::device_range(py, "Mirror source", tensor)?
+            .ok_or_else(|| invalid(py, "Mirror: the source is not a CUDA tensor"))?;
+        return Ok((address, len, true));
+    }
+    let (address, len) = cpu_range(py, "source", tensor)?;
+    Ok((address, len, false))
+}
+
 #[pymethods]
 impl PyMirror {
     #[new]
     fn new(py: Python<'_>) -> PyResult<Self> {
         guarded(py, || {
-            let mirror = eckpt::Mirror::new().map_err(|e| to_py(py, e.into()))?;
+            let host = eckpt::Mirror::new().map_err(|e| to_py(py, e.into()))?;
             Ok(PyMirror {
                 state: Mutex::new(State {
-                    mirror,
+                    host,
+                    device: None,
                     pairs: BTreeMap::new(),
+                    next: 0,
                 }),
             })
         })
     }
 
-    /// Mirrors CPU tensor `source` into `copy` (contiguous, the same size in bytes) and
-    /// returns the pair's id; the next refresh copies all of it.
+    /// Mirrors tensor `source` (contiguous, on the CPU or a CUDA GPU) into CPU tensor `copy`
+    /// (contiguous, the same size in bytes; page-locked for a GPU source, so that its copies
+    /// run at the bus's speed) and returns the pair's id; the next refresh copies all of it.
     fn add(&self, py: Python<'_>, source: Bound<'_, PyAny>, copy: Bound<'_, PyAny>) -> PyResult<u32> {
         guarded(py, || {
-            let (address, len) = cpu_range(py, "source", &source)?;
+            let (address, len, on_device) = source_range(py, &source)?;
             let (copy_address, copy_len) = cpu_range(py, "copy", &copy)?;
             if len != copy_len {
                 return Err(invalid(
@@ -83,15 +117,29 @@ impl PyMirror {
                 return Err(invalid(py, "Mirror: the source is empty"));
             }
             let mut state = self.state.lock_py_attached(py).unwrap_or_else(|e| e.into_inner());
-            // SAFETY: the pair keeps both tensors referenced until removed, and refresh checks
-            // that the source has not moved before reading it; a tensor's memory is plain
-            // process memory the tensor owns.
-            let id = unsafe {
-                state
-                    .mirror
-                    .add(address as *const u8, copy_address as *mut u8, len as usize)
-            }
-            .map_err(|e| to_py(py, e.into()))?;
+            let kept = if on_device {
+                if state.device.is_none() {
+                    let cuda = eckpt::Cuda::open().map_err(|e| to_py(py, e.into()))?;
+                    state.device = Some(eckpt::DeviceMirror::new(cuda, DEVICE_BLOCK));
+                }
+                let device = state.device.as_mut().expect("made above");
+                // SAFETY: the pair keeps both tensors referenced until removed, and refresh
+                // checks that the source has not moved before reading it.
+                let id = unsafe { device.add(address, copy_address as *mut u8, len) }
+                    .map_err(|e| to_py(py, e.into()))?;
+                Kept::Device(id)
+            } else {
+                // SAFETY: as above; a CPU tensor's memory is plain process memory it owns.
+                let id = unsafe {
+                    state
+                        .host
+                        .add(address as *const u8, copy_address as *mut u8, len as usize)
+                }
+                .map_err(|e| to_py(py, e.into()))?;
+                Kept::Host(id)
+            };
+            let id = state.next;
+            state.next += 1;
             state.pairs.insert(
                 id,
                 Pair {
@@ -99,6 +147,7 @@ impl PyMirror {
                     _copy: copy.unbind(),
                     address,
                     len,
+                    kept,
                 },
             );
             Ok(id)
@@ -109,7 +158,21 @@ impl PyMirror {
     fn remove(&self, py: Python<'_>, id: u32) -> PyResult<()> {
         guarded(py, || {
             let mut state = self.state.lock_py_attached(py).unwrap_or_else(|e| e.into_inner());
-            state.mirror.remove(id).map_err(|e| to_py(py, e.into()))?;
+            let kept = state
+                .pairs
+                .get(&id)
+                .map(|pair| pair.kept)
+                .ok_or_else(|| invalid(py, format!("Mirror: no pair {id}")))?;
+            let removed = match kept {
+                Kept::Host(inner) => state.host.remove(inner).map_err(eckpt::Error::from),
+                Kept::Device(inner) => state
+                    .device
+                    .as_mut()
+                    .expect("a GPU pair's mirror was made when it was added")
+                    .remove(inner)
+                    .map_err(eckpt::Error::from),
+            };
+            removed.map_err(|e| to_py(py, e))?;
             state.pairs.remove(&id);
             Ok(())
         })
@@ -117,30 +180,46 @@ impl PyMirror {
 
     /// Copies what was written since the previous refresh into the copies; returns
     /// `{"copied": bytes copied, "mirrored": bytes now current, "kernel_tracked": of those,
-    /// bytes whose writes the kernel tracks, "copied_by_pair": {pair: bytes copied}}`.
+    /// bytes of CPU tensors whose writes the kernel tracks, "device_tracked": bytes of GPU
+    /// tensors, "copied_by_pair": {pair: bytes copied}}`.
     fn refresh<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         guarded(py, || {
             let mut state = self.state.lock_py_attached(py).unwrap_or_else(|e| e.into_inner());
             for (id, pair) in &state.pairs {
-                let now = cpu_range(py, "source", pair.source.bind(py))?;
-                if now != (pair.address, pair.len) {
+                let (address, len, _) = source_range(py, pair.source.bind(py))?;
+                if (address, len) != (pair.address, pair.len) {
                     return Err(invalid(
                         py,
                         format!(
-                            "Mirror: the source of pair {id} moved ({} bytes at {:#x}, now {} at {:#x}); \
+                            "Mirror: the source of pair {id} moved ({} bytes at {:#x}, now {len} at {address:#x}); \
                              remove it and add it again",
-                            pair.len, pair.address, now.1, now.0
+                            pair.len, pair.address
                         ),
                     ));
                 }
             }
             // With the GIL held: no Python thread may move a source while it is read.
-            let done = state.mirror.refresh().map_err(|e| to_py(py, e.into()))?;
+            let host = state.host.refresh().map_err(|e| to_py(py, e.into()))?;
+            let device = match state.device.as_mut() {
+                Some(device) => device.refresh().map_err(|e| to_py(py, e.into()))?,
+                None => eckpt::DeviceRefreshed::default(),
+            };
+            let copied_by_pair = PyDict::new(py);
+            for (id, pair) in &state.pairs {
+                let copied = match pair.kept {
+                    Kept::Host(inner) => host.copied_by_range.get(&inner),
+                    Kept::Device(inner) => device.copied_by_pair.get(&inner),
+                };
+                if let Some(copied) = copied {
+                    copied_by_pair.set_item(id, copied)?;
+                }
+            }
             let out = PyDict::new(py);
-            out.set_item("copied", done.copied)?;
-            out.set_item("mirrored", done.mirrored)?;
-            out.set_item("kernel_tracked", done.kernel_tracked)?;
-            out.set_item("copied_by_pair", done.copied_by_range)?;
+            out.set_item("copied", host.copied + device.copied)?;
+            out.set_item("mirrored", host.mirrored + device.mirrored)?;
+            out.set_item("kernel_tracked", host.kernel_tracked)?;
+            out.set_item("device_tracked", device.mirrored)?;
+            out.set_item("copied_by_pair", copied_by_pair)?;
             Ok(out)
         })
     }
