@@ -7,7 +7,9 @@
    time is printed too: the first write to a page eckpt tracks takes a fault, which training
    pays); ``torch.save`` of the same tensors to /dev/shm; and, as references measured in the
    same run, the host copy of the whole state (into buffers made beforehand) and of the changed
-   blocks alone. One process, no process group, the same tensors for all.
+   blocks alone. One process, no process group, the same tensors for all. With ``--device
+   cuda`` the tensors are on the GPU, the references are copies to page-locked host buffers
+   (the changed blocks gathered on the GPU first), and every time waits for the GPU's queue.
 2. On an emulated cluster (``eckpt run``, 6 ranks on the 3 data nodes of a k=3, m=2 group and a
    spare): the time from a node's loss to every rank training again — examples/python/
    ddp_train.py, a node killed after the second epoch: the loss to the relaunch (the run's
@@ -17,7 +19,7 @@
    the data nodes hold equal shares; two replicas take 3×).
 
 Run with the repository's venv (``make test`` installs eckpt and torch there):
-``.venv/bin/python scripts/bench-torch.py [--size-mib 512] [--changed 0.01] [--json]``.
+``.venv/bin/python scripts/bench-torch.py [--size-mib 512] [--changed 0.01] [--device cuda] [--json]``.
 """
 
 import argparse
@@ -52,11 +54,17 @@ def cpu_model():
     return platform.processor()
 
 
-def make_state(size_mib):
+def make_state(size_mib, device):
     """Eight float32 tensors of equal size, like a model's layers."""
     torch.manual_seed(0)
     per = size_mib * MiB // 8 // 4
-    return {f"layer{i}": torch.randn(per) for i in range(8)}
+    return {f"layer{i}": torch.randn(per).to(device) for i in range(8)}
+
+
+def drained(tensor):
+    """Waits for the work queued on `tensor`'s GPU, if it is on one: what a time must include."""
+    if tensor.is_cuda:
+        torch.cuda.synchronize(tensor.device)
 
 
 def change_blocks(state, fraction, seed):
@@ -74,40 +82,63 @@ def change_blocks(state, fraction, seed):
 
 def copy_seconds(state, changed=None):
     """The host copy of the whole state into buffers made (and their pages touched) beforehand,
-    or of the changed blocks only (the references)."""
-    buffers = {name: torch.zeros_like(tensor) for name, tensor in state.items()}
+    or of the changed blocks only (the references); page-locked buffers for GPU tensors."""
+    buffers = {}
+    for name, tensor in state.items():
+        shape = tensor.shape if changed is None else (len(changed[name]), BLOCK // 4)
+        buffers[name] = torch.zeros(shape, dtype=tensor.dtype, pin_memory=tensor.is_cuda)
+    first = next(iter(state.values()))
+    drained(first)
     start = time.perf_counter()
     for name, tensor in state.items():
-        blocks = tensor.view(-1, BLOCK // 4)
         if changed is None:
-            buffers[name].copy_(tensor)
+            buffers[name].copy_(tensor, non_blocking=tensor.is_cuda)
         else:
-            blocks.index_select(0, changed[name])
+            chosen = changed[name].to(tensor.device)
+            buffers[name].copy_(tensor.view(-1, BLOCK // 4).index_select(0, chosen), non_blocking=tensor.is_cuda)
+    drained(first)
     return time.perf_counter() - start
 
 
 def step_seconds(state):
     """A dense training step's writes: every element of every tensor updated in place."""
+    first = next(iter(state.values()))
+    drained(first)
     start = time.perf_counter()
     for tensor in state.values():
         tensor.add_(1.0)
+    drained(first)
     return time.perf_counter() - start
 
 
 def timed_async_save(state, writer):
+    """The stall (the call, and the GPU work it queued) and the time until the save is done."""
+    first = next(iter(state.values()))
+    drained(first)
     start = time.perf_counter()
     future = dcp.async_save(state, storage_writer=writer)
+    drained(first)
     stall = time.perf_counter() - start
     future.result()
     return stall, time.perf_counter() - start
 
 
-def stall_figures(size_mib, fraction, root):
+def check_saved(state):
+    """The latest eckpt save, loaded into zeroed tensors, is the state: a save that staged only
+    the changed blocks staged all of them."""
+    loaded = {name: torch.zeros_like(tensor) for name, tensor in state.items()}
+    dcp.load(loaded, storage_reader=eckpt.torch.StorageReader())
+    differ = [name for name in state if not torch.equal(loaded[name], state[name])]
+    if differ:
+        raise SystemExit(f"bench-torch: the save after a sparse change loads other values for {differ}")
+
+
+def stall_figures(size_mib, fraction, root, device):
     """Saves of one state: the first; after a sparse change (`fraction` of the blocks, one
     float each); after two dense steps in a row (every element: the first tracked, the second
     after eckpt stopped tracking what changes every time). Into eckpt and into DCP's own
     writer (with its default stager) on a /dev/shm directory."""
-    state = make_state(size_mib)
+    state = make_state(size_mib, device)
     figures = {"state_mib": size_mib, "changed_fraction": fraction}
     figures["copy_all_s"] = min(copy_seconds(state) for _ in range(3))
     figures["step_untracked_s"] = min(step_seconds(state) for _ in range(3))
@@ -124,8 +155,11 @@ def stall_figures(size_mib, fraction, root):
         staged = eckpt.torch._staging(eckpt.torch.checkpointer()).last
         figures[f"eckpt_{round_}_staged_bytes"] = staged["copied"] + staged["copied_whole"]
         figures[f"eckpt_{round_}_stage_s"] = staged["seconds"]
+        if round_ == "sparse":
+            check_saved(state)
         shutil.rmtree(target, ignore_errors=True)
         runs[f"dcp_dir_{round_}"] = timed_async_save(state, dcp.FileSystemWriter(str(target)))
+    drained(next(iter(state.values())))
     start = time.perf_counter()
     torch.save(state, root / "torch.pt")
     figures["torch_save_s"] = time.perf_counter() - start
@@ -187,15 +221,18 @@ def main():
     parser.add_argument("--size-mib", type=int, default=512)
     parser.add_argument("--changed", type=float, default=0.01)
     parser.add_argument("--root", default="/dev/shm")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where part 1's tensors are")
     parser.add_argument("--no-cluster", action="store_true", help="skip the emulated cluster's figures")
     parser.add_argument("--ranks", type=int, default=6, help="ranks of the cluster runs (6: two per data node)")
     parser.add_argument("--width", type=int, default=1024, help="the FSDP2 model's width (1024: 25 MB of state)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    figures = {"cpu": cpu_model(), "torch": torch.__version__}
+    figures = {"cpu": cpu_model(), "torch": torch.__version__, "device": args.device}
+    if args.device == "cuda":
+        figures["gpu"] = torch.cuda.get_device_name()
     with tempfile.TemporaryDirectory(dir=args.root, prefix="eckpt-bench-torch-") as root:
-        figures.update(stall_figures(args.size_mib, args.changed, Path(root)))
+        figures.update(stall_figures(args.size_mib, args.changed, Path(root), args.device))
     if not args.no_cluster:
         with tempfile.TemporaryDirectory(prefix="eckpt-bench-torch-") as work:
             figures.update(recovery_figures(Path(work), args.ranks))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# eckpt's GPU path on a machine with an NVIDIA GPU, torch and cupy, in at most 5 minutes. Nothing
+# eckpt's GPU path on a machine with an NVIDIA GPU, torch and cupy, in at most 6 minutes. Nothing
 # is built there: run scripts/gpu-carry.sh on the build machine first and bring target/gpu-carry
 # along (DEVELOPERS.md says how, for the GPU machine this project borrows).
 #
@@ -15,6 +15,14 @@
 #    each checks its restored tensor and its final state (scripts/gpu/rank.py).
 # 6. The README's torch training loop (scripts/gpu/train_loop.py), SIGKILLed after a
 #    checkpoint and rerun: it must end with the weights of a run never killed.
+# 7. examples/python/ddp_train.py on CUDA tensors, 2 DDP ranks sharing the GPU, saving with
+#    dcp.async_save into eckpt under `eckpt run`; a node lost with its store after the second
+#    epoch: every step's loss and the final weights bitwise as a run that lost nothing
+#    (scripts/gpu/ddp_lost_node.py).
+# 8. The stall of dcp.async_save of 2 GiB of GPU tensors into eckpt, beside dcp.async_save to a
+#    /dev/shm directory and torch.save, same tensors, same run (scripts/bench-torch.py).
+# 9. A probe for the restart: the bus's copy straight out of a registered /dev/shm mapping, and
+#    what registering costs (scripts/gpu/mapped_h2d.py).
 #
 # Exit status: 0 when every part passed. Each part has a time limit, so one that hangs cannot
 # take the others' time.
@@ -26,7 +34,7 @@ export PATH="$carry/bin:$PATH" PYTHONPATH="$carry/python${PYTHONPATH:+:$PYTHONPA
 export LD_LIBRARY_PATH="$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 work=$(mktemp -d)
 export repo carry work
-trap 'rm -rf "$work" /dev/shm/eckpt-gpu-check' EXIT
+trap 'rm -rf "$work" /dev/shm/eckpt-gpu-check /dev/shm/eckpt-gpu-check-mapped' EXIT
 failed=()
 
 part() { # NAME SECONDS FUNCTION: the function runs in a bash of its own, under a time limit
@@ -101,6 +109,18 @@ training() {
 }
 export -f training
 part "the README's torch training loop, killed and rerun" 90 training
+
+ddp_cuda() { python3 "$repo/scripts/gpu/ddp_lost_node.py" "$work/ddp"; }
+export -f ddp_cuda
+part "DDP on CUDA through dcp.async_save, a node lost" 200 ddp_cuda
+
+dcp_stalls() { python3 "$repo/scripts/bench-torch.py" --device cuda --no-cluster --size-mib 2048; }
+export -f dcp_stalls
+part "dcp.async_save of GPU tensors: eckpt, a directory, torch.save (2 GiB)" 150 dcp_stalls
+
+mapped_h2d() { python3 "$repo/scripts/gpu/mapped_h2d.py" /dev/shm/eckpt-gpu-check-mapped; }
+export -f mapped_h2d
+part "probe: the bus's copy from a registered /dev/shm mapping (8 GiB)" 120 mapped_h2d
 
 if [ ${#failed[@]} = 0 ]; then
   echo "gpu-check: every part passed"
