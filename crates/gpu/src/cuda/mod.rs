@@ -9,6 +9,7 @@
 //! that only downloads blocks into a copy of the caller's has none).
 
 mod driver;
+mod gather_space;
 mod nvrtc;
 
 use std::ffi::{c_int, c_uint, c_void, CString};
@@ -20,15 +21,13 @@ use driver::{CuContext, CuDevice, CuDevicePtr, CuFunction, CuStream, CurrentCont
 use crate::device::{block_count, Device, DeviceRegion};
 use crate::fingerprint::{block_len, byte_ranges};
 use crate::GpuError;
+use gather_space::GATHER_SCRATCH;
 
 /// The kernels' source (`kernels.cu`), compiled by NVRTC for the GPU in use.
 const KERNELS: &str = include_str!("kernels.cu");
 /// Threads per block of the kernels, and the most blocks of a launch (they stride).
 const THREADS: c_uint = 256;
 const MAX_GRID: u64 = 65_536;
-/// Device memory a region may use to gather its changed blocks before one copy to the host;
-/// more changed blocks than fit are gathered and copied in turns.
-const GATHER_SCRATCH: u64 = 64 << 20;
 /// Up to this many runs of changed blocks are copied straight to their place, one copy each;
 /// more are gathered first (a copy costs the bus's latency: 150 µs each on an H100).
 const DIRECT_COPIES: usize = 8;
@@ -181,9 +180,8 @@ impl Device for Cuda {
             prints: 0,
             changed: 0,
             list: 0,
-            scratch: None,
+            joined: false,
             staging: std::ptr::null_mut(),
-            bounce: std::ptr::null_mut(),
             flags: vec![0; nblocks as usize],
             scanned: false,
         };
@@ -205,6 +203,8 @@ impl Device for Cuda {
                 (d.mem_alloc)(&mut region.list, nblocks as usize * 8),
             )?;
         }
+        gather_space::join(d, context);
+        region.joined = true;
         Ok(Box::new(region))
     }
 }
@@ -229,15 +229,11 @@ struct CudaRegion {
     prints: CuDevicePtr,
     changed: CuDevicePtr,
     list: CuDevicePtr,
-    /// Where changed blocks are gathered (`GATHER_SCRATCH` bytes, at least a block), allocated
-    /// at the first partial stage; `Some(0)` when the device had no room (blocks are then
-    /// copied range by range).
-    scratch: Option<CuDevicePtr>,
+    /// Whether the region joined its context's gather space (`gather_space`), which it leaves
+    /// when dropped.
+    joined: bool,
     /// Page-locked host memory, `len` bytes, once first used (null before).
     staging: *mut c_void,
-    /// Page-locked host memory a turn of gathered blocks lands in for `download_blocks`, once
-    /// first used (null before).
-    bounce: *mut c_void,
     /// The change flags copied back.
     flags: Vec<u8>,
     /// Whether a scan ran (the fingerprints on the device are meaningful).
@@ -282,18 +278,6 @@ impl CudaRegion {
             )
         };
         d.check("cuLaunchKernel", launched).map_err(|e| self.named(e))
-    }
-
-    /// The gather buffer, allocated at first use; `None` when the device has no room for it.
-    fn scratch(&mut self) -> Option<CuDevicePtr> {
-        if self.scratch.is_none() {
-            let mut scratch = 0;
-            let size = GATHER_SCRATCH.max(self.block) as usize;
-            // SAFETY: an out-pointer; the context is current (callers push it).
-            let allocated = unsafe { (self.driver.mem_alloc)(&mut scratch, size) };
-            self.scratch = Some(if allocated == 0 { scratch } else { 0 });
-        }
-        self.scratch.filter(|&s| s != 0)
     }
 
     /// Bytes of blocks `blocks` (the region's last block is shorter).
@@ -351,7 +335,8 @@ impl CudaRegion {
         };
         d.check("cuMemcpyHtoDAsync", uploaded)
             .map_err(|e| self.named(e))?;
-        let per_turn = (GATHER_SCRATCH.max(self.block) / self.block) as usize;
+        // The callers gather only blocks no larger than the scratch.
+        let per_turn = (GATHER_SCRATCH / self.block) as usize;
         Ok(blocks
             .chunks(per_turn)
             .enumerate()
@@ -375,19 +360,6 @@ impl CudaRegion {
         // SAFETY: the parameters match `eckpt_gather`'s signature; the list holds `count`
         // block indices of the region from `first`; the scratch holds a turn's blocks.
         unsafe { self.launch(self.kernels().gather, count, &mut params) }
-    }
-
-    /// Page-locked host memory of the scratch's size, where `download_blocks` lands a gathered
-    /// turn before putting each block in place; allocated at the first call.
-    fn allocated_bounce(&mut self) -> Result<*mut u8, GpuError> {
-        if self.bounce.is_null() {
-            let d = self.driver;
-            let size = GATHER_SCRATCH.max(self.block) as usize;
-            // SAFETY: an out-pointer; the callers push the region's context.
-            let allocated = unsafe { (d.mem_host_alloc)(&mut self.bounce, size, 0) };
-            d.check("cuMemHostAlloc", allocated).map_err(|e| self.named(e))?;
-        }
-        Ok(self.bounce.cast())
     }
 
     fn context(&self) -> Result<CurrentContext<'static>, GpuError> {
@@ -475,7 +447,8 @@ impl DeviceRegion for CudaRegion {
             self.download(0, self.ptr, self.len)?;
             return self.sync();
         }
-        let Some(scratch) = self.scratch() else {
+        let space = gather_space::hold(self.context);
+        let Some(scratch) = space.scratch().filter(|_| self.block <= GATHER_SCRATCH) else {
             // No room on the device to gather: one copy per run of neighbouring blocks.
             let mut at = 0;
             for (offset, n) in byte_ranges(blocks, self.block, self.len) {
@@ -517,10 +490,13 @@ impl DeviceRegion for CudaRegion {
     unsafe fn download_blocks(&mut self, blocks: &[u64], into: *mut u8) -> Result<(), GpuError> {
         let _current = self.context()?;
         let ranges = byte_ranges(blocks, self.block, self.len);
-        let scratch = match ranges.len() > DIRECT_COPIES {
-            true => self.scratch(),
-            false => None,
-        };
+        let mut space = gather_space::hold(self.context);
+        // The bounce buffer at the first call, which copies every block (no block was scanned
+        // before), so that no later one, copying a few, pays for its allocation.
+        let bounce = space.bounce(self.driver).map_err(|e| self.named(e))?;
+        let scratch = space
+            .scratch()
+            .filter(|_| ranges.len() > DIRECT_COPIES && self.block <= GATHER_SCRATCH);
         let Some(scratch) = scratch else {
             for (offset, n) in ranges {
                 // SAFETY: the caller's contract: `into` holds the region's length, and the
@@ -531,7 +507,6 @@ impl DeviceRegion for CudaRegion {
         };
         // Scattered blocks: a copy per range costs the bus's latency each, so they are gathered
         // on the device, copied in one transfer per turn, and put in place by the host.
-        let bounce = self.allocated_bounce()?;
         for (first, batch) in self.gather_turns(blocks)? {
             self.gather(first, batch, scratch)?;
             // SAFETY: the bounce buffer holds a turn's blocks; waited for before it is read.
@@ -591,15 +566,16 @@ impl Drop for CudaRegion {
                 if self.prints != 0 {
                     (d.mem_free)(self.prints);
                 }
-                for buffer in [self.changed, self.list, self.scratch.unwrap_or(0)] {
+                for buffer in [self.changed, self.list] {
                     if buffer != 0 {
                         (d.mem_free)(buffer);
                     }
                 }
-                for host in [self.staging, self.bounce] {
-                    if !host.is_null() {
-                        (d.mem_free_host)(host);
-                    }
+                if !self.staging.is_null() {
+                    (d.mem_free_host)(self.staging);
+                }
+                if self.joined {
+                    gather_space::leave(d, self.context);
                 }
             }
         }
