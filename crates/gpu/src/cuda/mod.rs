@@ -28,6 +28,8 @@ const KERNELS: &str = include_str!("kernels.cu");
 /// Threads per block of the kernels, and the most blocks of a launch (they stride).
 const THREADS: c_uint = 256;
 const MAX_GRID: u64 = 65_536;
+/// A download copies a whole region when more than this fraction (1/N) of it changed.
+const WHOLE_COPY_ABOVE: u64 = 8;
 /// Up to this many runs of changed blocks are copied straight to their place, one copy each;
 /// more are gathered first (a copy costs the bus's latency: 150 µs each on an H100).
 const DIRECT_COPIES: usize = 8;
@@ -489,7 +491,13 @@ impl DeviceRegion for CudaRegion {
 
     unsafe fn download_blocks(&mut self, blocks: &[u64], into: *mut u8) -> Result<(), GpuError> {
         let _current = self.context()?;
-        let ranges = byte_ranges(blocks, self.block, self.len);
+        // More than an eighth of the region changed: one copy of all of it costs less than
+        // putting that many gathered blocks in place on the host (30 % of 2 GiB of tensors:
+        // 98 ms gathered, 39 ms whole, on an H200).
+        let ranges = match self.bytes_of(blocks) > self.len / WHOLE_COPY_ABOVE {
+            true => vec![(0, self.len)],
+            false => byte_ranges(blocks, self.block, self.len),
+        };
         let mut space = gather_space::hold(self.context);
         // The bounce buffer at the first call, which copies every block (no block was scanned
         // before), so that no later one, copying a few, pays for its allocation.
