@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# eckpt's GPU path on a machine with an NVIDIA GPU, torch and cupy, in at most 6 minutes. Nothing
+# eckpt's GPU path on a machine with an NVIDIA GPU, torch and cupy, in about 4 minutes. Nothing
 # is built there: run scripts/gpu-carry.sh on the build machine first and bring target/gpu-carry
 # along (DEVELOPERS.md says how, for the GPU machine this project borrows).
 #

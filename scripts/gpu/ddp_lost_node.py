@@ -6,6 +6,7 @@ every step's loss and the final weights bitwise as the first did.
 
 Run from a directory of its own: ``python3 ddp_lost_node.py WORK``; `eckpt` on PATH (the
 carried build with fault injection, for ``--kill-at``). Exit status 0 when the runs agree.
+``DDP_DEVICE=cpu`` trains on the CPU instead, to try the script on a machine without a GPU.
 """
 
 import os
