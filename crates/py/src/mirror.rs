@@ -20,8 +20,8 @@ use pyo3::types::PyDict;
 use crate::{gpu, guarded, invalid, to_py};
 
 /// The blocks in which a GPU source is fingerprinted and copied: small enough that a sparse
-/// change copies little more than itself, large enough that a copy per changed block costs
-/// little next to its bytes on the bus.
+/// change copies little more than itself, large enough that the fingerprints and change flags
+/// (9 bytes a block) stay small; the size the client's device regions use by default.
 const DEVICE_BLOCK: u64 = 64 << 10;
 
 /// Which mirror keeps a pair, and its id there.
