@@ -73,7 +73,13 @@ fn a_member_stopped_in_the_middle_of_an_encode_does_not_hold_the_epoch() {
     signal(&pid, "-CONT");
     assert_eq!(report["outcome"]["committed"], false, "{report}");
     let reason = report["outcome"]["reason"].as_str().unwrap();
-    assert!(reason.starts_with("node n1: "), "{reason}");
+    // Whichever deadline fires first names n1: its heartbeats' (declared dead), or the wait
+    // for its task's next report (its streams are up, it says nothing).
+    assert!(
+        reason.starts_with("node n1: stopped responding")
+            || reason.starts_with("node n1 took the request and then said nothing"),
+        "{reason}"
+    );
     assert_eq!(c.committed(), 1);
     c.assert_restorable();
     c.wait_all_alive();
