@@ -1,6 +1,7 @@
 //! What must hold after every step of a simulated run, whatever the faults: read from the
-//! coordinator's journal as it is on disk (only when it changed) and from what the job was
-//! told.
+//! coordinator's journal as it is on disk (only when it changed, which the kernel tells:
+//! looking at its files after every step was a fifth of the simulator's time) and from what
+//! the job was told.
 //!
 //! - A committed epoch never goes back, nor does the coordinator's term.
 //! - An epoch a rank was told was committed is committed in the journal.
@@ -10,11 +11,12 @@
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_coordinator::Journal;
+use inotify::{EventMask, Inotify, WatchMask};
 
 use crate::run::Shared;
 
@@ -22,9 +24,11 @@ use crate::run::Shared;
 pub struct Invariants {
     journal: PathBuf,
     shared: Rc<RefCell<Shared>>,
-    /// The journal's files as last read (lengths and times), to read them again only
-    /// when they changed.
-    seen: Vec<Option<(u64, SystemTime)>>,
+    /// Changes to the coordinator's directory, to read the journal again only when one of
+    /// its files changed.
+    changes: Inotify,
+    /// Whether `changes` watches the directory yet (the coordinator makes it).
+    watching: bool,
     committed: u64,
     term: u64,
     checks: u64,
@@ -32,15 +36,16 @@ pub struct Invariants {
 
 impl Invariants {
     /// The invariants of the cluster in `dir`, whose job shares `shared`.
-    pub(crate) fn new(dir: &ClusterDir, shared: Rc<RefCell<Shared>>) -> Invariants {
-        Invariants {
+    pub(crate) fn new(dir: &ClusterDir, shared: Rc<RefCell<Shared>>) -> Result<Invariants> {
+        Ok(Invariants {
             journal: dir.journal(),
             shared,
-            seen: Vec::new(),
+            changes: Inotify::init().context("inotify, to watch the journal")?,
+            watching: false,
             committed: 0,
             term: 0,
             checks: 0,
-        }
+        })
     }
 
     /// Invariant checks made so far.
@@ -82,37 +87,39 @@ impl Invariants {
         Ok(())
     }
 
-    /// Whether any file of the journal changed since it was last read.
+    /// Whether any file of the journal (`journal.json`, its copy, the previous one, their
+    /// logs) changed since it was last read. The kernel queues a directory's changes as
+    /// they are made, so after a step every change the step made is known.
     fn journal_changed(&mut self) -> bool {
         let dir = self.journal.parent().map(PathBuf::from).unwrap_or_default();
-        // `journal.json`, its log, its copy and the previous one.
+        if !self.watching {
+            let mask = WatchMask::MODIFY | WatchMask::CREATE | WatchMask::MOVED_TO | WatchMask::DELETE;
+            // Read once the directory is watched: the journal may predate the watch.
+            self.watching = self.changes.watches().add(&dir, mask).is_ok();
+            return self.watching;
+        }
         let name = self
             .journal
             .file_stem()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with(&name))
-            })
-            .collect();
-        files.sort();
-        let now: Vec<Option<(u64, SystemTime)>> = files
-            .iter()
-            .map(|f| {
-                std::fs::metadata(f)
-                    .ok()
-                    .and_then(|m| Some((m.len(), m.modified().ok()?)))
-            })
-            .collect();
-        let changed = now != self.seen;
-        self.seen = now;
-        changed
+        let mut changed = false;
+        let mut buffer = [0u8; 4096];
+        loop {
+            match self.changes.read_events(&mut buffer) {
+                Ok(events) => {
+                    for event in events {
+                        // The directory was removed: watch the one made in its place.
+                        self.watching &= !event.mask.contains(EventMask::IGNORED);
+                        // No name: the queue overflowed, or the directory itself changed.
+                        changed |= event.name.is_none_or(|n| n.to_string_lossy().starts_with(&name));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return changed,
+                // Whatever else went wrong, read the journal rather than miss a change.
+                Err(_) => return true,
+            }
+        }
     }
 }
 
@@ -134,7 +141,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dir = ClusterDir::new(root.path()).unwrap();
         let shared = Rc::new(RefCell::new(Shared::default()));
-        let mut invariants = Invariants::new(&dir, shared.clone());
+        let mut invariants = Invariants::new(&dir, shared.clone()).unwrap();
         journal_at(&dir, 5, 2);
         invariants.check(Duration::ZERO).unwrap();
         shared.borrow_mut().committed_told = 5;
@@ -146,7 +153,7 @@ mod tests {
         journal_at(&dir, 4, 2);
         let e = invariants.check(Duration::ZERO).unwrap_err();
         assert!(e.to_string().contains("went back from 5 to 4"), "{e}");
-        let mut invariants = Invariants::new(&dir, shared);
+        let mut invariants = Invariants::new(&dir, shared).unwrap();
         journal_at(&dir, 5, 3);
         invariants.check(Duration::ZERO).unwrap();
         // The journal fences a lower term itself: only a journal replaced whole has one.

@@ -232,7 +232,7 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
     let mut faults: Vec<(Duration, Fault)> = schedule.into_iter().rev().collect();
     let mut recovery_freezes = faults::recovery_freezes(plan.seed, &plan.faults).into_iter();
     let (mut read, fault_window_end) = (0, plan.faults.from + plan.faults.window);
-    let mut invariants = Invariants::new(cluster.dir(), shared.clone());
+    let mut invariants = Invariants::new(cluster.dir(), shared.clone())?;
     let healed_at = plan.faults.from + plan.faults.window + plan.faults.longest;
     shared.borrow_mut().healed_at = healed_at;
     let limit = healed_at + plan.finish_within;
