@@ -683,7 +683,7 @@ impl Checkpointer {
             .into_iter()
             .map(|d| (d.id, d))
             .collect();
-        let mut writer = self.store()?.writer(rank, epoch)?;
+        let mut writer = self.store()?.writer_of_every_item(rank, epoch)?;
         let compare_everything = writer.is_full() || resync;
         let mut meta = Meta {
             regions: BTreeMap::new(),

@@ -204,3 +204,43 @@ fn corrupted_store_is_reported_never_restored_silently() {
     assert_eq!(err.code(), eckpt::capi::ECKPT_ECORRUPT, "{err}");
     assert!(err.to_string().contains("checksum"), "{err}");
 }
+
+/// Rot in the newest committed epoch's manifest (or its data file cut short) must not fail
+/// every later checkpoint of the rank: the next one is stored whole, its own full epoch,
+/// and a restart reads it back exact.
+#[test]
+fn a_checkpoint_after_its_previous_epoch_was_damaged_is_stored_whole_and_restores() {
+    for file in ["manifest", "data"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut data = vec![0u8; 3 * 4096];
+        fill(&mut data, 4);
+        let mut ck = Checkpointer::new(config(tmp.path(), TrackMode::Hash)).unwrap();
+        unsafe { ck.protect("d", data.as_mut_ptr(), data.len()).unwrap() };
+        assert_eq!(ck.checkpoint().unwrap(), 1);
+        let epoch_dir = fs::read_dir(tmp.path().join("rank.3"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("epoch-1-"))
+            .unwrap();
+        let path = epoch_dir.join(file);
+        let mut bytes = fs::read(&path).unwrap();
+        match file {
+            "manifest" => {
+                let middle = bytes.len() / 2;
+                bytes[middle] ^= 0x08;
+            }
+            _ => bytes.truncate(bytes.len() / 2),
+        }
+        fs::write(&path, bytes).unwrap();
+        data[5] ^= 0xFF;
+        assert_eq!(ck.checkpoint().unwrap(), 2, "{file}: the checkpoint goes on");
+        assert_eq!(stored_blocks(tmp.path(), 2, "d"), 3, "{file}: stored whole");
+        let expected = data.clone();
+        drop(ck);
+        let mut fresh = vec![0u8; 3 * 4096];
+        let mut ck = Checkpointer::new(config(tmp.path(), TrackMode::Hash)).unwrap();
+        unsafe { ck.protect("d", fresh.as_mut_ptr(), fresh.len()).unwrap() };
+        assert_eq!(ck.restart().unwrap(), Some(2), "{file}");
+        assert!(fresh == expected, "{file}: epoch 2 restored exact");
+    }
+}

@@ -173,10 +173,7 @@ impl ClusterError {
             ClusterError::Store(e) => match e {
                 StoreError::Io { .. } => ErrorKind::Io,
                 StoreError::Untrusted(_) => ErrorKind::Fenced,
-                StoreError::BlockChecksum { .. }
-                | StoreError::Corrupt { .. }
-                | StoreError::Manifest(_)
-                | StoreError::Delta(_) => ErrorKind::Corrupt,
+                e if e.is_damage() => ErrorKind::Corrupt,
                 _ => ErrorKind::Invalid,
             },
             ClusterError::Codec(CodecError::TooManyErasures { .. } | CodecError::SingularMatrix) => {

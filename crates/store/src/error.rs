@@ -105,6 +105,20 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whether the error says stored bytes are damaged: a block that fails its checksum, a
+    /// manifest or delta that does not parse or fails its seal, a data file cut short.
+    pub fn is_damage(&self) -> bool {
+        matches!(
+            self,
+            StoreError::BlockChecksum { .. }
+                | StoreError::Corrupt { .. }
+                | StoreError::Manifest(_)
+                | StoreError::Delta(_)
+        )
+    }
+}
+
 /// Result with [`StoreError`].
 pub type Result<T> = std::result::Result<T, StoreError>;
 

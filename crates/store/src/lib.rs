@@ -524,6 +524,20 @@ impl Store {
     /// dropping carried-over items; [`Store::import_image`] can then write a
     /// self-contained full epoch.
     pub fn writer(&self, rank: u32, epoch: u64) -> Result<EpochWriter> {
+        self.writer_after(rank, epoch, false)
+    }
+
+    /// [`Store::writer`] for a caller that writes every item it keeps in each epoch, as the
+    /// rank library does: when the latest committed epoch cannot be read — a manifest that
+    /// fails its seal, a data file cut short, a broken chain — the epoch starts full and
+    /// self-contained (no parent, nothing carried over) instead of failing, so that rot in
+    /// one committed epoch does not fail every later checkpoint of the rank. The damaged
+    /// epoch is left as it is, for the cluster to repair or retention to drop.
+    pub fn writer_of_every_item(&self, rank: u32, epoch: u64) -> Result<EpochWriter> {
+        self.writer_after(rank, epoch, true)
+    }
+
+    fn writer_after(&self, rank: u32, epoch: u64, whole_over_damage: bool) -> Result<EpochWriter> {
         if epoch == 0 {
             return Err(StoreError::Invalid("epochs start at 1".into()));
         }
@@ -534,7 +548,20 @@ impl Store {
                 "rank {rank} epoch {epoch} is not newer than committed epoch {l}"
             )));
         }
-        let plan = self.plan_after(rank, epoch, latest)?;
+        let plan = match self.plan_after(rank, epoch, latest) {
+            Err(e) if whole_over_damage && e.is_damage() => {
+                tracing::warn!(rank, epoch, error = %e, "the epoch before is damaged: this one is stored whole");
+                Plan {
+                    rank,
+                    epoch,
+                    generation: 0,
+                    parent: None,
+                    source: None,
+                    full: true,
+                }
+            }
+            plan => plan?,
+        };
         self.begin(lock, plan)
     }
 

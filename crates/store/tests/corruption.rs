@@ -179,3 +179,51 @@ fn a_full_write_over_a_damaged_epoch_stores_its_blocks_anew() {
     assert_eq!(&tail, b"tail bytes", "the tail is carried over");
     assert!(store.read_image(2, 2).is_err(), "epoch 2 is still damaged");
 }
+
+/// A writer of every item (the rank library's) over a committed epoch whose manifest fails
+/// its seal, or whose data file was cut short, starts a full epoch of its own: the rank's
+/// checkpoints go on, and the new epoch reads back without the damaged one. A plain
+/// writer, which would carry items over, refuses instead: it cannot know what to carry.
+#[test]
+fn a_writer_of_every_item_over_a_damaged_manifest_or_data_file_starts_a_full_epoch() {
+    for file in ["manifest", "data"] {
+        let (dir, store) = two_epochs();
+        let path = epoch_file(dir.path(), 2, file);
+        match file {
+            "manifest" => flip(&path, std::fs::read(&path).unwrap().len() / 2),
+            _ => std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_len(10))
+                .unwrap(),
+        }
+        let err = store.writer(2, 3).map(|_| ()).unwrap_err();
+        assert!(err.is_damage(), "{file}: {err}");
+        let mut w = store.writer_of_every_item(2, 3).unwrap();
+        assert!(
+            w.is_full() && w.parent().is_none(),
+            "{file}: a full epoch of its own"
+        );
+        w.put_full("heap", &[7u8; 256]).unwrap();
+        w.commit().unwrap();
+        let mut buf = vec![0u8; 256];
+        store.read_item_into(2, 3, "heap", &mut buf).unwrap();
+        assert_eq!(buf, [7u8; 256], "{file}");
+        let image = store.read_image(2, 3).unwrap();
+        assert_eq!(
+            image.items.len(),
+            1,
+            "{file}: nothing carried over from the damage"
+        );
+        let mut w = store.writer_of_every_item(2, 4).unwrap();
+        assert_eq!(
+            w.parent(),
+            Some(3),
+            "{file}: the next epoch builds on the new one"
+        );
+        w.put_dirty("heap", 64, 256, &[(0, &[8u8; 64])]).unwrap();
+        w.commit().unwrap();
+        store.read_item_into(2, 4, "heap", &mut buf).unwrap();
+        assert_eq!((buf[0], buf[64]), (8, 7), "{file}");
+    }
+}

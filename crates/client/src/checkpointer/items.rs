@@ -53,7 +53,7 @@ impl Checkpointer {
             self.use_store(&node.store)?;
         }
         let store = self.store()?;
-        let mut writer = store.writer(rank, epoch)?;
+        let mut writer = store.writer_of_every_item(rank, epoch)?;
         for (name, bytes) in items {
             writer.put_full(&format!("{ITEM_PREFIX}{name}"), bytes)?;
         }
