@@ -473,7 +473,8 @@ struct Export {
 impl Export {
     /// Asks the coordinator where rank `rank` at `epoch` (default: the committed one) is read
     /// from — decoded onto a helper when its node is gone, or when `damaged_copy` and the
-    /// coordinator finds the node's copy damaged — and that agent to stream it.
+    /// coordinator finds the node's copy damaged — and that agent to stream it. A copy the
+    /// node cannot even list is damaged too, and asked for again that way.
     async fn start(
         dir: &ClusterDir,
         rank: u32,
@@ -489,7 +490,15 @@ impl Export {
         let secret = dir.load_secret()?;
         let limit = dir.load()?.deadlines.peer_wait();
         let mut conn = open_node(&node, &host_identity(), &secret).await?;
-        let items = ask_agent(&mut conn, &node.name, ExportItems { rank, epoch, scratch }, limit).await?;
+        let items = match ask_agent(&mut conn, &node.name, ExportItems { rank, epoch, scratch }, limit).await
+        {
+            // The copy on the node is damaged before a byte of it came (its manifest fails
+            // its seal, its data file is cut short): asked for again, decoded from the group.
+            Err(e) if scratch.is_none() && !damaged_copy && e.kind() == ErrorKind::Corrupt => {
+                return Box::pin(Export::start(dir, rank, Some(epoch), true)).await;
+            }
+            items => items?,
+        };
         Ok(Export {
             conn,
             node: node.name,
