@@ -2,8 +2,10 @@
 //! (a crash, its disk kept) or lost (crashed for good, its disk gone), links cut (packets
 //! refused) or stalled (packets held, then delivered), hosts frozen (every link of theirs
 //! stalled), each for a while; freezes of the coordinator that strike as it plans a
-//! recovery, the moment when a stall once left a group without its parity; and bits that
-//! flip in what a node stores (rot its disk does not report).
+//! recovery, the moment when a stall once left a group without its parity; bits that flip
+//! in what a node stores (rot its disk does not report); and writes torn by a crash — a
+//! node's stored file that loses its tail though its disk said it was written, the
+//! coordinator's journal log ending in half a record.
 
 use std::time::Duration;
 
@@ -59,7 +61,26 @@ pub enum Fault {
     Flip {
         /// The node.
         node: String,
-        /// Which file, byte and bit (`DiskFlip::target`).
+        /// Which file, byte and bit (`disk::flip`).
+        pick: u64,
+    },
+    /// The node crashes, and a file it stores a checkpoint in — a rank's epoch or a coded
+    /// object, data or description — loses its tail: a write its disk acknowledged and did
+    /// not keep (an `fsync` that lied). It starts again after `down`, and counts against
+    /// the loss budget as a flip does.
+    Tear {
+        /// The node.
+        node: String,
+        /// Which file, and how much of it is kept (`disk::tear`).
+        pick: u64,
+        /// How long it stays down.
+        down: Duration,
+    },
+    /// As the coordinator crashes, one of its journal's two logs is left ending in half a
+    /// record: one being appended, or the last one of that log half lost (`disk::tear_log`).
+    /// Struck with a crash of the coordinator; the other log is whole, so nothing is lost.
+    TearLog {
+        /// Which log, which way, and where the record is cut.
         pick: u64,
     },
 }
@@ -74,6 +95,8 @@ impl Fault {
             Fault::Stall { .. } => "stall",
             Fault::Freeze { .. } => "freeze",
             Fault::Flip { .. } => "flip",
+            Fault::Tear { .. } => "tear",
+            Fault::TearLog { .. } => "torn log",
         }
     }
 }
@@ -161,6 +184,60 @@ pub fn disk_flips(
         ));
     }
     flips
+}
+
+/// Torn writes in the stores of the run of `seed`: as many as the loss budget left after
+/// `faults` (losses and flips; one per node, never a node lost or flipped, each with a
+/// chance of one in two), each with a crash of its node at a time of the window.
+pub fn disk_tears(
+    seed: u64,
+    plan: &FaultPlan,
+    faults: &[(Duration, Fault)],
+    nodes: &[String],
+) -> Vec<(Duration, Fault)> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7EA2_D15C);
+    let mut spared: Vec<&String> = nodes
+        .iter()
+        .filter(|n| {
+            !faults
+                .iter()
+                .any(|(_, f)| matches!(f, Fault::Lose { node } | Fault::Flip { node, .. } if node == *n))
+        })
+        .collect();
+    let budget = plan.losses.saturating_sub(nodes.len() - spared.len());
+    let window_ms = plan.window.as_millis().max(1) as u64;
+    let longest_ms = plan.longest.as_millis().max(2) as u64;
+    let mut tears = Vec::new();
+    for _ in 0..budget {
+        if spared.is_empty() || rng.random_range(0..2) == 0 {
+            continue;
+        }
+        let node = spared.remove(rng.random_range(0..spared.len())).clone();
+        let at = plan.from + Duration::from_millis(rng.random_range(0..window_ms));
+        tears.push((
+            at,
+            Fault::Tear {
+                node,
+                pick: rng.random(),
+                down: Duration::from_millis(rng.random_range(1..longest_ms)),
+            },
+        ));
+    }
+    tears
+}
+
+/// The journal's logs torn by the coordinator's crashes in `faults` (those of host
+/// `coordinator`), each crash with a chance of one in two: the tear strikes as it crashes.
+pub fn log_tears(seed: u64, faults: &[(Duration, Fault)], coordinator: &str) -> Vec<(Duration, Fault)> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7EA2_1065);
+    faults
+        .iter()
+        .filter(|(_, f)| matches!(f, Fault::Restart { host, .. } if host == coordinator))
+        .filter_map(|(at, _)| {
+            let pick: u64 = rng.random();
+            (rng.random_range(0..2) == 1).then_some((*at, Fault::TearLog { pick }))
+        })
+        .collect()
 }
 
 /// The faults of the run of `seed`, by the virtual time they begin: hosts are `hosts`
@@ -311,5 +388,69 @@ mod tests {
             at_rest > 10 && at_rest < 60,
             "{at_rest} of about 100 flips strike once the job stopped"
         );
+    }
+
+    #[test]
+    fn torn_writes_take_what_losses_and_flips_left_and_torn_logs_come_with_coordinator_crashes() {
+        let plan = FaultPlan {
+            from: Duration::from_secs(1),
+            window: Duration::from_secs(10),
+            count: 0,
+            losses: 2,
+            longest: Duration::from_secs(3),
+            recovery_freezes: 0,
+        };
+        let nodes = names("n", 6);
+        let at = Duration::from_secs(2);
+        let struck = [
+            (at, Fault::Lose { node: "n4".into() }),
+            (
+                at,
+                Fault::Flip {
+                    node: "n1".into(),
+                    pick: 0,
+                },
+            ),
+        ];
+        assert!((0..100).all(|seed| disk_tears(seed, &plan, &struck, &nodes).is_empty()));
+        let (mut counts, lost) = ([0usize; 3], &struck[..1]);
+        for seed in 0..200 {
+            let tears = disk_tears(seed, &plan, lost, &nodes);
+            assert_eq!(tears, disk_tears(seed, &plan, lost, &nodes));
+            counts[disk_tears(seed, &plan, &[], &nodes).len()] += 1;
+            for (at, tear) in &tears {
+                assert!(*at >= plan.from && *at < plan.from + plan.window);
+                assert!(
+                    matches!(tear, Fault::Tear { node, down, .. } if node != "n4" && *down < plan.longest),
+                    "{tear:?}"
+                );
+            }
+        }
+        assert!(
+            counts.iter().all(|&c| c > 20),
+            "none, one and two tears: {counts:?}"
+        );
+        let crashes: Vec<(Duration, Fault)> = (0..40)
+            .map(|i| {
+                let host = if i % 2 == 0 { "coord" } else { "n0" };
+                let down = Duration::from_secs(1);
+                (
+                    Duration::from_secs(i),
+                    Fault::Restart {
+                        host: host.into(),
+                        down,
+                    },
+                )
+            })
+            .collect();
+        let torn = log_tears(3, &crashes, "coord");
+        assert_eq!(torn, log_tears(3, &crashes, "coord"));
+        assert!(
+            torn.len() > 3 && torn.len() < 17,
+            "about one coordinator crash in two: {torn:?}"
+        );
+        assert!(torn
+            .iter()
+            .all(|(at, t)| matches!(t, Fault::TearLog { .. }) && at.as_secs() % 2 == 0));
     }
 }

@@ -136,7 +136,7 @@ impl Rank {
         let epoch = opened.epoch;
         tracing::debug!(rank, epoch, node = %opened.node.name, "rank opened an epoch");
         let store = Store::open_with(&opened.node.store, Options::default())?;
-        let mut writer = store.writer(rank, epoch)?;
+        let mut writer = store.writer_of_every_item(rank, epoch)?;
         let new = image(seed, rank, epoch, bytes);
         // Even ranks write as the rank library writes tracked memory: the blocks that changed
         // since the epoch the new one follows, nothing read back from the store. Odd ranks as

@@ -150,9 +150,10 @@ pub(crate) struct Shared {
     pub final_loss: Vec<String>,
     /// Every rank read back after the final loss.
     pub final_loss_survived: bool,
-    /// Nodes a bit of whose stored data flipped: a final loss takes them first, so that
-    /// it leaves each group no more than `m` members it cannot trust.
-    pub flipped: BTreeSet<String>,
+    /// Nodes whose stored checkpoints a bit flip or a torn write damaged: a final loss
+    /// takes them first, so that it leaves each group no more than `m` members it cannot
+    /// trust.
+    pub damaged: BTreeSet<String>,
     /// When the job's supervisor could not reach the coordinator through a fault of its
     /// own side: its host frozen, its link to the coordinator cut or stalled.
     pub supervisor_cut_off: Vec<CutOff>,
@@ -207,6 +208,12 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
             None => at_rest.push(flip),
         }
     }
+    let struck: Vec<(Duration, Fault)> = (schedule.iter().cloned())
+        .chain(at_rest.iter().map(|f| (Duration::ZERO, f.clone())))
+        .collect();
+    schedule.extend(faults::disk_tears(plan.seed, &fault_plan, &struck, &members));
+    // After the crashes they strike with: the sort below keeps their order.
+    schedule.extend(faults::log_tears(plan.seed, &schedule, COORDINATOR));
     schedule.sort_by_key(|(at, _)| *at);
     let mut sim = turmoil::Builder::new()
         .rng_seed(plan.seed)
@@ -372,7 +379,10 @@ fn inject(
     trace: &Trace,
 ) -> Result<bool> {
     match fault {
-        Fault::Restart { host, .. } | Fault::Lose { node: host } | Fault::Flip { node: host, .. }
+        Fault::Restart { host, .. }
+        | Fault::Lose { node: host }
+        | Fault::Flip { node: host, .. }
+        | Fault::Tear { node: host, .. }
             if harm.lost.contains(host) =>
         {
             return Ok(false)
@@ -436,7 +446,37 @@ fn inject(
             };
             let file = path.strip_prefix(&local).unwrap_or(&path).display();
             trace.at(now, "sim", format!("{node}: a bit flips in {file} at byte {at}"));
-            shared.borrow_mut().flipped.insert(node.clone());
+            shared.borrow_mut().damaged.insert(node.clone());
+        }
+        Fault::Tear { node, pick, down } => {
+            let local = cluster.local(node);
+            // Its host does not run between the cut and the crash, in this same step.
+            let Some((path, kept)) = crate::disk::tear(&local, *pick)? else {
+                trace.at(
+                    now,
+                    "sim",
+                    format!("{node} stores no checkpoint yet: no torn write"),
+                );
+                return Ok(false);
+            };
+            sim.crash(node.as_str());
+            let file = path.strip_prefix(&local).unwrap_or(&path).display();
+            trace.at(
+                now,
+                "sim",
+                format!("{node} crashes for {down:?}, and {file} keeps only its first {kept} bytes"),
+            );
+            shared.borrow_mut().damaged.insert(node.clone());
+            harm.pending.push((now + *down, Heal::Bounce(node.clone())));
+        }
+        Fault::TearLog { pick } => {
+            if sim.is_host_running(COORDINATOR) {
+                return Ok(false);
+            }
+            let Some(done) = crate::disk::tear_log(&cluster.dir().journal(), *pick)? else {
+                return Ok(false);
+            };
+            trace.at(now, "sim", format!("{COORDINATOR}'s journal: {done}"));
         }
     }
     Ok(true)
@@ -545,13 +585,13 @@ async fn final_loss(job: &JobState, ranks: &mut [Rank]) -> Result<()> {
         );
         return Ok(());
     };
-    let flipped = job.shared.borrow().flipped.clone();
+    let damaged = job.shared.borrow().damaged.clone();
     let lose: Vec<String> = status
         .groups
         .iter()
         .flat_map(|g| {
             let (rotten, sound): (Vec<&String>, Vec<&String>) =
-                g.members.iter().partition(|n| flipped.contains(*n));
+                g.members.iter().partition(|n| damaged.contains(*n));
             rotten.into_iter().chain(sound).take(g.m).cloned()
         })
         .collect();
