@@ -102,19 +102,19 @@ pub fn tear(local: &Path, pick: u64) -> Result<Option<(PathBuf, u64)>> {
 /// Tears the last line of one of the two logs beside the coordinator's `journal`, chosen by
 /// `pick`: either a record being appended when the coordinator crashed, half written after
 /// it (a prefix of the last line, no newline: an append nobody was answered for), or the
-/// last record half lost (the disk of that one log lied; the other log holds it whole).
-/// Returns what it did, or `None` when that log has no line to tear.
+/// last record half lost (the disk of that one log lied) — only while the other log holds
+/// that record whole, since the journal keeps two logs to survive one of them lying, not
+/// both. Returns what it did, or `None` when that log has no line to tear.
 pub fn tear_log(journal: &Path, pick: u64) -> Result<Option<String>> {
     let name = journal.file_stem().and_then(|n| n.to_str()).unwrap_or("journal");
-    let log = journal.with_file_name(match pick & 1 {
-        0 => format!("{name}.log"),
-        _ => format!("{name}.copy.log"),
-    });
-    let bytes = match std::fs::read(&log) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("{}", log.display())),
+    let logs = [format!("{name}.log"), format!("{name}.copy.log")].map(|f| journal.with_file_name(f));
+    let read = |log: &Path| match std::fs::read(log) {
+        Ok(bytes) => Ok(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e).with_context(|| format!("{}", log.display())),
     };
+    let (log, other) = (&logs[(pick & 1) as usize], &logs[1 - (pick & 1) as usize]);
+    let bytes = read(log)?;
     let lines: Vec<&[u8]> = bytes.split_inclusive(|b| *b == b'\n').collect();
     let Some(last) = lines.last().filter(|l| l.len() > 2 && l.ends_with(b"\n")) else {
         return Ok(None);
@@ -122,24 +122,21 @@ pub fn tear_log(journal: &Path, pick: u64) -> Result<Option<String>> {
     // Strictly inside the line, its newline excluded.
     let cut = 1 + (pick >> 16) % (last.len() as u64 - 2);
     let file = log.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    if pick & 2 == 0 {
+    let lose = pick & 2 != 0 && lines.len() > 1 && read(other)?.ends_with(last);
+    if !lose {
         let mut appended = OpenOptions::new()
             .append(true)
-            .open(&log)
+            .open(log)
             .with_context(|| format!("{}", log.display()))?;
         appended.write_all(&last[..cut as usize])?;
         return Ok(Some(format!(
             "{file} ends in a record half appended ({cut} bytes)"
         )));
     }
-    if lines.len() < 2 {
-        // The header alone: no record to lose.
-        return Ok(None);
-    }
     let kept = bytes.len() as u64 - last.len() as u64 + cut;
     OpenOptions::new()
         .write(true)
-        .open(&log)
+        .open(log)
         .and_then(|f| f.set_len(kept))
         .with_context(|| format!("{}", log.display()))?;
     Ok(Some(format!(
@@ -241,10 +238,22 @@ mod tests {
         assert!(done.contains("journal.copy.log lost"), "{done}");
         assert_eq!(std::fs::read(&copy).unwrap(), b"header\nrecord one\nrecord");
         assert_eq!(std::fs::read(&log).unwrap(), whole);
+        // The record is whole in the copy no more: the log keeps it, half an append after.
+        let done = tear_log(&journal, 2 | 5 << 16).unwrap().unwrap();
+        assert!(
+            done.contains("journal.log ends in a record half appended"),
+            "{done}"
+        );
+        assert!(std::fs::read(&log).unwrap().starts_with(&whole));
         std::fs::write(&copy, b"header\n").unwrap();
+        let done = tear_log(&journal, 3).unwrap().unwrap();
+        assert!(
+            done.contains("half appended"),
+            "no record to lose, but half a one to add: {done}"
+        );
         assert!(
             tear_log(&journal, 3).unwrap().is_none(),
-            "the header alone is kept"
+            "a half-appended copy has no line to tear"
         );
         std::fs::remove_file(&copy).unwrap();
         assert!(tear_log(&journal, 1).unwrap().is_none());

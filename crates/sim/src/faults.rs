@@ -118,6 +118,11 @@ pub struct FaultPlan {
     /// At most how many of the coordinator's recoveries within the window are struck by a
     /// freeze of the coordinator ([`recovery_freezes`]).
     pub recovery_freezes: usize,
+    /// Blips beside those faults ([`blips`]): how many, each lasting at most
+    /// `blip_longest`.
+    pub blips: usize,
+    /// The longest a blip lasts.
+    pub blip_longest: Duration,
 }
 
 /// A freeze of the coordinator that strikes `after` it plans a recovery, for `lasting`.
@@ -240,6 +245,36 @@ pub fn log_tears(seed: u64, faults: &[(Duration, Fault)], coordinator: &str) -> 
         .collect()
 }
 
+/// Blips of the run of `seed` among `hosts`, at times of the window: `plan.blips` short
+/// faults — hosts restarted, links cut or stalled, hosts frozen — each for at most
+/// `plan.blip_longest`, what a flaky network and busy hosts do all day. A stream of its
+/// own: a run without blips is the run it was before they existed.
+pub fn blips(seed: u64, plan: &FaultPlan, hosts: &[String]) -> Vec<(Duration, Fault)> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xB11F_5EED);
+    let window_ms = plan.window.as_millis().max(1) as u64;
+    let longest_ms = plan.blip_longest.as_millis().max(2) as u64;
+    (0..plan.blips)
+        .map(|_| {
+            let at = plan.from + Duration::from_millis(rng.random_range(0..window_ms));
+            let lasting = Duration::from_millis(rng.random_range(1..longest_ms));
+            let host = hosts[rng.random_range(0..hosts.len())].clone();
+            let fault = match rng.random_range(0..8u32) {
+                0 => Fault::Restart { host, down: lasting },
+                1..=3 => {
+                    let (a, b) = two(&mut rng, hosts);
+                    Fault::Cut { a, b, lasting }
+                }
+                4..=5 => {
+                    let (a, b) = two(&mut rng, hosts);
+                    Fault::Stall { a, b, lasting }
+                }
+                _ => Fault::Freeze { host, lasting },
+            };
+            (at, fault)
+        })
+        .collect()
+}
+
 /// The faults of the run of `seed`, by the virtual time they begin: hosts are `hosts`
 /// (the coordinator's among them), nodes that may be lost are `nodes`.
 pub fn draw(seed: u64, plan: &FaultPlan, hosts: &[String], nodes: &[String]) -> Vec<(Duration, Fault)> {
@@ -316,6 +351,8 @@ mod tests {
             losses: 2,
             longest: Duration::from_secs(3),
             recovery_freezes: 2,
+            blips: 0,
+            blip_longest: Duration::ZERO,
         };
         let (hosts, nodes) = (names("h", 5), names("n", 4));
         let faults = draw(9, &plan, &hosts, &nodes);
@@ -360,6 +397,8 @@ mod tests {
             losses: 2,
             longest: Duration::from_secs(3),
             recovery_freezes: 0,
+            blips: 0,
+            blip_longest: Duration::ZERO,
         };
         let nodes = names("n", 6);
         let lost = [(Duration::from_secs(2), Fault::Lose { node: "n4".into() })];
@@ -399,6 +438,8 @@ mod tests {
             losses: 2,
             longest: Duration::from_secs(3),
             recovery_freezes: 0,
+            blips: 0,
+            blip_longest: Duration::ZERO,
         };
         let nodes = names("n", 6);
         let at = Duration::from_secs(2);
@@ -452,5 +493,41 @@ mod tests {
         assert!(torn
             .iter()
             .all(|(at, t)| matches!(t, Fault::TearLog { .. }) && at.as_secs() % 2 == 0));
+    }
+
+    #[test]
+    fn blips_are_short_faults_of_every_kind_but_losses_in_the_window() {
+        let plan = FaultPlan {
+            from: Duration::from_secs(1),
+            window: Duration::from_secs(10),
+            count: 0,
+            losses: 2,
+            longest: Duration::from_secs(3),
+            recovery_freezes: 0,
+            blips: 300,
+            blip_longest: Duration::from_millis(400),
+        };
+        let hosts = names("h", 5);
+        let drawn = blips(4, &plan, &hosts);
+        assert_eq!(drawn, blips(4, &plan, &hosts));
+        assert_eq!(drawn.len(), 300);
+        let kinds = by_kind(&drawn);
+        assert_eq!(
+            kinds.keys().copied().collect::<Vec<_>>(),
+            ["cut", "freeze", "restart", "stall"]
+        );
+        for (at, fault) in &drawn {
+            assert!(*at >= plan.from && *at < plan.from + plan.window);
+            let lasting = match fault {
+                Fault::Restart { down, .. } => down,
+                Fault::Cut { lasting, .. } | Fault::Stall { lasting, .. } | Fault::Freeze { lasting, .. } => {
+                    lasting
+                }
+                other => panic!("{other:?} is no blip"),
+            };
+            assert!(*lasting < plan.blip_longest, "{fault:?}");
+        }
+        let none = FaultPlan { blips: 0, ..plan };
+        assert!(blips(4, &none, &hosts).is_empty());
     }
 }

@@ -27,6 +27,10 @@ struct Args {
     /// Print one seed's trace as it runs (to replay a failure).
     #[arg(long, value_name = "SEED", conflicts_with_all = ["seeds", "hours"])]
     replay: Option<u64>,
+    /// Each seed in a storm: 40 to 200 short faults (restarts, cuts, stalls, freezes of
+    /// up to half a second) besides its others. A stormy seed replays with `--storm` too.
+    #[arg(long)]
+    storm: bool,
     /// The summary as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -48,8 +52,12 @@ struct Summary {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    let plan = |seed| match args.storm {
+        true => Plan::stormy(seed),
+        false => Plan::drawn(seed),
+    };
     if let Some(seed) = args.replay {
-        let outcome = run(&Plan::drawn(seed), true);
+        let outcome = run(&plan(seed), true);
         if let Some(why) = outcome.failure {
             bail!("seed {seed} failed: {why}");
         }
@@ -84,7 +92,7 @@ fn main() -> Result<()> {
     let mut summary = Summary::default();
     let mut seed = first;
     while seed < end && until.is_none_or(|t| Instant::now() < t) {
-        let outcome = run(&Plan::drawn(seed), false);
+        let outcome = run(&plan(seed), false);
         summary.seeds += 1;
         summary.simulated_hours += outcome.simulated.as_secs_f64() / 3600.0;
         summary.invariant_checks += outcome.checks;

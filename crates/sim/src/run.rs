@@ -107,11 +107,22 @@ impl Plan {
                 losses: m,
                 longest: Duration::from_secs(5),
                 recovery_freezes: 2,
+                blips: 0,
+                blip_longest: Duration::from_millis(500),
             },
             finish_within: Duration::from_secs(120),
             // A stream of its own: leases in a run changed none of the other draws.
             supervised: rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x0001_EA5E).random_range(0..2) == 1,
         }
+    }
+
+    /// [`Plan::drawn`] in a storm: 40 to 200 blips besides (`faults::blips`: restarts,
+    /// cuts, stalls and freezes of up to half a second), what `eckpt-sim --storm` runs.
+    pub fn stormy(seed: u64) -> Plan {
+        use rand::{Rng, SeedableRng};
+        let mut plan = Plan::drawn(seed);
+        plan.faults.blips = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5702_3B11).random_range(40..=200);
+        plan
     }
 }
 
@@ -201,6 +212,7 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
         ..plan.faults.clone()
     };
     let mut schedule = faults::draw(plan.seed, &fault_plan, &linked, &members);
+    schedule.extend(faults::blips(plan.seed, &fault_plan, &linked));
     let mut at_rest = Vec::new();
     for (at, flip) in faults::disk_flips(plan.seed, &fault_plan, &schedule, &members) {
         match at {

@@ -146,23 +146,36 @@ fn seeds_that_found_defects_pass() {
 /// cores (up to four): the runs of one process take turns.
 const SEEDS: u64 = 240;
 
+/// Seeds `make test` also runs in a storm (`eckpt-sim --storm`: 40 to 200 blips each),
+/// as many processes again.
+const STORMY: u64 = 40;
+
 #[test]
 fn seeded_runs_hold_every_invariant() {
     let processes = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4) as u64;
     let logs = tempfile::tempdir().unwrap();
-    let children: Vec<_> = (0..processes)
-        .map(|i| {
-            let seeds = format!("{}..{}", SEEDS * i / processes, SEEDS * (i + 1) / processes);
+    let shares = |seeds: u64, storm: bool| {
+        (0..processes).map(move |i| (seeds * i / processes, seeds * (i + 1) / processes, storm))
+    };
+    let children: Vec<_> = shares(SEEDS, false)
+        .chain(shares(STORMY, true))
+        .enumerate()
+        .map(|(i, (from, to, storm))| {
+            let seeds = format!("{from}..{to}");
             // Failed seeds' traces go to a file, not a pipe nobody reads while another
             // process is awaited.
             let log = std::fs::File::create(logs.path().join(format!("{i}.log"))).unwrap();
-            let child = Command::new(env!("CARGO_BIN_EXE_eckpt-sim"))
-                .args(["--seeds", &seeds, "--json"])
-                .stdout(Stdio::piped())
-                .stderr(log)
-                .spawn()
-                .unwrap();
-            (seeds, i, child)
+            let mut command = Command::new(env!("CARGO_BIN_EXE_eckpt-sim"));
+            command.args(["--seeds", &seeds, "--json"]);
+            if storm {
+                command.arg("--storm");
+            }
+            let child = command.stdout(Stdio::piped()).stderr(log).spawn().unwrap();
+            (
+                format!("{seeds}{}", if storm { " --storm" } else { "" }),
+                i,
+                child,
+            )
         })
         .collect();
     let (mut failed, mut survived, mut faults) = (Vec::new(), 0, 0);
@@ -190,12 +203,16 @@ fn seeded_runs_hold_every_invariant() {
     if !failed.is_empty() {
         fail(failed.join("\n"));
     }
-    assert!(faults >= SEEDS * 4, "{faults} faults in {SEEDS} seeds");
+    assert!(
+        faults >= SEEDS * 4 + STORMY * 40,
+        "{faults} faults in {SEEDS} seeds and {STORMY} storms"
+    );
     // The final loss runs only once `status` calls the cluster healthy: if it seldom did,
     // the check would be vacuous.
+    let runs = SEEDS + STORMY;
     assert!(
-        survived * 4 >= SEEDS * 3,
-        "only {survived} of {SEEDS} seeds ran their final loss"
+        survived * 4 >= runs * 3,
+        "only {survived} of {runs} seeds ran their final loss"
     );
 }
 
