@@ -92,18 +92,7 @@ fn a_rank_whose_manifest_or_data_file_is_damaged_is_restored_from_its_group() {
     epoch_of(&mut c, &d);
     for (rank, file) in [(1u64, "manifest"), (2, "data")] {
         let node = c.status_placement(rank);
-        let rank_dir = c
-            .dir
-            .join("nodes")
-            .join(&node)
-            .join("store")
-            .join(format!("rank.{rank}"));
-        let epoch_dir = std::fs::read_dir(&rank_dir)
-            .unwrap()
-            .flatten()
-            .find(|e| e.file_name().to_string_lossy().starts_with("epoch-"))
-            .expect("a committed epoch")
-            .path();
+        let epoch_dir = c.rank_epoch_dir(rank).expect("a committed epoch");
         let path = epoch_dir.join(file);
         let mut bytes = std::fs::read(&path).unwrap();
         match file {

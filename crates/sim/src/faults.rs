@@ -338,22 +338,28 @@ mod tests {
         counts
     }
 
+    /// Faults from 1 s on for `seconds`, `count` of them lasting up to 3 s, two losses, up
+    /// to `recovery_freezes` freezes of recoveries, no blips.
+    fn window(seconds: u64, count: usize, recovery_freezes: usize) -> FaultPlan {
+        FaultPlan {
+            from: Duration::from_secs(1),
+            window: Duration::from_secs(seconds),
+            count,
+            losses: 2,
+            longest: Duration::from_secs(3),
+            recovery_freezes,
+            blips: 0,
+            blip_longest: Duration::ZERO,
+        }
+    }
+
     fn names(prefix: &str, n: usize) -> Vec<String> {
         (0..n).map(|i| format!("{prefix}{i}")).collect()
     }
 
     #[test]
     fn a_seed_draws_one_schedule_within_the_window_and_the_loss_budget() {
-        let plan = FaultPlan {
-            from: Duration::from_secs(1),
-            window: Duration::from_secs(10),
-            count: 200,
-            losses: 2,
-            longest: Duration::from_secs(3),
-            recovery_freezes: 2,
-            blips: 0,
-            blip_longest: Duration::ZERO,
-        };
+        let plan = window(10, 200, 2);
         let (hosts, nodes) = (names("h", 5), names("n", 4));
         let faults = draw(9, &plan, &hosts, &nodes);
         assert_eq!(faults, draw(9, &plan, &hosts, &nodes));
@@ -390,16 +396,7 @@ mod tests {
 
     #[test]
     fn bit_flips_take_what_the_losses_left_of_the_budget_and_spare_the_lost() {
-        let plan = FaultPlan {
-            from: Duration::from_secs(1),
-            window: Duration::from_secs(10),
-            count: 0,
-            losses: 2,
-            longest: Duration::from_secs(3),
-            recovery_freezes: 0,
-            blips: 0,
-            blip_longest: Duration::ZERO,
-        };
+        let plan = window(10, 0, 0);
         let nodes = names("n", 6);
         let lost = [(Duration::from_secs(2), Fault::Lose { node: "n4".into() })];
         let (mut counts, mut at_rest) = ([0usize; 3], 0);
@@ -431,16 +428,7 @@ mod tests {
 
     #[test]
     fn torn_writes_take_what_losses_and_flips_left_and_torn_logs_come_with_coordinator_crashes() {
-        let plan = FaultPlan {
-            from: Duration::from_secs(1),
-            window: Duration::from_secs(10),
-            count: 0,
-            losses: 2,
-            longest: Duration::from_secs(3),
-            recovery_freezes: 0,
-            blips: 0,
-            blip_longest: Duration::ZERO,
-        };
+        let plan = window(10, 0, 0);
         let nodes = names("n", 6);
         let at = Duration::from_secs(2);
         let struck = [
@@ -498,14 +486,9 @@ mod tests {
     #[test]
     fn blips_are_short_faults_of_every_kind_but_losses_in_the_window() {
         let plan = FaultPlan {
-            from: Duration::from_secs(1),
-            window: Duration::from_secs(10),
-            count: 0,
-            losses: 2,
-            longest: Duration::from_secs(3),
-            recovery_freezes: 0,
             blips: 300,
             blip_longest: Duration::from_millis(400),
+            ..window(10, 0, 0)
         };
         let hosts = names("h", 5);
         let drawn = blips(4, &plan, &hosts);

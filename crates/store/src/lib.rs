@@ -551,14 +551,7 @@ impl Store {
         let plan = match self.plan_after(rank, epoch, latest) {
             Err(e) if whole_over_damage && e.is_damage() => {
                 tracing::warn!(rank, epoch, error = %e, "the epoch before is damaged: this one is stored whole");
-                Plan {
-                    rank,
-                    epoch,
-                    generation: 0,
-                    parent: None,
-                    source: None,
-                    full: true,
-                }
+                Plan::self_contained(rank, epoch)
             }
             plan => plan?,
         };
@@ -580,15 +573,7 @@ impl Store {
                 "rank {rank} epoch {epoch} is not newer than committed epoch {l}"
             )));
         }
-        let plan = Plan {
-            rank,
-            epoch,
-            generation: 0,
-            parent: None,
-            source: None,
-            full: true,
-        };
-        self.begin(lock, plan)
+        self.begin(lock, Plan::self_contained(rank, epoch))
     }
 
     /// Keeps committed `epoch` of `rank` (and what it depends on) from retention until the

@@ -46,6 +46,20 @@ pub(crate) struct Plan {
     pub full: bool,
 }
 
+impl Plan {
+    /// A full image of `rank` as `epoch` that follows and carries over nothing.
+    pub fn self_contained(rank: u32, epoch: u64) -> Plan {
+        Plan {
+            rank,
+            epoch,
+            generation: 0,
+            parent: None,
+            source: None,
+            full: true,
+        }
+    }
+}
+
 /// Writes one epoch of one rank. Items not mentioned are carried over unchanged from the
 /// previous committed epoch; [`EpochWriter::remove`] drops one.
 ///

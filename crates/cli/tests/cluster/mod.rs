@@ -507,9 +507,9 @@ impl Cluster {
         );
     }
 
-    /// [`Cluster::corrupt_rank_block`]; `false` when the rank's node holds no epoch of it
-    /// (a recovery is moving it).
-    pub fn try_corrupt_rank_block(&self, rank: u64, byte: usize) -> bool {
+    /// A committed epoch's directory of rank `rank` in its node's store; `None` when the
+    /// node holds none (a recovery is moving it).
+    pub fn rank_epoch_dir(&self, rank: u64) -> Option<PathBuf> {
         let node = self.status_placement(rank);
         let rank_dir = self
             .dir
@@ -517,14 +517,21 @@ impl Cluster {
             .join(&node)
             .join("store")
             .join(format!("rank.{rank}"));
-        let Some(epoch_dir) = std::fs::read_dir(&rank_dir).ok().and_then(|entries| {
+        std::fs::read_dir(&rank_dir).ok().and_then(|entries| {
             entries
                 .flatten()
                 .find(|e| e.file_name().to_string_lossy().starts_with("epoch-"))
-        }) else {
+                .map(|e| e.path())
+        })
+    }
+
+    /// [`Cluster::corrupt_rank_block`]; `false` when the rank's node holds no epoch of it
+    /// (a recovery is moving it).
+    pub fn try_corrupt_rank_block(&self, rank: u64, byte: usize) -> bool {
+        let Some(epoch_dir) = self.rank_epoch_dir(rank) else {
             return false;
         };
-        let data_file = epoch_dir.path().join("data");
+        let data_file = epoch_dir.join("data");
         let Ok(mut on_disk) = std::fs::read(&data_file) else {
             return false;
         };
