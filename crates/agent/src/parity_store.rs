@@ -457,9 +457,21 @@ impl ParityReader {
     /// checked against its chunk's CRC. (An update built on damaged bytes carries the damage
     /// into a chunk whose recorded CRC, taken from the changes, then fails.)
     fn read_part(&self, index: u64, offset: usize, buf: &mut [u8]) -> Result<(), ClusterError> {
-        self.file
-            .read_exact_at(buf, index * self.manifest.chunk as u64 + offset as u64)
-            .map_err(io_at(&self.path))
+        self.read_at(index, buf, index * self.manifest.chunk as u64 + offset as u64)
+    }
+
+    /// Reads `buf` from `at`, within chunk `index`. A file that ends before is damaged (cut
+    /// short: a write its disk did not keep), as a chunk that fails its checksum is, so
+    /// that the node is marked for repair rather than failing every epoch on it.
+    fn read_at(&self, index: u64, buf: &mut [u8], at: u64) -> Result<(), ClusterError> {
+        self.file.read_exact_at(buf, at).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => ClusterError::Corrupt(format!(
+                "parity of object {} ({}) ends before its chunk {index}: cut short",
+                self.id,
+                self.path.display()
+            )),
+            _ => io_at(&self.path)(e),
+        })
     }
 
     /// Reads chunk `index` into `buf` (one chunk) and checks its CRC.
@@ -473,9 +485,7 @@ impl ParityReader {
             )));
         }
         let expected = self.recorded_crc(index)?;
-        self.file
-            .read_exact_at(buf, index * self.manifest.chunk as u64)
-            .map_err(io_at(&self.path))?;
+        self.read_at(index, buf, index * self.manifest.chunk as u64)?;
         if crc32c::crc32c(buf) != expected {
             return Err(ClusterError::Corrupt(format!(
                 "parity chunk {index} of object {} ({}) fails its checksum",
@@ -768,6 +778,31 @@ mod tests {
         w.finish().unwrap();
         coded.commit(ID).unwrap();
         assert_eq!(parity_of(&coded), parity);
+    }
+
+    /// A parity file cut short (a write its disk acknowledged and lost, found by the
+    /// simulator's torn writes) is damage, as a flipped byte is: every epoch that read it
+    /// failed on an I/O error that marked nothing for repair.
+    #[test]
+    fn a_parity_file_cut_short_is_damage() {
+        let tmp = tempfile::tempdir().unwrap();
+        let coded = ParityStore::open(tmp.path()).unwrap();
+        committed(&coded, 512, &[3u8; 1024]);
+        let path = tmp.path().join("obj-g3-e7/parity");
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(700)
+            .unwrap();
+        let reader = coded.parity_reader(ID).unwrap();
+        let mut buf = vec![0u8; 512];
+        reader.read(0, &mut buf).unwrap();
+        let err = reader.read(1, &mut buf).unwrap_err();
+        assert!(
+            matches!(err, ClusterError::Corrupt(_)) && err.to_string().contains("cut short"),
+            "{err}"
+        );
     }
 
     /// `parity.json`'s version decides whether a staged update is applied: a flipped
