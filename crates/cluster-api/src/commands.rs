@@ -48,6 +48,25 @@ pub async fn coordinator_call<C: ToCoordinator>(
     answer_of::<C>(&who, answer)
 }
 
+/// [`coordinator_call`] bounded by `within`, the connection included: for a call whose
+/// answer is worth nothing late. A lease renewal is one — the lease runs out while a renewal
+/// waits out a connection that lost its answer, so the renewal is abandoned after a renewal
+/// period and the next one goes out on a new connection.
+pub async fn coordinator_call_within<C: ToCoordinator>(
+    dir: &ClusterDir,
+    call: C,
+    within: std::time::Duration,
+) -> Result<C::Answer, ClusterError> {
+    match tokio::time::timeout(within, coordinator_call(dir, call, |_| {})).await {
+        Ok(answer) => answer,
+        Err(_) => Err(ClusterError::NoAnswer(format!(
+            "{} did not answer within {:.1} s",
+            who(dir),
+            within.as_secs_f64()
+        ))),
+    }
+}
+
 fn who(dir: &ClusterDir) -> String {
     format!("the coordinator of {}", dir.root().display())
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eckpt_cluster_api::call::ToCoordinator;
-use eckpt_cluster_api::commands::{coordinator_call, coordinator_call_retrying};
+use eckpt_cluster_api::commands::{coordinator_call, coordinator_call_retrying, coordinator_call_within};
 use eckpt_cluster_api::dirs::ClusterDir;
 use eckpt_cluster_api::msg::{
     EpochOutcome, FlushEpoch, FlushReport, FlushStatus, JobClaim, JobGrant, Leave, NextAttempt, NodeInfo,
@@ -43,7 +43,8 @@ pub trait Coordinator: Send + Sync {
     fn leave(&self, node: &str) -> Result<(), RunError>;
     /// Claims the job's lease (refused while another supervisor holds it).
     fn claim_job(&self, claim: JobClaim) -> Result<JobGrant, RunError>;
-    /// Renews the lease of `generation`.
+    /// Renews the lease of `generation`, in one attempt answered within a renewal period
+    /// (or an error): the next renewal is the retry.
     fn renew_lease(&self, generation: u64) -> Result<(), RunError>;
     /// The generation of the next attempt.
     fn next_attempt(&self, generation: u64) -> Result<u64, RunError>;
@@ -61,6 +62,8 @@ pub struct Cluster {
     /// How long a coordinator that cannot be reached is tried again (restarting, replaced
     /// on another host, cut off for a while): the cluster's `coordinator_retry`.
     retry: Duration,
+    /// How long a lease renewal may take: the cluster's `lease_renewal`.
+    renewal: Duration,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, RunError> {
@@ -83,10 +86,12 @@ fn shared_runtime() -> Result<tokio::runtime::Runtime, RunError> {
 impl Cluster {
     /// The cluster in `dir`.
     pub fn new(dir: &ClusterDir) -> Result<Cluster, RunError> {
+        let deadlines = dir.load()?.deadlines;
         Ok(Cluster {
             dir: dir.clone(),
             runtime: shared_runtime()?,
-            retry: dir.load()?.deadlines.coordinator_retry(),
+            retry: deadlines.coordinator_retry(),
+            renewal: deadlines.lease_renewal(),
         })
     }
 
@@ -135,7 +140,8 @@ impl Coordinator for Cluster {
     }
 
     fn renew_lease(&self, generation: u64) -> Result<(), RunError> {
-        self.call(RenewLease { generation })
+        let renewal = coordinator_call_within(&self.dir, RenewLease { generation }, self.renewal);
+        Ok(self.runtime.block_on(renewal)?)
     }
 
     fn next_attempt(&self, generation: u64) -> Result<u64, RunError> {
@@ -221,5 +227,76 @@ async fn watch(dir: ClusterDir, mut epoch: u64, send: Sender<EpochOutcome>, stop
             // A coordinator restarting, or the cluster going down at the end: try again.
             _ => tokio::time::sleep(Duration::from_millis(200)).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use eckpt_cluster_api::dirs::{ClusterFile, Deadlines, CLUSTER_FORMAT};
+    use eckpt_cluster_api::msg::{CoordRequest, Hello};
+    use eckpt_cluster_api::net::{accept_loop, listen_for_cluster, next_request};
+    use eckpt_coding::config::CodingConfig;
+    use eckpt_proto::{ClusterSecret, Endpoint};
+
+    use super::*;
+
+    /// A cluster directory in `root` whose coordinator takes every request and never
+    /// answers, as one does whose answers a cut lost on a connection that stays up.
+    fn silent_coordinator(root: &std::path::Path, deadlines: Deadlines) -> ClusterDir {
+        let dir = ClusterDir::new(root).unwrap();
+        std::fs::create_dir_all(dir.coordinator()).unwrap();
+        let file = ClusterFile {
+            format: CLUSTER_FORMAT,
+            coding: CodingConfig::default(),
+            coordinator_unix: Endpoint::Unix(dir.coordinator_socket()),
+            coordinator_tcp: None,
+            coordinator_host: None,
+            netns: None,
+            flush: None,
+            deadlines,
+            agent_placement: Default::default(),
+        };
+        std::fs::write(dir.cluster_file(), serde_json::to_vec(&file).unwrap()).unwrap();
+        let secret = ClusterSecret::create_file(&dir.secret()).unwrap();
+        let (endpoint, listening) = (file.coordinator_unix.clone(), std::sync::mpsc::channel());
+        std::thread::spawn(move || {
+            runtime().unwrap().block_on(async move {
+                let listener = listen_for_cluster(&endpoint, &secret, &deadlines).await.unwrap();
+                listening.0.send(()).unwrap();
+                accept_loop(listener, |mut conn| async move {
+                    next_request::<Hello>(&mut conn).await?;
+                    while next_request::<CoordRequest>(&mut conn).await?.is_some() {}
+                    Ok(())
+                })
+                .await;
+            })
+        });
+        listening.1.recv().unwrap();
+        dir
+    }
+
+    /// A renewal whose answer never comes is abandoned after a renewal period, so that the
+    /// next one goes out while the lease still runs; waiting the cluster's answer window
+    /// (here 6.6 s, against a lease of 1 s) lets the lease of a live job expire.
+    #[test]
+    fn a_renewal_left_unanswered_fails_within_a_renewal_period() {
+        let root = tempfile::tempdir().unwrap();
+        let deadlines = Deadlines {
+            liveness_ms: 600,
+            lease_ms: 1_000,
+            partition_grace_ms: 6_000,
+            ..Deadlines::default()
+        };
+        let cluster = Cluster::new(&silent_coordinator(root.path(), deadlines)).unwrap();
+        let started = Instant::now();
+        let e = cluster.renew_lease(1).unwrap_err();
+        let waited = started.elapsed();
+        assert!(
+            waited >= deadlines.lease_renewal() && waited < deadlines.lease(),
+            "{waited:?}"
+        );
+        assert!(e.to_string().contains("did not answer within 0.2 s"), "{e}");
     }
 }

@@ -118,9 +118,8 @@ impl Lease {
                         std::thread::sleep(Duration::from_millis(20));
                         continue;
                     }
-                    // Not held across the call: a renewal waits out a coordinator that does
-                    // not answer (up to its retry window), and the supervisor reads the
-                    // generation meanwhile.
+                    // Not held across the call: a renewal waits up to a renewal period
+                    // for its answer, and the supervisor reads the generation meanwhile.
                     let held = *lock(&generation);
                     match cluster.renew_lease(held) {
                         // A new attempt's generation replaced this one while it was renewed
@@ -131,8 +130,9 @@ impl Lease {
                             *lock(&lost) = Some(e.to_string());
                             return;
                         }
-                        // A coordinator restarting gives the holder a whole lease from its
-                        // start: try again at the next renewal.
+                        // Unanswered (a coordinator restarting gives the holder a whole
+                        // lease from its start; a connection that lost the answer is
+                        // dropped): try again at the next renewal, on a new connection.
                         Err(e) => tracing::warn!(error = %e, "renewing the job's lease"),
                         Ok(()) => {}
                     }

@@ -1,6 +1,7 @@
 //! The job's lease, held as `eckpt run` holds it: the job claims it once every node has
-//! registered, renews it five times per lease period, and its ranks carry the generation
-//! it was granted in every request. A renewal the coordinator refuses is judged against
+//! registered, renews it five times per lease period (each renewal answered within a
+//! renewal period or abandoned), and its ranks carry the generation it was granted in
+//! every request. A renewal the coordinator refuses is judged against
 //! what the faults did: the lease may expire while the supervisor itself was cut off from
 //! the coordinator (its host frozen, its link cut or stalled), and the job then claims it
 //! again, as the `eckpt run` that takes a job over does; refused otherwise — the
@@ -12,7 +13,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use anyhow::Result;
-use eckpt_cluster_api::commands::coordinator_call;
+use eckpt_cluster_api::commands::{coordinator_call, coordinator_call_within};
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
 use eckpt_cluster_api::msg::{JobClaim, JobStart, LeaseHolder, RenewLease};
 use eckpt_cluster_api::ErrorKind;
@@ -82,7 +83,8 @@ pub(crate) async fn renew(
         let Some(held) = generation.get() else {
             continue;
         };
-        let refused = match coordinator_call(&dir, RenewLease { generation: held }, |_| {}).await {
+        let renewal = coordinator_call_within(&dir, RenewLease { generation: held }, every);
+        let refused = match renewal.await {
             Err(e) if e.kind() == ErrorKind::Fenced => e,
             // A coordinator restarting gives the holder a whole lease from its start.
             _ => continue,

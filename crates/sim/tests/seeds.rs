@@ -129,13 +129,21 @@ const FOUND: [(u64, &str); 12] = [
 ];
 
 /// Seeds that found a defect in a storm (`eckpt-sim --storm`), as [`FOUND`].
-const FOUND_IN_STORMS: [(u64, &str); 1] = [
+const FOUND_IN_STORMS: [(u64, &str); 2] = [
     // A coded object's parity cut short by a torn write failed every later epoch of its
     // group on an I/O error that marked nothing for repair. A read that meets the file's end
     // is damage now: the node is marked damaged and the recovery repairs it.
     (
         1796096199052,
         "every epoch failed on a parity file cut short, which nothing repaired",
+    ),
+    // A cut of 280 ms lost a lease renewal's answer, and the renewal waited the cluster's
+    // whole answer window (5 s) on that connection while the 2 s lease ran out under a live
+    // supervisor. A renewal waits one renewal period now, and the next goes out on a new
+    // connection.
+    (
+        1796096199060,
+        "a renewal stuck on a connection that lost its answer let a live job's lease expire",
     ),
 ];
 
