@@ -205,11 +205,25 @@ impl ParityStore {
         Ok(())
     }
 
-    /// Starts staging the update of `id` to `version`: the changes are folded into a work
-    /// file, not into memory ([`StagedUpdate`]).
-    pub fn stage(&self, id: ObjectId, version: u64) -> Result<StagedUpdate, ClusterError> {
+    /// Starts staging the update of `id` from version `parent` (the object's committed
+    /// version, as the coordinator's task says) to `version`: the changes are folded into a
+    /// work file, not into memory ([`StagedUpdate`]). The parity must be at `parent`: a
+    /// committed update not applied yet (its commit did not reach this node) is applied
+    /// first, and a parity at any other version is refused as damage — folding changes
+    /// into another version's parity would make parity that decodes to neither.
+    pub fn stage(&self, id: ObjectId, parent: u64, version: u64) -> Result<StagedUpdate, ClusterError> {
         let dir = self.committed_dir(id);
-        let reader = ParityReader::open(&dir, id)?;
+        let mut reader = ParityReader::open(&dir, id)?;
+        if reader.version() < parent && self.staged_versions(id).contains(&parent) {
+            self.apply_update(id, parent)?;
+            reader = ParityReader::open(&dir, id)?;
+        }
+        if reader.version() != parent {
+            return Err(ClusterError::Corrupt(format!(
+                "the parity of object {id} here is at version {}, and the update to {version} builds on version {parent}",
+                reader.version()
+            )));
+        }
         let work_path = dir.join(format!("stage-{version}.work"));
         let work = OpenOptions::new()
             .create(true)
@@ -287,6 +301,24 @@ impl ParityStore {
         write_atomic(&mpath, &sealed::seal(&manifest))?;
         fs::remove_file(&stage_path).map_err(io_at(&stage_path))?;
         fsync_dir(&dir)
+    }
+
+    /// Brings `id` to its committed `version`: the staged update of that version is applied
+    /// if it is here (its commit was decided), and every older staged update is dropped.
+    /// Those are of epochs that were aborted — one whose task reached this node only after
+    /// the abort, or after the node resolved its store, is staged all the same — and never
+    /// apply: a stage holds new contents, and applied over a later version it would put an
+    /// aborted epoch's parity back. A newer stage is left to its own decision: the next
+    /// epoch's may be staged already when this commit arrives late.
+    pub fn settle(&self, id: ObjectId, version: u64) -> Result<(), ClusterError> {
+        for staged in self.staged_versions(id) {
+            if staged == version {
+                self.apply_update(id, staged)?;
+            } else if staged < version {
+                self.drop_update(id, staged)?;
+            }
+        }
+        Ok(())
     }
 
     /// Drops a staged update (the epoch was aborted).
@@ -825,6 +857,68 @@ mod tests {
         );
     }
 
+    /// Stages the update of the committed object from `parent` to `version` that XORs
+    /// `fill` into the first 8 bytes of chunk 1.
+    fn staged(coded: &ParityStore, parent: u64, version: u64, fill: u8) {
+        let mut staged = coded.stage(ID, parent, version).unwrap();
+        staged
+            .modify(1, 0, 8, |bytes| {
+                bytes.fill(fill);
+                Ok(())
+            })
+            .unwrap();
+        staged.seal().unwrap();
+    }
+
+    /// An update of an aborted epoch whose task reached a node after the abort (its coordinator
+    /// link stalled, the node registered again) is staged all the same. Found by the
+    /// simulator: the node restarted later, and its resolve applied that stage over the
+    /// committed version as if it had been committed, putting the aborted epoch's contents
+    /// back into chunks the next update then folded its changes into — parity that decoded
+    /// to neither epoch, under a status that called the group protected.
+    #[test]
+    fn a_stage_of_an_aborted_epoch_never_applies() {
+        let tmp = tempfile::tempdir().unwrap();
+        let coded = ParityStore::open(tmp.path()).unwrap();
+        let before = vec![3u8; 1024];
+        committed(&coded, 512, &before);
+        // Epoch 8, aborted, staged late; epoch 9 staged and committed.
+        staged(&coded, 7, 8, 0xA8);
+        staged(&coded, 7, 9, 0xA9);
+        coded.settle(ID, 9).unwrap();
+        let mut expected = before.clone();
+        expected[512..520].fill(3 ^ 0xA9);
+        assert_eq!(parity_of(&coded), expected);
+        assert_eq!(coded.parity_reader(ID).unwrap().version(), 9);
+        assert!(coded.staged_versions(ID).is_empty(), "the stale stage is gone");
+        // Epoch 10 staged before epoch 9's commit arrives again: left to its own decision.
+        staged(&coded, 9, 10, 0xB0);
+        coded.settle(ID, 9).unwrap();
+        assert_eq!(parity_of(&coded), expected);
+        assert_eq!(coded.staged_versions(ID), vec![10]);
+    }
+
+    /// An update builds on the version its task names: a committed update whose commit did
+    /// not reach the node is applied first; a parity at any other version is damage.
+    #[test]
+    fn an_update_builds_only_on_the_version_its_task_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let coded = ParityStore::open(tmp.path()).unwrap();
+        committed(&coded, 512, &[3u8; 1024]);
+        let Err(err) = coded.stage(ID, 6, 8) else {
+            panic!("an update was staged on another version")
+        };
+        assert!(
+            matches!(err, ClusterError::Corrupt(_)) && err.to_string().contains("at version 7"),
+            "{err}"
+        );
+        staged(&coded, 7, 8, 0xA8);
+        // Epoch 8 committed, its commit lost: epoch 9's task says the parity is at 8.
+        staged(&coded, 8, 9, 0xA9);
+        assert_eq!(coded.parity_reader(ID).unwrap().version(), 8);
+        assert_eq!(coded.staged_versions(ID), vec![9]);
+    }
+
     /// A committed object of `chunks` chunks of `chunk` bytes holding `parity`.
     fn committed(coded: &ParityStore, chunk: usize, parity: &[u8]) {
         let mut w = coded
@@ -853,7 +947,7 @@ mod tests {
         let before: Vec<u8> = (0..1024u32).map(|i| (i * 7) as u8).collect();
         committed(&coded, 512, &before);
         let stage = |version| {
-            let mut staged = coded.stage(ID, version).unwrap();
+            let mut staged = coded.stage(ID, 7, version).unwrap();
             staged
                 .modify(1, 100, 12, |bytes| {
                     assert_eq!(bytes, [0; 12], "a difference starts at zero");
@@ -911,7 +1005,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let coded = ParityStore::open(tmp.path()).unwrap();
         committed(&coded, 256, &[3u8; 1024]);
-        let mut staged = coded.stage(ID, 8).unwrap();
+        let mut staged = coded.stage(ID, 7, 8).unwrap();
         for index in [2, 0] {
             staged
                 .modify(index, 10, 20, |bytes| {
@@ -944,7 +1038,7 @@ mod tests {
         let mut bytes = fs::read(&path).unwrap();
         bytes[2 * 256 + 200] ^= 1;
         fs::write(&path, bytes).unwrap();
-        let mut staged = coded.stage(ID, 9).unwrap();
+        let mut staged = coded.stage(ID, 7, 9).unwrap();
         staged
             .modify(2, 10, 20, |bytes| {
                 bytes.fill(1);
@@ -975,7 +1069,7 @@ mod tests {
             let before: Vec<u8> = (0..4 * chunk).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
             committed(&coded, chunk, &before);
             let mut expected = before.clone();
-            let mut staged = coded.stage(ID, 8).unwrap();
+            let mut staged = coded.stage(ID, 7, 8).unwrap();
             for (index, at, bytes) in &changes {
                 let at = at.index(chunk);
                 let bytes = &bytes[..bytes.len().min(chunk - at)];

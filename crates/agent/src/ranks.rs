@@ -122,9 +122,7 @@ impl Agent {
         for &(id, version) in objects {
             self.coded.commit(id)?;
             if let Some(v) = version {
-                if self.coded.staged_versions(id).contains(&v) {
-                    self.coded.apply_update(id, v)?;
-                }
+                self.coded.settle(id, v)?;
             }
         }
         self.coded.retain(keep)
@@ -148,8 +146,10 @@ impl Agent {
     }
 
     /// Brings local state in line with the coordinator after a restart: prepared rank
-    /// epochs up to `committed` are committed, later ones aborted; staged updates up to each
-    /// object's committed version applied, others dropped; objects not kept removed.
+    /// epochs up to `committed` are committed, later ones aborted; the staged update of each
+    /// object's committed version applied, every other dropped
+    /// ([`ParityStore::settle`](crate::parity_store::ParityStore::settle) and the newer
+    /// ones); objects not kept removed.
     pub fn resolve(
         &self,
         committed: u64,
@@ -183,13 +183,16 @@ impl Agent {
             }
         }
         for (id, _) in self.coded.objects()? {
-            let version = versions.iter().find(|(v, _)| *v == id).map(|(_, v)| *v);
             // Not left: an object whose update failed would be reported held at a version
             // it is not at.
+            let version = versions.iter().find(|(v, _)| *v == id).map(|&(_, v)| v);
+            if let Some(v) = version {
+                self.coded.settle(id, v)?;
+            }
+            // What is staged beyond the journal's version was not committed when the node
+            // registered: dropped, as a prepared epoch after `committed` is aborted.
             for staged in self.coded.staged_versions(id) {
-                if version.is_some_and(|v| staged <= v) {
-                    self.coded.apply_update(id, staged)?;
-                } else {
+                if version.is_none_or(|v| staged > v) {
                     self.coded.drop_update(id, staged)?;
                 }
             }

@@ -517,7 +517,8 @@ impl ParityRole {
         links: &mut [TaskLinks],
     ) -> Result<ParityRole, ClusterError> {
         let (coded, id, epoch) = (part.agent.coded.clone(), part.task.object.id, part.task.epoch);
-        let staged = blocking(move || coded.stage(id, epoch)).await?;
+        let parent = part.task.object.version;
+        let staged = blocking(move || coded.stage(id, parent, epoch)).await?;
         let stage = Arc::new(Mutex::new(Stage {
             staged,
             geometry: part.geometry.clone(),
