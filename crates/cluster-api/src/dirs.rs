@@ -236,6 +236,15 @@ impl Deadlines {
         (self.idle_ms > 0).then(|| Duration::from_millis(self.idle_ms))
     }
 
+    /// How long a cluster that an `eckpt run` started waits with no job before it stops
+    /// itself, where `--idle-lease` does not say: six leases. A job whose supervisor
+    /// stalled past its lease (stopped, starved, cut off) must find its cluster still up when
+    /// it, or the run that takes it over, claims the job again: a lease long for a stall, a
+    /// few more for the claim.
+    pub fn run_idle(&self) -> Duration {
+        self.lease() * 6
+    }
+
     /// How long an agent waits for the answer to its registration: registering journals
     /// the agent and the agent then resolves its store, so it gets at least the time of a
     /// connection.

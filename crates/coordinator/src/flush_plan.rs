@@ -41,7 +41,8 @@ pub fn plan_flush_restore(
     nodes.extend(promoted.iter().cloned());
     if nodes.len() <= m {
         return Err(ClusterError::Unrecoverable(format!(
-            "{} node(s) alive: a group of m={m} parity members needs at least {}",
+            "only {} node(s) alive, fewer than m+1={}: the flushed ranks cannot be protected; add \
+             spares (`eckpt join --spare`) and run `eckpt recover` again",
             nodes.len(),
             m + 1
         )));
@@ -154,6 +155,6 @@ mod tests {
         let alive: BTreeSet<String> = ["n0", "n1"].iter().map(|s| s.to_string()).collect();
         let e = plan_flush_restore(&j, &alive, 2, 3).unwrap_err();
         assert_eq!(e.kind(), eckpt_cluster_api::ErrorKind::Unrecoverable);
-        assert!(e.to_string().contains("needs at least 3"), "{e}");
+        assert!(e.to_string().contains("fewer than m+1=3"), "{e}");
     }
 }

@@ -277,7 +277,7 @@ impl Coordinator {
                     "generation {} of job {} holds the cluster now ({holder}): the run of generation {generation} that started it does not stop it under its successor; the cluster stops once no job ran on it for {:.0} s",
                     job.generation,
                     job.id.as_deref().unwrap_or("-"),
-                    self.deadlines.idle().unwrap_or(self.deadlines.lease()).as_secs_f64()
+                    self.deadlines.idle().unwrap_or(self.deadlines.run_idle()).as_secs_f64()
                 )))
             }
             (Stopper::Idle, Some(_)) => {
@@ -291,14 +291,16 @@ impl Coordinator {
 
     /// A run's refused stop hands the cluster to its idle rule: the period the rule must
     /// start with, unless it runs already (`--idle-lease`, or an earlier hand-over). Without
-    /// `--idle-lease`, a lease period: the run that started the cluster meant it to end with
-    /// the job.
+    /// `--idle-lease`, [`Deadlines::run_idle`](eckpt_cluster_api::dirs::Deadlines::run_idle):
+    /// the run that started the cluster meant it to end with the job, but not under a
+    /// successor whose supervisor merely stalled past a lease (a single lease stopped the
+    /// cluster under a job frozen for two, found by the simulator).
     pub(super) async fn hand_to_idle_rule(&self) -> Option<Duration> {
         let mut gate = self.stop_gate.lock().await;
         if std::mem::replace(&mut gate.idle_rule, true) {
             return None;
         }
-        Some(self.deadlines.idle().unwrap_or(self.deadlines.lease()))
+        Some(self.deadlines.idle().unwrap_or(self.deadlines.run_idle()))
     }
 
     /// `RenewLease`.

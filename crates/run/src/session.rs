@@ -298,7 +298,7 @@ impl Session {
 /// cluster then stops itself, checkpoints kept, once no run has held it for this long — six
 /// leases, and never before a starting run has had its wait for the agents.
 fn temporary_idle(deadlines: &Deadlines) -> Duration {
-    (6 * deadlines.lease()).max(deadlines.start_wait())
+    deadlines.run_idle().max(deadlines.start_wait())
 }
 
 /// `up`'s options for a new cluster of `hosts`: named by their names, the last `--spares`
