@@ -25,11 +25,13 @@ python3 - "$name" "$@" > "$name.json" <<'EOF'
 import glob, json, sys
 name, args = sys.argv[1], sys.argv[2:]
 total = {"args": args, "processes": 0, "seeds": 0, "simulated_hours": 0.0, "real_seconds": 0.0,
-         "faults": {}, "invariant_checks": 0, "final_losses_survived": 0, "failed_seeds": []}
+         "faults": {}, "invariant_checks": 0, "final_losses_survived": 0,
+         "flushed_epochs_checked": 0, "restarts_from_flush": 0, "failed_seeds": []}
 for path in sorted(glob.glob(f"{name}.[0-9]*.json")):
     part = json.load(open(path))
     total["processes"] += 1
-    for key in ("seeds", "simulated_hours", "invariant_checks", "final_losses_survived"):
+    for key in ("seeds", "simulated_hours", "invariant_checks", "final_losses_survived",
+                "flushed_epochs_checked", "restarts_from_flush"):
         total[key] += part[key]
     total["real_seconds"] = max(total["real_seconds"], part["real_seconds"])
     for kind, n in part["faults"].items():

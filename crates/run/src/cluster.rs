@@ -234,7 +234,7 @@ async fn watch(dir: ClusterDir, mut epoch: u64, send: Sender<EpochOutcome>, stop
 mod tests {
     use std::time::Instant;
 
-    use eckpt_cluster_api::dirs::{ClusterFile, Deadlines, CLUSTER_FORMAT};
+    use eckpt_cluster_api::dirs::{Deadlines, CLUSTER_FORMAT};
     use eckpt_cluster_api::msg::{CoordRequest, Hello};
     use eckpt_cluster_api::net::{accept_loop, listen_for_cluster, next_request};
     use eckpt_coding::config::CodingConfig;
@@ -247,20 +247,17 @@ mod tests {
     fn silent_coordinator(root: &std::path::Path, deadlines: Deadlines) -> ClusterDir {
         let dir = ClusterDir::new(root).unwrap();
         std::fs::create_dir_all(dir.coordinator()).unwrap();
-        let file = ClusterFile {
-            format: CLUSTER_FORMAT,
-            coding: CodingConfig::default(),
-            coordinator_unix: Endpoint::Unix(dir.coordinator_socket()),
-            coordinator_tcp: None,
-            coordinator_host: None,
-            netns: None,
-            flush: None,
-            deadlines,
-            agent_placement: Default::default(),
-        };
-        std::fs::write(dir.cluster_file(), serde_json::to_vec(&file).unwrap()).unwrap();
+        let endpoint = Endpoint::Unix(dir.coordinator_socket());
+        // What `cluster.json` must say; the rest takes its defaults.
+        let file = serde_json::json!({
+            "format": CLUSTER_FORMAT,
+            "coding": CodingConfig::default(),
+            "coordinator_unix": endpoint,
+            "deadlines": deadlines,
+        });
+        std::fs::write(dir.cluster_file(), file.to_string()).unwrap();
         let secret = ClusterSecret::create_file(&dir.secret()).unwrap();
-        let (endpoint, listening) = (file.coordinator_unix.clone(), std::sync::mpsc::channel());
+        let listening = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             runtime().unwrap().block_on(async move {
                 let listener = listen_for_cluster(&endpoint, &secret, &deadlines).await.unwrap();

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use eckpt_cluster::launch::{self, NewCluster, UpOptions};
-use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
+use eckpt_cluster_api::dirs::{ClusterDir, Deadlines, FlushConfig};
 use eckpt_cluster_api::msg::Status;
 use eckpt_coding::config::CodingConfig;
 
@@ -26,6 +26,9 @@ pub struct Shape {
     pub coding: CodingConfig,
     /// The cluster's time bounds.
     pub deadlines: Deadlines,
+    /// Flush a committed epoch to shared storage (the scratch directory's `flush/`) every
+    /// this many epochs; `None`: no flushes.
+    pub flush_every: Option<u64>,
 }
 
 /// A simulated cluster's files: its directory, shared by every host as a shared file system
@@ -62,7 +65,13 @@ impl SimCluster {
                 exe: PathBuf::from("eckpt"),
                 agents: false,
                 bind: Some(COORDINATOR.into()),
-                flush: None,
+                flush: shape.flush_every.map(|every| FlushConfig {
+                    dir: flush_dir(root.path()),
+                    every,
+                    rate: None,
+                    keep: 2,
+                    restore_from_job: None,
+                }),
                 job: None,
                 deadlines: shape.deadlines,
                 domains: Default::default(),
@@ -152,6 +161,12 @@ fn scratch_parent() -> PathBuf {
         None if std::path::Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
         None => std::env::temp_dir(),
     }
+}
+
+/// The flush directory of the cluster whose scratch directory is `root`, shared by every
+/// host as shared storage is.
+fn flush_dir(root: &std::path::Path) -> PathBuf {
+    root.join("flush")
 }
 
 /// The machine identity a simulated host says it is: one of its own, not the process's.

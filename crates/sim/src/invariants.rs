@@ -59,6 +59,9 @@ impl Invariants {
         if let Some(why) = &self.shared.borrow().lease_lost {
             bail!("a live holder lost the job's lease: {why}");
         }
+        if let Some(why) = &self.shared.borrow().stopped_under_successor {
+            bail!("a superseded run stopped the cluster its successor holds: {why}");
+        }
         let told = self.shared.borrow().committed_told;
         if self.journal_changed() {
             let journal = Journal::load(&self.journal)?;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::Result;
 use eckpt_cluster_api::commands::{coordinator_call, coordinator_call_within};
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
-use eckpt_cluster_api::msg::{JobClaim, JobStart, LeaseHolder, RenewLease};
+use eckpt_cluster_api::msg::{JobClaim, JobStart, LeaseHolder, RenewLease, StopCluster};
 use eckpt_cluster_api::ErrorKind;
 
 use crate::run::{Shared, JOB};
@@ -120,6 +120,30 @@ pub(crate) async fn renew(
         );
         generation.set(None);
         generation.set(Some(claim(&dir, world, &deadlines, &trace).await));
+        stop_as_superseded(&dir, held, &trace, &shared).await;
+    }
+}
+
+/// What the run of generation `superseded` does once another took its job over: woken
+/// (it was stopped, or cut off), it ends and stops the cluster it started, as the
+/// superseded `eckpt run` of an attack did under the run that had taken over (resumed after
+/// SIGSTOP). The coordinator must refuse it while the new generation holds the lease, and
+/// leave the cluster to its idle rule; a stop let through fails the run.
+async fn stop_as_superseded(dir: &ClusterDir, superseded: u64, trace: &Trace, shared: &RefCell<Shared>) {
+    let stop = StopCluster {
+        by_run: Some(superseded),
+    };
+    match coordinator_call(dir, stop, |_| {}).await {
+        Ok(()) => {
+            let now = turmoil::sim_elapsed().unwrap_or_default();
+            shared.borrow_mut().stopped_under_successor = Some(format!(
+                "at {now:?}: the coordinator let the run of generation {superseded} stop the cluster"
+            ));
+        }
+        Err(e) => trace.event(
+            JOB,
+            format!("the superseded run of generation {superseded} stops the cluster: {e}"),
+        ),
     }
 }
 

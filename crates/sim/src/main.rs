@@ -47,6 +47,11 @@ struct Summary {
     /// Seeds whose final loss ran (`status` said the cluster was healthy at the end, and m
     /// members of each group were lost) and every rank read back after it.
     final_losses_survived: u64,
+    /// Flushed epochs whose every rank read back byte for byte from shared storage.
+    flushed_epochs_checked: u64,
+    /// Seeds whose job was restarted from its flush after a loss beyond m, every rank read
+    /// back byte for byte.
+    restarts_from_flush: u64,
     failed_seeds: Vec<u64>,
 }
 
@@ -97,6 +102,8 @@ fn main() -> Result<()> {
         summary.simulated_hours += outcome.simulated.as_secs_f64() / 3600.0;
         summary.invariant_checks += outcome.checks;
         summary.final_losses_survived += u64::from(outcome.final_loss_survived);
+        summary.flushed_epochs_checked += outcome.flushes_checked;
+        summary.restarts_from_flush += u64::from(outcome.restarted_from_flush);
         for (kind, n) in &outcome.faults {
             *summary.faults.entry(kind).or_default() += n;
         }
@@ -136,5 +143,7 @@ fn print_table(s: &Summary) {
     }
     println!("invariant checks   {}", s.invariant_checks);
     println!("final losses       {}", s.final_losses_survived);
+    println!("flushed epochs     {}", s.flushed_epochs_checked);
+    println!("flush restarts     {}", s.restarts_from_flush);
     println!("failed seeds       {:?}", s.failed_seeds);
 }

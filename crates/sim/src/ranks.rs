@@ -11,13 +11,13 @@ use anyhow::{anyhow, bail, Context, Result};
 use eckpt_cluster_api::call::ToCoordinator;
 use eckpt_cluster_api::commands::{export_items, CoordinatorLink};
 use eckpt_cluster_api::dirs::ClusterDir;
-use eckpt_cluster_api::msg::{OpenEpoch, RankReady, RankReport, WaitEpoch};
+use eckpt_cluster_api::msg::{FlushRestore, OpenEpoch, RankReady, RankReport, WaitEpoch};
 use eckpt_store::{Options, Store};
 
 use crate::lease::Generation;
 
 /// The store item a light rank's image is.
-const ITEM: &str = "image";
+pub(crate) const ITEM: &str = "image";
 
 /// Bytes of an image that change together from epoch to epoch.
 const BLOCK: usize = 4096;
@@ -196,6 +196,43 @@ impl Rank {
     /// gone — exported by the coordinator, from the node that holds it or decoded from its
     /// group — and checks it byte for byte against the image of that epoch: the epoch.
     pub async fn restore(&mut self, dir: &ClusterDir, seed: u64, bytes: usize) -> Result<u64> {
+        let (epoch, read) = self.read_back(dir).await?;
+        if read != image(seed, self.rank, epoch, bytes) {
+            bail!("rank {}: epoch {epoch} is not the image it wrote", self.rank);
+        }
+        Ok(epoch)
+    }
+
+    /// Reads the rank's newest committed image back, as [`Rank::restore`], once the job was
+    /// restarted from its flush (`restart`): it must be the epoch the restart made, holding
+    /// the image the rank wrote for the flushed epoch.
+    pub async fn restore_restarted(
+        &mut self,
+        dir: &ClusterDir,
+        seed: u64,
+        bytes: usize,
+        restart: &FlushRestore,
+    ) -> Result<()> {
+        let (epoch, read) = self.read_back(dir).await?;
+        let rank = self.rank;
+        if epoch != restart.epoch {
+            bail!(
+                "rank {rank}: epoch {epoch} read back, where the restart from flushed epoch {} made epoch {}",
+                restart.flushed_epoch,
+                restart.epoch
+            );
+        }
+        if read != image(seed, rank, restart.flushed_epoch, bytes) {
+            bail!(
+                "rank {rank}: epoch {epoch} is not the image it wrote for flushed epoch {}",
+                restart.flushed_epoch
+            );
+        }
+        Ok(())
+    }
+
+    /// The rank's newest committed epoch and its image, exported by the coordinator.
+    async fn read_back(&mut self, dir: &ClusterDir) -> Result<(u64, Vec<u8>)> {
         let rank = self.rank;
         let exported = tokio::time::timeout(self.limit, export_items(dir, rank, None, |name| name == ITEM))
             .await
@@ -206,9 +243,6 @@ impl Rank {
             .find(|(name, _)| name == ITEM)
             .map(|(_, content)| content)
             .ok_or_else(|| anyhow!("rank {rank}: epoch {epoch} has no {ITEM}"))?;
-        if read != image(seed, rank, epoch, bytes) {
-            bail!("rank {rank}: epoch {epoch} is not the image it wrote");
-        }
-        Ok(epoch)
+        Ok((epoch, read))
     }
 }

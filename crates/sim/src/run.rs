@@ -9,10 +9,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use eckpt_cluster_api::commands::coordinator_call;
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
 use eckpt_cluster_api::msg::{Recover, Relocation, Status, StatusReport};
+use eckpt_cluster_api::ErrorKind;
 use eckpt_coding::config::{CodingConfig, Layout, Mode, Topology};
 
 use crate::cluster::{Shape, SimCluster, COORDINATOR};
@@ -95,6 +96,12 @@ impl Plan {
                     handshake_ms: 1_000,
                     idle_ms: 0,
                 },
+                // A stream of its own, as leases: flushes in one seed of three, every one to
+                // three epochs.
+                flush_every: {
+                    let mut flushes = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x0F10_54E5);
+                    (flushes.random_range(0..3) == 0).then(|| flushes.random_range(1..=3))
+                },
             },
             ranks: (groups * holders) as u32,
             image_bytes: rng.random_range(2..=12) * 4096 + rng.random_range(0..4096),
@@ -144,6 +151,11 @@ pub struct Outcome {
     /// Whether the final loss ran (`status` said the cluster was healthy) and every rank
     /// read back after it.
     pub final_loss_survived: bool,
+    /// Flushed epochs whose every rank read back byte for byte from shared storage.
+    pub flushes_checked: u64,
+    /// Whether the job was restarted from its flush after a loss beyond m, every rank read
+    /// back byte for byte.
+    pub restarted_from_flush: bool,
 }
 
 /// What the job and the simulation's loop share.
@@ -170,8 +182,15 @@ pub(crate) struct Shared {
     pub supervisor_cut_off: Vec<CutOff>,
     /// When the coordinator was frozen: cut off from everyone.
     pub coordinator_frozen: Vec<CutOff>,
+    /// Flushed epochs whose every rank read back byte for byte from shared storage.
+    pub flushes_checked: u64,
+    /// The job was restarted from its flush after losing more than m members of a group,
+    /// and every rank read back byte for byte.
+    pub restarted_from_flush: bool,
     /// Why a live holder lost the job's lease, if it did.
     pub lease_lost: Option<String>,
+    /// When a superseded run's stop of the cluster was let through under its successor.
+    pub stopped_under_successor: Option<String>,
 }
 
 /// Runs `plan`; `echo` prints the trace as it goes. Runs of one process take turns: the
@@ -189,7 +208,31 @@ pub fn run(plan: &Plan, echo: bool) -> Outcome {
         simulated: Duration::ZERO,
         failure: None,
         final_loss_survived: false,
+        flushes_checked: 0,
+        restarted_from_flush: false,
     };
+    let (shape, coding) = (&plan.shape, &plan.shape.coding);
+    trace.at(
+        Duration::ZERO,
+        "sim",
+        format!(
+            "seed {}: {} nodes and {} spares, k={} m={} {:?} {:?} {:?}; {} ranks of {} bytes; {}; flushes {}",
+            plan.seed,
+            shape.nodes,
+            shape.spares,
+            coding.k,
+            coding.m,
+            coding.mode,
+            coding.layout,
+            coding.topology,
+            plan.ranks,
+            plan.image_bytes,
+            if plan.supervised { "a lease" } else { "no lease" },
+            shape
+                .flush_every
+                .map_or("none".into(), |n| format!("every {n} epochs")),
+        ),
+    );
     if let Err(e) = run_traced(plan, &trace, &mut outcome) {
         trace.at(outcome.simulated, "sim", format!("FAILED: {e:#}"));
         outcome.failure = Some(format!("{e:#}"));
@@ -320,6 +363,8 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
         bail!("the job ended without reading its images back");
     }
     outcome.final_loss_survived = shared.borrow().final_loss_survived;
+    outcome.flushes_checked = shared.borrow().flushes_checked;
+    outcome.restarted_from_flush = shared.borrow().restarted_from_flush;
     Ok(())
 }
 
@@ -533,6 +578,7 @@ async fn job(plan: Plan, dir: ClusterDir, trace: Trace, shared: Rc<RefCell<Share
         progressed: RefCell::new(BTreeSet::new()),
         all_progressed: tokio::sync::Notify::new(),
         out_of_room: std::cell::Cell::new(false),
+        unrecoverable_since: std::cell::Cell::new(None),
     });
     let mut running = tokio::task::JoinSet::new();
     for r in 0..plan.ranks {
@@ -570,14 +616,51 @@ async fn job(plan: Plan, dir: ClusterDir, trace: Trace, shared: Rc<RefCell<Share
         }
     }
     trace.event(JOB, "every rank read back byte for byte");
+    shared.borrow_mut().flushes_checked = check_flushes(&plan, &dir, &trace)?;
     // A copy found damaged on the way was decoded from its group and its node marked
     // damaged: `eckpt run` rebuilds it before the next attempt.
     job.recover().await;
     if !job.out_of_room.get() {
         final_loss(&job, &mut ranks).await?;
     }
+    let flushed = shared.borrow().flushes_checked > 0;
+    if flushed && shared.borrow().final_loss_survived {
+        shared.borrow_mut().restarted_from_flush = restart_from_flush(&job, &mut ranks).await?;
+    }
     shared.borrow_mut().done = true;
     Ok(())
+}
+
+/// Reads every rank of every epoch published in the cluster's flush directory back as
+/// `eckpt restore --from-flush` does (no cluster: each block checked against the flush's
+/// manifest) and compares it with the image the rank wrote for that epoch; a flushed epoch
+/// newer than the journal's committed one fails too. The flushed epochs checked.
+fn check_flushes(plan: &Plan, dir: &ClusterDir, trace: &Trace) -> Result<u64> {
+    let Some(flush) = dir.load()?.flush else {
+        return Ok(0);
+    };
+    let committed = eckpt_coordinator::Journal::load(&dir.journal())?.committed;
+    let flushed = eckpt_flush::FlushDir::new(&flush.dir);
+    let epochs = flushed.epochs()?;
+    for &epoch in &epochs {
+        if epoch > committed {
+            bail!("epoch {epoch} was flushed, but the journal's committed epoch is {committed}");
+        }
+        let read = flushed.open(epoch)?;
+        for rank in 0..plan.ranks {
+            let image = read
+                .read_item(rank, crate::ranks::ITEM)
+                .with_context(|| format!("rank {rank} of flushed epoch {epoch}"))?;
+            if image != crate::ranks::image(plan.seed, rank, epoch, plan.image_bytes) {
+                bail!("rank {rank} of flushed epoch {epoch} is not the image it wrote");
+            }
+        }
+    }
+    trace.event(
+        JOB,
+        format!("flushed epochs {epochs:?}: every rank read back byte for byte"),
+    );
+    Ok(epochs.len() as u64)
 }
 
 /// How long after the job the cluster has to say it is healthy, and then to count the nodes
@@ -628,6 +711,76 @@ async fn final_loss(job: &JobState, ranks: &mut [Rank]) -> Result<()> {
     Ok(())
 }
 
+/// After the final loss, in a cluster that flushes: one more member of a group is lost, more
+/// than m, and the node level cannot serve. The recovery `eckpt run` asks for must restart
+/// the job from its newest flushed epoch — read from shared storage onto the nodes left,
+/// encoded, committed as a new epoch — and every rank must read back byte for byte as the
+/// image it wrote for that flushed epoch. Whether it did; not when the nodes left cannot
+/// hold the job's groups (the recovery says so, and the job cannot go on).
+async fn restart_from_flush(job: &JobState, ranks: &mut [Rank]) -> Result<bool> {
+    let status = coordinator_call(&job.dir, Status, |_| {}).await?;
+    let alive = |name: &String| status.nodes.iter().any(|n| &n.name == name && n.alive);
+    let Some(node) = status
+        .groups
+        .iter()
+        .find_map(|g| g.members.iter().find(|n| alive(n)).cloned())
+    else {
+        bail!("no group has a member left after the final loss");
+    };
+    let newest = eckpt_flush::FlushDir::new(job.dir.load()?.flush.context("no flush")?.dir)
+        .epochs()?
+        .last()
+        .copied()
+        .context("no flushed epoch")?;
+    job.trace.event(
+        JOB,
+        format!("losing {node} too, more than m of its group: the job restarts from flushed epoch {newest}"),
+    );
+    job.shared.borrow_mut().final_loss = vec![node.clone()];
+    let down = |s: &StatusReport| s.nodes.iter().all(|n| n.name != node || !n.alive);
+    if settled(&job.dir, SETTLE_WITHIN, down).await.is_none() {
+        bail!("the coordinator did not count {node} down within {SETTLE_WITHIN:?}");
+    }
+    let recover = Recover {
+        relocation: Relocation::Process,
+    };
+    let report = match coordinator_call(&job.dir, recover, |_| {}).await {
+        Ok(report) => report,
+        Err(e) if e.kind() == ErrorKind::Unrecoverable => {
+            job.trace.event(JOB, format!("no restart from the flush: {e}"));
+            return Ok(false);
+        }
+        Err(e) => bail!("the recovery after losing more than m of a group failed: {e}"),
+    };
+    let Some(restart) = report.from_flush else {
+        bail!(
+            "more than m of a group were lost, yet the recovery did not restart from the flush: epoch {}, rebuilt {:?}, unrecoverable {:?}",
+            report.epoch,
+            report.rebuilt,
+            report.unrecoverable
+        );
+    };
+    if restart.flushed_epoch != newest {
+        bail!(
+            "the job restarted from flushed epoch {}, not the newest, {newest} (skipped: {:?})",
+            restart.flushed_epoch,
+            restart.skipped
+        );
+    }
+    for rank in ranks {
+        rank.restore_restarted(&job.dir, job.plan.seed, job.plan.image_bytes, &restart)
+            .await?;
+    }
+    job.trace.event(
+        JOB,
+        format!(
+            "restarted from flushed epoch {newest} as epoch {}: every rank read back byte for byte",
+            restart.epoch
+        ),
+    );
+    Ok(true)
+}
+
 /// Whether `status` says the cluster is healthy: an epoch committed, every group's parity
 /// at it, every member up and undamaged.
 fn healthy(status: &StatusReport) -> bool {
@@ -676,6 +829,10 @@ struct JobState {
     /// Lost nodes left too few for the ranks to be protected (no spare, no survivor with
     /// room): no checkpoint can commit any more, and the job ends as `eckpt run` would.
     out_of_room: std::cell::Cell<bool>,
+    /// Since when every recovery has said the nodes left cannot serve: `eckpt run` waits
+    /// up to the partition grace for members that may be on their way back (rebooting,
+    /// cut off for a while) before it ends the job.
+    unrecoverable_since: std::cell::Cell<Option<tokio::time::Instant>>,
 }
 
 impl JobState {
@@ -730,25 +887,41 @@ impl JobState {
             .map(|n| n.name.as_str())
             .collect();
         if down.is_empty() {
+            self.unrecoverable_since.set(None);
             return;
         }
         let recover = Recover {
             relocation: Relocation::Process,
         };
         match coordinator_call(&self.dir, recover, |_| {}).await {
-            Ok(report) => trace.event(
-                JOB,
-                format!(
-                    "recovered {down:?}: epoch {}, rebuilt {:?}, moved {:?}, unrecoverable {:?}",
-                    report.epoch, report.rebuilt, report.moved, report.unrecoverable
-                ),
-            ),
-            Err(e) => {
-                trace.event(JOB, format!("recovery of {down:?}: {e}"));
-                if e.to_string().contains("cannot be protected") && !self.out_of_room.replace(true) {
+            Ok(report) => {
+                self.unrecoverable_since.set(None);
+                trace.event(
+                    JOB,
+                    format!(
+                        "recovered {down:?}: epoch {}, rebuilt {:?}, moved {:?}, unrecoverable {:?}",
+                        report.epoch, report.rebuilt, report.moved, report.unrecoverable
+                    ),
+                )
+            }
+            Err(e) if e.kind() == ErrorKind::Unrecoverable => {
+                let now = tokio::time::Instant::now();
+                let since = *self.unrecoverable_since.get().get_or_insert(now);
+                self.unrecoverable_since.set(Some(since));
+                let grace = self.plan.shape.deadlines.partition_grace();
+                if now - since < grace {
+                    trace.event(
+                        JOB,
+                        format!(
+                            "recovery of {down:?}: {e}: waiting up to {grace:?} for its members to come back"
+                        ),
+                    );
+                } else if !self.out_of_room.replace(true) {
+                    trace.event(JOB, format!("recovery of {down:?}: {e}"));
                     self.all_progressed.notify_one();
                 }
             }
+            Err(e) => trace.event(JOB, format!("recovery of {down:?}: {e}")),
         }
     }
 }

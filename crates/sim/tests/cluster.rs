@@ -16,6 +16,7 @@ fn epochs_commit_on_simulated_hosts() {
         spares: 0,
         coding: CodingConfig::default(),
         deadlines: Default::default(),
+        flush_every: None,
     })
     .unwrap();
     let trace = Lines::new(true);

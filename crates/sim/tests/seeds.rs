@@ -53,7 +53,7 @@ fn a_seed_replays_its_run_line_for_line() {
 
 /// Seeds in which the simulator found a defect, with what it found. Each failed before its
 /// fix (replayed with the fix taken out) and must pass after.
-const FOUND: [(u64, &str); 12] = [
+const FOUND: [(u64, &str); 15] = [
     // A coordinator freeze overlapped by a cut of one link lost a node's answer to a
     // recovery's coding task on a connection that stayed up; the recovery waited for it
     // for ever, holding the cluster's operations. Agents report their work on long requests
@@ -126,6 +126,32 @@ const FOUND: [(u64, &str); 12] = [
     // writes every item it keeps, now starts a full epoch over damage. Seeds 55, 79, 88
     // and 94 of 0-119 found it too.
     (17, "a damaged manifest failed every later checkpoint of its rank"),
+    // In update mode, a parity holder whose coordinator link stalled received an aborted
+    // epoch's update task only after it had registered again, and staged it. At its next
+    // restart its resolve applied that stage over the committed version as if it had been
+    // committed — a stage holds new contents — and the next update folded its changes into
+    // it: parity that decoded to neither epoch while `status` called the group protected (the
+    // final loss failed on a checksum). Only the staged update of an object's committed
+    // version applies now, every other is dropped, and an update refuses a parity at
+    // another version than its task builds on.
+    (
+        42,
+        "an aborted epoch's late update was applied at a restart: parity decoded to neither epoch",
+    ),
+    // A superseded run's refused stop left the cluster to its idle rule, which stopped it
+    // one lease after the successor's supervisor froze for 3.7 s. The rule waits six leases
+    // now, as for a cluster a run starts for itself.
+    (
+        28,
+        "a cluster handed to its idle rule stopped under a job whose supervisor froze for two leases",
+    ),
+    // The superseded run's stop (the second defect of the 2026-11-28 attack round), found
+    // here with its fix taken out: the coordinator let a run stop the cluster its successor
+    // held.
+    (
+        24,
+        "a superseded run stopped the cluster under the run that took its job over",
+    ),
 ];
 
 /// Seeds that found a defect in a storm (`eckpt-sim --storm`), as [`FOUND`].
@@ -204,7 +230,7 @@ fn seeded_runs_hold_every_invariant() {
             )
         })
         .collect();
-    let (mut failed, mut survived, mut faults) = (Vec::new(), 0, 0);
+    let (mut failed, mut survived, mut restarted, mut faults) = (Vec::new(), 0, 0, 0);
     for (seeds, i, child) in children {
         let out = child.wait_with_output().unwrap();
         let log = std::fs::read_to_string(logs.path().join(format!("{i}.log"))).unwrap();
@@ -219,6 +245,7 @@ fn seeded_runs_hold_every_invariant() {
             failed.push(log);
         }
         survived += summary["final_losses_survived"].as_u64().unwrap();
+        restarted += summary["restarts_from_flush"].as_u64().unwrap();
         faults += summary["faults"]
             .as_object()
             .unwrap()
@@ -239,6 +266,12 @@ fn seeded_runs_hold_every_invariant() {
     assert!(
         survived * 4 >= runs * 3,
         "only {survived} of {runs} seeds ran their final loss"
+    );
+    // A third of the seeds flush; most of those have nodes enough left after the final
+    // loss to restart from the flush.
+    assert!(
+        restarted * 6 >= runs,
+        "only {restarted} of {runs} seeds restarted from their flush"
     );
 }
 
