@@ -2,8 +2,17 @@
 //! before eckpt trusts it. A checkpoint reads a protected region and a restart writes it; a
 //! region that is unmapped (a bogus pointer) or read-only (a `const` global, a `PROT_READ`
 //! mapping) would crash the first or fail the second half done, so both are refused up front.
+//!
+//! A check asks the kernel for the mappings that hold the regions it checks, one query each
+//! (`PROCMAP_QUERY`, Linux 6.11): the text of every mapping, which a checkpoint used to read,
+//! parse and search, grows with everything the process maps — a PyTorch rank's hundreds of
+//! libraries, a thread's stack per thread — and was most of the CPU of a checkpoint of a small
+//! image by a rank with a thousand threads beside it. A kernel without the query gets the text
+//! read whole, as before.
 
+use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 
 /// One line of `/proc/self/maps`: `[start, end)` and what it allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +37,37 @@ impl MemoryMap {
     /// snapshot is only as good as the moment it was taken.
     pub fn read() -> io::Result<MemoryMap> {
         Ok(MemoryMap::parse(&std::fs::read_to_string("/proc/self/maps")?))
+    }
+
+    /// The mappings that hold `ranges` (start, length), asked of the kernel mapping by mapping,
+    /// or, where it cannot be asked ([`Query`]), all of them: enough for [`unwritable`] and
+    /// [`private_anonymous`] of any part of `ranges`.
+    ///
+    /// [`unwritable`]: MemoryMap::unwritable
+    /// [`private_anonymous`]: MemoryMap::private_anonymous
+    pub fn holding(ranges: impl IntoIterator<Item = (usize, usize)>) -> io::Result<MemoryMap> {
+        let Some(query) = Query::open()? else {
+            return MemoryMap::read();
+        };
+        let mut mappings = Vec::new();
+        for (start, len) in ranges {
+            let end = start.saturating_add(len);
+            let mut at = start;
+            while at < end {
+                match query.at(at)? {
+                    Answer::Mapped(mapping) => {
+                        at = mapping.end;
+                        mappings.push(mapping);
+                    }
+                    // A gap: `unwritable` says where the mappings held end.
+                    Answer::Unmapped => break,
+                    Answer::Unsupported => return MemoryMap::read(),
+                }
+            }
+        }
+        mappings.sort_by_key(|m| m.start);
+        mappings.dedup();
+        Ok(MemoryMap { mappings })
     }
 
     /// Parses the text of a `maps` file; lines that do not parse are skipped.
@@ -91,6 +131,88 @@ impl MemoryMap {
     fn covering(&self, start: usize, end: usize) -> impl Iterator<Item = &Mapping> {
         let first = self.mappings.partition_point(|m| m.end <= start);
         self.mappings[first..].iter().take_while(move |m| m.start < end)
+    }
+}
+
+/// The kernel's answer about one address.
+enum Answer {
+    /// The mapping holding it.
+    Mapped(Mapping),
+    /// No mapping holds it.
+    Unmapped,
+    /// The kernel cannot be asked (older than 6.11, or a sandbox that refuses the ioctl).
+    Unsupported,
+}
+
+/// `PROCMAP_QUERY` on this process's `maps` file: the mapping holding an address.
+struct Query {
+    maps: File,
+}
+
+/// `struct procmap_query` of `<linux/fs.h>` (Linux 6.11), which the `libc` crate lacks.
+#[repr(C)]
+#[derive(Default)]
+struct ProcmapQuery {
+    size: u64,
+    query_flags: u64,
+    query_addr: u64,
+    vma_start: u64,
+    vma_end: u64,
+    vma_flags: u64,
+    vma_page_size: u64,
+    vma_offset: u64,
+    inode: u64,
+    dev_major: u32,
+    dev_minor: u32,
+    vma_name_size: u32,
+    build_id_size: u32,
+    vma_name_addr: u64,
+    build_id_addr: u64,
+}
+
+/// `_IOWR('f', 17, struct procmap_query)`.
+const PROCMAP_QUERY: u64 = 0xC068_6611;
+const VMA_READABLE: u64 = 0x01;
+const VMA_WRITABLE: u64 = 0x02;
+const VMA_SHARED: u64 = 0x08;
+
+impl Query {
+    /// Opened anew for each check: a descriptor kept across a `fork` would answer for the
+    /// parent. `None` when the file cannot be opened as a query (no `/proc`).
+    fn open() -> io::Result<Option<Query>> {
+        match File::open("/proc/self/maps") {
+            Ok(maps) => Ok(Some(Query { maps })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn at(&self, address: usize) -> io::Result<Answer> {
+        let mut q = ProcmapQuery {
+            size: std::mem::size_of::<ProcmapQuery>() as u64,
+            query_addr: address as u64,
+            ..ProcmapQuery::default()
+        };
+        // SAFETY: `q` is a `struct procmap_query` of the size it says, asking for no name or
+        // build id (their sizes and addresses zero), so the kernel writes within it alone.
+        let rc = unsafe { libc::ioctl(self.maps.as_raw_fd(), PROCMAP_QUERY as _, &mut q) };
+        if rc == 0 {
+            return Ok(Answer::Mapped(Mapping {
+                start: q.vma_start as usize,
+                end: q.vma_end as usize,
+                writable: q.vma_flags & (VMA_READABLE | VMA_WRITABLE) == VMA_READABLE | VMA_WRITABLE,
+                private: q.vma_flags & VMA_SHARED == 0,
+                anonymous: q.inode == 0,
+            }));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENOENT) => Ok(Answer::Unmapped),
+            Some(libc::ENOTTY | libc::EINVAL | libc::EOPNOTSUPP | libc::EPERM | libc::EACCES) => {
+                Ok(Answer::Unsupported)
+            }
+            _ => Err(e),
+        }
     }
 }
 
@@ -167,6 +289,61 @@ mod tests {
         );
         assert!(!map.private_anonymous(0x406000, 0x1000), "shared");
         assert!(!map.private_anonymous(0x404000, 0x2000), "runs into a gap");
+    }
+
+    /// What the kernel answers about the mappings holding some ranges is what the text of
+    /// every mapping says about them (when this kernel answers at all).
+    #[test]
+    fn the_mappings_asked_for_agree_with_the_whole_text() {
+        let page = 4096;
+        let anon = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        } as usize;
+        assert_ne!(anon, libc::MAP_FAILED as usize);
+        // A read-only page and a hole in the middle: three mappings and a gap.
+        unsafe {
+            assert_eq!(libc::mprotect((anon + page) as *mut _, page, libc::PROT_READ), 0);
+            assert_eq!(libc::munmap((anon + 3 * page) as *mut _, page), 0);
+        }
+        let local = [0u8; 64];
+        let code = MemoryMap::read as fn() -> io::Result<MemoryMap> as usize;
+        let ranges = [
+            (anon, page),
+            (anon, 2 * page),
+            (anon + 2 * page, page),
+            (anon + 2 * page, 2 * page),
+            (local.as_ptr() as usize, local.len()),
+            (code, 1),
+        ];
+        let asked = MemoryMap::holding(ranges).unwrap();
+        let whole = MemoryMap::read().unwrap();
+        for (start, len) in ranges {
+            assert_eq!(
+                asked.unwritable(start, len),
+                whole.unwritable(start, len),
+                "{start:#x}+{len}"
+            );
+            assert_eq!(
+                asked.private_anonymous(start, len),
+                whole.private_anonymous(start, len),
+                "{start:#x}+{len}"
+            );
+        }
+        assert_eq!(asked.unwritable(anon, page), None);
+        assert!(asked.unwritable(anon, 2 * page).unwrap().contains("read-only"));
+        assert!(asked
+            .unwritable(anon + 2 * page, 2 * page)
+            .unwrap()
+            .contains("not mapped"));
+        assert!(asked.private_anonymous(anon + 2 * page, page));
+        unsafe { libc::munmap(anon as *mut _, 3 * page) };
     }
 
     #[test]

@@ -196,7 +196,7 @@ impl Tracker {
                         "uffd tracking needs page-aligned start and length (page {page}, start {start:#x}, len {len})"
                     ))
                 } else {
-                    match MemoryMap::read().map(|map| map.private_anonymous(start, len)) {
+                    match MemoryMap::holding([(start, len)]).map(|map| map.private_anonymous(start, len)) {
                         Ok(true) => u
                             .register(start, len)
                             .err()

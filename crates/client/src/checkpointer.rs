@@ -401,7 +401,8 @@ impl Checkpointer {
         {
             return Ok(());
         }
-        let map = MemoryMap::read().map_err(|e| Error::io(Path::new("/proc/self/maps"), e))?;
+        let map =
+            MemoryMap::holding([(start, len)]).map_err(|e| Error::io(Path::new("/proc/self/maps"), e))?;
         let refusal = map.unwritable(start, len);
         self.memory_map = Some(map);
         match refusal {
@@ -414,7 +415,8 @@ impl Checkpointer {
     /// writable: memory freed or unmapped since `protect` is refused before a checkpoint reads
     /// it (a crash) or a restart writes it (a write into someone else's memory).
     fn check_regions_mapped(&mut self) -> Result<(), Error> {
-        let map = MemoryMap::read().map_err(|e| Error::io(Path::new("/proc/self/maps"), e))?;
+        let regions = self.regions.values().map(|r| (r.ptr as usize, r.len));
+        let map = MemoryMap::holding(regions).map_err(|e| Error::io(Path::new("/proc/self/maps"), e))?;
         for (name, region) in &self.regions {
             if let Some(why) = map.unwritable(region.ptr as usize, region.len) {
                 return Err(Error::State(format!(
