@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::owner::{Draft, State};
 use super::pace::check_policy;
 use super::Coordinator;
-use eckpt_cluster_api::msg::{Abort, EpochOutcome, Opened, PaceStats, RankReport};
+use eckpt_cluster_api::msg::{Abort, EpochOutcome, NodeInfo, Opened, PaceStats, RankReport};
 use eckpt_cluster_api::ClusterError;
 
 /// Ranks' progress through the open epoch.
@@ -224,49 +224,70 @@ impl Coordinator {
         expected: Option<u64>,
         generation: Option<u64>,
     ) -> Result<Opened, ClusterError> {
-        let who = format!("rank {rank}");
-        self.fence(generation, who.clone()).await?;
-        let target = self.read(move |s| s.epochs.target(rank, expected)).await?;
-        let name = self.place_rank(rank, world, node).await?;
-        let host = name.clone();
-        let info = self.read(move |s| s.alive_node(&host)).await.ok_or_else(|| {
-            ClusterError::Refused(format!(
-                "rank {rank} lives on {name}, which is down: run `eckpt recover`"
-            ))
-        })?;
-        self.wait_open(rank, target).await?;
-        // A new attempt of the job may have started while this rank waited: its epoch is
-        // not this rank's to write.
-        self.fence(generation, who).await?;
-        // Recorded when `target - 1` was decided, which `wait_open` waited for: every rank
-        // opening `target` gets the same figures.
-        let pace = self
-            .read(move |s| s.journal().pace.get(&(target - 1)).copied())
-            .await;
+        // Three messages to the state's owner, each doing what it can at once: every rank
+        // opens every epoch, and a visit is two wake-ups of the coordinator.
+        let target = self
+            .read(move |s| {
+                s.fence(generation, &format!("rank {rank}"))?;
+                s.epochs.target(rank, expected)
+            })
+            .await?;
+        let node = self.place_rank(rank, world, node).await?;
+        let pace = self.wait_open(rank, target, generation).await?;
         Ok(Opened {
             epoch: target,
-            node: info,
+            node,
             pace,
         })
     }
 
-    /// The node hosting `rank`: where it lives, else `node` if it can host ranks, else the
-    /// least loaded alive data member. A new placement (or job size) is saved; the ranks of
-    /// a job placing themselves at once share journal writes.
-    async fn place_rank(&self, rank: u32, world: u32, node: Option<String>) -> Result<String, ClusterError> {
+    /// The alive node hosting `rank`: where it lives, else `node` if it can host ranks, else
+    /// the least loaded alive data member. A new placement (or job size) is saved; the ranks
+    /// of a job placing themselves at once share journal writes. Refused when the rank's node
+    /// is down.
+    async fn place_rank(
+        &self,
+        rank: u32,
+        world: u32,
+        node: Option<String>,
+    ) -> Result<NodeInfo, ClusterError> {
         self.state
-            .change(move |state, journal| place(journal, rank, world, node, |n| state.is_alive(n)))
+            .change(move |state, journal| {
+                let name = place(journal, rank, world, node, |n| state.is_alive(n))?;
+                state.alive_node(&name).ok_or_else(|| {
+                    ClusterError::Refused(format!(
+                        "rank {rank} lives on {name}, which is down: run `eckpt recover`"
+                    ))
+                })
+            })
             .await?
     }
 
     /// Waits until `rank` may write `target` (its previous epoch decided), at most the
-    /// cluster's open wait.
-    async fn wait_open(&self, rank: u32, target: u64) -> Result<(), ClusterError> {
+    /// cluster's open wait; then, in the same visit, fences `generation` again (a new
+    /// attempt of the job may have started while the rank waited: its epoch is not this
+    /// rank's to write) and returns the job's pace as of `target - 1`, recorded when that
+    /// epoch was decided: every rank opening `target` gets the same figures.
+    async fn wait_open(
+        &self,
+        rank: u32,
+        target: u64,
+        generation: Option<u64>,
+    ) -> Result<Option<PaceStats>, ClusterError> {
         let wait = self.deadlines.open_wait();
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let notified = self.changed.notified();
-            if let Some(opened) = self.read(move |s| s.epochs.opened(rank, target)).await {
+            let opened = self
+                .read(move |s| {
+                    let opened = s.epochs.opened(rank, target)?;
+                    Some(opened.and_then(|()| {
+                        s.fence(generation, &format!("rank {rank}"))?;
+                        Ok(s.journal().pace.get(&(target - 1)).copied())
+                    }))
+                })
+                .await;
+            if let Some(opened) = opened {
                 return opened;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
