@@ -114,6 +114,29 @@ enum GroupChange {
     Whole(GroupRecord),
     /// The same group, its objects now these.
     Objects(Vec<ObjectChange>),
+    /// The same group, its one object now of this version and of these checksums (`sums`
+    /// of [`ObjectChange::Like`]): what an epoch records for nearly every group, in as few
+    /// bytes as it takes.
+    Parity(u64, String),
+}
+
+impl GroupChange {
+    /// The change of a group whose objects are now `objects`, in the tersest spelling.
+    fn objects(mut objects: Vec<ObjectChange>) -> GroupChange {
+        if let [ObjectChange::Like {
+            was: 0,
+            version,
+            epoch: None,
+            sums: Some(sums),
+            crcs,
+        }] = objects.as_mut_slice()
+        {
+            if crcs.is_empty() {
+                return GroupChange::Parity(*version, std::mem::take(sums));
+            }
+        }
+        GroupChange::Objects(objects)
+    }
 }
 
 /// One object of a group whose objects changed.
@@ -125,8 +148,8 @@ enum ObjectChange {
     /// or `crcs`, by shard in hex (`None`, or past the list's end: as before), where a shard's
     /// count changed, and as logs written before `sums` have it. A new epoch's parity of
     /// shards laid out as before is what most epochs record for every group: spelled tersely,
-    /// since at 4,096 nodes an epoch records it for 256 groups (about 130 bytes each with
-    /// `sums`, 420 with `crcs`).
+    /// since at 4,096 nodes an epoch records it for 256 groups (about 100 bytes each as a
+    /// [`GroupChange::Parity`], 420 with `crcs`).
     Like {
         #[serde(default, skip_serializing_if = "is_zero")]
         was: usize,
@@ -197,7 +220,7 @@ impl Record {
             .enumerate()
             .filter_map(|(i, g)| match before.groups.get(i) {
                 Some(b) if b == g => None,
-                Some(b) if b.group == g.group => Some((i, GroupChange::Objects(objects_between(b, g)))),
+                Some(b) if b.group == g.group => Some((i, GroupChange::objects(objects_between(b, g)))),
                 _ => Some((i, GroupChange::Whole(g.clone()))),
             })
             .collect();
@@ -223,51 +246,16 @@ impl Record {
         for i in 0..self.groups {
             let group = match changes.remove(&i) {
                 Some(GroupChange::Whole(g)) => g,
-                Some(GroupChange::Objects(objects)) => {
-                    let was = before
-                        .get(i)
-                        .and_then(Option::as_ref)
-                        .ok_or(format!("no group {i} to change"))?;
-                    let objects = objects
-                        .into_iter()
-                        .map(|o| match o {
-                            ObjectChange::Whole(o) => Ok(o),
-                            ObjectChange::Like {
-                                was: at,
-                                version,
-                                epoch,
-                                sums,
-                                crcs,
-                            } => {
-                                let mut o = was
-                                    .objects
-                                    .get(at)
-                                    .ok_or(format!("no object {at} in group {i}"))?
-                                    .clone();
-                                (o.id.epoch, o.version) = (epoch.unwrap_or(version), version);
-                                if let Some(sums) = sums {
-                                    set_sums(&mut o, &sums)
-                                        .ok_or(format!("bad checksums {sums:?} in group {i}"))?;
-                                }
-                                if crcs.len() > o.shards.len() {
-                                    return Err(format!(
-                                        "more checksums than shards in group {i}'s object {at}"
-                                    ));
-                                }
-                                for (shard, crcs) in o.shards.iter_mut().zip(crcs) {
-                                    if let Some(hex) = crcs {
-                                        shard.crcs = from_hex(&hex)
-                                            .ok_or(format!("bad checksums {hex:?} in group {i}"))?;
-                                    }
-                                }
-                                Ok(o)
-                            }
-                        })
-                        .collect::<Result<_, String>>()?;
-                    GroupRecord {
-                        group: was.group.clone(),
-                        objects,
-                    }
+                Some(GroupChange::Objects(objects)) => changed_objects(i, &before, objects)?,
+                Some(GroupChange::Parity(version, sums)) => {
+                    let like = ObjectChange::Like {
+                        was: 0,
+                        version,
+                        epoch: None,
+                        sums: Some(sums),
+                        crcs: Vec::new(),
+                    };
+                    changed_objects(i, &before, vec![like])?
                 }
                 None => before
                     .get_mut(i)
@@ -284,6 +272,54 @@ impl Record {
             None => Ok(()),
         }
     }
+}
+
+/// Group `i` of `before` with its objects changed as `objects` say.
+fn changed_objects(
+    i: usize,
+    before: &[Option<GroupRecord>],
+    objects: Vec<ObjectChange>,
+) -> Result<GroupRecord, String> {
+    let was = before
+        .get(i)
+        .and_then(Option::as_ref)
+        .ok_or(format!("no group {i} to change"))?;
+    let objects = objects
+        .into_iter()
+        .map(|o| match o {
+            ObjectChange::Whole(o) => Ok(o),
+            ObjectChange::Like {
+                was: at,
+                version,
+                epoch,
+                sums,
+                crcs,
+            } => {
+                let mut o = was
+                    .objects
+                    .get(at)
+                    .ok_or(format!("no object {at} in group {i}"))?
+                    .clone();
+                (o.id.epoch, o.version) = (epoch.unwrap_or(version), version);
+                if let Some(sums) = sums {
+                    set_sums(&mut o, &sums).ok_or(format!("bad checksums {sums:?} in group {i}"))?;
+                }
+                if crcs.len() > o.shards.len() {
+                    return Err(format!("more checksums than shards in group {i}'s object {at}"));
+                }
+                for (shard, crcs) in o.shards.iter_mut().zip(crcs) {
+                    if let Some(hex) = crcs {
+                        shard.crcs = from_hex(&hex).ok_or(format!("bad checksums {hex:?} in group {i}"))?;
+                    }
+                }
+                Ok(o)
+            }
+        })
+        .collect::<Result<_, String>>()?;
+    Ok(GroupRecord {
+        group: was.group.clone(),
+        objects,
+    })
 }
 
 /// A group's objects after a change, each as an object it had before when only the id, the
@@ -611,8 +647,9 @@ mod tests {
         encoded(&mut after, 11, 2);
         let record = sealed::seal_line(&Record::between(&before, &after));
         let snapshot = sealed::seal(&after);
-        // 256 groups of 14 checksums: about 130 bytes a group (420 in hex).
-        assert!(record.len() < 40 << 10, "{} bytes", record.len());
+        // 256 groups of 14 checksums: about 100 bytes a group (420 in hex), and the
+        // coordinator writes it to both logs.
+        assert!(record.len() < 28 << 10, "{} bytes", record.len());
         assert!(
             record.len() * 20 < snapshot.len(),
             "{} of {}",
@@ -632,7 +669,10 @@ mod tests {
         encoded(&mut after, 4, 9);
         let record = Record::between(&before, &after);
         let line = serde_json::to_string(&record).unwrap();
-        assert!(line.contains("\"sums\"") && !line.contains("\"crcs\""), "{line}");
+        assert!(
+            line.contains("\"Parity\"") && !line.contains("\"crcs\""),
+            "{line}"
+        );
         let mut replayed = before.clone();
         record.apply(&mut replayed).unwrap();
         assert!(same(&replayed, &after));
@@ -641,14 +681,13 @@ mod tests {
         let mut value: serde_json::Value = serde_json::from_str(&line).unwrap();
         for (g, change) in value["changed_groups"].as_object_mut().unwrap() {
             let group = &after.groups[g.parse::<usize>().unwrap()];
-            let like = &mut change["Objects"][0]["Like"];
-            like.as_object_mut().unwrap().remove("sums");
-            like["crcs"] = group.objects[0]
+            let version = change["Parity"][0].clone();
+            let crcs: Vec<_> = group.objects[0]
                 .shards
                 .iter()
                 .map(|shard| (!shard.crcs.is_empty()).then(|| to_hex(&shard.crcs)))
-                .collect::<Vec<_>>()
-                .into();
+                .collect();
+            *change = serde_json::json!({"Objects": [{"Like": {"version": version, "crcs": crcs}}]});
         }
         let old: Record = serde_json::from_value(value).unwrap();
         let mut replayed = before.clone();
@@ -669,7 +708,7 @@ mod tests {
             assert!(same(&replayed, to));
         }
         let mut bad = serde_json::to_value(Record::between(&before, &after)).unwrap();
-        bad["changed_groups"]["0"]["Objects"][0]["Like"]["sums"] = "AAAA".into();
+        bad["changed_groups"]["0"]["Parity"][1] = "AAAA".into();
         let bad: Record = serde_json::from_value(bad).unwrap();
         let err = bad.apply(&mut before.clone()).unwrap_err();
         assert!(err.contains("bad checksums"), "{err}");
