@@ -2,7 +2,9 @@
 //! (a crash, its disk kept) or lost (crashed for good, its disk gone), links cut (packets
 //! refused) or stalled (packets held, then delivered), hosts frozen (every link of theirs
 //! stalled), each for a while; freezes of the coordinator that strike as it plans a
-//! recovery, the moment when a stall once left a group without its parity; bits that flip
+//! recovery, the moment when a stall once left a group without its parity; the coordinator
+//! cut off from everyone past its partition grace, after which it once declared lost every
+//! node that was on its way back; bits that flip
 //! in what a node stores (rot its disk does not report); and writes torn by a crash — a
 //! node's stored file that loses its tail though its disk said it was written, the
 //! coordinator's journal log ending in half a record.
@@ -54,6 +56,14 @@ pub enum Fault {
         /// How long.
         lasting: Duration,
     },
+    /// The coordinator is cut off from every node and from the job for `lasting`, longer
+    /// than its liveness period and partition grace together: its links held, as when its
+    /// host's network goes down while TCP retransmits. The nodes run on, none of them out
+    /// of reach on its own side: the coordinator's silence must cost none of them.
+    Isolate {
+        /// How long.
+        lasting: Duration,
+    },
     /// One bit flips in a file the node stores bulk data in — a rank's epoch or a coded
     /// object — chosen by `pick` among them when it strikes: what a disk that returns
     /// wrong bytes without an error does. The node stays up and counts against the run's
@@ -94,6 +104,7 @@ impl Fault {
             Fault::Cut { .. } => "cut",
             Fault::Stall { .. } => "stall",
             Fault::Freeze { .. } => "freeze",
+            Fault::Isolate { .. } => "isolation",
             Fault::Flip { .. } => "flip",
             Fault::Tear { .. } => "tear",
             Fault::TearLog { .. } => "torn log",
@@ -123,6 +134,11 @@ pub struct FaultPlan {
     pub blips: usize,
     /// The longest a blip lasts.
     pub blip_longest: Duration,
+    /// One run in `isolations` cuts the coordinator off from everyone for a while of
+    /// `isolation` ([`isolations`]); none when 0.
+    pub isolations: u32,
+    /// The shortest and the longest such a cut lasts.
+    pub isolation: (Duration, Duration),
 }
 
 /// A freeze of the coordinator that strikes `after` it plans a recovery, for `lasting`.
@@ -148,6 +164,28 @@ pub fn recovery_freezes(seed: u64, plan: &FaultPlan) -> Vec<RecoveryFreeze> {
             lasting: Duration::from_millis(rng.random_range(1..longest_ms)),
         })
         .collect()
+}
+
+/// The coordinator's isolation in the run of `seed`, if it draws one (one run in
+/// `plan.isolations`): it begins in the window and ends by the time every other fault has
+/// healed (`plan.from + plan.window + plan.longest`). A stream of its own: a run without
+/// one is the run it was before isolations existed.
+pub fn isolations(seed: u64, plan: &FaultPlan) -> Vec<(Duration, Fault)> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x1501_A7ED);
+    if plan.isolations == 0 || rng.random_range(0..plan.isolations) != 0 {
+        return Vec::new();
+    }
+    let (shortest, longest) = (
+        plan.isolation.0.as_millis() as u64,
+        plan.isolation.1.as_millis() as u64,
+    );
+    let lasting = Duration::from_millis(rng.random_range(shortest..longest.max(shortest + 1)));
+    let room = (plan.window + plan.longest)
+        .saturating_sub(lasting)
+        .as_millis()
+        .max(1) as u64;
+    let at = plan.from + Duration::from_millis(rng.random_range(0..room));
+    vec![(at, Fault::Isolate { lasting })]
 }
 
 /// Bit flips in the stores of the run of `seed`: as many as the loss budget left after
@@ -350,6 +388,8 @@ mod tests {
             recovery_freezes,
             blips: 0,
             blip_longest: Duration::ZERO,
+            isolations: 0,
+            isolation: (Duration::ZERO, Duration::ZERO),
         }
     }
 
@@ -481,6 +521,42 @@ mod tests {
         assert!(torn
             .iter()
             .all(|(at, t)| matches!(t, Fault::TearLog { .. }) && at.as_secs() % 2 == 0));
+    }
+
+    #[test]
+    fn about_one_run_in_isolations_cuts_the_coordinator_off_for_a_while_that_ends_before_the_faults_heal() {
+        let plan = FaultPlan {
+            isolations: 4,
+            isolation: (Duration::from_secs(5), Duration::from_secs(9)),
+            ..window(20, 0, 0)
+        };
+        let healed = plan.from + plan.window + plan.longest;
+        let mut isolated = 0;
+        for seed in 0..400 {
+            let drawn = isolations(seed, &plan);
+            assert_eq!(drawn, isolations(seed, &plan));
+            assert!(drawn.len() <= 1, "{drawn:?}");
+            for (at, fault) in &drawn {
+                let Fault::Isolate { lasting } = fault else {
+                    panic!("{fault:?} is no isolation")
+                };
+                assert!(
+                    *lasting >= plan.isolation.0 && *lasting < plan.isolation.1,
+                    "{fault:?}"
+                );
+                assert!(*at >= plan.from && *at + *lasting <= healed, "{at:?} {fault:?}");
+                isolated += 1;
+            }
+        }
+        assert!(
+            isolated > 70 && isolated < 130,
+            "{isolated} of 400 runs, about one in four"
+        );
+        let none = FaultPlan {
+            isolations: 0,
+            ..plan
+        };
+        assert!((0..100).all(|seed| isolations(seed, &none).is_empty()));
     }
 
     #[test]

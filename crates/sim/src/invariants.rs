@@ -7,6 +7,8 @@
 //! - An epoch a rank was told was committed is committed in the journal.
 //! - The job's supervisor keeps its lease unless it was cut off from the coordinator
 //!   (`lease.rs`).
+//! - No node is rebuilt elsewhere, and no group given up for lost, that was neither
+//!   damaged nor out of the coordinator's reach on its own side lately (`outages.rs`).
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -58,6 +60,9 @@ impl Invariants {
         self.checks += 1;
         if let Some(why) = &self.shared.borrow().lease_lost {
             bail!("a live holder lost the job's lease: {why}");
+        }
+        if let Some(why) = &self.shared.borrow().lost_without_cause {
+            bail!("a node was declared lost that was not: {why}");
         }
         if let Some(why) = &self.shared.borrow().stopped_under_successor {
             bail!("a superseded run stopped the cluster its successor holds: {why}");

@@ -18,6 +18,7 @@ pub mod faults;
 pub mod invariants;
 pub mod lease;
 pub mod network;
+pub mod outages;
 pub mod ranks;
 pub mod run;
 pub mod trace;

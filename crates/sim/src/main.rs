@@ -31,6 +31,10 @@ struct Args {
     /// up to half a second) besides its others. A stormy seed replays with `--storm` too.
     #[arg(long)]
     storm: bool,
+    /// Draw no isolation of the coordinator (one seed in four draws one): a seed named
+    /// before isolations were drawn replays the run it was found in with this.
+    #[arg(long)]
+    no_isolation: bool,
     /// The summary as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -57,9 +61,15 @@ struct Summary {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    let plan = |seed| match args.storm {
-        true => Plan::stormy(seed),
-        false => Plan::drawn(seed),
+    let plan = |seed| {
+        let mut plan = match args.storm {
+            true => Plan::stormy(seed),
+            false => Plan::drawn(seed),
+        };
+        if args.no_isolation {
+            plan.faults.isolations = 0;
+        }
+        plan
     };
     if let Some(seed) = args.replay {
         let outcome = run(&plan(seed), true);

@@ -3,8 +3,12 @@
 //! placed on (the blocks that changed, as the library's memory tracking finds them, or the
 //! whole image, as it writes files and items), report it ready, wait for the decision — as
 //! tasks of a simulated host. Images are drawn from the run's seed, the rank
-//! and the epoch, so that any epoch's bytes can be checked again later.
+//! and the epoch, so that any epoch's bytes can be checked again later; an epoch a restart
+//! from a flush made holds the images of the flushed epoch ([`Restarts`]).
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -73,12 +77,19 @@ mod tests {
     }
 }
 
+/// The epochs that restarts of the job from its flush made, each with the flushed epoch
+/// whose images it holds: shared by the job's ranks, as a relaunched application resumes
+/// from the state it read back.
+pub type Restarts = Rc<RefCell<BTreeMap<u64, u64>>>;
+
 /// One rank of a job of `world` ranks.
 pub struct Rank {
     rank: u32,
     world: u32,
     /// The generation of the job's lease holder, which the rank's requests carry.
     generation: Generation,
+    /// The job's restarts from its flush.
+    restarts: Restarts,
     link: CoordinatorLink,
     retry: Duration,
     /// The most one call may take, retries included (as the rank library bounds it).
@@ -96,14 +107,21 @@ pub struct Checkpointed {
 
 impl Rank {
     /// Rank `rank` of `world`, reaching the coordinator of `dir`, of the attempt whose
-    /// generation `generation` holds.
-    pub fn new(dir: &ClusterDir, rank: u32, world: u32, generation: Generation) -> Result<Rank> {
+    /// generation `generation` holds, of the job restarted from its flush as `restarts` say.
+    pub fn new(
+        dir: &ClusterDir,
+        rank: u32,
+        world: u32,
+        generation: Generation,
+        restarts: Restarts,
+    ) -> Result<Rank> {
         let deadlines = dir.load()?.deadlines;
         let retry = deadlines.coordinator_retry();
         Ok(Rank {
             rank,
             world,
             generation,
+            restarts,
             link: CoordinatorLink::new(dir)?,
             retry,
             limit: deadlines.open_wait() + 2 * retry,
@@ -147,7 +165,7 @@ impl Rank {
             .filter(|_| !writer.is_full() && rank.is_multiple_of(2))
         {
             Some(parent) => {
-                let old = image(seed, rank, parent, bytes);
+                let old = self.image_of(seed, parent, bytes);
                 let changed: Vec<(u64, &[u8])> = new
                     .chunks(BLOCK)
                     .zip(old.chunks(BLOCK))
@@ -192,20 +210,27 @@ impl Rank {
         })
     }
 
+    /// The image this rank's `epoch` holds: the one drawn for it, or for the flushed epoch
+    /// whose images a restart from the flush made it hold.
+    fn image_of(&self, seed: u64, epoch: u64, bytes: usize) -> Vec<u8> {
+        let drawn_for = self.restarts.borrow().get(&epoch).copied().unwrap_or(epoch);
+        image(seed, self.rank, drawn_for, bytes)
+    }
+
     /// Reads the rank's newest committed image back as a restart does when its node may be
     /// gone — exported by the coordinator, from the node that holds it or decoded from its
-    /// group — and checks it byte for byte against the image of that epoch: the epoch.
+    /// group — and checks it byte for byte against the image that epoch holds: the epoch.
     pub async fn restore(&mut self, dir: &ClusterDir, seed: u64, bytes: usize) -> Result<u64> {
         let (epoch, read) = self.read_back(dir).await?;
-        if read != image(seed, self.rank, epoch, bytes) {
+        if read != self.image_of(seed, epoch, bytes) {
             bail!("rank {}: epoch {epoch} is not the image it wrote", self.rank);
         }
         Ok(epoch)
     }
 
     /// Reads the rank's newest committed image back, as [`Rank::restore`], once the job was
-    /// restarted from its flush (`restart`): it must be the epoch the restart made, holding
-    /// the image the rank wrote for the flushed epoch.
+    /// restarted from its flush (`restart`, among the job's restarts): it must be the epoch
+    /// the restart made, holding the image the rank wrote for the flushed epoch.
     pub async fn restore_restarted(
         &mut self,
         dir: &ClusterDir,
@@ -213,19 +238,13 @@ impl Rank {
         bytes: usize,
         restart: &FlushRestore,
     ) -> Result<()> {
-        let (epoch, read) = self.read_back(dir).await?;
-        let rank = self.rank;
+        let epoch = self.restore(dir, seed, bytes).await?;
         if epoch != restart.epoch {
             bail!(
-                "rank {rank}: epoch {epoch} read back, where the restart from flushed epoch {} made epoch {}",
+                "rank {}: epoch {epoch} read back, where the restart from flushed epoch {} made epoch {}",
+                self.rank,
                 restart.flushed_epoch,
                 restart.epoch
-            );
-        }
-        if read != image(seed, rank, restart.flushed_epoch, bytes) {
-            bail!(
-                "rank {rank}: epoch {epoch} is not the image it wrote for flushed epoch {}",
-                restart.flushed_epoch
             );
         }
         Ok(())

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use eckpt_cluster_api::commands::coordinator_call;
 use eckpt_cluster_api::dirs::{ClusterDir, Deadlines};
-use eckpt_cluster_api::msg::{Recover, Relocation, Status, StatusReport};
+use eckpt_cluster_api::msg::{FlushRestore, Recover, Relocation, Status, StatusReport};
 use eckpt_cluster_api::ErrorKind;
 use eckpt_coding::config::{CodingConfig, Layout, Mode, Topology};
 
@@ -20,7 +20,8 @@ use crate::cluster::{Shape, SimCluster, COORDINATOR};
 use crate::faults::{self, Fault, FaultPlan};
 use crate::invariants::Invariants;
 use crate::lease::{CutOff, Generation};
-use crate::ranks::Rank;
+use crate::outages::Outages;
+use crate::ranks::{Rank, Restarts};
 use crate::trace::{Lines, Trace};
 
 /// The host the job's ranks run on.
@@ -116,6 +117,10 @@ impl Plan {
                 recovery_freezes: 2,
                 blips: 0,
                 blip_longest: Duration::from_millis(500),
+                // Past the liveness period and the partition grace: what was left of the
+                // grace when the coordinator heard its agents again once cost their nodes.
+                isolations: 4,
+                isolation: (Duration::from_secs(5), Duration::from_secs(9)),
             },
             finish_within: Duration::from_secs(120),
             // A stream of its own: leases in a run changed none of the other draws.
@@ -182,6 +187,11 @@ pub(crate) struct Shared {
     pub supervisor_cut_off: Vec<CutOff>,
     /// When the coordinator was frozen: cut off from everyone.
     pub coordinator_frozen: Vec<CutOff>,
+    /// When each node was out of the coordinator's reach on its own side.
+    pub outages: Outages,
+    /// A node rebuilt elsewhere, or a group given up for lost, that nothing had made
+    /// unreachable lately nor damaged, if there was one.
+    pub lost_without_cause: Option<String>,
     /// Flushed epochs whose every rank read back byte for byte from shared storage.
     pub flushes_checked: u64,
     /// The job was restarted from its flush after losing more than m members of a group,
@@ -256,6 +266,7 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
     };
     let mut schedule = faults::draw(plan.seed, &fault_plan, &linked, &members);
     schedule.extend(faults::blips(plan.seed, &fault_plan, &linked));
+    schedule.extend(faults::isolations(plan.seed, &fault_plan));
     let mut at_rest = Vec::new();
     for (at, flip) in faults::disk_flips(plan.seed, &fault_plan, &schedule, &members) {
         match at {
@@ -446,11 +457,13 @@ fn inject(
         }
         Fault::Restart { host, .. } if host == JOB => return Ok(false),
         Fault::Restart { host, down } => {
+            note_outage(shared, host, now, *down);
             sim.crash(host.as_str());
             trace.at(now, "sim", format!("{host} crashes for {down:?}"));
             harm.pending.push((now + *down, Heal::Bounce(host.clone())));
         }
         Fault::Lose { node } => {
+            note_outage(shared, node, now, Duration::MAX);
             sim.crash(node.as_str());
             std::fs::remove_dir_all(cluster.local(node))?;
             harm.lost.insert(node.clone());
@@ -458,6 +471,7 @@ fn inject(
         }
         Fault::Cut { a, b, lasting } => {
             note_cut_off(shared, [a, b], now, *lasting);
+            note_link_outage(shared, [a, b], now, *lasting);
             sim.partition(a.as_str(), b.as_str());
             trace.at(now, "sim", format!("link {a}-{b} cut for {lasting:?}"));
             harm.pending
@@ -465,12 +479,22 @@ fn inject(
         }
         Fault::Stall { a, b, lasting } => {
             note_cut_off(shared, [a, b], now, *lasting);
+            note_link_outage(shared, [a, b], now, *lasting);
             sim.hold(a.as_str(), b.as_str());
             trace.at(now, "sim", format!("link {a}-{b} stalled for {lasting:?}"));
             harm.pending
                 .push((now + *lasting, Heal::Release(a.clone(), b.clone())));
         }
+        Fault::Isolate { lasting } => {
+            trace.at(now, "sim", format!("{COORDINATOR} is cut off from everyone"));
+            let freeze = Fault::Freeze {
+                host: COORDINATOR.into(),
+                lasting: *lasting,
+            };
+            return inject(sim, cluster, &freeze, now, harm, shared, trace);
+        }
         Fault::Freeze { host, lasting } => {
+            note_outage(shared, host, now, *lasting);
             if host == JOB {
                 note_cut_off(shared, [host, &COORDINATOR.to_string()], now, *lasting);
             }
@@ -516,6 +540,7 @@ fn inject(
                 );
                 return Ok(false);
             };
+            note_outage(shared, node, now, *down);
             sim.crash(node.as_str());
             let file = path.strip_prefix(&local).unwrap_or(&path).display();
             trace.at(
@@ -544,6 +569,23 @@ fn inject(
 fn note_cut_off(shared: &RefCell<Shared>, ends: [&String; 2], now: Duration, lasting: Duration) {
     if ends.iter().any(|e| *e == JOB) && ends.iter().any(|e| *e == COORDINATOR) {
         shared.borrow_mut().supervisor_cut_off.push((now, now + lasting));
+    }
+}
+
+/// Notes `host`, if it is a node, out of the coordinator's reach on its own side from `now`
+/// for `lasting`.
+fn note_outage(shared: &RefCell<Shared>, host: &str, now: Duration, lasting: Duration) {
+    if host != COORDINATOR && host != JOB {
+        shared.borrow_mut().outages.note(host, now, lasting);
+    }
+}
+
+/// Notes the node at one end of a fault of the link `ends`, if the other is the
+/// coordinator, out of its reach on its own side from `now` for `lasting`.
+fn note_link_outage(shared: &RefCell<Shared>, ends: [&String; 2], now: Duration, lasting: Duration) {
+    match ends {
+        [node, other] | [other, node] if other == COORDINATOR => note_outage(shared, node, now, lasting),
+        _ => {}
     }
 }
 
@@ -579,10 +621,11 @@ async fn job(plan: Plan, dir: ClusterDir, trace: Trace, shared: Rc<RefCell<Share
         all_progressed: tokio::sync::Notify::new(),
         out_of_room: std::cell::Cell::new(false),
         unrecoverable_since: std::cell::Cell::new(None),
+        restarts: Restarts::default(),
     });
     let mut running = tokio::task::JoinSet::new();
     for r in 0..plan.ranks {
-        let rank = Rank::new(&dir, r, plan.ranks, generation.clone())?;
+        let rank = Rank::new(&dir, r, plan.ranks, generation.clone(), job.restarts.clone())?;
         running.spawn_local(job.clone().rank_loop(r, rank));
     }
     job.all_progressed.notified().await;
@@ -599,7 +642,13 @@ async fn job(plan: Plan, dir: ClusterDir, trace: Trace, shared: Rc<RefCell<Share
     tokio::time::sleep(Duration::from_millis(5)).await;
     let mut ranks = Vec::new();
     for r in 0..plan.ranks {
-        ranks.push(Rank::new(&dir, r, plan.ranks, generation.clone())?);
+        ranks.push(Rank::new(
+            &dir,
+            r,
+            plan.ranks,
+            generation.clone(),
+            job.restarts.clone(),
+        )?);
     }
     loop {
         let told = shared.borrow().committed_told;
@@ -767,6 +816,7 @@ async fn restart_from_flush(job: &JobState, ranks: &mut [Rank]) -> Result<bool> 
             restart.skipped
         );
     }
+    job.restarted(&restart);
     for rank in ranks {
         rank.restore_restarted(&job.dir, job.plan.seed, job.plan.image_bytes, &restart)
             .await?;
@@ -833,6 +883,9 @@ struct JobState {
     /// up to the partition grace for members that may be on their way back (rebooting,
     /// cut off for a while) before it ends the job.
     unrecoverable_since: std::cell::Cell<Option<tokio::time::Instant>>,
+    /// The job's restarts from its flush: a recovery of more than m members of a group in
+    /// a cluster that flushes makes one, whenever it comes.
+    restarts: Restarts,
 }
 
 impl JobState {
@@ -896,6 +949,10 @@ impl JobState {
         match coordinator_call(&self.dir, recover, |_| {}).await {
             Ok(report) => {
                 self.unrecoverable_since.set(None);
+                self.judge_rebuilt(&report.rebuilt);
+                if let Some(restart) = &report.from_flush {
+                    self.restarted(restart);
+                }
                 trace.event(
                     JOB,
                     format!(
@@ -917,11 +974,71 @@ impl JobState {
                         ),
                     );
                 } else if !self.out_of_room.replace(true) {
+                    self.judge_out_of_room(&status);
                     trace.event(JOB, format!("recovery of {down:?}: {e}"));
                     self.all_progressed.notify_one();
                 }
             }
             Err(e) => trace.event(JOB, format!("recovery of {down:?}: {e}")),
+        }
+    }
+
+    /// Notes the job restarted from its flush as `restart` says: the epoch it made holds
+    /// the images of the flushed one.
+    fn restarted(&self, restart: &FlushRestore) {
+        self.restarts
+            .borrow_mut()
+            .insert(restart.epoch, restart.flushed_epoch);
+        self.trace.event(
+            JOB,
+            format!(
+                "restarted from flushed epoch {} as epoch {}",
+                restart.flushed_epoch, restart.epoch
+            ),
+        );
+    }
+
+    /// Whether `node` had a cause to be lost by `now`: its stored data damaged, or out of the
+    /// coordinator's reach on its own side lately — within the longest the coordinator may
+    /// take to judge a node after its silence (its liveness period, twice the partition
+    /// grace, an agent's reconnection) and the longest fault (a recovery the coordinator was
+    /// frozen in finishes that much later than it was planned).
+    fn lost_with_cause(&self, node: &str, now: Duration) -> bool {
+        let deadlines = &self.plan.shape.deadlines;
+        let within = deadlines.liveness()
+            + 2 * deadlines.partition_grace()
+            + deadlines.reconnection()
+            + self.plan.faults.longest;
+        let shared = self.shared.borrow();
+        shared.damaged.contains(node) || shared.outages.lately(node, now, within)
+    }
+
+    /// Notes in `shared.lost_without_cause` a node of `rebuilt` that had no cause to be
+    /// lost ([`JobState::lost_with_cause`]).
+    fn judge_rebuilt(&self, rebuilt: &[(String, BTreeMap<u32, String>)]) {
+        let now = turmoil::sim_elapsed().unwrap_or_default();
+        if let Some((node, _)) = rebuilt.iter().find(|(node, _)| !self.lost_with_cause(node, now)) {
+            let why = format!(
+                "at {now:?}: {node} was rebuilt elsewhere, yet nothing had made it unreachable lately"
+            );
+            self.shared.borrow_mut().lost_without_cause.get_or_insert(why);
+        }
+    }
+
+    /// Notes in `shared.lost_without_cause` a group that `status` says lost more than m
+    /// members, of which m or fewer had a cause to be lost ([`JobState::lost_with_cause`]),
+    /// as the job gives up for want of room.
+    fn judge_out_of_room(&self, status: &StatusReport) {
+        let now = turmoil::sim_elapsed().unwrap_or_default();
+        for g in status.groups.iter().filter(|g| g.lost.len() > g.m) {
+            let caused = g.lost.iter().filter(|n| self.lost_with_cause(n, now)).count();
+            if caused <= g.m {
+                let why = format!(
+                    "at {now:?}: the job ends, group {} having lost {:?}, more than m={}, yet only {caused} of them had been unreachable lately",
+                    g.id, g.lost, g.m
+                );
+                self.shared.borrow_mut().lost_without_cause.get_or_insert(why);
+            }
         }
     }
 }

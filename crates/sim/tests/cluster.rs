@@ -38,7 +38,7 @@ fn epochs_commit_on_simulated_hosts() {
             for r in 0..world {
                 let dir = dir.clone();
                 ranks.push(tokio::task::spawn_local(async move {
-                    Rank::new(&dir, r, world, Default::default())?
+                    Rank::new(&dir, r, world, Default::default(), Default::default())?
                         .checkpoint(7, 64 << 10)
                         .await
                 }));
