@@ -980,6 +980,13 @@ pub struct RecoveryReport {
     pub decode_traffic: BTreeMap<String, (u64, u64)>,
     /// Seconds spent re-encoding.
     pub encode_seconds: f64,
+    /// Seconds from the recovery's start (once no agent is awaited) to its plan: verifying
+    /// what the survivors hold, and planning what to rebuild where.
+    #[serde(default)]
+    pub plan_seconds: f64,
+    /// Of `plan_seconds`, verifying the survivors: a scrub of what each alive node holds.
+    #[serde(default)]
+    pub verify_seconds: f64,
     /// What could not be recovered (more than `m` losses in a group).
     pub unrecoverable: Vec<String>,
     /// Warnings (e.g. too few nodes left to restore full redundancy).

@@ -325,6 +325,7 @@ impl Coordinator {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+        let began = Instant::now();
         let (journal, alive, damaged_before, flushed_since) = self
             .read(|s| {
                 let flushed_since = s.flush.has_flushed_after(s.journal().job.fresh_from);
@@ -340,17 +341,20 @@ impl Coordinator {
             ..RecoveryReport::default()
         };
         progress.step("verifying survivors", 0, 3).await;
+        let verifying = Instant::now();
         let damaged = if epoch > 0 {
             self.scrub(&journal, &alive).await
         } else {
             BTreeMap::new()
         };
+        report.verify_seconds = verifying.elapsed().as_secs_f64();
         for (name, what) in &damaged {
             report.warnings.push(format!("{name} holds damaged data: {what}"));
         }
         let alive_names: BTreeSet<String> = alive.keys().cloned().collect();
         let damaged_names: BTreeSet<String> = damaged.keys().cloned().collect();
         let planned = plan_recovery(&journal, &alive_names, &damaged_names, relocation);
+        report.plan_seconds = began.elapsed().as_secs_f64();
         // The node level cannot serve: the job restarts from its flush, if it has one.
         let cannot_serve = match &planned {
             Err(e) if e.kind() == ErrorKind::Unrecoverable => Some(e.to_string()),

@@ -156,6 +156,11 @@ pub(crate) struct Report {
     recover_seconds: Option<f64>,
     /// What of it was neither the decode nor the re-encode: planning and journal commits.
     pub recover_plan_and_commit_seconds: Option<f64>,
+    /// Of the recovery, from its start to its plan (the coordinator's `plan_seconds`):
+    /// verifying what every survivor holds, and planning.
+    plan_seconds: Option<f64>,
+    /// Of `plan_seconds`, verifying the survivors.
+    verify_seconds: Option<f64>,
     /// From the end of the recovery (or of the epochs) until every rank restarted, each
     /// with exactly the bytes it checkpointed.
     restart_seconds: f64,
@@ -413,10 +418,12 @@ fn print_text(r: &Report) {
     if let (Some(detect), Some(recover)) = (r.detect_seconds, r.recover_seconds) {
         println!(
             "killed {}: detected in {detect:.2} s (liveness {:.1} s), recovered in {recover:.2} s \
-             ({:.2} s planning and commits)",
+             ({:.2} s planning and commits; planned in {:.2} s, {:.2} s of it verifying the survivors)",
             r.killed.join(" "),
             r.liveness_seconds,
-            r.recover_plan_and_commit_seconds.unwrap_or_default()
+            r.recover_plan_and_commit_seconds.unwrap_or_default(),
+            r.plan_seconds.unwrap_or_default(),
+            r.verify_seconds.unwrap_or_default()
         );
     }
     println!(
@@ -638,6 +645,7 @@ fn measure_with(o: &Options, dir_path: &Path, logs: &Path, agents: &mut Agents) 
         .cloned()
         .collect();
     let (mut detect_seconds, mut recover_seconds, mut recover_plan_and_commit_seconds) = (None, None, None);
+    let (mut plan_seconds, mut verify_seconds) = (None, None);
     if !killed.is_empty() {
         let began = Instant::now();
         for node in &killed {
@@ -669,6 +677,7 @@ fn measure_with(o: &Options, dir_path: &Path, logs: &Path, agents: &mut Agents) 
         recover_seconds = Some(seconds);
         recover_plan_and_commit_seconds =
             Some((seconds - report.decode_seconds - report.encode_seconds).max(0.0));
+        (plan_seconds, verify_seconds) = (Some(report.plan_seconds), Some(report.verify_seconds));
     }
     let restart_seconds = restart_all(dir_path, size, &digests, o.restart_threads)?;
 
@@ -709,6 +718,8 @@ fn measure_with(o: &Options, dir_path: &Path, logs: &Path, agents: &mut Agents) 
         detect_seconds,
         recover_seconds,
         recover_plan_and_commit_seconds,
+        plan_seconds,
+        verify_seconds,
         restart_seconds,
         coordinator_rss_bytes: peak_rss(&coordinator_pid.to_string())?,
         agent_processes: agents.processes.len(),
