@@ -4,7 +4,9 @@
 //! stalled), each for a while; freezes of the coordinator that strike as it plans a
 //! recovery, the moment when a stall once left a group without its parity; the coordinator
 //! cut off from everyone past its partition grace, after which it once declared lost every
-//! node that was on its way back; bits that flip
+//! node that was on its way back; hosts whose code and clock stop (SIGSTOP), as a
+//! coordinator stopped mid-recovery once reported redundancy restored without the parity;
+//! bits that flip
 //! in what a node stores (rot its disk does not report); and writes torn by a crash — a
 //! node's stored file that loses its tail though its disk said it was written, the
 //! coordinator's journal log ending in half a record.
@@ -51,6 +53,17 @@ pub enum Fault {
     /// others see of a host stopped (SIGSTOP) or starved, though its own timers run on.
     /// A link of a frozen host stays held through the heal of any other fault on it.
     Freeze {
+        /// The host.
+        host: String,
+        /// How long.
+        lasting: Duration,
+    },
+    /// The host's code and clock stop for `lasting`, as SIGSTOP (or a hypervisor pausing
+    /// its VM) stops a process, while its kernel still takes packets (turmoil's
+    /// `Sim::stop`, vendor/turmoil). Then it runs again and finds its clock jumped, what
+    /// arrived meanwhile waiting and every timer due at once. A frozen host is seen the same
+    /// way from outside, but its own timers run through the freeze.
+    Stop {
         /// The host.
         host: String,
         /// How long.
@@ -104,6 +117,7 @@ impl Fault {
             Fault::Cut { .. } => "cut",
             Fault::Stall { .. } => "stall",
             Fault::Freeze { .. } => "freeze",
+            Fault::Stop { .. } => "stop",
             Fault::Isolate { .. } => "isolation",
             Fault::Flip { .. } => "flip",
             Fault::Tear { .. } => "tear",
@@ -139,6 +153,10 @@ pub struct FaultPlan {
     pub isolations: u32,
     /// The shortest and the longest such a cut lasts.
     pub isolation: (Duration, Duration),
+    /// One run in `stops` stops hosts' code and clocks ([`stops`]); none when 0.
+    pub stops: u32,
+    /// The shortest and the longest a stop lasts.
+    pub stop: (Duration, Duration),
 }
 
 /// A freeze of the coordinator that strikes `after` it plans a recovery, for `lasting`.
@@ -186,6 +204,57 @@ pub fn isolations(seed: u64, plan: &FaultPlan) -> Vec<(Duration, Fault)> {
         .max(1) as u64;
     let at = plan.from + Duration::from_millis(rng.random_range(0..room));
     vec![(at, Fault::Isolate { lasting })]
+}
+
+/// The stops of a run ([`stops`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stops {
+    /// Stops at times of the window.
+    pub scheduled: Vec<(Duration, Fault)>,
+    /// Stops of the coordinator that strike its first recoveries, in order, each up to
+    /// 150 ms after its recovery's plan: between a recovery's encode and its commit, where
+    /// a stopped coordinator once reported redundancy restored without the parity.
+    pub in_recoveries: Vec<RecoveryFreeze>,
+}
+
+/// The stops of the run of `seed`, if it draws them (one run in `plan.stops`): one to three
+/// in the window, each of the coordinator (one in two) or of any of `hosts`, and up to
+/// `plan.recovery_freezes` stops of the coordinator's recoveries, each lasting within
+/// `plan.stop` and over by the time every other fault has healed. A stream of its own: a
+/// run without them is the run it was before stops existed.
+pub fn stops(seed: u64, plan: &FaultPlan, coordinator: &str, hosts: &[String]) -> Stops {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5709_5709);
+    if plan.stops == 0 || rng.random_range(0..plan.stops) != 0 {
+        return Stops::default();
+    }
+    let (shortest, longest) = (plan.stop.0.as_millis() as u64, plan.stop.1.as_millis() as u64);
+    let lasting =
+        |rng: &mut ChaCha8Rng| Duration::from_millis(rng.random_range(shortest..longest.max(shortest + 1)));
+    let scheduled = (0..rng.random_range(1..=3))
+        .map(|_| {
+            let host = match rng.random_range(0..2) {
+                0 => coordinator.to_string(),
+                _ => hosts[rng.random_range(0..hosts.len())].clone(),
+            };
+            let lasting = lasting(&mut rng);
+            let room = (plan.window + plan.longest)
+                .saturating_sub(lasting)
+                .as_millis()
+                .max(1) as u64;
+            let at = plan.from + Duration::from_millis(rng.random_range(0..room));
+            (at, Fault::Stop { host, lasting })
+        })
+        .collect();
+    let in_recoveries = (0..rng.random_range(0..=plan.recovery_freezes))
+        .map(|_| RecoveryFreeze {
+            after: Duration::from_millis(rng.random_range(0..150)),
+            lasting: lasting(&mut rng),
+        })
+        .collect();
+    Stops {
+        scheduled,
+        in_recoveries,
+    }
 }
 
 /// Bit flips in the stores of the run of `seed`: as many as the loss budget left after
@@ -390,6 +459,8 @@ mod tests {
             blip_longest: Duration::ZERO,
             isolations: 0,
             isolation: (Duration::ZERO, Duration::ZERO),
+            stops: 0,
+            stop: (Duration::ZERO, Duration::ZERO),
         }
     }
 
@@ -557,6 +628,51 @@ mod tests {
             ..plan
         };
         assert!((0..100).all(|seed| isolations(seed, &none).is_empty()));
+    }
+
+    #[test]
+    fn about_one_run_in_stops_stops_hosts_within_the_window_and_its_recoveries() {
+        let plan = FaultPlan {
+            stops: 4,
+            stop: (Duration::from_millis(100), Duration::from_secs(9)),
+            ..window(20, 0, 2)
+        };
+        let healed = plan.from + plan.window + plan.longest;
+        let hosts = names("h", 5);
+        let (mut stopping, mut of_coordinator, mut in_recoveries) = (0, 0, 0);
+        for seed in 0..400 {
+            let drawn = stops(seed, &plan, "coord", &hosts);
+            assert_eq!(drawn, stops(seed, &plan, "coord", &hosts));
+            assert!(
+                drawn.scheduled.len() <= 3 && drawn.in_recoveries.len() <= 2,
+                "{drawn:?}"
+            );
+            stopping += usize::from(!drawn.scheduled.is_empty());
+            for (at, fault) in &drawn.scheduled {
+                let Fault::Stop { host, lasting } = fault else {
+                    panic!("{fault:?} is no stop")
+                };
+                assert!(*lasting >= plan.stop.0 && *lasting < plan.stop.1, "{fault:?}");
+                assert!(*at >= plan.from && *at + *lasting <= healed, "{at:?} {fault:?}");
+                of_coordinator += usize::from(host == "coord");
+            }
+            for strike in &drawn.in_recoveries {
+                assert!(strike.after < Duration::from_millis(150));
+                assert!(strike.lasting >= plan.stop.0 && strike.lasting < plan.stop.1);
+                in_recoveries += 1;
+            }
+        }
+        assert!(
+            stopping > 70 && stopping < 130,
+            "{stopping} of 400 runs, about one in four"
+        );
+        assert!(
+            of_coordinator > stopping / 2,
+            "{of_coordinator} of the coordinator"
+        );
+        assert!(in_recoveries > 0);
+        let none = FaultPlan { stops: 0, ..plan };
+        assert!((0..100).all(|seed| stops(seed, &none, "coord", &hosts) == Stops::default()));
     }
 
     #[test]

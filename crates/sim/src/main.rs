@@ -35,6 +35,10 @@ struct Args {
     /// before isolations were drawn replays the run it was found in with this.
     #[arg(long)]
     no_isolation: bool,
+    /// Draw no stops of hosts (SIGSTOP; one seed in four draws them): a seed named before
+    /// stops were drawn replays the run it was found in with this.
+    #[arg(long)]
+    no_stops: bool,
     /// The summary as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -68,6 +72,9 @@ fn main() -> Result<()> {
         };
         if args.no_isolation {
             plan.faults.isolations = 0;
+        }
+        if args.no_stops {
+            plan.faults.stops = 0;
         }
         plan
     };

@@ -121,6 +121,11 @@ impl Plan {
                 // grace when the coordinator heard its agents again once cost their nodes.
                 isolations: 4,
                 isolation: (Duration::from_secs(5), Duration::from_secs(9)),
+                // Up to past the liveness period and the partition grace, as isolations: a
+                // stop of seconds made every agent register again mid-recovery, and one past
+                // a lease once cost a live job its lease.
+                stops: 4,
+                stop: (Duration::from_millis(100), Duration::from_secs(9)),
             },
             finish_within: Duration::from_secs(120),
             // A stream of its own: leases in a run changed none of the other draws.
@@ -185,7 +190,7 @@ pub(crate) struct Shared {
     /// When the job's supervisor could not reach the coordinator through a fault of its
     /// own side: its host frozen, its link to the coordinator cut or stalled.
     pub supervisor_cut_off: Vec<CutOff>,
-    /// When the coordinator was frozen: cut off from everyone.
+    /// When the coordinator was frozen or stopped: cut off from everyone.
     pub coordinator_frozen: Vec<CutOff>,
     /// When each node was out of the coordinator's reach on its own side.
     pub outages: Outages,
@@ -267,6 +272,8 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
     let mut schedule = faults::draw(plan.seed, &fault_plan, &linked, &members);
     schedule.extend(faults::blips(plan.seed, &fault_plan, &linked));
     schedule.extend(faults::isolations(plan.seed, &fault_plan));
+    let stops = faults::stops(plan.seed, &fault_plan, COORDINATOR, &linked);
+    schedule.extend(stops.scheduled);
     let mut at_rest = Vec::new();
     for (at, flip) in faults::disk_flips(plan.seed, &fault_plan, &schedule, &members) {
         match at {
@@ -304,6 +311,7 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
     // coordinator plans recoveries.
     let mut faults: Vec<(Duration, Fault)> = schedule.into_iter().rev().collect();
     let mut recovery_freezes = faults::recovery_freezes(plan.seed, &plan.faults).into_iter();
+    let mut recovery_stops = stops.in_recoveries.into_iter();
     let (mut read, fault_window_end) = (0, plan.faults.from + plan.faults.window);
     let mut invariants = Invariants::new(cluster.dir(), shared.clone())?;
     let healed_at = plan.faults.from + plan.faults.window + plan.faults.longest;
@@ -323,8 +331,20 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
                         lasting: freeze.lasting,
                     },
                 ));
-                faults.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
             }
+            // Over by the time the other faults have healed, as the scheduled stops are.
+            let stop = recovery_stops.next();
+            if let Some(stop) = stop.filter(|s| now + s.after + s.lasting <= healed_at) {
+                let host = COORDINATOR.to_string();
+                faults.push((
+                    now + stop.after,
+                    Fault::Stop {
+                        host,
+                        lasting: stop.lasting,
+                    },
+                ));
+            }
+            faults.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
         }
         while faults.last().is_some_and(|(at, _)| *at <= now) {
             let (_, fault) = faults.pop().expect("looked at");
@@ -380,11 +400,13 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
 }
 
 /// What the faults did that lasts: nodes lost for good, hosts frozen (by how many freezes
-/// not yet thawed), and what undoes the others, by when.
+/// not yet thawed) or stopped (likewise), and what undoes the others, by when.
 #[derive(Default)]
 struct Harm {
     lost: BTreeSet<String>,
     frozen: BTreeMap<String, u32>,
+    /// Hosts stopped, by how many stops have not ended yet.
+    stopped: BTreeMap<String, u32>,
     pending: Vec<(Duration, Heal)>,
 }
 
@@ -395,6 +417,8 @@ enum Heal {
     Release(String, String),
     /// A frozen host's links, every one released.
     Thaw(String, Vec<String>),
+    /// A stopped host runs again, once its last stop has ended.
+    Resume(String),
 }
 
 impl Heal {
@@ -433,6 +457,15 @@ impl Heal {
                 }
                 trace.at(now, "sim", format!("{host} thaws"));
             }
+            Heal::Resume(host) => {
+                let stops = harm.stopped.get_mut(&host).expect("a resume follows its stop");
+                *stops -= 1;
+                if *stops == 0 {
+                    harm.stopped.remove(&host);
+                    sim.resume(host.as_str());
+                    trace.at(now, "sim", format!("{host} runs again"));
+                }
+            }
         }
     }
 }
@@ -451,6 +484,7 @@ fn inject(
         | Fault::Lose { node: host }
         | Fault::Flip { node: host, .. }
         | Fault::Tear { node: host, .. }
+        | Fault::Stop { host, .. }
             if harm.lost.contains(host) =>
         {
             return Ok(false)
@@ -494,13 +528,7 @@ fn inject(
             return inject(sim, cluster, &freeze, now, harm, shared, trace);
         }
         Fault::Freeze { host, lasting } => {
-            note_outage(shared, host, now, *lasting);
-            if host == JOB {
-                note_cut_off(shared, [host, &COORDINATOR.to_string()], now, *lasting);
-            }
-            if host == COORDINATOR {
-                shared.borrow_mut().coordinator_frozen.push((now, now + *lasting));
-            }
+            note_silence(shared, host, now, *lasting);
             let others: Vec<String> = cluster
                 .all_nodes()
                 .chain([&COORDINATOR.to_string(), &JOB.to_string()])
@@ -514,6 +542,13 @@ fn inject(
             trace.at(now, "sim", format!("{host} freezes for {lasting:?}"));
             harm.pending
                 .push((now + *lasting, Heal::Thaw(host.clone(), others)));
+        }
+        Fault::Stop { host, lasting } => {
+            note_silence(shared, host, now, *lasting);
+            *harm.stopped.entry(host.clone()).or_default() += 1;
+            sim.stop(host.as_str());
+            trace.at(now, "sim", format!("{host} stops (SIGSTOP) for {lasting:?}"));
+            harm.pending.push((now + *lasting, Heal::Resume(host.clone())));
         }
         Fault::Flip { node, pick } => {
             let local = cluster.local(node);
@@ -569,6 +604,19 @@ fn inject(
 fn note_cut_off(shared: &RefCell<Shared>, ends: [&String; 2], now: Duration, lasting: Duration) {
     if ends.iter().any(|e| *e == JOB) && ends.iter().any(|e| *e == COORDINATOR) {
         shared.borrow_mut().supervisor_cut_off.push((now, now + lasting));
+    }
+}
+
+/// Notes `host` silent from `now` for `lasting`, frozen or stopped, as the others see it:
+/// a node out of the coordinator's reach, the supervisor cut off from it, or the
+/// coordinator cut off from everyone.
+fn note_silence(shared: &RefCell<Shared>, host: &String, now: Duration, lasting: Duration) {
+    note_outage(shared, host, now, lasting);
+    if host == JOB {
+        note_cut_off(shared, [host, &COORDINATOR.to_string()], now, lasting);
+    }
+    if host == COORDINATOR {
+        shared.borrow_mut().coordinator_frozen.push((now, now + lasting));
     }
 }
 
