@@ -94,6 +94,9 @@ pub struct Rank {
     retry: Duration,
     /// The most one call may take, retries included (as the rank library bounds it).
     limit: Duration,
+    /// The newest epoch of this rank it saw committed: what its tracked memory's changes
+    /// are relative to.
+    last_committed: Option<u64>,
 }
 
 /// What one checkpoint of a rank came to.
@@ -125,6 +128,7 @@ impl Rank {
             link: CoordinatorLink::new(dir)?,
             retry,
             limit: deadlines.open_wait() + 2 * retry,
+            last_committed: None,
         })
     }
 
@@ -157,12 +161,18 @@ impl Rank {
         let mut writer = store.writer_of_every_item(rank, epoch)?;
         let new = image(seed, rank, epoch, bytes);
         // Even ranks write as the rank library writes tracked memory: the blocks that changed
-        // since the epoch the new one follows, nothing read back from the store. Odd ranks as
-        // it writes files and named items, known in full: the store compares them with the
-        // previous epoch and keeps the blocks that differ.
+        // since the epoch the new one follows, nothing read back from the store — when that
+        // epoch is the last this rank saw committed, or one a restart it knows of made. A
+        // parent it does not know (a restart from the flush whose answer the job never got)
+        // is compared in full, as the library's resync does. Odd ranks as it writes files and
+        // named items, known in full: the store compares them with the previous epoch and
+        // keeps the blocks that differ.
+        let known = |parent: &u64| {
+            Some(*parent) == self.last_committed || self.restarts.borrow().contains_key(parent)
+        };
         match writer
             .parent()
-            .filter(|_| !writer.is_full() && rank.is_multiple_of(2))
+            .filter(|parent| !writer.is_full() && rank.is_multiple_of(2) && known(parent))
         {
             Some(parent) => {
                 let old = self.image_of(seed, parent, bytes);
@@ -204,6 +214,9 @@ impl Rank {
             })
             .await
             .with_context(|| format!("rank {rank}: waiting for epoch {epoch}"))?;
+        if outcome.committed {
+            self.last_committed = Some(epoch);
+        }
         Ok(Checkpointed {
             epoch,
             committed: outcome.committed,
