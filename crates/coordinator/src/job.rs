@@ -41,7 +41,8 @@ pub(super) enum Stopper {
     /// The operator (`eckpt down`): obeyed.
     Operator,
     /// The `eckpt run` that started the cluster, with its job generation (0: it never held
-    /// the lease): refused while another generation holds a live lease.
+    /// the lease): refused once another generation took the job over (one that never held
+    /// it: while another generation holds a live lease).
     Run(u64),
     /// The idle rule: refused while any job lease is live.
     Idle,
@@ -256,6 +257,7 @@ impl Coordinator {
             .await?;
         drop(gate);
         self.start_attempt().await;
+        self.lease_runs_from_grant().await;
         tracing::info!(job = %id, generation, "job claimed");
         Ok(JobGrant {
             job: id,
@@ -272,13 +274,24 @@ impl Coordinator {
         let mut gate = self.stop_gate.lock().await;
         let (job, lease) = self.read(|s| (s.journal().job.clone(), s.live_lease())).await;
         match (by, lease) {
-            (Stopper::Run(generation), Some((holder, _))) if generation != job.generation => {
+            // A run another generation superseded never stops the cluster, whether its
+            // successor's lease is live or not: one stalled past its lease comes back to
+            // a cluster it still counts on (found by the simulator: a supervisor frozen
+            // 4.7 s through its claim's answer, its predecessor's stop let through).
+            (Stopper::Run(generation), lease)
+                if generation != job.generation && (generation > 0 || lease.is_some()) =>
+            {
+                let holder = match (&lease, &job.holder) {
+                    (Some((holder, _)), _) => format!("held by {holder}"),
+                    (None, Some(holder)) => format!("{holder}, whose lease expired"),
+                    (None, None) => "released".to_string(),
+                };
                 return Err(ClusterError::Fenced(format!(
-                    "generation {} of job {} holds the cluster now ({holder}): the run of generation {generation} that started it does not stop it under its successor; the cluster stops once no job ran on it for {:.0} s",
+                    "generation {} of job {} took the cluster over ({holder}): the run of generation {generation} that started it does not stop it under its successor; the cluster stops once no job ran on it for {:.0} s",
                     job.generation,
                     job.id.as_deref().unwrap_or("-"),
                     self.deadlines.idle().unwrap_or(self.deadlines.run_idle()).as_secs_f64()
-                )))
+                )));
             }
             (Stopper::Idle, Some(_)) => {
                 return Err(ClusterError::Fenced("a job holds its lease".into()));
@@ -326,7 +339,23 @@ impl Coordinator {
             })
             .await??;
         self.start_attempt().await;
+        self.lease_runs_from_grant().await;
         Ok(next)
+    }
+
+    /// Starts the lease's period again as its grant is answered. The period ran from the
+    /// grant's journal write, and the attempt's start after it waits for agents (an open
+    /// epoch aborted on a frozen node): the holder, who cannot renew before it hears the
+    /// grant, found its lease spent by then, and a stop of the run it superseded was let
+    /// through under it (found by the simulator: a claim answered 5 s after it was
+    /// journaled). A lease released meanwhile stays released.
+    async fn lease_runs_from_grant(&self) {
+        self.read(|s| {
+            if s.lease_renewed.is_some() {
+                s.lease_renewed = Some(s.clock.now());
+            }
+        })
+        .await;
     }
 
     /// `ReleaseJob`. A release that is not a finish leaves the finished mark as it is: a run
@@ -408,7 +437,8 @@ mod tests {
     use eckpt_cluster_api::msg::{JobClaim, JobGrant, JobStart, LeaseHolder};
     use eckpt_coding::config::CodingConfig;
 
-    use super::super::test_cluster::TestCluster;
+    use super::super::test_cluster::{Fault, Kind, TestCluster, RANK_BYTES};
+    use super::Stopper;
 
     fn claim(start: JobStart) -> JobClaim {
         JobClaim {
@@ -508,6 +538,58 @@ mod tests {
             .renew_lease(grant.generation)
             .await
             .expect("the holder keeps its lease through the restarted coordinator's silence");
+    }
+
+    /// The run of a generation another one took the job over from never stops the cluster:
+    /// not while the successor's lease is live, nor once it expired (its supervisor may be
+    /// stalled, and come back to the cluster). (Found by the simulator: a supervisor frozen
+    /// through its claim's answer, its predecessor's stop let through.) The operator's stop
+    /// is obeyed.
+    #[tokio::test]
+    async fn a_superseded_run_does_not_stop_the_cluster_under_its_successor_live_or_expired() {
+        let (c, deadlines, first) = leased_cluster().await;
+        let superseded = || c.coord.begin_stop(Stopper::Run(first.generation));
+        tokio::time::sleep(deadlines.lease() + Duration::from_millis(200)).await;
+        let second = c.coord.claim_job(claim(JobStart::Default)).await.unwrap();
+        assert!(second.generation > first.generation);
+        let refused = superseded().await.unwrap_err();
+        assert!(refused.to_string().contains("under its successor"), "{refused}");
+        tokio::time::sleep(deadlines.lease() + Duration::from_millis(200)).await;
+        let refused = superseded().await.unwrap_err();
+        assert!(refused.to_string().contains("whose lease expired"), "{refused}");
+        c.coord.begin_stop(Stopper::Operator).await.unwrap();
+    }
+
+    /// A claim's lease runs from its answer: a claim whose attempt start waited on a slow
+    /// agent (aborting an epoch left open) still leaves its holder a whole lease. (Found by
+    /// the simulator: a claim answered 5 s after it was journaled, its lease spent.)
+    #[tokio::test]
+    async fn a_claim_answered_late_leaves_its_holder_a_whole_lease() {
+        let deadlines = Deadlines {
+            lease_ms: 1_000,
+            ..TestCluster::deadlines()
+        };
+        let c = TestCluster::with_deadlines(6, CodingConfig::default(), deadlines).await;
+        // Rank 0 of 2 wrote the next epoch, outside any job; n0 takes 1.5 s to abort it.
+        let opened = c.coord.open_epoch(0, 2, None, None, None).await.unwrap();
+        let report = eckpt_cluster_api::msg::RankReport {
+            image_bytes: RANK_BYTES,
+            stored_bytes: RANK_BYTES,
+            pace: None,
+        };
+        c.coord
+            .rank_ready(0, opened.epoch, opened.node.name, report, None)
+            .await
+            .unwrap();
+        c.agents
+            .fault("n0", Fault::Slow(Kind::Abort, Duration::from_millis(1_500)));
+        let started = std::time::Instant::now();
+        let grant = c.coord.claim_job(claim(JobStart::Default)).await.unwrap();
+        assert!(started.elapsed() > deadlines.lease(), "the claim waited no abort");
+        c.coord
+            .renew_lease(grant.generation)
+            .await
+            .expect("the lease its holder just heard of is live");
     }
 
     async fn finished(c: &TestCluster) -> bool {

@@ -118,6 +118,12 @@ impl Lease {
                         std::thread::sleep(Duration::from_millis(20));
                         continue;
                     }
+                    // Renewals go out a renewal period apart, from when each went out:
+                    // timed from when one ended, a renewal that waited out a stalled
+                    // coordinator left it a whole period more with none, and two stalls
+                    // shorter than the liveness period expired a live lease (found by
+                    // the simulator).
+                    next = Instant::now() + every;
                     // Not held across the call: a renewal waits up to a renewal period
                     // for its answer, and the supervisor reads the generation meanwhile.
                     let held = *lock(&generation);
@@ -136,7 +142,6 @@ impl Lease {
                         Err(e) => tracing::warn!(error = %e, "renewing the job's lease"),
                         Ok(()) => {}
                     }
-                    next = Instant::now() + every;
                 }
             })
             .map_err(|e| RunError::Launch(format!("starting the lease thread: {e}")))
@@ -186,6 +191,100 @@ impl Drop for Lease {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::EpochWatch;
+    use eckpt_cluster_api::msg::{
+        FlushReport, FlushStatus, JobStart, NodeInfo, RecoveryReport, Relocation, StatusReport,
+    };
+    use std::collections::BTreeMap;
+    use std::sync::atomic::AtomicU32;
+
+    /// A coordinator that grants the job and then answers no renewal: each waits out its
+    /// renewal period, as a renewal does while the coordinator is stalled.
+    struct Stalled {
+        every: Duration,
+        renewals: AtomicU32,
+    }
+
+    impl Coordinator for Stalled {
+        fn claim_job(&self, _: JobClaim) -> Result<JobGrant, RunError> {
+            Ok(JobGrant {
+                job: "job".into(),
+                generation: 1,
+                committed: 0,
+                discarded: None,
+                superseded: None,
+            })
+        }
+        fn renew_lease(&self, _: u64) -> Result<(), RunError> {
+            self.renewals.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(self.every);
+            Err(RunError::Cluster(eckpt_cluster_api::ClusterError::NoAnswer(
+                "no answer within a renewal period".into(),
+            )))
+        }
+        fn status(&self) -> Result<StatusReport, RunError> {
+            unreachable!("not asked")
+        }
+        fn nodes(&self) -> Result<BTreeMap<String, NodeInfo>, RunError> {
+            unreachable!("not asked")
+        }
+        fn wait_flush(&self) -> Result<Option<FlushStatus>, RunError> {
+            unreachable!("not asked")
+        }
+        fn flush_now(&self) -> Result<FlushReport, RunError> {
+            unreachable!("not asked")
+        }
+        fn recover(&self, _: Relocation) -> Result<RecoveryReport, RunError> {
+            unreachable!("not asked")
+        }
+        fn leave(&self, _: &str) -> Result<(), RunError> {
+            unreachable!("not asked")
+        }
+        fn next_attempt(&self, _: u64) -> Result<u64, RunError> {
+            unreachable!("not asked")
+        }
+        fn release_job(&self, _: u64, _: bool) -> Result<(), RunError> {
+            unreachable!("not asked")
+        }
+        fn watch_epochs(&self, _: u64) -> Result<EpochWatch, RunError> {
+            unreachable!("not asked")
+        }
+    }
+
+    /// Renewals go out a renewal period apart from when each went out, also while each
+    /// waits out a stalled coordinator: timed from when one ended, they went out half as
+    /// often, and a lease expired over two stalls each shorter than the liveness period.
+    #[test]
+    fn renewals_keep_their_period_while_each_waits_out_a_stalled_coordinator() {
+        let deadlines = Deadlines {
+            lease_ms: 500,
+            ..Deadlines::default()
+        };
+        let every = deadlines.lease_renewal();
+        let stalled = Arc::new(Stalled {
+            every,
+            renewals: AtomicU32::new(0),
+        });
+        let cluster: Arc<dyn Coordinator> = stalled.clone();
+        let claim = JobClaim {
+            job: None,
+            holder: LeaseHolder {
+                host: "here".into(),
+                pid: 1,
+                since_unix: 0.0,
+                command: "eckpt run".into(),
+                run: None,
+            },
+            start: JobStart::Default,
+            world: None,
+        };
+        let (lease, _) = Lease::claim(&cluster, claim, &deadlines, &mut |_| {}).unwrap();
+        std::thread::sleep(12 * every);
+        drop(lease);
+        // About eleven go out in twelve periods (the first after one); half as many were.
+        let renewals = stalled.renewals.load(Ordering::SeqCst);
+        assert!(renewals >= 8, "{renewals} renewals in 12 renewal periods");
+    }
 
     /// A thread that panicked holding a lease's lock leaves the value it held: the
     /// supervisor reads it on instead of panicking in turn.

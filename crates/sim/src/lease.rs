@@ -78,8 +78,11 @@ pub(crate) async fn renew(
 ) -> Result<()> {
     let deadlines = dir.load()?.deadlines;
     let every = deadlines.lease_renewal();
+    // A renewal period apart from when each went out, as `eckpt run` renews.
+    let mut renewals = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    renewals.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::time::sleep(every).await;
+        renewals.tick().await;
         let Some(held) = generation.get() else {
             continue;
         };
