@@ -399,6 +399,14 @@ impl Coordinator {
             })
         };
 
+        // A member that registers again while the recovery runs resolves its store against
+        // the journal of that moment, dropping what the recovery prepared on it (decoded
+        // shards, new parity): the commit is refused then, as an epoch's is. (Found by the
+        // simulator once its disks took time: a coordinator frozen past the agents'
+        // heartbeat wait mid-recovery journaled parity that its holders had dropped.)
+        let members = plan.next.members();
+        let sessions = self.read(move |s| s.sessions_of(&members)).await;
+
         progress.step("decoding lost data", 1, 3).await;
         let started = Instant::now();
         let mut cost = DecodeCost::default();
@@ -474,7 +482,7 @@ impl Coordinator {
         // The commit point of the recovery: one journal write, with the task counter as it
         // stands now (tasks were handed out while decoding and encoding).
         let reencoded: Vec<GroupRecord> = plan.reencode.iter().map(|&i| next.groups[i].clone()).collect();
-        self.update(move |j| {
+        self.update_if_same_sessions(sessions, move |j| {
             next.next_task = j.next_task;
             **j = next;
         })

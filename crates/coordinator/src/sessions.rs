@@ -582,7 +582,7 @@ impl State {
         {
             Some((node, _)) => Err(ClusterError::Node {
                 node: node.clone(),
-                reason: "registered again while the epoch was encoded (what it prepared is dropped)".into(),
+                reason: "registered again while its part of the decision was prepared (what it prepared is dropped)".into(),
             }),
             None => Ok(()),
         }

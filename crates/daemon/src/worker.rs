@@ -27,6 +27,12 @@ pub const STUCK: Duration = Duration::from_secs(120);
 
 static SIMULATED: AtomicBool = AtomicBool::new(false);
 
+/// Draws the virtual time one simulated worker's result takes to reach its caller.
+pub type Latency = Box<dyn FnMut() -> Duration + Send>;
+
+/// The simulation's [`Latency`], if it asked for one ([`simulate_latency`]).
+static LATENCY: Mutex<Option<Latency>> = Mutex::new(None);
+
 /// Workers of this process running, not blocked on a channel of this module (simulation).
 static RUNNING: Mutex<usize> = Mutex::new(0);
 static SETTLED: Condvar = Condvar::new();
@@ -35,6 +41,20 @@ static SETTLED: Condvar = Condvar::new();
 /// back and forth with the simulation's thread. For good; call it before any worker starts.
 pub fn simulate() {
     SIMULATED.store(true, Ordering::SeqCst);
+}
+
+/// Makes each simulated worker's result reach its caller `latency()` of virtual time after
+/// the work is done, as a disk's reads, writes and syncs take time (`None`: at once, the
+/// hand-off alone). Without it a journal write, say, falls between two events with nothing
+/// in between, and no fault ever lands inside it. Each result draws once, in the order the
+/// simulation's thread finds them done, so a seeded `latency` replays.
+pub fn simulate_latency(latency: Option<Latency>) {
+    *lock(&LATENCY) = latency;
+}
+
+/// A simulated worker's latency, drawn now.
+fn drawn_latency() -> Duration {
+    lock(&LATENCY).as_mut().map_or(Duration::ZERO, |draw| draw())
 }
 
 fn simulated() -> bool {
@@ -76,7 +96,18 @@ pub struct Worker<T> {
 
 enum WorkerInner<T> {
     Pool(tokio::task::JoinHandle<T>),
-    Thread(Arc<Mutex<Outcome<T>>>),
+    Thread(Arc<Mutex<Outcome<T>>>, Delivery),
+}
+
+/// When a thread worker's result, once done, reaches its caller: at once, or after a
+/// simulated latency ([`simulate_latency`]).
+enum Delivery {
+    /// Not done when last polled.
+    Undrawn,
+    /// Reaches the caller when this virtual sleep ends.
+    After(std::pin::Pin<Box<tokio::time::Sleep>>),
+    /// Now.
+    Due,
 }
 
 /// A simulated worker's outcome, and who waits for it.
@@ -118,7 +149,7 @@ pub fn spawn_thread<T: Send + 'static>(
         })
         .map_err(|e| ClusterError::Internal(format!("starting a worker thread: {e}")))?;
     Ok(Worker {
-        inner: WorkerInner::Thread(outcome),
+        inner: WorkerInner::Thread(outcome, Delivery::Due),
     })
 }
 
@@ -153,7 +184,7 @@ fn spawn_simulated<T: Send + 'static>(
         .expect("a simulation starts its worker threads");
     settle_unless_worker();
     Worker {
-        inner: WorkerInner::Thread(outcome),
+        inner: WorkerInner::Thread(outcome, Delivery::Undrawn),
     }
 }
 
@@ -174,8 +205,21 @@ impl<T> std::future::Future for Worker<T> {
             WorkerInner::Pool(handle) => std::pin::Pin::new(handle)
                 .poll(cx)
                 .map(|r| r.map_err(|e| panicked(&e))),
-            WorkerInner::Thread(outcome) => {
+            WorkerInner::Thread(outcome, delivery) => {
                 let mut outcome = lock(outcome);
+                if outcome.result.is_some() && matches!(delivery, Delivery::Undrawn) {
+                    let latency = drawn_latency();
+                    *delivery = match latency.is_zero() {
+                        true => Delivery::Due,
+                        false => Delivery::After(Box::pin(tokio::time::sleep(latency))),
+                    };
+                }
+                if let Delivery::After(sleep) = delivery {
+                    if sleep.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    *delivery = Delivery::Due;
+                }
                 match outcome.result.take() {
                     Some(result) => Poll::Ready(result.map_err(|panic| {
                         let what = panic

@@ -99,7 +99,12 @@ impl SimCluster {
 
     /// Node `name`'s local storage (its store and parity).
     pub fn local(&self, name: &str) -> PathBuf {
-        self.root.path().join("local").join(name)
+        self.locals().join(name)
+    }
+
+    /// Where the nodes' local storage lies, one directory per node.
+    pub fn locals(&self) -> PathBuf {
+        self.root.path().join("local")
     }
 
     /// Every node, members then spares.

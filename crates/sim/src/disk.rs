@@ -5,12 +5,27 @@
 //! (`…/epoch-*/data`, its `manifest`) and a coded object (`…/obj-*/parity`, its
 //! `parity.json`) — where rot is likeliest by size and where the stores' checksums and
 //! seals must catch it; every such file of the node is a candidate, whatever its epoch.
+//!
+//! And the time a disk takes: in one seed of four, each blocking piece of the daemons' work
+//! (a journal write, a store's write and sync, a parity fold) reaches its caller up to a
+//! drawn latency late in virtual time ([`latency`]), so that a fault can land inside it.
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
+use eckpt_daemon::worker::Latency;
+
+/// The latency of the run of `seed` whose disks answer within `most`: each worker's result
+/// late by a time drawn evenly up to it, from a stream of the seed's own.
+pub fn latency(seed: u64, most: Duration) -> Latency {
+    use rand::{Rng, SeedableRng};
+    let mut draws = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0xD15C_0A17);
+    let most = most.as_micros() as u64;
+    Box::new(move || Duration::from_micros(draws.random_range(0..=most)))
+}
 
 /// The files of the store under `local` a fault may strike, in a fixed order.
 fn checkpoint_files(local: &Path) -> Result<Vec<PathBuf>> {

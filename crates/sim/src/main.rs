@@ -39,6 +39,10 @@ struct Args {
     /// stops were drawn replays the run it was found in with this.
     #[arg(long)]
     no_stops: bool,
+    /// Disks answer at once (one seed in four draws disks that take up to 1 to 20 ms): a
+    /// seed named before disk latency was drawn replays the run it was found in with this.
+    #[arg(long)]
+    no_disk_latency: bool,
     /// The summary as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -75,6 +79,9 @@ fn main() -> Result<()> {
         }
         if args.no_stops {
             plan.faults.stops = 0;
+        }
+        if args.no_disk_latency {
+            plan.disk_latency = None;
         }
         plan
     };

@@ -49,6 +49,9 @@ pub struct Plan {
     /// The job holds a lease as `eckpt run` does, and its ranks carry its generation;
     /// otherwise they run as ranks started by hand, outside `eckpt run`, carrying none.
     pub supervised: bool,
+    /// The most virtual time the daemons' blocking work (their disks) takes to answer
+    /// (`disk::latency`); `None`: it takes none.
+    pub disk_latency: Option<Duration>,
 }
 
 impl Plan {
@@ -130,6 +133,11 @@ impl Plan {
             finish_within: Duration::from_secs(120),
             // A stream of its own: leases in a run changed none of the other draws.
             supervised: rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x0001_EA5E).random_range(0..2) == 1,
+            // A stream of its own: in one seed of four the disks take up to 1 to 20 ms.
+            disk_latency: {
+                let mut disks = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0xD15C_7A4E);
+                (disks.random_range(0..4) == 0).then(|| Duration::from_millis(disks.random_range(1..=20)))
+            },
         }
     }
 
@@ -231,7 +239,7 @@ pub fn run(plan: &Plan, echo: bool) -> Outcome {
         Duration::ZERO,
         "sim",
         format!(
-            "seed {}: {} nodes and {} spares, k={} m={} {:?} {:?} {:?}; {} ranks of {} bytes; {}; flushes {}",
+            "seed {}: {} nodes and {} spares, k={} m={} {:?} {:?} {:?}; {} ranks of {} bytes; {}; flushes {}; disks answer {}",
             plan.seed,
             shape.nodes,
             shape.spares,
@@ -246,7 +254,13 @@ pub fn run(plan: &Plan, echo: bool) -> Outcome {
             shape
                 .flush_every
                 .map_or("none".into(), |n| format!("every {n} epochs")),
+            plan.disk_latency
+                .map_or("at once".into(), |most| format!("within {most:?}")),
         ),
+    );
+    eckpt_daemon::worker::simulate_latency(
+        plan.disk_latency
+            .map(|most| crate::disk::latency(plan.seed, most)),
     );
     if let Err(e) = run_traced(plan, &trace, &mut outcome) {
         trace.at(outcome.simulated, "sim", format!("FAILED: {e:#}"));
@@ -313,7 +327,7 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
     let mut recovery_freezes = faults::recovery_freezes(plan.seed, &plan.faults).into_iter();
     let mut recovery_stops = stops.in_recoveries.into_iter();
     let (mut read, fault_window_end) = (0, plan.faults.from + plan.faults.window);
-    let mut invariants = Invariants::new(cluster.dir(), shared.clone())?;
+    let mut invariants = Invariants::new(cluster.dir(), &cluster.locals(), shared.clone())?;
     let healed_at = plan.faults.from + plan.faults.window + plan.faults.longest;
     shared.borrow_mut().healed_at = healed_at;
     let limit = healed_at + plan.finish_within;
@@ -379,7 +393,7 @@ fn run_traced(plan: &Plan, trace: &Trace, outcome: &mut Outcome) -> Result<()> {
         let finished = sim.step().map_err(|e| anyhow!("a host failed: {e}"))?;
         outcome.simulated = sim.elapsed();
         outcome.checks = invariants.checks() + 1;
-        invariants.check(outcome.simulated)?;
+        invariants.check(outcome.simulated, &harm.lost)?;
         if finished {
             break;
         }
