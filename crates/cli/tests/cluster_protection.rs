@@ -290,10 +290,10 @@ fn holds_prepared(c: &Cluster, node: &str) -> bool {
 
 /// A stall of the coordinator in the middle of a recovery makes every agent register
 /// again, and the holder of the new parity resolves its store against the journal of that
-/// moment: it drops the parity it has just prepared. The recovery must not report that
-/// group protected, `status` must never call the cluster healthy while the parity is
-/// missing, and the coordinator must encode the group again by itself, so that the next
-/// loss within m still restores every rank. (Found by an attack: `recover` said
+/// moment: it drops the parity it has just prepared. The recovery must not commit what
+/// was dropped — it runs again, encoding the group anew — nor report that group protected
+/// without its parity; `status` must never call the cluster healthy while the parity is
+/// missing, so that the next loss within m still restores every rank. (Found by an attack: `recover` said
 /// "redundancy restored", `status` showed every node healthy, and the next wipe of a rank
 /// host lost rank 1: "group 2 has 2 of 4 members unusable".)
 #[test]
@@ -363,6 +363,10 @@ fn a_stall_of_the_coordinator_during_a_recovery_leaves_no_group_without_its_pari
     let out = recovery.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).expect("recovery report");
+    assert!(
+        log_lines(&coordinator_log, &["the recovery runs again"]) > 0,
+        "the recovery committed although every member registered again while it ran"
+    );
     // A group the recovery reports protected has its parity at its holder. One it does not
     // report is named in a warning; the coordinator encodes that one again by itself, and
     // may be done (under a new group id) before the status below is read.

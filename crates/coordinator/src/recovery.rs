@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::protection::check_protection;
 use super::recovery_plan::{plan_recovery, RecoveryPlan};
+use super::sessions::registered_again;
 use super::{Coordinator, Journal};
 use eckpt_cluster_api::msg::{
     CodingTask, CoordResponse, DecodeSpec, Deliver, GroupRecord, Install, MoveRank, NodeInfo, RecoveryReport,
@@ -18,6 +19,9 @@ use eckpt_cluster_api::msg::{
 };
 use eckpt_cluster_api::{ClusterError, ErrorKind};
 use eckpt_daemon::debug::pause_point_async;
+
+/// Runs of one recovery at most, when members keep registering again while it runs.
+const RECOVERY_RUNS: u32 = 3;
 
 /// A member to rebuild: its position, the node decoding it, and what that node does with it.
 type Rebuild = (usize, NodeInfo, Deliver);
@@ -304,8 +308,30 @@ impl Coordinator {
         self.recover_held(progress, relocation, Scope::All).await
     }
 
-    /// A recovery within `scope`, by a caller holding the `op` lock.
+    /// A recovery within `scope`, by a caller holding the `op` lock. One whose commit was
+    /// refused because a member registered again while it ran (what it prepared there is
+    /// gone) runs again from a new plan, up to [`RECOVERY_RUNS`] times in all: the
+    /// registration that refused it is over, and `eckpt recover` should not fail on it.
     pub(super) async fn recover_held(
+        self: &Arc<Self>,
+        progress: &mut impl Progress,
+        relocation: Relocation,
+        scope: Scope,
+    ) -> Result<RecoveryReport, ClusterError> {
+        let mut runs = 1;
+        loop {
+            match self.recover_once(progress, relocation, scope).await {
+                Err(e) if runs < RECOVERY_RUNS && registered_again(&e) => {
+                    tracing::warn!(error = %e, "the recovery runs again: a member registered again while it ran");
+                    runs += 1;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// One run of [`Coordinator::recover_held`].
+    async fn recover_once(
         self: &Arc<Self>,
         progress: &mut impl Progress,
         relocation: Relocation,

@@ -582,7 +582,7 @@ impl State {
         {
             Some((node, _)) => Err(ClusterError::Node {
                 node: node.clone(),
-                reason: "registered again while its part of the decision was prepared (what it prepared is dropped)".into(),
+                reason: REGISTERED_AGAIN.into(),
             }),
             None => Ok(()),
         }
@@ -683,6 +683,15 @@ impl Coordinator {
             .change(move |s, draft| s.same_sessions(&sessions).map(|()| change(draft)))
             .await?
     }
+}
+
+/// Why [`State::same_sessions`] refuses a decision.
+const REGISTERED_AGAIN: &str =
+    "registered again while its part of the decision was prepared (what it prepared is dropped)";
+
+/// Whether `e` is a decision refused by [`State::same_sessions`]: made again, it may pass.
+pub(super) fn registered_again(e: &ClusterError) -> bool {
+    matches!(e, ClusterError::Node { reason, .. } if reason == REGISTERED_AGAIN)
 }
 
 /// An agent's session: registration, what it holds, then heartbeats until the connection
