@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs seeds of the deterministic simulation for HOURS hours (real time), one `eckpt-sim`
-# per core, each from its own seed drawn from the clock, and writes the summary of them all
+# Runs seeds of the deterministic simulation for HOURS hours (real time), three `eckpt-sim`
+# per two cores (one per core left a quarter of two cores idle: a run's thread waits on its
+# workers' hand-offs), each from its own seed drawn from the clock, and writes the summary of them all
 # — seeds, simulated hours, faults by kind, invariant checks, failed seeds — to
 # sim-soak-<date>-<commit>.json. Give --storm to run every seed in a storm (40 to 200 blips
 # besides its other faults). A failed seed's trace goes to the logs beside it; replay one
@@ -14,7 +15,7 @@ name="sim-soak-$(date -u +%Y-%m-%d)-$(git rev-parse --short HEAD)"
 cargo build --release -p eckpt-sim
 first="$(date +%s)000"
 pids=()
-for i in $(seq 0 $(($(nproc) - 1))); do
+for i in $(seq 0 $((($(nproc) * 3 + 1) / 2 - 1))); do
   ./target/release/eckpt-sim --hours "$hours" --from $((first + i * 100000)) --json "$@" \
     > "$name.$i.json" 2> "$name.$i.log" &
   pids+=($!)
